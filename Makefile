@@ -1,0 +1,32 @@
+# The two commands of the README:
+#   make demo   run the main job (synthetic LETOR-like store -> every learner -> metrics table)
+#   make test   run the test suite
+# Both create .venv with python3 if it is missing and install streamrank into it.
+
+PYTHON_BOOT ?= python3
+VENV        ?= .venv
+PY          := $(VENV)/bin/python
+DEMO_ARGS   ?=
+
+.PHONY: demo test venv clean-venv
+
+$(PY):
+	$(PYTHON_BOOT) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+
+$(VENV)/.installed-test: pyproject.toml | $(PY)
+	$(PY) -m pip install --quiet -e ".[test,plot]"
+	touch $@
+
+venv: $(VENV)/.installed-test
+
+demo: $(VENV)/.installed-test
+	$(PY) -m streamrank.demo $(DEMO_ARGS)
+
+# pytest exits 5 when it collects no test: report it instead of failing make.
+test: $(VENV)/.installed-test
+	$(PY) -m pytest -q -p no:cacheprovider; rc=$$?; \
+	if [ $$rc -eq 5 ]; then echo "pytest collected no tests"; exit 0; fi; exit $$rc
+
+clean-venv:
+	rm -rf $(VENV)

@@ -1,0 +1,64 @@
+"""streamrank: learning to rank from data that does not fit in memory.
+
+Chunked readers stream query groups and (query, d+, d-) tuples from zarr
+stores (and numpy, scipy.sparse, dask arrays) into numba-jitted learners:
+RankRLS (primal, conjugate gradient, kernel, sparse) and sparse SGD rankers.
+
+Public names are imported lazily so that ``import streamrank`` stays cheap.
+"""
+from __future__ import annotations
+
+import importlib
+
+__version__ = "0.1.0.dev0"
+
+# public name -> module that defines it
+_NAMES = {
+    "Block": "streamrank.io.blocks",
+    "BlockSource": "streamrank.io.blocks",
+    "as_source": "streamrank.io.sources",
+    "ArraySource": "streamrank.io.sources",
+    "DaskSource": "streamrank.io.sources",
+    "GroupStore": "streamrank.io.group_store",
+    "StoreFormatError": "streamrank.io.schema",
+    "TupleStore": "streamrank.io.tuple_store",
+    "TupleBatch": "streamrank.io.tuple_store",
+    "pairs_from_groups": "streamrank.io.pairs",
+    "RankRLS": "streamrank.rankrls.linear",
+    "KernelRankRLS": "streamrank.rankrls.kernel",
+    "TransductiveRankRLS": "streamrank.rankrls.transductive",
+    "SparseSGDRanker": "streamrank.sgd.bilinear",
+    "PairwiseSGDRanker": "streamrank.sgd.pairwise",
+    "save": "streamrank.persistence",
+    "load": "streamrank.persistence",
+    "NotFittedError": "streamrank.base",
+}
+_SUBMODULES = {"metrics", "distributed", "plot", "datasets", "persistence", "io", "rankrls", "sgd"}
+
+# modules whose classes must be registered before sr.load() looks one up
+LEARNER_MODULES = (
+    "streamrank.rankrls.linear",
+    "streamrank.rankrls.kernel",
+    "streamrank.rankrls.transductive",
+    "streamrank.sgd.bilinear",
+    "streamrank.sgd.pairwise",
+)
+
+__all__ = sorted(set(_NAMES) | {"metrics", "distributed", "plot", "__version__"})
+
+
+def __getattr__(name):
+    if name in _NAMES:
+        mod = importlib.import_module(_NAMES[name])
+        value = getattr(mod, name)
+        globals()[name] = value
+        return value
+    if name in _SUBMODULES:
+        mod = importlib.import_module(f"streamrank.{name}")
+        globals()[name] = mod
+        return mod
+    raise AttributeError(f"module 'streamrank' has no attribute {name!r}")
+
+
+def __dir__():
+    return __all__

@@ -1,0 +1,71 @@
+"""Estimator base: scikit-learn's parameter contract and persistence hooks.
+
+``__init__`` only stores its keyword arguments; validation happens at the first
+``fit``/``partial_fit``.  Learned state ends in ``_``.  ``get_params`` /
+``set_params`` follow scikit-learn exactly, so ``sklearn.base.clone`` and
+``GridSearchCV`` work without scikit-learn being a dependency.
+
+Persistence (see :mod:`streamrank.persistence`) asks each learner for
+``_get_state() -> (attrs, arrays)`` — JSON-able attributes and named arrays —
+and gives them back to ``_set_state(attrs, arrays)``.  No pickle anywhere.
+"""
+from __future__ import annotations
+
+import inspect
+
+__all__ = ["BaseRanker", "NotFittedError"]
+
+
+class NotFittedError(ValueError, AttributeError):
+    """The estimator is used before ``fit``."""
+
+
+class BaseRanker:
+    """Common base of every streamrank learner."""
+
+    @classmethod
+    def _get_param_names(cls):
+        sig = inspect.signature(cls.__init__)
+        names = [p.name for p in sig.parameters.values()
+                 if p.name != "self" and p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)]
+        return sorted(names)
+
+    def get_params(self, deep: bool = True) -> dict:
+        return {name: getattr(self, name) for name in self._get_param_names()}
+
+    def set_params(self, **params):
+        valid = self._get_param_names()
+        for key, value in params.items():
+            if key not in valid:
+                raise ValueError(
+                    f"Invalid parameter {key!r} for {type(self).__name__}; valid parameters: {valid}"
+                )
+            setattr(self, key, value)
+        return self
+
+    def __repr__(self):
+        defaults = {p.name: p.default for p in inspect.signature(type(self).__init__).parameters.values()}
+        changed = []
+        for k, v in self.get_params().items():
+            d = defaults.get(k, inspect.Parameter.empty)
+            try:
+                same = d is not inspect.Parameter.empty and (d is v or d == v)
+            except Exception:  # arrays etc.
+                same = False
+            if not same:
+                changed.append(f"{k}={v!r}")
+        return f"{type(self).__name__}({', '.join(changed)})"
+
+    # ---------------------------------------------------------------- state
+    def _check_fitted(self, attr: str = "coef_"):
+        if not hasattr(self, attr):
+            raise NotFittedError(
+                f"This {type(self).__name__} is not fitted yet; call fit (or partial_fit) first"
+            )
+
+    def _get_state(self):
+        """Return ``(attrs: dict, arrays: dict[str, ndarray | csr_matrix])``."""
+        raise NotImplementedError(f"{type(self).__name__} does not support saving yet")
+
+    def _set_state(self, attrs: dict, arrays: dict) -> None:
+        raise NotImplementedError(f"{type(self).__name__} does not support loading yet")

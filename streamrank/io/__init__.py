@@ -1,0 +1,1 @@
+"""Stores and block sources: zarr group/tuple stores, numpy/scipy/dask wrappers."""

@@ -1,0 +1,326 @@
+"""Group-aligned blocks and the contract every block source keeps.
+
+A *block* is a run of whole query groups (rows + targets + group offsets).
+Learners never open files: they iterate ``source.blocks(...)``.  Every source
+(zarr :class:`~streamrank.GroupStore`, numpy, scipy.sparse, dask) derives from
+:class:`BlockSource`, which owns the parts that must behave the same
+everywhere:
+
+* **planning** (:meth:`BlockSource.plan`): greedy packing of whole groups
+  under a row budget (and optionally a nonzero budget for CSR); a group larger
+  than the budget becomes a block of its own, with a warning — or, only when
+  the consumer asks with ``split_groups=True``, is cut into pieces whose
+  :attr:`Block.group_size` / :attr:`Block.group_offset` tell the consumer how
+  to stitch it back (statistics learners use this for one global group, i.e.
+  object ranking over millions of rows);
+* **order**: in file order, or shuffled block order with a seed;
+* **prefetch**: the next block is read in a background thread while the
+  current one is processed, so I/O overlaps compute;
+* **coverage**: every row appears exactly once per pass.
+
+Subclasses implement only :meth:`BlockSource._group_ptr_chunks` (the global
+group offsets, in pieces) and :meth:`BlockSource._read_rows`.
+"""
+from __future__ import annotations
+
+import queue
+import threading
+import warnings
+from dataclasses import dataclass, field
+from typing import Iterator
+
+import numpy as np
+import scipy.sparse as sp
+
+__all__ = ["Block", "BlockSource", "OversizedGroupWarning", "iter_blocks"]
+
+
+class OversizedGroupWarning(UserWarning):
+    """A query group holds more rows than the block budget."""
+
+
+@dataclass(frozen=True, eq=False)
+class Block:
+    """Whole query groups read as one unit.
+
+    Attributes
+    ----------
+    X : ndarray (rows, n_features) or scipy.sparse.csr_matrix
+    y : ndarray (rows,) or (rows, n_outputs), float64
+    group_ptr : int64 ndarray (groups + 1,)
+        Local offsets: rows of group ``g`` are ``group_ptr[g]:group_ptr[g+1]``.
+    qid : int64 ndarray (groups,)
+        Original query id of each group.
+    start : int
+        Global index of the block's first row.
+    group_start : int
+        Global index of the block's first group.
+    group_size : int64 ndarray (groups,)
+        Full number of rows of each group.  Equal to ``diff(group_ptr)`` except
+        for a group cut across blocks (only with ``split_groups=True``).
+    group_offset : int64 ndarray (groups,)
+        Row offset of this piece inside its group (0 unless continued).
+    """
+
+    X: object
+    y: np.ndarray
+    group_ptr: np.ndarray
+    qid: np.ndarray
+    start: int = 0
+    group_start: int = 0
+    group_size: np.ndarray | None = field(default=None)
+    group_offset: np.ndarray | None = field(default=None)
+
+    def __post_init__(self):
+        if self.group_size is None:
+            object.__setattr__(self, "group_size", np.diff(self.group_ptr).astype(np.int64))
+        if self.group_offset is None:
+            object.__setattr__(self, "group_offset", np.zeros(len(self.qid), dtype=np.int64))
+
+    @property
+    def n_rows(self) -> int:
+        return int(self.group_ptr[-1])
+
+    @property
+    def n_groups(self) -> int:
+        return len(self.group_ptr) - 1
+
+    @property
+    def stop(self) -> int:
+        """Global index one past the block's last row."""
+        return self.start + self.n_rows
+
+    @property
+    def is_split(self) -> bool:
+        """True when some group of this block is only a piece of its group."""
+        return bool(np.any(self.group_size != np.diff(self.group_ptr)))
+
+    def row_qid(self) -> np.ndarray:
+        """The query id of every row (rows,)."""
+        return np.repeat(self.qid, np.diff(self.group_ptr))
+
+
+def _greedy_cuts(ptr: np.ndarray, max_rows: int, nnz_ptr: np.ndarray | None, max_nnz: int | None):
+    """Indices g (into ``ptr``) where blocks start, packing whole groups.
+
+    ``ptr`` are group offsets (global rows); ``nnz_ptr`` the nonzero offsets
+    at the same boundaries (CSR) or None.  Returns (cuts, oversized) where
+    ``cuts`` includes 0 and len(ptr) - 1, ``oversized`` lists groups larger
+    than the budget.  Linear in the number of groups, vectorised in chunks.
+    """
+    n_groups = len(ptr) - 1
+    cuts = [0]
+    oversized = []
+    g = 0
+    while g < n_groups:
+        row0 = ptr[g]
+        # last boundary h with ptr[h] - row0 <= max_rows
+        h = int(np.searchsorted(ptr, row0 + max_rows, side="right")) - 1
+        if nnz_ptr is not None and max_nnz is not None:
+            h2 = int(np.searchsorted(nnz_ptr, nnz_ptr[g] + max_nnz, side="right")) - 1
+            h = min(h, h2)
+        if h <= g:
+            oversized.append(g)
+            h = g + 1
+        h = min(h, n_groups)
+        cuts.append(h)
+        g = h
+    return np.asarray(cuts, dtype=np.int64), oversized
+
+
+class BlockSource:
+    """Base class of everything that yields group-aligned :class:`Block` objects.
+
+    Subclasses set ``n_rows``, ``n_groups``, ``n_features``, ``n_outputs``,
+    ``sparse`` and implement :meth:`_group_ptr` and :meth:`_read_rows`.
+    """
+
+    n_rows: int
+    n_groups: int
+    n_features: int
+    n_outputs: int
+    sparse: bool
+
+    # ------------------------------------------------------------------ hooks
+    def _group_ptr(self) -> np.ndarray:
+        """Global group offsets (n_groups + 1,) int64."""
+        raise NotImplementedError
+
+    def _group_qid(self, g0: int, g1: int) -> np.ndarray:
+        """Query ids of groups g0:g1."""
+        raise NotImplementedError
+
+    def _read_rows(self, r0: int, r1: int):
+        """Return ``(X, y)`` for global rows r0:r1 (X dense or CSR)."""
+        raise NotImplementedError
+
+    def _nnz_at(self, rows: np.ndarray) -> np.ndarray | None:
+        """Nonzero offsets at the given global row offsets (CSR sources), else None."""
+        return None
+
+    # ---------------------------------------------------------------- public
+    @property
+    def group_ptr(self) -> np.ndarray:
+        """Global group offsets (n_groups + 1,), int64."""
+        gp = getattr(self, "_group_ptr_cache", None)
+        if gp is None:
+            gp = np.asarray(self._group_ptr(), dtype=np.int64)
+            self._group_ptr_cache = gp
+        return gp
+
+    def plan(self, max_rows: int = 100_000, *, max_nnz: int | None = None, split_groups: bool = False):
+        """Cut the source into blocks: a list of ``(row0, row1, g0, g1)`` tuples.
+
+        Whole groups are packed greedily up to ``max_rows`` rows (and
+        ``max_nnz`` nonzeros for CSR sources).  A group larger than the budget
+        becomes its own block with an :class:`OversizedGroupWarning`; with
+        ``split_groups=True`` it is cut into pieces of at most ``max_rows``
+        rows instead (see :attr:`Block.group_size`).  ``g1`` is exclusive; for
+        a piece of a split group ``g0 == the group`` and ``g1 == g0 + 1``.
+        """
+        max_rows = int(max_rows)
+        if max_rows < 1:
+            raise ValueError(f"max_rows must be >= 1, got {max_rows}")
+        if max_nnz is not None and int(max_nnz) < 1:
+            raise ValueError(f"max_nnz must be >= 1, got {max_nnz}")
+        ptr = self.group_ptr
+        nnz_ptr = self._nnz_at(ptr) if (max_nnz is not None and self.sparse) else None
+        cuts, oversized = _greedy_cuts(ptr, max_rows, nnz_ptr, max_nnz)
+        over = set(oversized)
+        plan = []
+        for a, b in zip(cuts[:-1], cuts[1:]):
+            a, b = int(a), int(b)
+            r0, r1 = int(ptr[a]), int(ptr[b])
+            if split_groups and b == a + 1 and a in over and r1 - r0 > max_rows:
+                for s in range(r0, r1, max_rows):
+                    plan.append((s, min(s + max_rows, r1), a, b))
+            else:
+                plan.append((r0, r1, a, b))
+        if oversized and not split_groups:
+            big = max(int(ptr[g + 1] - ptr[g]) for g in oversized)
+            warnings.warn(
+                f"{len(oversized)} group(s) exceed the block budget of {max_rows} rows "
+                f"(largest: {big} rows); each is read as one block of its own, so peak "
+                "memory follows the largest group",
+                OversizedGroupWarning,
+                stacklevel=3,
+            )
+        return plan
+
+    def read_block(self, row0: int, row1: int, g0: int, g1: int) -> Block:
+        """Read one planned block (used by :meth:`blocks` and by dask workers)."""
+        ptr = self.group_ptr
+        X, y = self._read_rows(row0, row1)
+        qid = self._group_qid(g0, g1)
+        gp = ptr[g0 : g1 + 1] - ptr[g0]
+        gp = gp.astype(np.int64, copy=True)
+        sizes = np.diff(gp)
+        offs = np.zeros(g1 - g0, dtype=np.int64)
+        if row0 != ptr[g0] or row1 != ptr[g1]:  # a piece of one split group
+            sizes = np.diff(ptr[g0 : g1 + 1]).astype(np.int64)
+            offs = np.asarray([row0 - ptr[g0]], dtype=np.int64)
+            gp = np.asarray([0, row1 - row0], dtype=np.int64)
+        return Block(X=X, y=y, group_ptr=gp, qid=qid, start=int(row0), group_start=int(g0),
+                     group_size=sizes, group_offset=offs)
+
+    def blocks(
+        self,
+        max_rows: int = 100_000,
+        shuffle: bool = False,
+        random_state=None,
+        *,
+        max_nnz: int | None = None,
+        split_groups: bool = False,
+        prefetch: bool = True,
+    ) -> Iterator[Block]:
+        """Yield group-aligned blocks covering every row exactly once.
+
+        Parameters
+        ----------
+        max_rows : int
+            Row budget of a block.
+        shuffle : bool
+            Visit blocks in a random order (rows inside a block keep their order).
+        random_state : None, int or numpy Generator
+            Seed of the block order when ``shuffle``.
+        max_nnz : int, optional
+            Nonzero budget for CSR sources.
+        split_groups : bool
+            Allow cutting a group larger than ``max_rows`` (see :meth:`plan`).
+        prefetch : bool
+            Read the next block in a background thread.
+        """
+        plan = self.plan(max_rows, max_nnz=max_nnz, split_groups=split_groups)
+        if shuffle:
+            rng = np.random.default_rng(random_state)
+            order = rng.permutation(len(plan))
+            plan = [plan[i] for i in order]
+        if not prefetch or len(plan) <= 1:
+            for p in plan:
+                yield self.read_block(*p)
+            return
+        yield from _prefetched(self.read_block, plan)
+
+    def __iter__(self):
+        return self.blocks()
+
+
+def _prefetched(read, plan, depth: int = 1):
+    """Run ``read(*p)`` for each p of ``plan`` one step ahead in a thread."""
+    q: queue.Queue = queue.Queue(maxsize=depth)
+    stop = threading.Event()
+    _END = object()
+
+    def worker():
+        try:
+            for p in plan:
+                if stop.is_set():
+                    return
+                item = read(*p)
+                while not stop.is_set():
+                    try:
+                        q.put(("ok", item), timeout=0.1)
+                        break
+                    except queue.Full:
+                        continue
+            q.put(("end", _END))
+        except BaseException as exc:  # re-raised in the consumer
+            q.put(("err", exc))
+
+    t = threading.Thread(target=worker, name="streamrank-prefetch", daemon=True)
+    t.start()
+    try:
+        while True:
+            kind, item = q.get()
+            if kind == "ok":
+                yield item
+            elif kind == "end":
+                return
+            else:
+                raise item
+    finally:
+        stop.set()
+        # drain so the worker can exit
+        try:
+            while True:
+                q.get_nowait()
+        except queue.Empty:
+            pass
+        t.join(timeout=5)
+
+
+def iter_blocks(source_or_arrays, *, max_rows: int = 100_000, **kwargs) -> Iterator[Block]:
+    """Blocks of a source, or of ``(X, y, qid)`` arrays wrapped by :func:`as_source`."""
+    from .sources import as_source
+
+    src = source_or_arrays
+    if not isinstance(src, BlockSource):
+        src = as_source(*src) if isinstance(src, tuple) else as_source(src)
+    return src.blocks(max_rows=max_rows, **kwargs)
+
+
+def vstack_X(parts):
+    """Stack block feature matrices (dense or CSR) — for tests and small data."""
+    if parts and sp.issparse(parts[0]):
+        return sp.vstack(parts, format="csr")
+    return np.concatenate(parts, axis=0)

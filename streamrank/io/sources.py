@@ -1,0 +1,157 @@
+"""Block sources over in-memory and dask arrays: :func:`as_source`.
+
+``sr.as_source(X, y, qid)`` wraps numpy arrays, scipy.sparse matrices or dask
+arrays so that they keep exactly the same ``.blocks()`` contract as a zarr
+:class:`~streamrank.GroupStore`.  ``qid=None`` means one global group (object
+ranking).
+"""
+from __future__ import annotations
+
+import numpy as np
+import scipy.sparse as sp
+
+from .._validation import (
+    check_finite,
+    check_qid,
+    check_X,
+    check_y,
+    group_ptr_from_qid,
+    is_dask,
+)
+from .blocks import BlockSource
+
+__all__ = ["ArraySource", "DaskSource", "as_source"]
+
+
+class ArraySource(BlockSource):
+    """Blocks over in-memory ``X`` (ndarray or CSR), ``y`` and ``qid``.
+
+    The arrays are validated once (finite, matching lengths, contiguous
+    groups); blocks are views (dense) or row slices (CSR), never copies of the
+    whole input.
+    """
+
+    def __init__(self, X, y, qid=None):
+        X = check_X(X, "X")
+        n = X.shape[0]
+        y = check_y(y, n, "y")
+        q = check_qid(qid, n, "qid")
+        self._X = X
+        self._y = y
+        self._gp, self._gq = group_ptr_from_qid(q, "qid")
+        self.n_rows = n
+        self.n_groups = len(self._gq)
+        self.n_features = X.shape[1]
+        self.n_outputs = 1 if y.ndim == 1 else y.shape[1]
+        self.sparse = sp.issparse(X)
+        self.global_group = qid is None
+
+    def _group_ptr(self):
+        return self._gp
+
+    def _group_qid(self, g0, g1):
+        return self._gq[g0:g1].copy()
+
+    def _nnz_at(self, rows):
+        return self._X.indptr[rows].astype(np.int64) if self.sparse else None
+
+    def _read_rows(self, r0, r1):
+        return self._X[r0:r1], self._y[r0:r1]
+
+    def __repr__(self):
+        kind = "csr" if self.sparse else "dense"
+        return (f"ArraySource({kind}, n_rows={self.n_rows}, n_groups={self.n_groups}, "
+                f"n_features={self.n_features}, n_outputs={self.n_outputs})")
+
+
+class DaskSource(BlockSource):
+    """Blocks over dask arrays; each block is computed on demand.
+
+    ``qid`` is read once, chunk by chunk, to find group boundaries (so the
+    dask chunking may split groups freely: blocks are cut at group
+    boundaries, not at dask chunk boundaries).  Values are checked for NaN/inf
+    as each block is computed, naming the global row.
+    """
+
+    def __init__(self, X, y, qid=None):
+        import dask.array as da
+
+        if X.ndim != 2:
+            raise ValueError(f"X must be 2-D (rows, features), got shape {X.shape}")
+        n = X.shape[0]
+        if any(np.isnan(c) for c in X.chunks[0]):
+            raise ValueError("X has unknown chunk sizes; call X.compute_chunk_sizes() first")
+        y = y if is_dask(y) else da.from_array(np.asarray(y))
+        if y.shape[0] != n:
+            raise ValueError(f"y has {y.shape[0]} rows but X has {n}; lengths must match")
+        if X.dtype.kind not in "fiu" or y.dtype.kind not in "fiu":
+            raise TypeError(f"X and y must be numeric; got {X.dtype} and {y.dtype}")
+        self._X, self._y = X, y
+        if qid is None:
+            gp, gq = np.asarray([0, n], dtype=np.int64), np.zeros(1, dtype=np.int64)
+            if n == 0:
+                gp, gq = np.zeros(1, dtype=np.int64), np.zeros(0, dtype=np.int64)
+        else:
+            q = qid if is_dask(qid) else da.from_array(np.asarray(qid))
+            if q.shape[0] != n:
+                raise ValueError(f"qid has {q.shape[0]} rows but X has {n}; lengths must match")
+            q = check_qid(q.compute(), n, "qid")  # O(rows) int64 ids, read once
+            gp, gq = group_ptr_from_qid(q, "qid")
+        self._gp, self._gq = gp, gq
+        self.n_rows = n
+        self.n_groups = len(gq)
+        self.n_features = X.shape[1]
+        self.n_outputs = 1 if y.ndim == 1 else y.shape[1]
+        self.sparse = False
+        self.global_group = qid is None
+
+    def _group_ptr(self):
+        return self._gp
+
+    def _group_qid(self, g0, g1):
+        return self._gq[g0:g1].copy()
+
+    def _read_rows(self, r0, r1):
+        import dask
+
+        X, y = dask.compute(self._X[r0:r1], self._y[r0:r1], scheduler="threads")
+        if sp.issparse(X):
+            X = X.tocsr()
+        else:
+            X = np.ascontiguousarray(X)
+            if X.dtype.kind != "f":
+                X = X.astype(np.float64)
+        y = np.ascontiguousarray(y, dtype=np.float64)
+        check_finite(X, "X", row_offset=r0)
+        check_finite(y, "y", row_offset=r0)
+        return X, y
+
+
+def as_source(X, y=None, qid=None) -> BlockSource:
+    """Wrap arrays as a block source with the same contract as a GroupStore.
+
+    Parameters
+    ----------
+    X : ndarray, scipy.sparse matrix, dask array, or an existing BlockSource
+    y : array-like (rows,) or (rows, outputs)
+    qid : array-like (rows,) of integer query ids, or None for one global group
+
+    Examples
+    --------
+    >>> import numpy as np, streamrank as sr
+    >>> src = sr.as_source(np.ones((5, 2)), np.arange(5.0), [1, 1, 2, 2, 2])
+    >>> [(b.start, b.n_groups) for b in src.blocks(max_rows=3)]
+    [(0, 1), (2, 1)]
+    """
+    if isinstance(X, BlockSource):
+        if y is not None or qid is not None:
+            raise TypeError("as_source(source) takes no y or qid")
+        return X
+    if y is None:
+        raise TypeError("as_source(X, y, qid) needs y (one score per row)")
+    if is_dask(X) or is_dask(y) or is_dask(qid):
+        import dask.array as da
+
+        X = X if is_dask(X) else da.from_array(X)
+        return DaskSource(X, y, qid)
+    return ArraySource(X, y, qid)

@@ -1,0 +1,154 @@
+"""``sr.save(model, path)`` / ``sr.load(path)``: a zarr group, no pickle.
+
+Layout of a saved model (a zarr v3 group on local disk)::
+
+    attrs: {"streamrank": "model", "format_version": 1,
+            "class": "RankRLS", "params": {...}, "state": {...}}
+    <name>                 dense learned arrays
+    <name>/indptr|indices|data   CSR learned arrays (attrs: {"shape": [r, c]})
+
+Saving is atomic: the group is written to a sibling temporary directory and
+renamed into place; an existing model at ``path`` is replaced only after the
+new one is complete, so a crash leaves the previous model loadable.  Loading
+never executes code: the class is looked up by name in a registry of
+streamrank learners, never imported from the file.
+"""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import uuid
+from pathlib import Path
+
+import numpy as np
+import scipy.sparse as sp
+
+__all__ = ["save", "load", "register_model", "MODEL_FORMAT_VERSION", "ModelFormatError"]
+
+MODEL_FORMAT_VERSION = 1
+_REGISTRY: dict[str, type] = {}
+
+
+class ModelFormatError(ValueError):
+    """A saved model is corrupt, incomplete or of an unknown format version."""
+
+
+def register_model(cls):
+    """Class decorator: make ``cls`` loadable by :func:`load`."""
+    _REGISTRY[cls.__name__] = cls
+    return cls
+
+
+def _jsonable(obj):
+    if isinstance(obj, dict):
+        return {str(k): _jsonable(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [_jsonable(v) for v in obj]
+    if isinstance(obj, np.generic):
+        return obj.item()
+    if isinstance(obj, np.ndarray):
+        return obj.tolist()
+    return obj
+
+
+def save(model, path) -> None:
+    """Write ``model`` to the zarr group at ``path`` (atomic replace)."""
+    import zarr
+
+    attrs, arrays = model._get_state()
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{uuid.uuid4().hex}.partial")
+    try:
+        root = zarr.open_group(str(tmp), mode="w")
+        for name, a in arrays.items():
+            if sp.issparse(a):
+                a = a.tocsr()
+                g = root.create_group(name)
+                g.attrs["shape"] = list(a.shape)
+                g.attrs["format"] = "csr"
+                for part in ("indptr", "indices", "data"):
+                    arr = np.ascontiguousarray(getattr(a, part))
+                    z = g.create_array(part, shape=arr.shape, dtype=arr.dtype,
+                                       chunks=(max(1, min(arr.size, 1 << 22)),) if arr.ndim == 1 else arr.shape)
+                    z[...] = arr
+            else:
+                arr = np.ascontiguousarray(np.asarray(a))
+                chunks = tuple(max(1, s) for s in arr.shape) if arr.ndim else ()
+                z = root.create_array(name, shape=arr.shape, dtype=arr.dtype, chunks=chunks or None)
+                z[...] = arr
+        root.attrs.update({
+            "streamrank": "model",
+            "format_version": MODEL_FORMAT_VERSION,
+            "class": type(model).__name__,
+            "params": _jsonable(model.get_params()),
+            "state": _jsonable(attrs),
+            "arrays": sorted(arrays),
+        })
+        if path.exists():
+            old = path.with_name(f".{path.name}.{uuid.uuid4().hex}.old")
+            os.replace(path, old)
+            os.replace(tmp, path)
+            shutil.rmtree(old, ignore_errors=True)
+        else:
+            os.replace(tmp, path)
+    finally:
+        if tmp.exists():
+            shutil.rmtree(tmp, ignore_errors=True)
+
+
+def load(path):
+    """Load a model written by :func:`save` (or a nightly ``current`` pointer)."""
+    import importlib
+
+    import zarr
+
+    import streamrank
+
+    for mod in streamrank.LEARNER_MODULES:  # register every learner class by name
+        try:
+            importlib.import_module(mod)
+        except ModuleNotFoundError:
+            pass
+    path = Path(path)
+    if path.is_file() and path.name == "current":  # pointer file of the nightly pipeline
+        target = path.read_text().strip()
+        path = path.parent / target
+    if not path.exists():
+        raise FileNotFoundError(f"no model at {path}")
+    try:
+        root = zarr.open_group(str(path), mode="r")
+        meta = dict(root.attrs)
+    except Exception as exc:
+        raise ModelFormatError(f"{path} is not a readable streamrank model: {exc}") from exc
+    if meta.get("streamrank") != "model":
+        raise ModelFormatError(f"{path} is a zarr group but not a streamrank model")
+    version = meta.get("format_version")
+    if not isinstance(version, int) or version > MODEL_FORMAT_VERSION:
+        raise ModelFormatError(
+            f"{path} has model format version {version!r}; this streamrank reads versions "
+            f"<= {MODEL_FORMAT_VERSION}: upgrade streamrank"
+        )
+    cls = _REGISTRY.get(meta.get("class"))
+    if cls is None:
+        raise ModelFormatError(f"{path} holds unknown model class {meta.get('class')!r}")
+    arrays = {}
+    for name in meta.get("arrays", []):
+        try:
+            node = root[name]
+            if isinstance(node, zarr.Group):
+                shape = tuple(node.attrs["shape"])
+                arrays[name] = sp.csr_matrix(
+                    (node["data"][...], node["indices"][...], node["indptr"][...]), shape=shape)
+            else:
+                arrays[name] = node[...]
+        except Exception as exc:
+            raise ModelFormatError(f"{path}: array {name!r} is missing or damaged: {exc}") from exc
+    model = cls(**meta.get("params", {}))
+    model._set_state(meta.get("state", {}), arrays)
+    return model
+
+
+def _dumps(obj) -> str:
+    return json.dumps(_jsonable(obj))
