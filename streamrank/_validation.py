@@ -167,7 +167,7 @@ def check_qid(qid, n_rows: int, name: str = "qid") -> np.ndarray:
         frac = q != np.round(q)
         if frac.any():
             row = int(np.flatnonzero(frac)[0])
-            raise ValueError(f"{name} must hold integer ids; row {row} is {q[row]!r}")
+            raise ValueError(f"{name} must hold integer ids; row {row} is {float(q[row])!r}")
     if q.dtype.kind == "u" and q.size and q.max() > np.iinfo(np.int64).max:
         raise ValueError(f"{name} holds ids larger than int64 can represent")
     if q.dtype.kind == "b":
