@@ -1,0 +1,197 @@
+"""The group Laplacian of least-squares ranking (DESIGN §3.1; Pahikkala et al. 2009, eqs. (21), (24), (25)).
+
+For a query group ``g`` with ``n_g`` rows the magnitude-preserving cost (21)
+over all within-group pairs is
+
+    c_g(f) = Σ_{i<j in g} ((y_i - y_j) - (f_i - f_j))² = (y_g - f_g)ᵀ L_g (y_g - f_g),
+    L_g = s_g (n_g I - 1 1ᵀ)                                         (eq. 25: D - P Pᵀ)
+
+with a per-group weight ``s_g`` (:func:`group_weights`):
+
+* ``"pair"``  s_g = 1 (every pair counts once; the papers' default);
+* ``"query"`` s_g = 1 / (n_g (n_g - 1) / 2), 0 when n_g < 2 (every query weighs the same);
+* ``"size"``  s_g = 1 / n_g (RLScore's QueryRankRLS: L_g = I - 1 1ᵀ / n_g).
+
+``ties="exclude"`` drops the pairs with equal targets.  Tie classes c (rows
+of a group with equal y) are complete subgraphs, so
+
+    L_g = s_g (diag(n_g - n_c(i)) - 1 1ᵀ + Σ_c 1_c 1_cᵀ)
+
+— still diagonal plus low rank.  Applying it costs O(rows) once the tie
+classes are known; finding them sorts y inside each group (numpy lexsort,
+O(rows log rows) with a small constant).  The ``"query"`` weight always
+counts all n_g (n_g - 1)/2 pairs of the group, tied or not.
+
+Block-level helpers here are what every RankRLS learner (primal, cg, kernel,
+sparse) shares; numba loops are in :mod:`streamrank._laplacian_kernels`.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from . import _laplacian_kernels as _k
+
+__all__ = [
+    "GROUP_WEIGHTS",
+    "TIES",
+    "group_weights",
+    "tie_classes",
+    "apply_laplacian",
+    "laplacian_dense",
+    "check_group_weight",
+    "check_ties",
+]
+
+GROUP_WEIGHTS = ("pair", "query", "size")
+TIES = ("include", "exclude")
+
+
+def check_group_weight(group_weight) -> str:
+    if group_weight not in GROUP_WEIGHTS:
+        raise ValueError(f"group_weight must be one of {GROUP_WEIGHTS}, got {group_weight!r}")
+    return group_weight
+
+
+def check_ties(ties) -> str:
+    if ties not in TIES:
+        raise ValueError(f"ties must be one of {TIES}, got {ties!r}")
+    return ties
+
+
+def group_weights(group_size, group_weight: str = "pair") -> np.ndarray:
+    """Per-group scale ``s_g`` of ``L_g = s_g (n_g I - 1 1ᵀ)`` as float64.
+
+    ``"pair"``: 1; ``"query"``: 1 / (n_g (n_g - 1) / 2), 0 for n_g < 2;
+    ``"size"``: 1 / n_g, 0 for n_g = 0.
+    """
+    check_group_weight(group_weight)
+    n = np.asarray(group_size, dtype=np.float64)
+    if group_weight == "pair":
+        return np.ones_like(n)
+    out = np.zeros_like(n)
+    if group_weight == "query":
+        pairs = n * (n - 1.0) / 2.0
+        np.divide(1.0, pairs, out=out, where=pairs > 0)
+    else:
+        np.divide(1.0, n, out=out, where=n > 0)
+    return out
+
+
+def tie_classes(y, group_ptr):
+    """Label every row with its tie class: rows of one group with equal ``y``.
+
+    Parameters
+    ----------
+    y : (rows,) float array
+    group_ptr : (groups + 1,) int64
+
+    Returns
+    -------
+    class_id : (rows,) int64 in [0, n_classes)
+    class_group : (n_classes,) int64, the group of each class
+    class_size : (n_classes,) int64
+    """
+    y = np.asarray(y, dtype=np.float64).reshape(-1)
+    group_ptr = np.asarray(group_ptr, dtype=np.int64)
+    rows = y.shape[0]
+    if rows == 0:
+        z = np.zeros(0, dtype=np.int64)
+        return z, z.copy(), z.copy()
+    gid = np.repeat(np.arange(len(group_ptr) - 1, dtype=np.int64), np.diff(group_ptr))
+    order = np.lexsort((y, gid))
+    ys, gs = y[order], gid[order]
+    new = np.empty(rows, dtype=bool)
+    new[0] = True
+    new[1:] = (ys[1:] != ys[:-1]) | (gs[1:] != gs[:-1])
+    cls_sorted = np.cumsum(new) - 1
+    class_id = np.empty(rows, dtype=np.int64)
+    class_id[order] = cls_sorted
+    starts = np.flatnonzero(new)
+    class_group = gs[starts].astype(np.int64)
+    class_size = np.diff(np.append(starts, rows)).astype(np.int64)
+    return class_id, class_group, class_size
+
+
+def _as_2d(U):
+    U = np.asarray(U)
+    if U.ndim == 1:
+        return U.reshape(-1, 1), True
+    if U.ndim != 2:
+        raise ValueError(f"U must be (rows,) or (rows, k); got shape {U.shape}")
+    return U, False
+
+
+def _check_ptr(group_ptr, rows):
+    gp = np.ascontiguousarray(group_ptr, dtype=np.int64)
+    if gp.ndim != 1 or gp.size < 1 or gp[0] != 0 or gp[-1] != rows or np.any(np.diff(gp) < 0):
+        raise ValueError(
+            f"group_ptr must be non-decreasing offsets from 0 to the number of rows ({rows}); "
+            f"got {gp[:5]}... (length {gp.size})"
+        )
+    return gp
+
+
+def apply_laplacian(U, group_ptr, *, y=None, group_weight: str = "pair", ties: str = "include",
+                    group_size=None) -> np.ndarray:
+    """``L @ U`` for the block Laplacian, in O(rows · k).
+
+    Parameters
+    ----------
+    U : (rows,) or (rows, k) array
+    group_ptr : (groups + 1,) local group offsets
+    y : (rows,) or (rows, k) targets; needed for ``ties="exclude"`` (tie
+        classes).  With k > 1 columns of y, column j of U uses the tie classes
+        of y[:, j].
+    group_weight, ties : see the module docstring
+    group_size : optional full group sizes for the weights (defaults to
+        ``diff(group_ptr)``); only the weight uses it — applying L to a piece
+        of a split group is not the piece of ``L U`` (use
+        :class:`~streamrank.rankrls._statistics.RankStatistics` for that).
+
+    Returns
+    -------
+    float64 array of the shape of U.
+    """
+    check_group_weight(group_weight)
+    check_ties(ties)
+    U2, was_1d = _as_2d(U)
+    gp = _check_ptr(group_ptr, U2.shape[0])
+    if U2.dtype not in (np.float32, np.float64):
+        U2 = U2.astype(np.float64)
+    sizes = np.diff(gp) if group_size is None else np.asarray(group_size, dtype=np.int64)
+    scale = group_weights(sizes, group_weight)
+    out = _k.laplacian_groups(U2, gp, scale)
+    if ties == "exclude":
+        if y is None:
+            raise ValueError('ties="exclude" needs y (the targets define the tie classes)')
+        Y2, _ = _as_2d(y)
+        if Y2.shape[0] != U2.shape[0]:
+            raise ValueError(f"y has {Y2.shape[0]} rows but U has {U2.shape[0]}")
+        if Y2.shape[1] == 1:
+            cid, cgroup, _ = tie_classes(Y2[:, 0], gp)
+            _k.laplacian_classes(U2, cid, len(cgroup), scale[cgroup], out)
+        elif Y2.shape[1] == U2.shape[1]:
+            for j in range(U2.shape[1]):
+                cid, cgroup, _ = tie_classes(Y2[:, j], gp)
+                col = np.ascontiguousarray(out[:, j : j + 1])
+                _k.laplacian_classes(np.ascontiguousarray(U2[:, j : j + 1]), cid, len(cgroup),
+                                     scale[cgroup], col)
+                out[:, j] = col[:, 0]
+        else:
+            raise ValueError(
+                f"y has {Y2.shape[1]} columns and U {U2.shape[1]}; with ties='exclude' y must have "
+                "one column or one per column of U"
+            )
+    return out[:, 0] if was_1d else out
+
+
+def laplacian_dense(group_ptr, *, y=None, group_weight: str = "pair", ties: str = "include") -> np.ndarray:
+    """The (m, m) float64 Laplacian of all groups (small m: dual solvers, tests)."""
+    gp = np.asarray(group_ptr, dtype=np.int64)
+    m = int(gp[-1])
+    if ties == "exclude" and y is not None and np.ndim(y) == 2 and np.shape(y)[1] != 1:
+        raise NotImplementedError(
+            "laplacian_dense with ties='exclude' needs one output (each output has its own tie classes)"
+        )
+    yy = None if y is None else np.asarray(y, dtype=np.float64).reshape(m, -1)[:, 0]
+    return apply_laplacian(np.eye(m), gp, y=yy, group_weight=group_weight, ties=ties)
