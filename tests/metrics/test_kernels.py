@@ -1,0 +1,115 @@
+"""Metric kernels against brute-force references, incl. edge cases."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given, settings, strategies as st
+
+import metrics_reference as ref
+from streamrank import _metrics_kernels as K
+
+
+def _ro(a):
+    a = np.array(a)
+    a.setflags(write=False)
+    return a
+
+
+def _groups(draw_sizes, rng, levels=3, score_levels=4, dtype=np.float64):
+    sizes = np.asarray(draw_sizes, dtype=np.int64)
+    m = int(sizes.sum())
+    y = rng.integers(0, levels, size=m).astype(np.float64)
+    s = rng.integers(0, score_levels, size=m).astype(dtype)
+    gp = np.concatenate(([0], np.cumsum(sizes))).astype(np.int64)
+    return y, s, gp
+
+
+def _run_all(y, s, gp, k):
+    g = len(gp) - 1
+    nd = np.empty(g)
+    K.ndcg_groups(y, s, gp, k, nd)
+    d, t, p = (np.empty(g, np.int64) for _ in range(3))
+    K.cindex_groups(y, s, gp, d, t, p)
+    ap = np.empty(g)
+    K.average_precision_groups(y, s, gp, ap)
+    return nd, (d, t, p), ap
+
+
+def _check(y, s, gp, k):
+    nd, (d, t, p), ap = _run_all(y, s, gp, k)
+    for g in range(len(gp) - 1):
+        a, b = gp[g], gp[g + 1]
+        yy, ss = np.asarray(y[a:b]), np.asarray(s[a:b])
+        kk = None if k <= 0 else k
+        np.testing.assert_allclose(nd[g], ref.ndcg_expected(yy, ss, kk), rtol=1e-12, equal_nan=True)
+        assert (d[g], t[g], p[g]) == ref.cindex_counts(yy, ss)
+        np.testing.assert_allclose(ap[g], ref.average_precision(yy, ss), rtol=1e-12, equal_nan=True)
+
+
+@settings(max_examples=25, deadline=None)
+@given(sizes=st.lists(st.integers(0, 9), min_size=1, max_size=6),
+       seed=st.integers(0, 2**32 - 1), k=st.integers(0, 6),
+       f32=st.booleans(), levels=st.integers(1, 5), score_levels=st.integers(1, 12))
+def test_kernels_match_reference(sizes, seed, k, f32, levels, score_levels):
+    rng = np.random.default_rng(seed)
+    y, s, gp = _groups(sizes, rng, levels, score_levels, np.float32 if f32 else np.float64)
+    _check(y, s, gp, k)
+
+
+def test_ndcg_ties_equal_exhaustive_average():
+    rng = np.random.default_rng(0)
+    for _ in range(20):
+        n = int(rng.integers(1, 7))
+        y = rng.integers(0, 4, n).astype(float)
+        s = rng.integers(0, 3, n).astype(float)
+        for k in (1, 3, None):
+            out = np.empty(1)
+            K.ndcg_groups(y, s, np.array([0, n]), 0 if k is None else k, out)
+            np.testing.assert_allclose(out[0], ref.ndcg_bruteforce(y, s, k), rtol=1e-12, equal_nan=True)
+
+
+def test_edge_cases():
+    # empty input, zero groups
+    nd, (d, t, p), ap = _run_all(np.zeros(0), np.zeros(0), np.zeros(1, np.int64), 10)
+    assert nd.shape == d.shape == ap.shape == (0,)
+    # an empty group, a one-row group, all-tied labels, all-tied scores
+    y = np.array([1.0, 2, 2, 2, 0, 1, 2, 3])
+    s = np.array([0.5, 1, 2, 3, 7, 7, 7, 7])
+    gp = np.array([0, 0, 1, 4, 8])
+    nd, (d, t, p), ap = _run_all(_ro(y), _ro(s), _ro(gp), 10)
+    assert np.isnan(nd[0]) and np.isnan(ap[0]) and p[0] == 0
+    assert nd[1] == 1.0 and p[1] == 0 and ap[1] == 1.0          # one relevant row
+    assert nd[2] == 1.0 and p[2] == 0                           # all labels tied
+    assert (d[3], t[3], p[3]) == (0, 6, 6)                      # all scores tied
+    _check(y, s, gp, 10)
+    # all-zero labels: ideal DCG 0 and no relevant item -> NaN
+    nd, _, ap = _run_all(np.zeros(3), np.arange(3.0), np.array([0, 3]), 10)
+    assert np.isnan(nd[0]) and np.isnan(ap[0])
+
+
+def test_float32_and_float64_scores_agree():
+    rng = np.random.default_rng(3)
+    y, s, gp = _groups([5, 8, 13], rng, 4, 100)
+    a = _run_all(y, s, gp, 5)
+    b = _run_all(y, s.astype(np.float32), gp, 5)
+    np.testing.assert_allclose(a[0], b[0])
+    for u, v in zip(a[1], b[1]):
+        np.testing.assert_array_equal(u, v)
+    np.testing.assert_allclose(a[2], b[2])
+
+
+def test_large_group_cindex_matches_pairs():
+    rng = np.random.default_rng(7)
+    n = 600
+    y = rng.integers(0, 5, n).astype(float)
+    s = np.round(rng.normal(size=n), 1)
+    assert K.cindex_group(y, s, 0, n) == ref.cindex_counts(y, s)
+
+
+def test_ap_without_ties_is_textbook():
+    rng = np.random.default_rng(5)
+    y = rng.integers(0, 2, 30).astype(float)
+    s = rng.permutation(30).astype(float)
+    out = np.empty(1)
+    K.average_precision_groups(y, s, np.array([0, 30]), out)
+    assert out[0] == pytest.approx(ref.average_precision_no_ties(y, s), rel=1e-12)
