@@ -1,0 +1,577 @@
+"""Scored-group store: an appendable zarr v3 group of query groups.
+
+Layout: see :mod:`streamrank.io.schema`.  A :class:`GroupStore` is a
+:class:`~streamrank.io.blocks.BlockSource`, so ``store.blocks(...)`` has the
+same contract as every other source (group-aligned blocks, shuffled order,
+prefetch).
+
+Atomic, idempotent append
+-------------------------
+``append`` (1) validates the whole batch before writing anything, (2) cuts a
+torn tail left by a killed writer back to the committed length (arrays longer
+than the committed counts, stray ``*.partial`` files), (3) grows the arrays
+and writes the new rows *beyond* the committed length, and (4) writes the
+commit record — committed counts plus a log entry with the batch's checksum —
+**last**, in one atomic rename of the group's ``zarr.json``.  Readers use only
+the committed counts, so a crash at any point leaves the store readable at its
+previous state.  Rewriting the last, partly filled chunk is safe too: zarr's
+LocalStore writes each chunk to a temporary file and renames it, and the new
+chunk holds the committed rows unchanged.  A ``batch_id`` already in the log
+is skipped (``append`` returns False and logs a message on the ``streamrank``
+logger).  One writer at a time is enforced with an advisory ``flock`` on
+``<store>/.streamrank.lock`` (released by the OS if the writer dies).
+"""
+from __future__ import annotations
+
+import contextlib
+import datetime as _dt
+import logging
+import os
+import shutil
+from pathlib import Path
+
+import numpy as np
+import scipy.sparse as sp
+
+from .._validation import check_qid, check_X, check_y, group_ptr_from_qid
+from .blocks import BlockSource
+from .schema import (
+    FORMAT_VERSION,
+    GROUP_ARRAYS_DENSE,
+    GROUP_ARRAYS_SPARSE,
+    GROUP_FORMAT,
+    BatchHasher,
+    StoreFormatError,
+    check_format,
+    compressors,
+    read_attrs,
+    remove_partial_files,
+    rows_per_chunk,
+    write_attrs,
+)
+
+__all__ = ["GroupStore"]
+
+logger = logging.getLogger("streamrank")
+
+_F32_MAX = float(np.finfo(np.float32).max)
+_GROUP_CHUNK = 1 << 16      # group_ptr / qid entries per chunk (512 KiB)
+_NNZ_CHUNK = 1 << 20        # CSR indices / data entries per chunk (4 MiB)
+_INDPTR_CHUNK = 1 << 19     # CSR indptr entries per chunk (4 MiB)
+LOCK_NAME = ".streamrank.lock"
+
+
+def _now() -> str:
+    return _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="milliseconds")
+
+
+@contextlib.contextmanager
+def writer_lock(path):
+    """Exclusive advisory lock on ``<path>/.streamrank.lock`` (one writer at a time)."""
+    import fcntl
+
+    fd = os.open(os.path.join(path, LOCK_NAME), os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise RuntimeError(f"{path} is being appended to by another process "
+                               f"(lock {LOCK_NAME} is held); one writer at a time") from None
+        yield
+    finally:
+        os.close(fd)
+
+
+def _as_float32(X, name: str = "X"):
+    """Cast features to the stored float32, refusing values float32 cannot hold."""
+    if sp.issparse(X):
+        data = X.data
+    else:
+        data = X
+    if data.dtype != np.float32:
+        if data.dtype.kind == "f" and data.size:
+            big = np.abs(data) > _F32_MAX
+            if big.any():
+                k = int(np.flatnonzero(big.ravel())[0])
+                row = (int(np.searchsorted(X.indptr, k, side="right") - 1) if sp.issparse(X)
+                       else k // max(1, X.shape[1]))
+                raise ValueError(f"{name} row {row} holds {data.ravel()[k]!r}, outside the "
+                                 "float32 range the store keeps features in")
+        if sp.issparse(X):
+            X = sp.csr_matrix((data.astype(np.float32), X.indices, X.indptr), shape=X.shape)
+        else:
+            X = np.ascontiguousarray(X, dtype=np.float32)
+    return X
+
+
+class GroupStore(BlockSource):
+    """An appendable zarr store of query groups that streams group-aligned blocks.
+
+    Create with :meth:`create`, open with :meth:`open`; never instantiate
+    directly.
+
+    Examples
+    --------
+    >>> import numpy as np, streamrank as sr, tempfile, os
+    >>> path = os.path.join(tempfile.mkdtemp(), "train.zarr")
+    >>> store = sr.GroupStore.create(path, n_features=3)
+    >>> store.append(np.ones((4, 3)), [2, 1, 0, 1], [7, 7, 9, 9], batch_id="day-1")
+    True
+    >>> store.append(np.ones((4, 3)), [2, 1, 0, 1], [7, 7, 9, 9], batch_id="day-1")
+    False
+    >>> store.n_rows, store.n_groups, [b.n_rows for b in store.blocks(max_rows=2)]
+    (4, 2, [2, 2])
+    """
+
+    # ------------------------------------------------------------ creation
+    def __init__(self, path, mode: str = "r", *, _token=None):
+        if _token is not _PRIVATE:
+            raise TypeError("use GroupStore.create(path, ...) or GroupStore.open(path)")
+        if mode not in ("r", "a"):
+            raise ValueError(f"mode must be 'r' (read) or 'a' (append), got {mode!r}")
+        self.path = str(path)
+        self.mode = mode
+        self._load()
+
+    @classmethod
+    def create(cls, path, n_features: int, *, sparse: bool = False, n_outputs: int = 1,
+               overwrite: bool = False, feature_names=None, chunk_rows: int | None = None):
+        """Create an empty store and return it opened for appending.
+
+        Parameters
+        ----------
+        path : str or Path
+            Directory of the new zarr store.
+        n_features : int
+            Number of feature columns.
+        sparse : bool
+            Store ``X`` as CSR (``X/indptr``, ``X/indices``, ``X/data``).
+        n_outputs : int
+            Number of score columns of ``y`` (1: ``y`` is 1-D).
+        overwrite : bool
+            Replace an existing store at ``path`` (only a zarr store or an
+            empty directory is ever deleted).
+        feature_names : sequence of str, optional
+        chunk_rows : int, optional
+            Rows per chunk of ``X`` and ``y`` (default: about 4 MiB of dense ``X``).
+        """
+        import zarr
+
+        n_features = _positive_int(n_features, "n_features")
+        n_outputs = _positive_int(n_outputs, "n_outputs")
+        if feature_names is not None:
+            feature_names = [str(f) for f in feature_names]
+            if len(feature_names) != n_features:
+                raise ValueError(f"feature_names has {len(feature_names)} names; "
+                                 f"n_features is {n_features}")
+        p = Path(path)
+        _prepare_dir(p, overwrite)
+        rpc = int(chunk_rows) if chunk_rows else rows_per_chunk(4 * (n_features if not sparse else 16))
+        root = zarr.open_group(store=zarr.storage.LocalStore(str(p)), mode="w")
+        if sparse:
+            xg = root.create_group("X")
+            ip = xg.create_array("indptr", shape=(1,), chunks=(_INDPTR_CHUNK,), dtype="int64",
+                                 compressors=compressors(8), fill_value=0)
+            ip[:] = np.zeros(1, dtype=np.int64)
+            xg.create_array("indices", shape=(0,), chunks=(_NNZ_CHUNK,), dtype="int32",
+                            compressors=compressors(4), fill_value=0)
+            xg.create_array("data", shape=(0,), chunks=(_NNZ_CHUNK,), dtype="float32",
+                            compressors=compressors(4), fill_value=0)
+        else:
+            root.create_array("X", shape=(0, n_features), chunks=(rpc, n_features), dtype="float32",
+                              compressors=compressors(4), fill_value=0)
+        yshape, ychunks = ((0,), (rpc,)) if n_outputs == 1 else ((0, n_outputs), (rpc, n_outputs))
+        root.create_array("y", shape=yshape, chunks=ychunks, dtype="float64",
+                          compressors=compressors(8), fill_value=0)
+        gp = root.create_array("group_ptr", shape=(1,), chunks=(_GROUP_CHUNK,), dtype="int64",
+                               compressors=compressors(8), fill_value=0)
+        gp[:] = np.zeros(1, dtype=np.int64)
+        root.create_array("qid", shape=(0,), chunks=(_GROUP_CHUNK,), dtype="int64",
+                          compressors=compressors(8), fill_value=0)
+        attrs = {
+            "format": GROUP_FORMAT,
+            "format_version": FORMAT_VERSION,
+            "n_features": n_features,
+            "n_outputs": n_outputs,
+            "sparse": bool(sparse),
+            "feature_names": feature_names,
+            "created": _now(),
+            "committed": {"rows": 0, "groups": 0, "nnz": 0},
+            "log": [],
+        }
+        write_attrs(p, attrs)  # last: a store without it is not a store
+        return cls(p, "a", _token=_PRIVATE)
+
+    @classmethod
+    def open(cls, path, mode: str = "r"):
+        """Open an existing store: ``mode="r"`` (read only) or ``"a"`` (append)."""
+        return cls(path, mode, _token=_PRIVATE)
+
+    # -------------------------------------------------------------- loading
+    def _load(self):
+        import zarr
+
+        attrs = check_format(self.path, read_attrs(self.path), GROUP_FORMAT)
+        self._attrs = attrs
+        try:
+            self.n_features = int(attrs["n_features"])
+            self.n_outputs = int(attrs["n_outputs"])
+            self.sparse = bool(attrs["sparse"])
+            c = attrs["committed"]
+            self._rows, self._groups, self._nnz = int(c["rows"]), int(c["groups"]), int(c["nnz"])
+        except (KeyError, TypeError, ValueError) as exc:
+            raise StoreFormatError(f"{Path(self.path) / 'zarr.json'}: corrupt metadata "
+                                   f"(attribute {exc} missing or invalid)") from exc
+        store = zarr.storage.LocalStore(self.path, read_only=(self.mode == "r"))
+        self._root = zarr.open_group(store=store, mode="r" if self.mode == "r" else "r+")
+        spec = GROUP_ARRAYS_SPARSE if self.sparse else GROUP_ARRAYS_DENSE
+        self._arrays = {}
+        for name, (dtype, ndim) in spec.items():
+            try:
+                arr = self._root[name]
+            except KeyError:
+                raise StoreFormatError(f"{self.path}: array {name!r} is missing "
+                                       f"({os.path.join(self.path, name, 'zarr.json')} not found)") from None
+            if not isinstance(arr, zarr.Array):
+                raise StoreFormatError(f"{self.path}: {name!r} is a group, expected an array")
+            if str(arr.dtype) != dtype:
+                raise StoreFormatError(f"{self.path}: array {name!r} has dtype {arr.dtype}, "
+                                       f"expected {dtype}")
+            self._arrays[name] = arr
+        need = self._needed_lengths(self._rows, self._groups, self._nnz)
+        for name, length in need.items():
+            have = self._arrays[name].shape[0]
+            if have < length:
+                raise StoreFormatError(
+                    f"{self.path}: array {name!r} has {have} entries but {length} are committed; "
+                    "the store is corrupt (rows were deleted outside streamrank)")
+        y = self._arrays["y"]
+        if (y.ndim == 1) != (self.n_outputs == 1) or (y.ndim == 2 and y.shape[1] != self.n_outputs):
+            raise StoreFormatError(f"{self.path}: array 'y' has shape {y.shape}, inconsistent "
+                                   f"with n_outputs={self.n_outputs}")
+        if not self.sparse and self._arrays["X"].shape[1] != self.n_features:
+            raise StoreFormatError(f"{self.path}: array 'X' has {self._arrays['X'].shape[1]} "
+                                   f"columns but n_features is {self.n_features}")
+        self._X = self._arrays.get("X")
+        self._y = y
+        if self.sparse:
+            self._indptr = self._arrays["X/indptr"]
+            self._indices = self._arrays["X/indices"]
+            self._data = self._arrays["X/data"]
+        self._gp_all = np.asarray(self._arrays["group_ptr"][: self._groups + 1], dtype=np.int64)
+        self._qid_all = np.asarray(self._arrays["qid"][: self._groups], dtype=np.int64)
+        self._group_ptr_cache = None
+        if self._gp_all[-1] != self._rows:
+            raise StoreFormatError(f"{self.path}: array 'group_ptr' ends at {int(self._gp_all[-1])} "
+                                   f"but {self._rows} rows are committed; the store is corrupt")
+
+    def _needed_lengths(self, rows, groups, nnz):
+        need = {"y": rows, "group_ptr": groups + 1, "qid": groups}
+        if self.sparse:
+            need.update({"X/indptr": rows + 1, "X/indices": nnz, "X/data": nnz})
+        else:
+            need["X"] = rows
+        return need
+
+    def refresh(self):
+        """Re-read the commit record (see rows appended by another process)."""
+        self._load()
+        return self
+
+    # ----------------------------------------------------------- properties
+    @property
+    def n_rows(self) -> int:
+        return self._rows
+
+    @property
+    def n_groups(self) -> int:
+        return self._groups
+
+    @property
+    def nnz(self) -> int:
+        """Committed nonzeros of a CSR store (0 for dense stores)."""
+        return self._nnz
+
+    @property
+    def format_version(self) -> int:
+        return int(self._attrs["format_version"])
+
+    @property
+    def feature_names(self):
+        return self._attrs.get("feature_names")
+
+    @property
+    def batches(self) -> list[dict]:
+        """The append log: one dict per committed batch (a copy)."""
+        return [dict(e) for e in self._attrs["log"]]
+
+    @property
+    def qid(self) -> np.ndarray:
+        """Query id of every committed group (groups,) — a read-only view."""
+        v = self._qid_all.view()
+        v.flags.writeable = False
+        return v
+
+    global_group = False
+
+    def __len__(self):
+        return self._rows
+
+    def __repr__(self):
+        kind = "csr" if self.sparse else "dense"
+        return (f"GroupStore({self.path!r}, {kind}, n_rows={self._rows}, n_groups={self._groups}, "
+                f"n_features={self.n_features}, n_outputs={self.n_outputs}, "
+                f"batches={len(self._attrs['log'])}, mode={self.mode!r})")
+
+    # ------------------------------------------------------- BlockSource hooks
+    def _group_ptr(self):
+        return self._gp_all
+
+    def _group_qid(self, g0, g1):
+        return self._qid_all[g0:g1].copy()
+
+    def _nnz_at(self, rows):
+        if not self.sparse:
+            return None
+        rows = np.asarray(rows, dtype=np.int64)
+        return np.asarray(self._indptr.get_coordinate_selection(rows), dtype=np.int64)
+
+    def _read_rows(self, r0, r1):
+        if self.sparse:
+            ip = self._indptr[r0 : r1 + 1]
+            z0, z1 = int(ip[0]), int(ip[-1])
+            if z1 > z0:
+                indices = self._indices[z0:z1]
+                data = self._data[z0:z1]
+            else:
+                indices = np.zeros(0, dtype=np.int32)
+                data = np.zeros(0, dtype=np.float32)
+            ip = ip - z0
+            if z1 - z0 < np.iinfo(np.int32).max:
+                ip = ip.astype(np.int32)
+            else:
+                indices = indices.astype(np.int64)
+            X = sp.csr_matrix((data, indices, ip), shape=(r1 - r0, self.n_features), copy=False)
+        else:
+            X = self._X[r0:r1]
+        return X, self._y[r0:r1]
+
+    # ----------------------------------------------------------------- append
+    def append(self, X, y, qid, *, batch_id=None) -> bool:
+        """Append whole query groups; atomic and idempotent.
+
+        Parameters
+        ----------
+        X : ndarray (rows, n_features) or scipy.sparse matrix
+            Features; stored as float32 (values outside the float32 range are refused).
+        y : array-like (rows,) or (rows, n_outputs)
+            Scores, stored as float64.
+        qid : array-like (rows,) of integer ids
+            The rows of one query must be contiguous, and a query id already
+            in the store may not be appended again.
+        batch_id : str, optional
+            Identifier of the batch.  If the log already holds it, nothing is
+            written and False is returned.
+
+        Returns
+        -------
+        bool
+            True if the batch was committed, False if ``batch_id`` was already there.
+        """
+        if self.mode != "a":
+            raise PermissionError(f"{self.path} is open read-only; use GroupStore.open(path, mode='a')")
+        if batch_id is not None:
+            batch_id = str(batch_id)
+        with writer_lock(self.path):
+            if read_attrs(self.path).get("committed") != self._attrs.get("committed"):
+                self._load()  # another process committed since we opened
+            if batch_id is not None and any(e.get("batch_id") == batch_id for e in self._attrs["log"]):
+                logger.info("GroupStore %s: batch %r is already committed; skipped", self.path, batch_id)
+                return False
+            X, y, gp, gq = self._validate(X, y, qid)
+            self.repair()
+            self._write(X, y, gp, gq, batch_id)
+        return True
+
+    def _validate(self, X, y, qid):
+        """Everything is checked before a byte is written."""
+        if qid is None:
+            raise TypeError("GroupStore.append needs qid (one integer id per row); for one "
+                            "global group pass an array of one constant id")
+        if sp.issparse(X) != self.sparse:
+            want = "a scipy.sparse matrix" if self.sparse else "a dense array"
+            raise TypeError(f"X must be {want}: the store at {self.path} was created with "
+                            f"sparse={self.sparse}")
+        X = check_X(X, "X", n_features=self.n_features, dtype=(np.float32, np.float64))
+        X = _as_float32(X, "X")
+        n = X.shape[0]
+        y = check_y(y, n, "y")
+        if y.ndim == 2 and y.shape[1] == 1 and self.n_outputs == 1:
+            y = y[:, 0]
+        got = 1 if y.ndim == 1 else y.shape[1]
+        if got != self.n_outputs or (self.n_outputs > 1 and y.ndim != 2):
+            raise ValueError(f"y has {got} output column(s) (shape {y.shape}); the store holds "
+                             f"{self.n_outputs}")
+        q = check_qid(qid, n, "qid")
+        gp, gq = group_ptr_from_qid(q, "qid")
+        if gq.size and self._qid_all.size:
+            # O(q) over the store's committed query ids, held in memory since open
+            present = np.isin(gq, self._qid_all)
+            if present.any():
+                g = int(np.flatnonzero(present)[0])
+                where = int(np.flatnonzero(self._qid_all == gq[g])[0])
+                raise ValueError(
+                    f"qid {int(gq[g])} (batch row {int(gp[g])}) is already in the store as group "
+                    f"{where}; a query's rows must be appended in one batch")
+        if self.sparse:
+            if X.nnz and (X.indices.min() < 0 or X.indices.max() >= self.n_features):
+                raise ValueError(f"X has column indices outside [0, {self.n_features})")
+        return X, y, gp, gq
+
+    def repair(self) -> int:
+        """Cut a torn tail back to the committed counts; return the number of fixes.
+
+        Called by every append.  Removes temporary ``*.partial`` files of a
+        killed writer and shrinks arrays that are longer than committed.
+        """
+        if self.mode != "a":
+            raise PermissionError(f"{self.path} is open read-only")
+        fixes = remove_partial_files(self.path)
+        for name, length in self._needed_lengths(self._rows, self._groups, self._nnz).items():
+            arr = self._arrays[name]
+            if arr.shape[0] > length:
+                arr.resize((length,) + tuple(arr.shape[1:]))
+                fixes += 1
+        if fixes:
+            logger.warning("GroupStore %s: repaired a torn append (%d fix(es)); the store is at "
+                           "its last commit (%d rows)", self.path, fixes, self._rows)
+        return fixes
+
+    def _write(self, X, y, gp, gq, batch_id):
+        m0, q0, z0 = self._rows, self._groups, self._nnz
+        k, g = X.shape[0], len(gq)
+        m1, q1 = m0 + k, q0 + g
+        h = BatchHasher()
+        a = self._arrays
+        if self.sparse:
+            nnz = int(X.indptr[-1])
+            z1 = z0 + nnz
+            indices = np.ascontiguousarray(X.indices, dtype=np.int32)
+            data = np.ascontiguousarray(X.data[:nnz], dtype=np.float32)
+            indices = indices[:nnz]
+            row_nnz = np.diff(X.indptr).astype(np.int64)
+            h.update("X.indices", indices)
+            h.update("X.data", data)
+            h.update("X.row_nnz", row_nnz)
+            if nnz:
+                a["X/indices"].resize((z1,))
+                a["X/indices"][z0:z1] = indices
+                a["X/data"].resize((z1,))
+                a["X/data"][z0:z1] = data
+            if k:
+                a["X/indptr"].resize((m1 + 1,))
+                a["X/indptr"][m0 + 1 : m1 + 1] = z0 + np.cumsum(row_nnz)
+        else:
+            z1 = z0
+            h.update("X", X)
+            if k:
+                a["X"].resize((m1, self.n_features))
+                a["X"][m0:m1] = X
+        h.update("y", y)
+        sizes = np.diff(gp).astype(np.int64)
+        h.update("group_size", sizes)
+        h.update("qid", gq)
+        if k:
+            a["y"].resize((m1,) + tuple(y.shape[1:]))
+            a["y"][m0:m1] = y
+        if g:
+            a["group_ptr"].resize((q1 + 1,))
+            a["group_ptr"][q0 + 1 : q1 + 1] = m0 + gp[1:]
+            a["qid"].resize((q1,))
+            a["qid"][q0:q1] = gq
+        attrs = dict(self._attrs)
+        attrs["committed"] = {"rows": m1, "groups": q1, "nnz": z1}
+        attrs["log"] = list(attrs["log"]) + [{
+            "batch_id": batch_id, "rows": [m0, m1], "groups": [q0, q1], "nnz": [z0, z1],
+            "time": _now(), "checksum": h.hexdigest(),
+        }]
+        write_attrs(self.path, attrs)  # the commit point
+        self._attrs = attrs
+        self._rows, self._groups, self._nnz = m1, q1, z1
+        self._gp_all = np.concatenate((self._gp_all, m0 + gp[1:]))
+        self._qid_all = np.concatenate((self._qid_all, gq))
+        self._group_ptr_cache = None
+        logger.debug("GroupStore %s: committed batch %r (%d rows, %d groups)", self.path, batch_id, k, g)
+
+    # ------------------------------------------------------------------ verify
+    def verify(self, *, piece_rows: int = 262_144) -> int:
+        """Re-read every committed batch and compare it with its logged checksum.
+
+        Also checks the structural invariants (log ranges contiguous and equal
+        to the committed counts, ``group_ptr`` increasing, CSR ``indptr``
+        consistent).  Returns the number of batches verified; raises
+        :class:`StoreFormatError` naming the first batch that does not match.
+        """
+        log = self._attrs["log"]
+        r = g = z = 0
+        for e in log:
+            if e["rows"][0] != r or e["groups"][0] != g or e["nnz"][0] != z:
+                raise StoreFormatError(f"{self.path}: append log is not contiguous at batch "
+                                       f"{e.get('batch_id')!r}")
+            r, g, z = e["rows"][1], e["groups"][1], e["nnz"][1]
+        if (r, g, z) != (self._rows, self._groups, self._nnz):
+            raise StoreFormatError(f"{self.path}: append log ends at rows={r}, groups={g}, nnz={z} "
+                                   f"but the commit record says {self._rows}, {self._groups}, {self._nnz}")
+        if np.any(np.diff(self._gp_all) < 0) or self._gp_all[0] != 0:
+            raise StoreFormatError(f"{self.path}: array 'group_ptr' is not non-decreasing from 0")
+        for e in log:
+            (r0, r1), (g0, g1) = e["rows"], e["groups"]
+            h = BatchHasher()
+            for a in range(r0, r1, piece_rows):
+                b = min(a + piece_rows, r1)
+                if self.sparse:
+                    ip = np.asarray(self._indptr[a : b + 1], dtype=np.int64)
+                    h.update("X.indices", self._indices[int(ip[0]) : int(ip[-1])])
+                    h.update("X.data", self._data[int(ip[0]) : int(ip[-1])])
+                    h.update("X.row_nnz", np.diff(ip))
+                else:
+                    h.update("X", self._X[a:b])
+                h.update("y", self._y[a:b])
+            if self.sparse and r1 == r0:
+                h.update("X.indices", np.zeros(0, np.int32))
+                h.update("X.data", np.zeros(0, np.float32))
+                h.update("X.row_nnz", np.zeros(0, np.int64))
+            elif not self.sparse and r1 == r0:
+                h.update("X", np.zeros((0, self.n_features), np.float32))
+            if r1 == r0:
+                h.update("y", np.zeros(0))
+            h.update("group_size", np.diff(self._gp_all[g0 : g1 + 1]))
+            h.update("qid", self._qid_all[g0:g1])
+            if self.sparse and r1 > r0 and int(self._indptr[r0]) != e["nnz"][0]:
+                raise StoreFormatError(f"{self.path}: 'X/indptr' disagrees with the log at batch "
+                                       f"{e.get('batch_id')!r}")
+            if h.hexdigest() != e["checksum"]:
+                raise StoreFormatError(
+                    f"{self.path}: batch {e.get('batch_id')!r} (rows {r0}:{r1}) does not match its "
+                    "checksum; committed data was modified or lost")
+        return len(log)
+
+
+_PRIVATE = object()
+
+
+def _positive_int(v, name):
+    if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or int(v) < 1:
+        raise ValueError(f"{name} must be a positive integer, got {v!r}")
+    return int(v)
+
+
+def _prepare_dir(p: Path, overwrite: bool):
+    if p.exists():
+        if not overwrite:
+            raise FileExistsError(f"{p} already exists; pass overwrite=True to replace it")
+        if p.is_dir() and ((p / "zarr.json").exists() or not any(p.iterdir())):
+            shutil.rmtree(p)
+        else:
+            raise FileExistsError(f"{p} exists and is not a zarr store; refusing to delete it")
+    p.parent.mkdir(parents=True, exist_ok=True)

@@ -1,0 +1,222 @@
+"""On-disk layout of streamrank's zarr stores — described in one place.
+
+Both stores are zarr v3 groups on local disk.  Their arrays may be *longer*
+than what is committed (a torn append); readers use only the committed counts
+kept in the group attributes, never the array shapes.
+
+Scored-group store (``format = "streamrank.group_store"``)
+-----------------------------------------------------------
+=================  ===================  =========================================
+array              shape / dtype        meaning
+=================  ===================  =========================================
+``X``              (m, n) float32       dense features, row-chunked
+``X/indptr``       (m + 1,) int64       CSR row offsets (global nonzero index)
+``X/indices``      (nnz,) int32         CSR column of each nonzero
+``X/data``         (nnz,) float32       CSR value of each nonzero
+``y``              (m,) or (m, v) f8    scores (v = ``n_outputs`` > 1)
+``group_ptr``      (q + 1,) int64       rows of group g: ``group_ptr[g]:group_ptr[g+1]``
+``qid``            (q,) int64           original query id of each group
+=================  ===================  =========================================
+
+(``X`` is an array for dense stores and a sub-group holding the CSR triple
+for sparse stores.)
+
+Tuple store (``format = "streamrank.tuple_store"``)
+----------------------------------------------------
+``Q/indptr, Q/indices, Q/data`` (query vectors, CSR), ``D/...`` (item
+vectors, CSR), ``tuples`` (l, 3) int64 = (query row, preferred item row,
+other item row) and ``magnitude`` (l,) float64 (1.0 when not given).
+
+Attributes (both)
+-----------------
+``format``, ``format_version``, the static description (``n_features``,
+``n_outputs``, ``sparse``, ``feature_names`` / ``n_query_features``,
+``n_item_features``) and the **commit record** ``committed`` (counts of rows,
+groups, nonzeros … that readers may use) together with ``log``: one entry per
+committed batch ``{"batch_id", "rows": [r0, r1], "groups": [g0, g1],
+"nnz": [z0, z1], "time", "checksum"}`` (tuple stores use their own count
+names).  The commit record is written *last*, in one atomic write of the
+group's ``zarr.json`` (zarr's LocalStore writes every key to a temporary file
+and renames it), which is what makes an append atomic.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from pathlib import Path
+
+import numpy as np
+
+__all__ = [
+    "StoreFormatError",
+    "GROUP_FORMAT",
+    "TUPLE_FORMAT",
+    "FORMAT_VERSION",
+    "SUPPORTED_VERSIONS",
+    "GROUP_ARRAYS_DENSE",
+    "GROUP_ARRAYS_SPARSE",
+    "TUPLE_ARRAYS",
+    "rows_per_chunk",
+    "compressors",
+    "BatchHasher",
+    "check_format",
+    "remove_partial_files",
+]
+
+GROUP_FORMAT = "streamrank.group_store"
+TUPLE_FORMAT = "streamrank.tuple_store"
+FORMAT_VERSION = 1
+SUPPORTED_VERSIONS = (1,)
+
+#: array path -> (dtype, ndim) of a scored-group store (``y`` may be 1-D or 2-D)
+GROUP_ARRAYS_DENSE = {"X": ("float32", 2), "y": ("float64", None), "group_ptr": ("int64", 1),
+                      "qid": ("int64", 1)}
+GROUP_ARRAYS_SPARSE = {"X/indptr": ("int64", 1), "X/indices": ("int32", 1), "X/data": ("float32", 1),
+                       "y": ("float64", None), "group_ptr": ("int64", 1), "qid": ("int64", 1)}
+TUPLE_ARRAYS = {"Q/indptr": ("int64", 1), "Q/indices": ("int32", 1), "Q/data": ("float32", 1),
+                "D/indptr": ("int64", 1), "D/indices": ("int32", 1), "D/data": ("float32", 1),
+                "tuples": ("int64", 2), "magnitude": ("float64", 1)}
+
+#: target size of one uncompressed chunk (bytes).  4 MiB measured well on local
+#: disk: large enough that per-chunk overhead is small, small enough that a
+#: block budget of 100k rows spans several chunks read concurrently.
+CHUNK_BYTES = 4 << 20
+
+
+class StoreFormatError(ValueError):
+    """A store on disk is not what streamrank expects.
+
+    Raised for an unknown format name or version, a missing array, attributes
+    that cannot be parsed, or arrays shorter than the committed counts.  The
+    message names the file or array concerned.
+    """
+
+
+def rows_per_chunk(row_bytes: int, target: int = CHUNK_BYTES) -> int:
+    """Rows per chunk so that one chunk holds about ``target`` bytes (≥ 1024 rows)."""
+    return int(max(1024, target // max(1, int(row_bytes))))
+
+
+def compressors(itemsize: int):
+    """Blosc lz4 with byte shuffle.
+
+    Measured on this machine (benchmarks/stream_throughput.py ``--codecs``):
+    lz4 + shuffle reads about twice as fast as zstd at similar ratios on
+    float32 features, so it is the default of every array.
+    """
+    from zarr.codecs import BloscCodec, BloscShuffle
+
+    return (BloscCodec(typesize=int(itemsize), cname="lz4", clevel=5, shuffle=BloscShuffle.shuffle),)
+
+
+def check_format(path, attrs: dict, expected: str) -> dict:
+    """Validate the format name and version of a store's attributes.
+
+    Returns the attributes; raises :class:`StoreFormatError` naming the
+    metadata file when they are missing, of another format or of an
+    unsupported version.
+    """
+    meta = Path(path) / "zarr.json"
+    fmt = attrs.get("format")
+    if fmt is None:
+        raise StoreFormatError(f"{meta}: no 'format' attribute; not a streamrank store "
+                               f"(expected format {expected!r})")
+    if fmt != expected:
+        raise StoreFormatError(f"{meta}: format is {fmt!r}, expected {expected!r}")
+    ver = attrs.get("format_version")
+    if ver not in SUPPORTED_VERSIONS:
+        raise StoreFormatError(
+            f"{meta}: format_version {ver!r} is not supported by this streamrank "
+            f"(supported: {list(SUPPORTED_VERSIONS)}); upgrade streamrank or rewrite the store"
+        )
+    committed = attrs.get("committed")
+    if not isinstance(committed, dict) or not isinstance(attrs.get("log"), list):
+        raise StoreFormatError(f"{meta}: corrupt metadata: 'committed' or 'log' attribute missing "
+                               "or of the wrong type")
+    for k, v in committed.items():
+        if not isinstance(v, int) or v < 0:
+            raise StoreFormatError(f"{meta}: corrupt metadata: committed[{k!r}] = {v!r} "
+                                   "is not a count")
+    return attrs
+
+
+def read_attrs(path) -> dict:
+    """The group attributes, read straight from ``zarr.json`` (clear errors)."""
+    meta = Path(path) / "zarr.json"
+    if not meta.exists():
+        if not Path(path).exists():
+            raise FileNotFoundError(f"no store at {path}")
+        raise StoreFormatError(f"{meta} is missing; {path} is not a zarr v3 store")
+    try:
+        doc = json.loads(meta.read_text())
+    except (OSError, ValueError) as exc:
+        raise StoreFormatError(f"{meta}: corrupt metadata ({exc})") from exc
+    if doc.get("node_type") != "group":
+        raise StoreFormatError(f"{meta}: expected a zarr group, found node_type "
+                               f"{doc.get('node_type')!r}")
+    return dict(doc.get("attributes") or {})
+
+
+def remove_partial_files(path) -> int:
+    """Delete temporary ``*.partial`` files left by a killed writer; return how many."""
+    n = 0
+    for root, _dirs, files in os.walk(path):
+        for f in files:
+            if f.endswith(".partial"):
+                try:
+                    os.unlink(os.path.join(root, f))
+                    n += 1
+                except FileNotFoundError:
+                    pass
+    return n
+
+
+class BatchHasher:
+    """Checksum of a batch's bytes, computed in pieces.
+
+    Each named component (e.g. ``"X"``, ``"y"``, ``"qid"``) has its own
+    BLAKE2b stream, so a batch may be fed row range by row range (the
+    concatenation of the pieces of one component hashes the same as the
+    whole); :meth:`hexdigest` combines the components in name order.
+    Arrays are hashed in their stored dtype, C order, little endian.
+    """
+
+    def __init__(self):
+        self._h: dict[str, "hashlib._Hash"] = {}
+
+    def update(self, name: str, a) -> None:
+        a = np.ascontiguousarray(a)
+        if a.dtype.byteorder == ">":
+            a = a.astype(a.dtype.newbyteorder("<"))
+        h = self._h.get(name)
+        if h is None:
+            h = self._h[name] = hashlib.blake2b(digest_size=16)
+        h.update(a.reshape(-1).view(np.uint8).data if a.size else b"")
+
+    def hexdigest(self) -> str:
+        top = hashlib.blake2b(digest_size=16)
+        for name in sorted(self._h):
+            top.update(name.encode())
+            top.update(self._h[name].digest())
+        return "blake2b:" + top.hexdigest()
+
+
+def write_attrs(path, attrs: dict) -> None:
+    """Replace the group attributes in one atomic write of ``zarr.json``.
+
+    The new document goes to a temporary file in the same directory, is
+    flushed to disk, and is renamed over ``zarr.json`` (``os.replace`` is
+    atomic on POSIX): a reader — or a writer killed half-way — sees either the
+    old or the new commit record, never a mixture.  This is the commit point
+    of every append.
+    """
+    meta = Path(path) / "zarr.json"
+    doc = json.loads(meta.read_text())
+    doc["attributes"] = attrs
+    tmp = meta.with_name(f"zarr.json.{os.getpid()}.partial")
+    with open(tmp, "w") as f:
+        json.dump(doc, f, indent=1)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, meta)
