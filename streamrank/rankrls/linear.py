@@ -1,0 +1,395 @@
+"""Linear RankRLS, exact and streaming (DESIGN §3.2–3.3; Pahikkala et al. 2009).
+
+    w = argmin_w  Σ_g (y_g - X_g w)ᵀ L_g (y_g - X_g w) + λ ||w||²
+      = (Xᵀ L X + λ I)⁻¹ Xᵀ L y                                  (primal form of eq. (17))
+
+with L the block-diagonal group Laplacian of cost (21) (eq. (24), (25);
+see :mod:`streamrank.laplacian` for the group weights and tie handling).
+
+Fitting is two steps, so that a dask pipeline can run the first on workers:
+
+1. :meth:`RankRLS._statistics_of_block` — one block's mergeable
+   :class:`~streamrank.rankrls._statistics.RankStatistics` (G = XᵀLX, B = XᵀLY);
+   they are summed over blocks (in any order, any tree);
+2. :meth:`RankRLS._fit_statistics` — the solve from the summed statistics.
+
+The conjugate-gradient solver (:mod:`streamrank.rankrls.cg`) never forms G:
+each matrix-vector product is one streaming pass.
+"""
+from __future__ import annotations
+
+import numpy as np
+import scipy.linalg
+import scipy.sparse as sp
+
+from .._validation import check_alpha, check_finite, check_X, is_dask
+from ..base import BaseRanker
+from ..io.blocks import BlockSource
+from ..laplacian import check_group_weight, check_ties
+from ..persistence import register_model
+from ._statistics import EigenPath, RankStatistics, block_statistics
+
+__all__ = ["RankRLS", "PRIMAL_MAX_FEATURES", "DEFAULT_ALPHAS"]
+
+PRIMAL_MAX_FEATURES = 4096
+DEFAULT_BLOCK_ROWS = 65_536
+DEFAULT_ALPHAS = 2.0 ** np.arange(-15, 16)  # the papers' grid 2^-15 ... 2^15
+SOLVERS = ("auto", "primal", "cg")
+
+
+def _source_of(X, y, qid):
+    if isinstance(X, BlockSource):
+        if y is not None or qid is not None:
+            raise TypeError("fit(source) takes no y or qid: the source carries them")
+        return X
+    if y is None:
+        raise TypeError("fit(X, y, qid) needs y (one target per row, or one row of targets)")
+    from ..io.sources import as_source
+
+    return as_source(X, y, qid)
+
+
+@register_model
+class RankRLS(BaseRanker):
+    """Linear RankRLS: least-squares ranking over all within-group pairs, streamed.
+
+    Minimises ``Σ_g s_g Σ_{i<j in g} ((y_i - y_j) - (f_i - f_j))² + alpha ||w||²``
+    (cost (21) of Pahikkala et al. 2009) with ``f = X w``.  No intercept:
+    the cost depends only on score differences inside a group, so a constant
+    shift of the scores changes nothing (ranking is shift-invariant).
+
+    Parameters
+    ----------
+    alpha : float > 0
+        The papers' λ.
+    solver : {"auto", "primal", "cg"}
+        ``"primal"``: one pass accumulating G = XᵀLX and B = XᵀLy (float64),
+        then a Cholesky solve; the statistics are kept, so :meth:`path`,
+        :meth:`partial_fit`, :meth:`cross_validate` and
+        :meth:`leave_query_out` need no refit.  ``"cg"``: preconditioned
+        conjugate gradient, one streaming pass per iteration, memory O(n)
+        (DESIGN §3.3).  ``"auto"``: primal when n ≤ 4096 and X is dense, else cg.
+    group_weight : {"pair", "query", "size"}
+        ``"pair"``: L_g = n_g I - 11ᵀ; ``"query"``: divided by the group's
+        pair count; ``"size"``: divided by n_g (RLScore's QueryRankRLS).
+    ties : {"include", "exclude"}
+        ``"exclude"`` drops pairs with equal targets (exact, DESIGN §3.1).
+    tol : float
+        cg: stop when ||r|| ≤ tol ||b|| (per output).
+    max_iter : int or None
+        cg: iteration limit (default 10 n, capped at 10,000).
+
+    Attributes
+    ----------
+    coef_ : (n_features,) or (n_features, n_outputs)
+    n_features_in_ : int
+    stats_ : RankStatistics (primal only)
+    solver_ : "primal" or "cg"
+    n_iter_ : int (cg)
+
+    Examples
+    --------
+    >>> import numpy as np, streamrank as sr
+    >>> rng = np.random.default_rng(0)
+    >>> X = rng.normal(size=(60, 3)); y = X @ [1.0, -2.0, 0.5]; qid = np.repeat(np.arange(6), 10)
+    >>> m = sr.RankRLS(alpha=1e-6).fit(X, y, qid)
+    >>> np.round(m.coef_, 3)
+    array([ 1. , -2. ,  0.5])
+    """
+
+    def __init__(self, alpha=1.0, solver="auto", group_weight="pair", ties="include", tol=1e-6,
+                 max_iter=None):
+        self.alpha = alpha
+        self.solver = solver
+        self.group_weight = group_weight
+        self.ties = ties
+        self.tol = tol
+        self.max_iter = max_iter
+
+    # ------------------------------------------------------------ checking
+    def _check_params(self):
+        check_alpha(self.alpha, "alpha")
+        if self.solver not in SOLVERS:
+            raise ValueError(f"solver must be one of {SOLVERS}, got {self.solver!r}")
+        check_group_weight(self.group_weight)
+        check_ties(self.ties)
+        if not (isinstance(self.tol, (int, float)) and np.isfinite(self.tol) and self.tol > 0):
+            raise ValueError(f"tol must be a finite number > 0, got {self.tol!r}")
+        if self.max_iter is not None and (not isinstance(self.max_iter, (int, np.integer)) or self.max_iter < 1):
+            raise ValueError(f"max_iter must be None or an integer >= 1, got {self.max_iter!r}")
+
+    def _resolve_solver(self, source) -> str:
+        if self.solver != "auto":
+            return self.solver
+        return "primal" if (source.n_features <= PRIMAL_MAX_FEATURES and not source.sparse) else "cg"
+
+    @staticmethod
+    def _check_source(source):
+        if source.n_rows == 0:
+            raise ValueError("empty input: the source has no rows; at least one group with 2 rows is needed")
+
+    # ------------------------------------------------- statistics (pass 1)
+    def _new_statistics(self, n_features, n_outputs) -> RankStatistics:
+        return RankStatistics(n_features, n_outputs, group_weight=self.group_weight, ties=self.ties)
+
+    def _statistics_of_block(self, block) -> RankStatistics:
+        """One block's partial statistics (a dask worker's job); merge with ``+=``."""
+        return block_statistics(block, group_weight=self.group_weight, ties=self.ties)
+
+    def _accumulate(self, source, max_rows, stats=None) -> RankStatistics:
+        if stats is None:
+            stats = self._new_statistics(source.n_features, source.n_outputs)
+        for block in source.blocks(max_rows=max_rows, split_groups=True):
+            stats.merge(self._statistics_of_block(block))
+        stats.check_complete()
+        return stats
+
+    # --------------------------------------------------------- solve (step 2)
+    def _solve(self, stats, alpha):
+        """(G + alpha I)⁻¹ B by Cholesky (n, v)."""
+        n = stats.n_features
+        A = stats.G + alpha * np.eye(n)
+        try:
+            return scipy.linalg.solve(A, stats.B, assume_a="pos", check_finite=False)
+        except (np.linalg.LinAlgError, scipy.linalg.LinAlgError):  # pragma: no cover - tiny alpha
+            return EigenPath(stats.G, stats.B).coef(alpha)
+
+    def _fit_statistics(self, stats: RankStatistics, *, y_1d=None):
+        """Finish a fit from summed statistics: the solve and the fitted attributes."""
+        self._check_params()
+        stats.check_complete()
+        alpha = check_alpha(self.alpha)
+        W = self._solve(stats, alpha)
+        if y_1d is None:
+            y_1d = getattr(self, "_y_1d", stats.n_outputs == 1)
+        self._y_1d = bool(y_1d and stats.n_outputs == 1)
+        self.coef_ = W[:, 0] if self._y_1d else W
+        self.stats_ = stats
+        self.solver_ = "primal"
+        self.n_features_in_ = stats.n_features
+        self.n_outputs_ = stats.n_outputs
+        self._eigen = None
+        return self
+
+    # ----------------------------------------------------------------- fit
+    def fit(self, X, y=None, qid=None, *, max_rows=DEFAULT_BLOCK_ROWS, callback=None, validation=None,
+            patience=5):
+        """Fit on arrays (numpy, scipy.sparse, dask) or any block source.
+
+        ``qid=None``: one global group.  ``callback``, ``validation`` and
+        ``patience`` are for ``solver="cg"`` (see
+        :func:`streamrank.rankrls.cg.solve_cg`).  ``max_rows`` is the block budget.
+        """
+        self._check_params()
+        source = _source_of(X, y, qid)
+        self._check_source(source)
+        for attr in ("coef_", "stats_", "fold_stats_", "n_iter_", "_eigen"):
+            self.__dict__.pop(attr, None)
+        y_1d = _source_y_1d(source, y)
+        solver = self._resolve_solver(source)
+        if solver == "primal":
+            stats = self._accumulate(source, max_rows)
+            self._fit_statistics(stats, y_1d=y_1d)
+        else:
+            from .cg import solve_cg
+
+            W, info = solve_cg(source, alpha=check_alpha(self.alpha), group_weight=self.group_weight,
+                               ties=self.ties, tol=self.tol, max_iter=self.max_iter, max_rows=max_rows,
+                               callback=callback, validation=validation, patience=patience)
+            self._y_1d = bool(y_1d and W.shape[1] == 1)
+            self.coef_ = W[:, 0] if self._y_1d else W
+            self.solver_ = "cg"
+            self.n_iter_ = info["n_iter"]
+            self.cg_info_ = info
+            self.n_features_in_ = source.n_features
+            self.n_outputs_ = W.shape[1]
+        self._train_source = source
+        return self
+
+    def partial_fit(self, X, y=None, qid=None, *, max_rows=DEFAULT_BLOCK_ROWS):
+        """Add new groups; the model equals ``fit`` on all data seen so far (primal only).
+
+        Every call brings whole new groups (a query id seen in an earlier call
+        starts a new group).  Fold statistics of :meth:`cross_validate` are
+        updated too (folds are a hash of the query id).
+        """
+        self._check_params()
+        source = _source_of(X, y, qid)
+        self._check_source(source)
+        if not hasattr(self, "stats_"):
+            if hasattr(self, "coef_"):
+                raise NotImplementedError(
+                    "partial_fit continues a primal fit; this model was fitted with solver='cg' "
+                    "(no statistics kept). Refit with solver='primal'."
+                )
+            if self._resolve_solver(source) != "primal":
+                raise NotImplementedError(
+                    f"partial_fit needs the primal solver (dense X, n_features <= {PRIMAL_MAX_FEATURES}); "
+                    f"got {'sparse' if source.sparse else 'dense'} X with {source.n_features} features and "
+                    f"solver={self.solver!r}"
+                )
+            stats = self._new_statistics(source.n_features, source.n_outputs)
+            self._y_1d = _source_y_1d(source, y)
+        else:
+            stats = self.stats_
+            if source.n_features != stats.n_features:
+                raise ValueError(
+                    f"X has {source.n_features} features, but RankRLS was fitted with {stats.n_features} features"
+                )
+            if source.n_outputs != stats.n_outputs:
+                raise ValueError(
+                    f"y has {source.n_outputs} output column(s), but RankRLS was fitted with {stats.n_outputs}"
+                )
+        new = self._accumulate(source, max_rows)
+        folds = getattr(self, "fold_stats_", None)
+        if folds is not None:
+            from .selection import accumulate_folds
+
+            add = accumulate_folds(self, source, len(folds), max_rows)
+            for f in range(len(folds)):
+                folds[f].merge(add[f])
+        stats.merge(new)
+        self._fit_statistics(stats)
+        self._train_source = source
+        return self
+
+    # ------------------------------------------------------------- predict
+    def predict(self, X):
+        """Scores ``X @ coef_``: (rows,) or (rows, n_outputs); dask in -> dask out."""
+        self._check_fitted()
+        W = self.coef_
+        if is_dask(X):
+            if X.ndim != 2 or X.shape[1] != self.n_features_in_:
+                raise ValueError(f"X has shape {X.shape}; expected (rows, {self.n_features_in_})")
+            X = X.rechunk({1: -1})
+            if W.ndim == 1:
+                return X.map_blocks(lambda b: np.asarray(b @ W, dtype=np.float64), drop_axis=1,
+                                    dtype=np.float64)
+            return X.map_blocks(lambda b: np.asarray(b @ W, dtype=np.float64),
+                                chunks=(X.chunks[0], (W.shape[1],)), dtype=np.float64)
+        if isinstance(X, BlockSource):
+            raise TypeError("predict takes arrays; for a source, predict block by block "
+                            "(for b in source.blocks(): model.predict(b.X))")
+        X = check_X(X, "X", n_features=self.n_features_in_, min_rows=0, finite=True)
+        out = X @ W
+        return np.asarray(out, dtype=np.float64)
+
+    # ---------------------------------------------------- statistics users
+    def _check_stats(self, what):
+        self._check_fitted()
+        if not hasattr(self, "stats_"):
+            raise NotImplementedError(
+                f"{what} needs the primal statistics (G = XᵀLX); this model was fitted with "
+                f"solver={self.solver_!r}. Refit with solver='primal'."
+            )
+
+    def _eigenpath(self) -> EigenPath:
+        ep = getattr(self, "_eigen", None)
+        if ep is None:
+            ep = EigenPath(self.stats_.G, self.stats_.B)
+            self._eigen = ep
+        return ep
+
+    def path(self, alphas=None) -> np.ndarray:
+        """Coefficients for every alpha without another pass: (len(alphas), n_features[, n_outputs]).
+
+        One eigendecomposition of G, then O(n² v) per alpha (DESIGN §3.2).
+        Default grid 2⁻¹⁵ … 2¹⁵.
+        """
+        self._check_stats("path")
+        alphas = DEFAULT_ALPHAS if alphas is None else np.atleast_1d(np.asarray(alphas, dtype=np.float64))
+        for a in alphas:
+            check_alpha(float(a), "alphas")
+        W = np.stack([self._eigenpath().coef(a) for a in alphas]) if len(alphas) else \
+            np.zeros((0,) + self.stats_.B.shape)
+        return W[:, :, 0] if self._y_1d else W
+
+    def leave_query_out(self, source=None, *, alpha=None, max_rows=DEFAULT_BLOCK_ROWS):
+        """Exact held-out predictions, each query left out in turn (Woodbury; one pass).
+
+        Returns an array of the training rows' shape (rows,) or (rows, v), in
+        source order.  ``source=None`` uses the training data of the last
+        ``fit``/``partial_fit`` call.  See :func:`streamrank.rankrls.selection.leave_query_out`.
+        """
+        from .selection import leave_query_out
+
+        self._check_stats("leave_query_out")
+        return leave_query_out(self, self._source_for(source), alpha=alpha, max_rows=max_rows)
+
+    def cross_validate(self, source=None, alphas=None, folds=5, scoring="squared", *,
+                       max_rows=DEFAULT_BLOCK_ROWS):
+        """Choose alpha by group cross-validation and refit with it (no extra pass for the refit).
+
+        See :func:`streamrank.rankrls.selection.cross_validate`.  Returns a
+        :class:`~streamrank.rankrls.selection.CVResult`.
+        """
+        from .selection import cross_validate
+
+        return cross_validate(self, source, alphas=alphas, folds=folds, scoring=scoring, max_rows=max_rows)
+
+    def fit_edges(self, X, edges, magnitudes=None, cost="magnitude"):
+        """Fit on a general preference graph (Pahikkala et al. 2009, §2.4).
+
+        See :func:`streamrank.rankrls.edges.edge_statistics`; cost in
+        {"unit", "magnitude", "normalized"} = eqs. (20), (21), (22).
+        """
+        from .edges import edge_statistics
+
+        self._check_params()
+        if self.ties != "include" or self.group_weight != "pair":
+            raise ValueError("fit_edges: the edges define the pairs and their weights; "
+                             "group_weight and ties must keep their defaults ('pair', 'include')")
+        stats = edge_statistics(X, edges, magnitudes, cost=cost)
+        self.__dict__.pop("fold_stats_", None)
+        self._train_source = None
+        return self._fit_statistics(stats, y_1d=True)
+
+    def _source_for(self, source):
+        if source is not None:
+            return _source_of(source, None, None) if isinstance(source, BlockSource) else source
+        src = getattr(self, "_train_source", None)
+        if src is None:
+            raise ValueError("no training source is kept (model loaded or fitted on edges); pass source=")
+        return src
+
+    # --------------------------------------------------------- persistence
+    def _get_state(self):
+        self._check_fitted()
+        attrs = {"solver_": self.solver_, "n_features_in_": int(self.n_features_in_),
+                 "n_outputs_": int(self.n_outputs_), "y_1d": bool(self._y_1d)}
+        arrays = {"coef_": np.asarray(self.coef_)}
+        if hasattr(self, "stats_"):
+            arrays.update(self.stats_.to_arrays("stats_"))
+        folds = getattr(self, "fold_stats_", None)
+        if folds is not None:
+            attrs["n_folds"] = len(folds)
+            for f, st in enumerate(folds):
+                arrays.update(st.to_arrays(f"fold{f}_"))
+        if hasattr(self, "n_iter_"):
+            attrs["n_iter_"] = int(self.n_iter_)
+        return attrs, arrays
+
+    def _set_state(self, attrs, arrays):
+        self.coef_ = np.asarray(arrays["coef_"], dtype=np.float64)
+        self.solver_ = attrs["solver_"]
+        self.n_features_in_ = int(attrs["n_features_in_"])
+        self.n_outputs_ = int(attrs["n_outputs_"])
+        self._y_1d = bool(attrs["y_1d"])
+        if "stats_G" in arrays:
+            self.stats_ = RankStatistics.from_arrays(arrays, group_weight=self.group_weight, ties=self.ties,
+                                                     prefix="stats_")
+        if "n_folds" in attrs:
+            self.fold_stats_ = [
+                RankStatistics.from_arrays(arrays, group_weight=self.group_weight, ties=self.ties,
+                                           prefix=f"fold{f}_")
+                for f in range(int(attrs["n_folds"]))
+            ]
+        if "n_iter_" in attrs:
+            self.n_iter_ = int(attrs["n_iter_"])
+        self._eigen = None
+
+
+def _source_y_1d(source, y) -> bool:
+    if y is not None:
+        return np.ndim(y) == 1
+    return source.n_outputs == 1 and getattr(source, "y_ndim", 1) == 1

@@ -1,0 +1,310 @@
+"""Model selection for linear RankRLS from statistics (DESIGN §3.2).
+
+* **Folds by query**: a group's fold is a hash of its query id
+  (:func:`fold_of`), so a nightly increment puts new groups of yesterday's
+  queries in the same fold and fold statistics stay valid under
+  ``partial_fit``.
+* **k-fold from statistics**: one pass accumulates G_f, B_f per fold; the
+  model without fold f is ``w_f(λ) = (G - G_f + λI)⁻¹ (B - B_f)`` (one
+  eigendecomposition per fold, then O(n²) per λ) and its squared ranking loss
+  on fold f is ``w_fᵀ G_f w_f - 2 w_fᵀ b_f + yᵀ L_f y`` — no second pass.
+  Ranking metrics (disagreement, NDCG@k from :mod:`streamrank.metrics`) need
+  one streaming prediction pass, for all λ at once.
+* **Leave-query-out** (exact): with ``A = G + λI``, ``Q = X_g A⁻¹ X_gᵀ`` and
+  ``r = X_g w - Q L_g y_g`` the held-out predictions of group g are
+
+      p_g = r + Q (I - L_g Q)⁻¹ L_g r
+
+  (Woodbury on ``A - X_gᵀ L_g X_g``; the primal analogue of eq. (33) of
+  Pahikkala et al. 2009).  With ``G = V Λ Vᵀ`` and ``Z = X_g V``,
+  ``Q = Z (Λ + λ)⁻¹ Zᵀ``, so every λ costs O(n_g² n + n_g³) per group.
+
+Scores: ``"squared"`` is the held-out least-squares ranking loss (cost (21)
+with the model's group weights and ties) divided by the number of pairs
+(lower is better); ``"disagreement"`` (lower is better) and ``"ndcg@k"``
+(higher is better) are means over queries from :mod:`streamrank.metrics`.
+With several outputs the score is the mean over outputs and one alpha is
+chosen for all.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import scipy.sparse as sp
+
+from .._validation import check_alpha
+from ..laplacian import laplacian_dense
+from ._statistics import EigenPath, RankStatistics
+
+__all__ = ["fold_of", "accumulate_folds", "cross_validate", "leave_query_out", "CVResult",
+           "MAX_LQO_GROUP_ROWS"]
+
+MAX_LQO_GROUP_ROWS = 20_000
+
+
+def fold_of(qid, n_folds: int) -> np.ndarray:
+    """Fold of each query id: splitmix64(qid) mod n_folds (stable across runs and increments)."""
+    z = np.asarray(qid, dtype=np.int64).astype(np.uint64)
+    with np.errstate(over="ignore"):
+        z = z + np.uint64(0x9E3779B97F4A7C15)
+        z = (z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+        z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+        z = z ^ (z >> np.uint64(31))
+    return (z % np.uint64(n_folds)).astype(np.int64)
+
+
+def _take_rows(X, rows):
+    return X[rows]
+
+
+def _split_by_fold(block, folds_of_groups):
+    """Yield (f, X, Y, group_ptr, group_size, group_offset, group_id, rows) per fold present."""
+    gp = block.group_ptr
+    local = np.diff(gp)
+    gid = block.group_start + np.arange(block.n_groups, dtype=np.int64)
+    for f in np.unique(folds_of_groups):
+        sel = folds_of_groups == f
+        if sel.all():
+            rows = slice(None)
+            yield (int(f), block.X, block.y, gp, block.group_size, block.group_offset, gid,
+                   np.arange(block.n_rows))
+            continue
+        rows = np.concatenate([np.arange(gp[g], gp[g + 1]) for g in np.flatnonzero(sel)]) \
+            if sel.any() else np.zeros(0, np.int64)
+        sub_gp = np.concatenate(([0], np.cumsum(local[sel]))).astype(np.int64)
+        yield (int(f), _take_rows(block.X, rows), np.asarray(block.y)[rows], sub_gp,
+               block.group_size[sel], block.group_offset[sel], gid[sel], rows)
+
+
+def accumulate_folds(model, source, n_folds, max_rows):
+    """One pass: per-fold :class:`RankStatistics` (their sum is the full statistics)."""
+    folds = [model._new_statistics(source.n_features, source.n_outputs) for _ in range(n_folds)]
+    for block in source.blocks(max_rows=max_rows, split_groups=True):
+        fog = fold_of(block.qid, n_folds)
+        for f, X, Y, gp, size, off, gid, _ in _split_by_fold(block, fog):
+            folds[f].add_block(X, Y, gp, group_size=size, group_offset=off, group_id=gid)
+    for st in folds:
+        st.check_complete()
+    return folds
+
+
+@dataclass
+class CVResult:
+    """Scores of every alpha.
+
+    Attributes
+    ----------
+    alphas : (a,) the grid
+    scores : (a,) mean over outputs
+    scores_per_output : (a, v)
+    best_alpha : float
+    best_index : int
+    scoring : str
+    folds : int or "query"
+    greater_is_better : bool
+    """
+
+    alphas: np.ndarray
+    scores: np.ndarray
+    scores_per_output: np.ndarray
+    best_alpha: float
+    best_index: int
+    scoring: str
+    folds: object
+    greater_is_better: bool
+
+
+def _parse_scoring(scoring):
+    if scoring == "squared":
+        return "squared", None
+    if scoring == "disagreement":
+        return "disagreement", None
+    if isinstance(scoring, str) and scoring.startswith("ndcg"):
+        rest = scoring[4:]
+        if rest == "":
+            return "ndcg", 10
+        if rest.startswith("@") and rest[1:].isdigit() and int(rest[1:]) > 0:
+            return "ndcg", int(rest[1:])
+    raise ValueError(f'scoring must be "squared", "disagreement" or "ndcg@k" (k a positive integer); '
+                     f"got {scoring!r}")
+
+
+def _check_alphas(alphas):
+    from .linear import DEFAULT_ALPHAS
+
+    alphas = DEFAULT_ALPHAS if alphas is None else np.atleast_1d(np.asarray(alphas, dtype=np.float64))
+    if alphas.ndim != 1 or alphas.size == 0:
+        raise ValueError("alphas must be a non-empty 1-D sequence of positive numbers")
+    for a in alphas:
+        check_alpha(float(a), "alphas")
+    return alphas
+
+
+class _Evaluators:
+    """One metric accumulator per (alpha, output)."""
+
+    def __init__(self, kind, k, n_alphas, n_outputs):
+        from ..metrics import RankingEvaluator
+
+        self.kind = kind
+        self.name = "disagreement" if kind == "disagreement" else f"ndcg@{k}"
+        self.ev = [[RankingEvaluator(k if kind == "ndcg" else None, (kind,)) for _ in range(n_outputs)]
+                   for _ in range(n_alphas)]
+
+    def update(self, block, S):
+        """S: (rows, a, v) predictions of the block's rows."""
+        Y = np.asarray(block.y, dtype=np.float64).reshape(block.n_rows, -1)
+        for a, row in enumerate(self.ev):
+            for o, ev in enumerate(row):
+                ev.update(Y[:, o], S[:, a, o], block.group_ptr, qid=block.qid,
+                          group_size=block.group_size, group_offset=block.group_offset)
+
+    def result(self):
+        out = np.array([[next(iter(ev.result().values())).value for ev in row] for row in self.ev])
+        return out
+
+
+def cross_validate(model, source=None, *, alphas=None, folds=5, scoring="squared", max_rows=65_536):
+    """Group cross-validation of ``model`` over ``alphas``; refits ``model`` with the best one.
+
+    ``folds``: an int k >= 2 (k-fold by query, from per-fold statistics) or
+    ``"query"`` (exact leave-one-query-out).  ``source=None`` uses the
+    model's training data.  Returns a :class:`CVResult`.
+    """
+    from .linear import _source_of
+
+    model._check_params()
+    kind, k = _parse_scoring(scoring)
+    alphas = _check_alphas(alphas)
+    if source is None:
+        source = model._source_for(None)
+    else:
+        source = _source_of(source, None, None) if not hasattr(source, "blocks") else source
+    model._check_source(source)
+    if model._resolve_solver(source) != "primal":
+        raise NotImplementedError("cross_validate needs the primal solver (statistics); got a source that "
+                                  "resolves to solver='cg'")
+    n_out = source.n_outputs
+    if folds == "query":
+        if source.n_groups < 2:
+            raise ValueError(f"leave-query-out cross-validation needs at least 2 groups; the source has "
+                             f"{source.n_groups}")
+        total = model._accumulate(source, max_rows)
+        model._fit_statistics(total, y_1d=(n_out == 1))
+        model.__dict__.pop("fold_stats_", None)
+        ev = _Evaluators(kind, k, len(alphas), n_out) if kind != "squared" else None
+        sq = np.zeros((len(alphas), n_out))
+        for block, P in _lqo_blocks(model, source, alphas, max_rows):
+            if ev is not None:
+                ev.update(block, P)
+            else:
+                sq += _block_loss(model, block, P)
+        per_out = ev.result() if ev is not None else sq / max(total.n_pairs, 1)
+        fold_stats = None
+    else:
+        if isinstance(folds, bool) or not isinstance(folds, (int, np.integer)) or folds < 2:
+            raise ValueError(f'folds must be an integer >= 2 or "query"; got {folds!r}')
+        folds = int(folds)
+        if source.n_groups < folds:
+            raise ValueError(f"{folds}-fold cross-validation by query needs at least {folds} groups; the source "
+                             f"has {source.n_groups} (qid=None is one global group)")
+        fold_stats = accumulate_folds(model, source, folds, max_rows)
+        total = model._new_statistics(source.n_features, n_out)
+        for st in fold_stats:
+            total.merge(st)
+        Ws = []
+        for st in fold_stats:
+            ep = EigenPath(total.G - st.G, total.B - st.B)
+            Ws.append(np.stack([ep.coef(a) for a in alphas]))          # (a, n, v)
+        if kind == "squared":
+            per_out = sum(st.loss(W) for st, W in zip(fold_stats, Ws)) / max(total.n_pairs, 1)
+        else:
+            ev = _Evaluators(kind, k, len(alphas), n_out)
+            for block in source.blocks(max_rows=max_rows, split_groups=True):
+                fog = fold_of(block.qid, folds)
+                S = np.empty((block.n_rows, len(alphas), n_out))
+                for f, X, _, _, _, _, _, rows in _split_by_fold(block, fog):
+                    P = _predict_stack(X, Ws[f])
+                    S[rows] = P
+                ev.update(block, S)
+            per_out = ev.result()
+        model._fit_statistics(total, y_1d=(n_out == 1))
+    greater = kind == "ndcg"
+    scores = np.nanmean(per_out, axis=1) if per_out.size else per_out
+    valid = np.where(np.isnan(scores), -np.inf if greater else np.inf, scores)
+    best = int(np.argmax(valid) if greater else np.argmin(valid))
+    model.alpha = float(alphas[best])
+    model._fit_statistics(model.stats_)
+    if fold_stats is not None:
+        model.fold_stats_ = fold_stats
+    model._train_source = source
+    return CVResult(alphas=alphas, scores=scores, scores_per_output=per_out, best_alpha=float(alphas[best]),
+                    best_index=best, scoring=scoring if kind == "squared" or kind == "disagreement" else f"ndcg@{k}",
+                    folds=folds, greater_is_better=greater)
+
+
+def _predict_stack(X, W):
+    """X (rows, n) with W (a, n, v) -> (rows, a, v)."""
+    a, n, v = W.shape
+    Wm = np.transpose(W, (1, 0, 2)).reshape(n, a * v)
+    P = X @ Wm
+    return np.asarray(P, dtype=np.float64).reshape(X.shape[0], a, v)
+
+
+def _block_loss(model, block, P):
+    """Σ_g (y_g - p_g)ᵀ L_g (y_g - p_g) for every alpha: (a, v)."""
+    from ..laplacian import apply_laplacian
+
+    Y = np.asarray(block.y, dtype=np.float64).reshape(block.n_rows, -1)
+    a, v = P.shape[1], P.shape[2]
+    R = (Y[:, None, :] - P).reshape(block.n_rows, a * v)
+    yy = None
+    if model.ties == "exclude":
+        yy = np.repeat(Y, a, axis=1) if v == 1 else np.tile(Y, (1, a))
+    LR = apply_laplacian(R, block.group_ptr, y=yy, group_weight=model.group_weight, ties=model.ties,
+                         group_size=block.group_size)
+    return (R * LR).sum(axis=0).reshape(a, v)
+
+
+def _lqo_blocks(model, source, alphas, max_rows):
+    """Yield (block, P) with P (rows, a, v) the leave-query-out predictions for every alpha."""
+    st = model.stats_
+    ep = model._eigenpath()
+    lam = ep.eigenvalues
+    VtB = ep.VtB                                           # (n, v)
+    for block in source.blocks(max_rows=max_rows, split_groups=False):
+        gp = block.group_ptr
+        if block.n_groups and np.diff(gp).max() > MAX_LQO_GROUP_ROWS:
+            raise ValueError(f"leave_query_out: a group has {int(np.diff(gp).max())} rows, more than "
+                             f"{MAX_LQO_GROUP_ROWS}; held-out predictions need an n_g x n_g solve per group")
+        X = block.X
+        Z = np.asarray(X @ ep.V, dtype=np.float64)          # (rows, n)
+        Y = np.asarray(block.y, dtype=np.float64).reshape(block.n_rows, -1)
+        P = np.zeros((block.n_rows, len(alphas), st.n_outputs))
+        for g in range(block.n_groups):
+            a0, a1 = gp[g], gp[g + 1]
+            if a1 == a0:
+                continue
+            Zg, yg = Z[a0:a1], Y[a0:a1]
+            Lg = laplacian_dense(np.array([0, a1 - a0]), y=yg[:, 0], group_weight=model.group_weight,
+                                 ties=model.ties)
+            Ly = Lg @ yg
+            I = np.eye(a1 - a0)
+            for i, alpha in enumerate(alphas):
+                Zs = Zg / (lam + alpha)
+                Q = Zs @ Zg.T
+                r = Zs @ VtB - Q @ Ly
+                P[a0:a1, i] = r + Q @ np.linalg.solve(I - Lg @ Q, Lg @ r)
+        yield block, P
+
+
+def leave_query_out(model, source, *, alpha=None, max_rows=65_536):
+    """Held-out predictions of every row with its query left out: (rows,) or (rows, v), source order."""
+    alpha = check_alpha(model.alpha if alpha is None else alpha)
+    if source.n_groups < 2:
+        raise ValueError(f"leave_query_out needs at least 2 groups; the source has {source.n_groups}")
+    out = np.zeros((source.n_rows, model.stats_.n_outputs))
+    for block, P in _lqo_blocks(model, source, [alpha], max_rows):
+        out[block.start:block.stop] = P[:, 0]
+    return out[:, 0] if model._y_1d else out
