@@ -1,0 +1,442 @@
+"""Numba kernels of the sparse bilinear SGD ranker: a hash table for W.
+
+W (n_query_features x n_item_features) is held as an open-addressing hash
+table with linear probing, in three parallel arrays of capacity ``cap`` (a
+power of two):
+
+* ``keys``   int32 or int64, ``i * n_cols + j`` or ``EMPTY`` (-1);
+* ``vals``   float64, the value of W_ij *as of the sweep in* ``stamps``;
+* ``stamps`` int32, index k of the last shrinkage sweep applied to the entry.
+
+Memory is proportional to nnz(W) (the caller keeps the load between about
+0.2 and ``max_load``).  Deleted entries are removed by backward-shift
+deletion, so there are no tombstones: an entry whose value becomes exactly
+zero disappears from the table.
+
+Cumulative L1 shrinkage (paper eq. 7 and Algorithm 1, step 4): every T steps
+every entry is soft-thresholded by ``thr_k = l1 * sum(eta_s, s = t-T+1..t)``.
+Consecutive soft thresholds compose, ``soft(soft(w, a), b) = soft(w, a + b)``,
+so instead of sweeping the table the kernels keep the running sums
+``S[k] = thr_1 + ... + thr_k`` and bring an entry up to date when it is read
+(``w <- soft(w, S[K] - S[stamp])``).  Entries that reach zero without being
+touched are dropped by a flush of the whole table at a sweep once the table
+has doubled since the last flush (O(1) amortised per insertion, memory
+O(nnz)).  ``lazy=False`` runs the literal sweep of
+every entry instead; tests check the two against each other and against a
+dense numpy implementation of Algorithm 1.
+
+Every function here is a jitted function of arrays and scalars (CSR enters
+as ``indptr, indices, data``); state that must survive between calls lives
+in the small arrays ``istate`` / ``fstate`` owned by the Python learner:
+
+* ``istate = [t, K, count, n_updates, n_active, t_refit, count_after_last_flush]``
+* ``fstate = [window]`` (sum of eta since the last sweep)
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from streamrank._numba import jit
+
+__all__ = [
+    "EMPTY",
+    "I_T", "I_K", "I_COUNT", "I_UPDATES", "I_ACTIVE", "I_TREFIT", "I_FLUSHED", "N_ISTATE",
+    "LR_INVSQRT", "LR_CONSTANT",
+    "find_slot",
+    "insert_keys",
+    "delete_key",
+    "rehash",
+    "sgd_steps",
+    "threshold_all",
+    "table_to_coo",
+    "score_rows",
+    "table_values",
+]
+
+EMPTY = -1
+I_T, I_K, I_COUNT, I_UPDATES, I_ACTIVE, I_TREFIT, I_FLUSHED = 0, 1, 2, 3, 4, 5, 6
+N_ISTATE = 7
+LR_INVSQRT, LR_CONSTANT = 0, 1
+
+_GOLD = np.uint64(0x9E3779B97F4A7C15)
+
+
+@jit
+def _shift_of(cap):
+    bits = 0
+    while (1 << bits) < cap:
+        bits += 1
+    return 64 - bits
+
+
+@jit
+def _home(key, shift):
+    if shift >= 64:
+        return 0
+    return np.int64((np.uint64(key) * _GOLD) >> np.uint64(shift))
+
+
+@jit
+def _soft(v, thr):
+    """Soft threshold (paper eq. 7): sign(v) * max(|v| - thr, 0)."""
+    if v > thr:
+        return v - thr
+    if v < -thr:
+        return v + thr
+    return 0.0
+
+
+@jit
+def find_slot(keys, key, shift, mask):
+    """Slot of ``key`` (>= 0), or ``-1 - s`` where ``s`` is the empty slot to insert at."""
+    s = _home(key, shift)
+    while True:
+        k = keys[s]
+        if k == key:
+            return s
+        if k == EMPTY:
+            return -1 - s
+        s = (s + 1) & mask
+
+
+@jit
+def _delete_slot(keys, vals, stamps, s, shift, mask):
+    """Backward-shift deletion of the entry at slot ``s`` (linear probing)."""
+    i = s
+    j = s
+    while True:
+        j = (j + 1) & mask
+        k = keys[j]
+        if k == EMPTY:
+            break
+        h = _home(k, shift)
+        # the entry at j may move into the hole i iff its home is not in (i, j] cyclically
+        if i <= j:
+            movable = h <= i or h > j
+        else:
+            movable = h <= i and h > j
+        if movable:
+            keys[i] = k
+            vals[i] = vals[j]
+            stamps[i] = stamps[j]
+            i = j
+    keys[i] = EMPTY
+    vals[i] = 0.0
+    stamps[i] = 0
+
+
+@jit
+def delete_key(keys, vals, stamps, key):
+    """Remove ``key``; returns 1 if it was present, else 0."""
+    cap = keys.shape[0]
+    shift = _shift_of(cap)
+    s = find_slot(keys, key, shift, cap - 1)
+    if s < 0:
+        return 0
+    _delete_slot(keys, vals, stamps, s, shift, cap - 1)
+    return 1
+
+
+@jit
+def insert_keys(keys, vals, stamps, new_keys, new_vals, stamp):
+    """Set ``W[key] = val`` for each pair (adds new entries); returns entries added.
+
+    The caller guarantees room (count + len(new_keys) < capacity).
+    """
+    cap = keys.shape[0]
+    shift = _shift_of(cap)
+    mask = cap - 1
+    added = 0
+    for n in range(new_keys.shape[0]):
+        s = find_slot(keys, new_keys[n], shift, mask)
+        if s < 0:
+            s = -1 - s
+            keys[s] = new_keys[n]
+            added += 1
+        vals[s] = new_vals[n]
+        stamps[s] = stamp
+    return added
+
+
+@jit
+def rehash(keys, vals, stamps, new_keys, new_vals, new_stamps):
+    """Move every entry into the (empty, larger or smaller) table ``new_*``."""
+    cap = new_keys.shape[0]
+    shift = _shift_of(cap)
+    mask = cap - 1
+    n = 0
+    for s in range(keys.shape[0]):
+        k = keys[s]
+        if k == EMPTY:
+            continue
+        t = find_slot(new_keys, k, shift, mask)
+        t = -1 - t
+        new_keys[t] = k
+        new_vals[t] = vals[s]
+        new_stamps[t] = stamps[s]
+        n += 1
+    return n
+
+
+@jit
+def threshold_all(keys, vals, stamps, S, K, thr, mode):
+    """Shrink every entry and remove the zeros; returns the number removed.
+
+    ``mode == 0``: bring every entry up to date, ``w <- soft(w, S[K] - S[stamp])``
+    (flush of the lazy shrinkage); ``mode == 1``: the literal sweep of
+    Algorithm 1 step 4, ``w <- soft(w, thr)`` for every entry.  Afterwards every
+    stamp is ``K``.  The traversal starts just after an empty slot and goes once
+    round the table: backward-shift deletion only moves not-yet-visited
+    entries into the current hole, so no entry is shrunk twice.
+    """
+    cap = keys.shape[0]
+    shift = _shift_of(cap)
+    mask = cap - 1
+    start = -1
+    for s in range(cap):
+        if keys[s] == EMPTY:
+            start = s
+            break
+    if start < 0:
+        return 0
+    removed = 0
+    SK = S[K]
+    n = 0
+    s = (start + 1) & mask
+    while n < cap - 1:
+        if keys[s] == EMPTY:
+            s = (s + 1) & mask
+            n += 1
+            continue
+        v = vals[s]
+        if mode == 0:
+            st = stamps[s]
+            if st != K:
+                v = _soft(v, SK - S[st])
+        else:
+            v = _soft(v, thr)
+        if v == 0.0:
+            _delete_slot(keys, vals, stamps, s, shift, mask)
+            removed += 1
+            # an unvisited entry may now sit in slot s: look at s again
+            if keys[s] == EMPTY:
+                s = (s + 1) & mask
+                n += 1
+        else:
+            vals[s] = v
+            stamps[s] = K
+            s = (s + 1) & mask
+            n += 1
+    return removed
+
+
+@jit
+def _merge_diff(pp, pi, px, mp, mi, mx, r, dj, dx):
+    """d+ - d- of row r (sorted CSR rows) into (dj, dx); exact zeros dropped."""
+    a = pp[r]
+    a1 = pp[r + 1]
+    b = mp[r]
+    b1 = mp[r + 1]
+    n = 0
+    while a < a1 or b < b1:
+        if b >= b1 or (a < a1 and pi[a] < mi[b]):
+            j = pi[a]
+            v = np.float64(px[a])
+            a += 1
+        elif a >= a1 or mi[b] < pi[a]:
+            j = mi[b]
+            v = -np.float64(mx[b])
+            b += 1
+        else:
+            j = pi[a]
+            v = np.float64(px[a]) - np.float64(mx[b])
+            a += 1
+            b += 1
+        if v != 0.0:
+            dj[n] = j
+            dx[n] = v
+            n += 1
+    return n
+
+
+@jit
+def sgd_steps(keys, vals, stamps, S, istate, fstate,
+              qp, qi, qx, pp, pi, px, mp, mi, mx,
+              r0, r1, n_cols, eta0, lr_code, l1, T, lazy, refit, max_load,
+              slot_buf, dj, dx):
+    """One SGD step (Algorithm 1) per tuple row ``r0 <= r < r1``; returns the next row.
+
+    Tuple r is (Q[r], D_pos[r], D_neg[r]).  With delta = d+ - d-, the margin is
+    ``s = q^T W delta``; if ``1 - s > 0`` (hinge loss, eq. 2) the subgradient
+    step is ``W += eta_t q delta^T`` over the nnz(q) x nnz(delta) touched
+    entries, with ``eta_t = eta0 / sqrt(t)`` (``lr_code == LR_INVSQRT``) or
+    ``eta0``.  Every ``T`` steps the cumulative threshold
+    ``l1 * sum(eta_k, k = t-T+1..t)`` is applied (eq. 7): lazily through ``S``
+    or, with ``lazy == False``, by sweeping the table.
+
+    ``refit``: the refit phase (eq. 8) -- no L1, no sweeps, updates restricted
+    to the entries present (the support Omega; the caller flushes first), the
+    step size continues the schedule at ``t + t_refit``.
+
+    The kernel returns early (a row < r1) when the next tuple could push the
+    load of the table above ``max_load``; the caller grows the table and calls
+    again.  The caller also keeps ``len(S) > K + (r1 - r0) // T + 1``.
+    """
+    cap = keys.shape[0]
+    shift = _shift_of(cap)
+    mask = cap - 1
+    limit = np.int64(max_load * cap)
+    r = r0
+    while r < r1:
+        nd = _merge_diff(pp, pi, px, mp, mi, mx, r, dj, dx)
+        q0 = qp[r]
+        q1 = qp[r + 1]
+        nq = q1 - q0
+        if not refit and istate[I_COUNT] + nq * nd > limit:
+            return r
+        if refit:
+            istate[I_TREFIT] += 1
+            tt = istate[I_T] + istate[I_TREFIT]
+        else:
+            istate[I_T] += 1
+            tt = istate[I_T]
+        if lr_code == LR_INVSQRT:
+            eta = eta0 / np.sqrt(np.float64(tt))
+        else:
+            eta = eta0
+        K = istate[I_K]
+        # margin q^T W (d+ - d-), bringing touched entries up to date
+        s = 0.0
+        m = 0
+        any_zero = False
+        for a in range(q0, q1):
+            base = np.int64(qi[a]) * n_cols
+            qa = np.float64(qx[a])
+            for b in range(nd):
+                key = base + dj[b]
+                sl = find_slot(keys, key, shift, mask)
+                slot_buf[m] = sl
+                m += 1
+                if sl >= 0:
+                    v = vals[sl]
+                    if lazy and stamps[sl] != K:
+                        v = _soft(v, S[K] - S[stamps[sl]])
+                        vals[sl] = v
+                        stamps[sl] = K
+                        if v == 0.0:
+                            any_zero = True
+                    s += qa * v * dx[b]
+        if 1.0 - s > 0.0:
+            istate[I_ACTIVE] += 1
+            m = 0
+            for a in range(q0, q1):
+                base = np.int64(qi[a]) * n_cols
+                g = eta * np.float64(qx[a])
+                for b in range(nd):
+                    sl = slot_buf[m]
+                    m += 1
+                    if sl >= 0:
+                        v = vals[sl] + g * dx[b]
+                        vals[sl] = v
+                        if v == 0.0:
+                            any_zero = True
+                        istate[I_UPDATES] += 1
+                    elif not refit:
+                        key = base + dj[b]
+                        # an insertion earlier in this tuple may have taken the slot
+                        sl2 = -1 - find_slot(keys, key, shift, mask)
+                        v = g * dx[b]
+                        if v != 0.0:
+                            keys[sl2] = key
+                            vals[sl2] = v
+                            stamps[sl2] = K
+                            istate[I_COUNT] += 1
+                        istate[I_UPDATES] += 1
+        if any_zero and not refit:
+            for a in range(q0, q1):
+                base = np.int64(qi[a]) * n_cols
+                for b in range(nd):
+                    sl = find_slot(keys, base + dj[b], shift, mask)
+                    if sl >= 0 and vals[sl] == 0.0:
+                        _delete_slot(keys, vals, stamps, sl, shift, mask)
+                        istate[I_COUNT] -= 1
+        if not refit:
+            fstate[0] += eta
+            if tt % T == 0:
+                thr = l1 * fstate[0]
+                fstate[0] = 0.0
+                if lazy:
+                    S[K + 1] = S[K] + thr
+                    istate[I_K] = K + 1
+                    # entries shrunk to zero but not touched since stay in the table
+                    # until a flush; flushing whenever the table has doubled since the
+                    # last flush keeps memory O(nnz) at O(1) amortised per insertion
+                    if thr > 0.0 and istate[I_COUNT] >= 2 * istate[I_FLUSHED] + 64:
+                        removed = threshold_all(keys, vals, stamps, S, K + 1, 0.0, 0)
+                        istate[I_COUNT] -= removed
+                        istate[I_FLUSHED] = istate[I_COUNT]
+                elif thr > 0.0:
+                    removed = threshold_all(keys, vals, stamps, S, K, thr, 1)
+                    istate[I_COUNT] -= removed
+        r += 1
+    return r
+
+
+@jit
+def table_values(keys, vals, stamps, S, K):
+    """Current (up-to-date) value of every slot (0 where empty); read-only."""
+    out = np.zeros(keys.shape[0], dtype=np.float64)
+    SK = S[K]
+    for s in range(keys.shape[0]):
+        if keys[s] != EMPTY:
+            v = vals[s]
+            st = stamps[s]
+            if st != K:
+                v = _soft(v, SK - S[st])
+            out[s] = v
+    return out
+
+
+@jit
+def table_to_coo(keys, vals, stamps, S, K, n_cols):
+    """(rows, cols, values) of the nonzero up-to-date entries; read-only."""
+    cur = table_values(keys, vals, stamps, S, K)
+    n = 0
+    for s in range(keys.shape[0]):
+        if keys[s] != EMPTY and cur[s] != 0.0:
+            n += 1
+    rows = np.empty(n, dtype=np.int64)
+    cols = np.empty(n, dtype=np.int64)
+    data = np.empty(n, dtype=np.float64)
+    n = 0
+    for s in range(keys.shape[0]):
+        if keys[s] != EMPTY and cur[s] != 0.0:
+            k = np.int64(keys[s])
+            rows[n] = k // n_cols
+            cols[n] = k % n_cols
+            data[n] = cur[s]
+            n += 1
+    return rows, cols, data
+
+
+@jit
+def score_rows(keys, vals, stamps, S, K, qp, qi, qx, dp, di, dx, n_cols, out):
+    """out[r] = q_r^T W d_r for row-aligned CSR Q, D, reading W with pending shrinkage."""
+    cap = keys.shape[0]
+    shift = _shift_of(cap)
+    mask = cap - 1
+    SK = S[K]
+    for r in range(out.shape[0]):
+        s = 0.0
+        for a in range(qp[r], qp[r + 1]):
+            base = np.int64(qi[a]) * n_cols
+            qa = np.float64(qx[a])
+            for b in range(dp[r], dp[r + 1]):
+                sl = find_slot(keys, base + di[b], shift, mask)
+                if sl >= 0:
+                    v = vals[sl]
+                    st = stamps[sl]
+                    if st != K:
+                        v = _soft(v, SK - S[st])
+                    s += qa * v * np.float64(dx[b])
+        out[r] = s

@@ -1,0 +1,169 @@
+"""Python owner of the hash-table W and its shrinkage state (see ``_sparse_w_kernels``).
+
+:class:`SparseW` holds the arrays the kernels work on, grows and shrinks the
+table so that its load stays between ``MIN_LOAD`` and ``MAX_LOAD`` (memory
+proportional to nnz(W)), and turns the table into a CSR matrix.  All the
+state that must survive ``partial_fit`` calls and save/load lives here:
+the table, the step counter ``t``, the sweep counter ``K``, the running
+threshold sums ``S[0..K]`` and the eta accumulated since the last sweep.
+"""
+from __future__ import annotations
+
+import numpy as np
+import scipy.sparse as sp
+
+from . import _sparse_w_kernels as K_
+
+__all__ = ["SparseW"]
+
+MAX_LOAD = 0.7
+MIN_LOAD = 0.25
+MIN_CAP = 16
+S_REBASE = 1 << 20  # rebase the running sums after this many sweeps (bounded memory)
+
+
+def _cap_for(n: int) -> int:
+    cap = MIN_CAP
+    while cap * MAX_LOAD <= n + 1:
+        cap *= 2
+    return cap
+
+
+class SparseW:
+    """Hash-table W of shape ``(n_rows, n_cols)`` plus the cumulative-L1 state."""
+
+    def __init__(self, n_rows: int, n_cols: int, capacity: int = MIN_CAP):
+        self.n_rows = int(n_rows)
+        self.n_cols = int(n_cols)
+        total = self.n_rows * self.n_cols
+        self.key_dtype = np.int32 if total < np.iinfo(np.int32).max else np.int64
+        cap = max(MIN_CAP, 1 << int(np.ceil(np.log2(max(capacity, 1)))))
+        self.keys = np.full(cap, K_.EMPTY, dtype=self.key_dtype)
+        self.vals = np.zeros(cap, dtype=np.float64)
+        self.stamps = np.zeros(cap, dtype=np.int32)
+        self.S = np.zeros(64, dtype=np.float64)
+        self.istate = np.zeros(K_.N_ISTATE, dtype=np.int64)
+        self.fstate = np.zeros(1, dtype=np.float64)
+
+    # ---------------------------------------------------------------- sizes
+    @property
+    def capacity(self) -> int:
+        return int(self.keys.shape[0])
+
+    @property
+    def count(self) -> int:
+        return int(self.istate[K_.I_COUNT])
+
+    @property
+    def nbytes(self) -> int:
+        return int(self.keys.nbytes + self.vals.nbytes + self.stamps.nbytes
+                   + 8 * (int(self.istate[K_.I_K]) + 1))
+
+    # ------------------------------------------------------------- resizing
+    def resize(self, cap: int) -> None:
+        nk = np.full(cap, K_.EMPTY, dtype=self.key_dtype)
+        nv = np.zeros(cap, dtype=np.float64)
+        ns = np.zeros(cap, dtype=np.int32)
+        n = K_.rehash(self.keys, self.vals, self.stamps, nk, nv, ns)
+        assert n == self.count, (n, self.count)
+        self.keys, self.vals, self.stamps = nk, nv, ns
+
+    def reserve(self, extra: int) -> None:
+        """Make room for ``extra`` more entries without exceeding ``MAX_LOAD``."""
+        need = _cap_for(self.count + extra)
+        if need > self.capacity:
+            self.resize(need)
+
+    def fit_capacity(self) -> None:
+        """Shrink the table when it has become mostly empty (memory ∝ nnz)."""
+        if self.capacity > MIN_CAP and self.count < MIN_LOAD * self.capacity:
+            self.resize(_cap_for(self.count))
+
+    def reserve_sweeps(self, n_steps: int, T: int) -> None:
+        k = int(self.istate[K_.I_K])
+        need = k + n_steps // T + 2
+        if need > self.S.shape[0]:
+            S = np.zeros(max(need, 2 * self.S.shape[0]), dtype=np.float64)
+            S[: k + 1] = self.S[: k + 1]
+            self.S = S
+
+    # ------------------------------------------------------------- shrinkage
+    def flush(self) -> None:
+        """Apply every pending shrinkage and remove the zeros (exactly equivalent)."""
+        k = int(self.istate[K_.I_K])
+        removed = K_.threshold_all(self.keys, self.vals, self.stamps, self.S, k, 0.0, 0)
+        self.istate[K_.I_COUNT] -= removed
+
+    def maybe_rebase(self) -> None:
+        """After many sweeps, flush and restart the running sums (keeps ``S`` small)."""
+        if int(self.istate[K_.I_K]) >= S_REBASE:
+            self.flush()
+            self.stamps[:] = 0
+            self.istate[K_.I_K] = 0
+            self.S = np.zeros(64, dtype=np.float64)
+
+    # ------------------------------------------------------------ conversion
+    def set_entries(self, rows, cols, values) -> None:
+        rows = np.asarray(rows, dtype=np.int64)
+        cols = np.asarray(cols, dtype=np.int64)
+        values = np.asarray(values, dtype=np.float64)
+        keep = values != 0
+        keys = (rows[keep] * self.n_cols + cols[keep]).astype(self.key_dtype)
+        self.reserve(keys.shape[0])
+        added = K_.insert_keys(self.keys, self.vals, self.stamps, keys, values[keep],
+                               int(self.istate[K_.I_K]))
+        self.istate[K_.I_COUNT] += added
+
+    def to_csr(self) -> sp.csr_matrix:
+        k = int(self.istate[K_.I_K])
+        r, c, v = K_.table_to_coo(self.keys, self.vals, self.stamps, self.S, k, self.n_cols)
+        W = sp.csr_matrix((v, (r, c)), shape=(self.n_rows, self.n_cols))
+        W.sort_indices()
+        return W
+
+    def score(self, Q, D) -> np.ndarray:
+        out = np.zeros(Q.shape[0], dtype=np.float64)
+        K_.score_rows(self.keys, self.vals, self.stamps, self.S, int(self.istate[K_.I_K]),
+                      Q.indptr, Q.indices, Q.data, D.indptr, D.indices, D.data,
+                      self.n_cols, out)
+        return out
+
+    # ----------------------------------------------------------- persistence
+    def state(self, prefix: str):
+        """(attrs, arrays) for persistence; the table is stored compacted (keys, vals, stamps)."""
+        occ = self.keys != K_.EMPTY
+        k = int(self.istate[K_.I_K])
+        arrays = {
+            f"{prefix}keys": self.keys[occ].astype(np.int64),
+            f"{prefix}vals": self.vals[occ].copy(),
+            f"{prefix}stamps": self.stamps[occ].copy(),
+            f"{prefix}S": self.S[: k + 1].copy(),
+            f"{prefix}istate": self.istate.copy(),
+            f"{prefix}fstate": self.fstate.copy(),
+        }
+        attrs = {"n_rows": self.n_rows, "n_cols": self.n_cols}
+        return attrs, arrays
+
+    @classmethod
+    def from_state(cls, attrs, arrays, prefix: str) -> "SparseW":
+        W = cls(attrs["n_rows"], attrs["n_cols"])
+        keys = np.asarray(arrays[f"{prefix}keys"], dtype=np.int64)
+        W.istate = np.asarray(arrays[f"{prefix}istate"], dtype=np.int64).copy()
+        W.fstate = np.asarray(arrays[f"{prefix}fstate"], dtype=np.float64).copy()
+        S = np.asarray(arrays[f"{prefix}S"], dtype=np.float64)
+        W.S = np.zeros(max(64, 2 * S.shape[0]), dtype=np.float64)
+        W.S[: S.shape[0]] = S
+        cap = _cap_for(keys.shape[0])
+        W.keys = np.full(cap, K_.EMPTY, dtype=W.key_dtype)
+        W.vals = np.zeros(cap, dtype=np.float64)
+        W.stamps = np.zeros(cap, dtype=np.int32)
+        vals = np.asarray(arrays[f"{prefix}vals"], dtype=np.float64)
+        stamps = np.asarray(arrays[f"{prefix}stamps"], dtype=np.int32)
+        # insert with per-entry stamps (insert_keys takes one stamp: group by stamp)
+        W.istate[K_.I_COUNT] = 0
+        for st in np.unique(stamps):
+            sel = stamps == st
+            added = K_.insert_keys(W.keys, W.vals, W.stamps, keys[sel].astype(W.key_dtype),
+                                   vals[sel], int(st))
+            W.istate[K_.I_COUNT] += added
+        return W

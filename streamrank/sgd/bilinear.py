@@ -1,0 +1,379 @@
+"""Sparse SGD bilinear ranker ``f(q, d) = q^T W d`` (Chen et al. 2010, Algorithm 1).
+
+Model and loss (paper eqs. 1-2): for a tuple (q, d+, d-) the margin rank loss
+is ``max(0, 1 - q^T W (d+ - d-))``.  SGD with ``eta_t = eta0 / sqrt(t)``
+(``learning_rate="invsqrt"``) or ``eta0`` (``"constant"``) from
+``W_0 = I`` (``init="identity"``, square case) or ``0``; every
+``shrink_every`` = T steps every entry is soft-thresholded by the cumulative
+``l1 * sum(eta_k, k = t-T+1..t)`` (eq. 7 and Algorithm 1 step 4).  Then,
+with ``refit=True``, SGD without L1 restricted to the support Omega of W
+(eq. 8) over the same tuples.
+
+W is never dense: it lives in a hash table whose memory is proportional to
+nnz(W) (see :mod:`streamrank.sgd._sparse_w_kernels`); an update touches
+nnz(q) x nnz(d+ - d-) entries and the shrinkage is applied lazily -- exactly
+equivalent to the sweep every T steps, because soft thresholds compose.
+The step counter, the running threshold sums and the pending eta survive
+``partial_fit`` calls and ``sr.save`` / ``sr.load``: training in chunks,
+or resumed the next night, gives the same W as one long run.
+
+Example
+-------
+>>> import numpy as np, scipy.sparse as sp
+>>> import streamrank as sr
+>>> rng = np.random.default_rng(0)
+>>> Q = sp.random(200, 20, density=0.2, random_state=1, format="csr")
+>>> Dp, Dn = Q.copy(), sp.random(200, 20, density=0.2, random_state=2, format="csr")
+>>> m = sr.SparseSGDRanker(eta0=1.0, l1=1e-3, shrink_every=10).partial_fit(Q, Dp, Dn)
+>>> m.t_, m.W_.shape
+(200, (20, 20))
+"""
+from __future__ import annotations
+
+import numpy as np
+import scipy.sparse as sp
+
+from ..base import BaseRanker, NotFittedError
+from ..persistence import register_model
+from . import _sparse_w_kernels as K_
+from ._base import (
+    check_choice,
+    check_eta0,
+    check_int,
+    check_nonneg,
+    check_tuples,
+    iter_tuple_steps,
+    tuple_error,
+)
+from ._table import MAX_LOAD, SparseW
+
+__all__ = ["SparseSGDRanker"]
+
+_LR = {"invsqrt": K_.LR_INVSQRT, "constant": K_.LR_CONSTANT}
+
+
+class _RefitFlag:
+    """``model.refit``: the constructor flag (a bool) that can also be called as the method.
+
+    The issue's API has both a parameter ``refit=True`` and a method
+    ``refit(tuple_source, n_steps=None)``; this object is truthy/falsy like the
+    flag, compares equal to it, and calls the refit method.
+    """
+
+    __slots__ = ("_model", "_flag")
+
+    def __init__(self, model, flag):
+        self._model = model
+        self._flag = flag
+
+    def __bool__(self):
+        return bool(self._flag)
+
+    def __eq__(self, other):
+        return self._flag == (other._flag if isinstance(other, _RefitFlag) else other)
+
+    def __hash__(self):
+        return hash(self._flag)
+
+    def __repr__(self):
+        return repr(self._flag)
+
+    def __call__(self, tuple_source, n_steps=None, **kwargs):
+        return self._model._refit_method(tuple_source, n_steps, **kwargs)
+
+
+class _RefitParam:
+    def __get__(self, obj, objtype=None):
+        if obj is None:
+            return self
+        return _RefitFlag(obj, obj.__dict__.get("_refit_flag", True))
+
+    def __set__(self, obj, value):
+        obj.__dict__["_refit_flag"] = value
+
+
+@register_model
+class SparseSGDRanker(BaseRanker):
+    """Bilinear ranker ``q^T W d`` learned by sparse SGD with cumulative L1 shrinkage.
+
+    Parameters
+    ----------
+    eta0 : float > 0
+        C in ``eta_t = C / sqrt(t)`` (the paper uses 200).
+    l1 : float >= 0
+        lambda of eq. (5); larger gives a sparser W.
+    shrink_every : int >= 1
+        T of Algorithm 1 (paper: 100).
+    init : {"identity", "zeros"}
+        W_0 = I (needs as many query as item features) or 0.
+    learning_rate : {"invsqrt", "constant"}
+    refit : bool
+        After ``fit``, refit on the support of W without L1 (eq. 8).
+    refit_steps : int or None
+        Steps of the refit; None = as many as the L1 phase (the same tuples).
+    random_state : int
+        Seed of the tuple order (pass p of a source uses ``random_state + p``).
+
+    Attributes
+    ----------
+    W_ : scipy.sparse.csr_matrix (n_query_features, n_item_features)
+    t_ : int, steps of Algorithm 1 taken so far (``refit_t_`` for the refit)
+    nnz_, density_, memory_bytes_ : size of W (``memory_bytes_`` = hash table)
+    history_ : list of dicts (step, phase, tuple_error, density, nnz, memory_bytes)
+    """
+
+    _lazy = True  # tests switch this to run the literal sweep of every entry
+
+    def __init__(self, *, eta0=200.0, l1=1e-5, shrink_every=100, init="identity",
+                 learning_rate="invsqrt", refit=True, refit_steps=None, random_state=0):
+        self.eta0 = eta0
+        self.l1 = l1
+        self.shrink_every = shrink_every
+        self.init = init
+        self.learning_rate = learning_rate
+        self.refit = refit
+        self.refit_steps = refit_steps
+        self.random_state = random_state
+
+    # ------------------------------------------------------------ checking
+    def _params(self):
+        return dict(
+            eta0=check_eta0(self.eta0),
+            l1=check_nonneg(self.l1, "l1"),
+            T=check_int(self.shrink_every, "shrink_every", 1),
+            init=check_choice(self.init, "init", {"identity", "zeros"}),
+            lr=_LR[check_choice(self.learning_rate, "learning_rate", set(_LR))],
+            refit_steps=check_int(self.refit_steps, "refit_steps", 0, allow_none=True),
+        )
+
+    def _start(self, n_q: int, n_d: int) -> None:
+        p = self._params()
+        if p["init"] == "identity" and n_q != n_d:
+            raise ValueError(
+                f"init='identity' needs as many query as item features; got {n_q} query and "
+                f"{n_d} item features (use init='zeros')")
+        self._W = SparseW(n_q, n_d)
+        if p["init"] == "identity":
+            idx = np.arange(n_q)
+            self._W.set_entries(idx, idx, np.ones(n_q))
+        self.n_query_features_ = int(n_q)
+        self.n_item_features_ = int(n_d)
+        self.history_ = []
+        self._fit_steps = 0
+
+    def _fitted(self) -> SparseW:
+        W = getattr(self, "_W", None)
+        if W is None:
+            raise NotFittedError(
+                f"This {type(self).__name__} is not fitted yet; call fit (or partial_fit) first")
+        return W
+
+    # ------------------------------------------------------------- stepping
+    def _steps(self, Q, Dp, Dn, refit: bool) -> None:
+        p = self._params()
+        W = self._W
+        n = Q.shape[0]
+        nq = np.diff(Q.indptr)
+        nd = np.diff(Dp.indptr) + np.diff(Dn.indptr)
+        work = nq * nd
+        slot_buf = np.empty(max(1, int(work.max())), dtype=np.int64)
+        dj = np.empty(max(1, int(nd.max())), dtype=np.int64)
+        dx = np.empty(max(1, int(nd.max())), dtype=np.float64)
+        lazy = bool(self._lazy) and not refit
+        r = 0
+        while r < n:
+            W.reserve_sweeps(n - r, p["T"])
+            r_next = K_.sgd_steps(
+                W.keys, W.vals, W.stamps, W.S, W.istate, W.fstate,
+                Q.indptr, Q.indices, Q.data, Dp.indptr, Dp.indices, Dp.data,
+                Dn.indptr, Dn.indices, Dn.data,
+                r, n, W.n_cols, p["eta0"], p["lr"], 0.0 if refit else p["l1"], p["T"],
+                lazy, refit, MAX_LOAD, slot_buf, dj, dx)
+            if r_next < n:
+                W.reserve(int(work[r_next]) + 1)
+            r = r_next
+        if not refit:
+            W.maybe_rebase()
+            W.fit_capacity()
+
+    def partial_fit(self, Q, D_pos, D_neg):
+        """One SGD step of Algorithm 1 per tuple row; continues t and the shrinkage state."""
+        W = getattr(self, "_W", None)
+        if W is None:
+            self._params()
+            Q, D_pos, D_neg = check_tuples(Q, D_pos, D_neg)
+            self._start(Q.shape[1], D_pos.shape[1])
+        else:
+            Q, D_pos, D_neg = check_tuples(Q, D_pos, D_neg, self.n_query_features_,
+                                           self.n_item_features_)
+        self._steps(Q, D_pos, D_neg, refit=False)
+        return self
+
+    def fit(self, tuple_source, n_steps=100_000, *, validation=None, checkpoint_every=None,
+            batch_size=1024, shuffle_buffer=100_000):
+        """Algorithm 1 for ``n_steps`` tuples from ``tuple_source`` (then refit if ``refit``).
+
+        ``tuple_source``: anything with ``.batches(batch_size=, shuffle_buffer=,
+        random_state=)`` yielding objects with row-aligned CSR ``.Q``,
+        ``.D_pos``, ``.D_neg`` (a :class:`~streamrank.TupleStore`); more steps
+        than tuples make further passes.  ``validation=(Q, D_pos, D_neg)`` and
+        ``checkpoint_every=N`` record the tuple error, density and nnz of W
+        every N steps in ``history_``.
+        """
+        self._params()
+        n_steps = check_int(n_steps, "n_steps", 1)
+        checkpoint_every = check_int(checkpoint_every, "checkpoint_every", 1, allow_none=True)
+        val = self._check_validation(validation)
+        self._W = None
+        for Q, Dp, Dn in self._stream(tuple_source, n_steps, batch_size, shuffle_buffer,
+                                      checkpoint_every):
+            if self._W is None:
+                Q, Dp, Dn = check_tuples(Q, Dp, Dn)
+                n_q = getattr(tuple_source, "n_query_features", Q.shape[1])
+                n_d = getattr(tuple_source, "n_item_features", Dp.shape[1])
+                self._start(int(n_q), int(n_d))
+            Q, Dp, Dn = check_tuples(Q, Dp, Dn, self.n_query_features_, self.n_item_features_)
+            self._steps(Q, Dp, Dn, refit=False)
+            self._checkpoint(val, checkpoint_every, "sparse", self.t_)
+        self._fit_steps = n_steps
+        if self.refit:
+            self._do_refit(tuple_source, None, val, checkpoint_every, batch_size, shuffle_buffer)
+        return self
+
+    def _refit_method(self, tuple_source, n_steps=None, *, validation=None, checkpoint_every=None,
+                      batch_size=1024, shuffle_buffer=100_000):
+        """Refit (eq. 8): SGD without L1 on the support of W, ``n_steps`` tuples.
+
+        ``n_steps=None``: ``refit_steps``, else as many steps as the last ``fit``
+        (the same tuples, replayed with the same seeds), else ``t_``.  The step
+        size continues the schedule: ``eta = eta0 / sqrt(t_ + k)`` at refit step k.
+        Reached as ``model.refit(...)`` (the constructor flag of the same name
+        stays a bool for ``get_params``).
+        """
+        self._fitted()
+        val = self._check_validation(validation)
+        checkpoint_every = check_int(checkpoint_every, "checkpoint_every", 1, allow_none=True)
+        return self._do_refit(tuple_source, n_steps, val, checkpoint_every, batch_size,
+                              shuffle_buffer)
+
+    refit = _RefitParam()
+
+    def get_params(self, deep: bool = True) -> dict:
+        params = super().get_params(deep)
+        params["refit"] = self.__dict__.get("_refit_flag", True)
+        return params
+
+    def _do_refit(self, tuple_source, n_steps, val, checkpoint_every, batch_size, shuffle_buffer):
+        W = self._fitted()
+        p = self._params()
+        if n_steps is None:
+            n_steps = p["refit_steps"] if p["refit_steps"] is not None else (self._fit_steps or self.t_)
+        n_steps = check_int(n_steps, "n_steps", 0)
+        W.flush()  # Omega = support of W after all pending shrinkage (exact)
+        W.fit_capacity()
+        if n_steps == 0:
+            return self
+        for Q, Dp, Dn in self._stream(tuple_source, n_steps, batch_size, shuffle_buffer,
+                                      checkpoint_every, offset=int(W.istate[K_.I_TREFIT])):
+            Q, Dp, Dn = check_tuples(Q, Dp, Dn, self.n_query_features_, self.n_item_features_)
+            self._steps(Q, Dp, Dn, refit=True)
+            self._checkpoint(val, checkpoint_every, "refit", self.refit_t_)
+        return self
+
+    def _stream(self, source, n_steps, batch_size, shuffle_buffer, checkpoint_every, offset=None):
+        """Batches cut so that every checkpoint falls on a batch boundary."""
+        count = 0
+        base = 0 if offset is None else offset
+        for Q, Dp, Dn in iter_tuple_steps(source, n_steps, batch_size=batch_size,
+                                          shuffle_buffer=shuffle_buffer,
+                                          random_state=self.random_state):
+            n = Q.shape[0]
+            r = 0
+            while r < n:
+                take = n - r
+                if checkpoint_every:
+                    done = base + count
+                    take = min(take, checkpoint_every - done % checkpoint_every)
+                yield Q[r:r + take], Dp[r:r + take], Dn[r:r + take]
+                r += take
+                count += take
+
+    def _check_validation(self, validation):
+        if validation is None:
+            return None
+        if not isinstance(validation, (tuple, list)) or len(validation) != 3:
+            raise TypeError("validation must be a tuple (Q, D_pos, D_neg) of row-aligned tuples")
+        Q, Dp, Dn = check_tuples(*validation)
+        return Q, Dp, Dn
+
+    def _checkpoint(self, val, every, phase, step):
+        if not every or step % every != 0:
+            return
+        W = self._W
+        rec = {"step": int(self.t_ + (self.refit_t_ if phase == "refit" else 0)),
+               "phase": phase, "nnz": self.nnz_, "density": self.density_,
+               "memory_bytes": self.memory_bytes_}
+        if val is not None:
+            Q, Dp, Dn = val
+            if Q.shape[1] != W.n_rows or Dp.shape[1] != W.n_cols:
+                raise ValueError(
+                    f"validation tuples have {Q.shape[1]} query / {Dp.shape[1]} item features; "
+                    f"the model has {W.n_rows} / {W.n_cols}")
+            rec["tuple_error"] = tuple_error(W.score(Q, Dp), W.score(Q, Dn))
+        self.history_.append(rec)
+
+    # ------------------------------------------------------------- results
+    @property
+    def W_(self) -> sp.csr_matrix:
+        return self._fitted().to_csr()
+
+    @property
+    def t_(self) -> int:
+        return int(self._fitted().istate[K_.I_T])
+
+    @property
+    def refit_t_(self) -> int:
+        return int(self._fitted().istate[K_.I_TREFIT])
+
+    @property
+    def nnz_(self) -> int:
+        W = self._fitted()
+        cur = K_.table_values(W.keys, W.vals, W.stamps, W.S, int(W.istate[K_.I_K]))
+        return int(np.count_nonzero(cur))
+
+    @property
+    def density_(self) -> float:
+        W = self._fitted()
+        return self.nnz_ / float(W.n_rows * W.n_cols)
+
+    @property
+    def memory_bytes_(self) -> int:
+        return self._fitted().nbytes
+
+    @property
+    def n_updates_(self) -> int:
+        """Hash-table entries updated so far (for throughput figures)."""
+        return int(self._fitted().istate[K_.I_UPDATES])
+
+    def score(self, Q, D) -> np.ndarray:
+        """``q_r^T W d_r`` for every row r of row-aligned Q and D."""
+        W = self._fitted()
+        Q, D, _ = check_tuples(Q, D, D, self.n_query_features_, self.n_item_features_)
+        return W.score(Q, D)
+
+    # --------------------------------------------------------- persistence
+    def _get_state(self):
+        W = self._fitted()
+        attrs, arrays = W.state("W_")
+        attrs.update(n_query_features_=self.n_query_features_,
+                     n_item_features_=self.n_item_features_,
+                     fit_steps=int(self._fit_steps), history_=list(self.history_))
+        return attrs, arrays
+
+    def _set_state(self, attrs, arrays):
+        self._W = SparseW.from_state(attrs, arrays, "W_")
+        self.n_query_features_ = int(attrs["n_query_features_"])
+        self.n_item_features_ = int(attrs["n_item_features_"])
+        self._fit_steps = int(attrs.get("fit_steps", 0))
+        self.history_ = list(attrs.get("history_", []))
+
