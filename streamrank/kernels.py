@@ -1,0 +1,204 @@
+"""Kernel functions on blocks of rows: linear, Gaussian (rbf), polynomial, callable.
+
+Every function returns a float64 matrix ``K[i, j] = k(X[i], Z[j])`` for dense
+arrays or CSR matrices ``X`` (rows, n) and ``Z`` (cols, n).  The work reduces
+to one matrix product ``X Zᵀ`` done by BLAS (dense) or by scipy's sparse ×
+dense product (CSR), followed by an elementwise map done in place:
+
+* ``"linear"``  k(x, z) = x·z
+* ``"rbf"``     k(x, z) = exp(−γ‖x − z‖²),  ‖x − z‖² = ‖x‖² + ‖z‖² − 2 x·z
+  (clipped at 0; exactly 0 on the diagonal of ``kernel_matrix(X)``) —
+  RLScore's ``GaussianKernel(gamma)``
+* ``"poly"``    k(x, z) = (γ x·z + coef0)^degree
+* a callable ``kernel(X, Z) -> ndarray (len(X), len(Z))`` evaluated on whole
+  blocks (it receives the same dense/CSR objects it would be given row by row).
+
+The products are accumulated in float64 whatever the storage type of ``X``.
+"""
+from __future__ import annotations
+
+import numbers
+
+import numpy as np
+import scipy.sparse as sp
+
+__all__ = ["KernelSpec", "kernel_matrix", "kernel_diag", "check_kernel"]
+
+KERNELS = ("linear", "rbf", "poly")
+
+#: row chunk used when a kernel block would exceed this many entries
+_MAX_BLOCK_ENTRIES = 1 << 24
+
+
+class KernelSpec:
+    """A validated kernel: name or callable plus its parameters.
+
+    Built by :func:`check_kernel`; call ``spec(X, Z)`` for a kernel block.
+    """
+
+    __slots__ = ("kernel", "gamma", "degree", "coef0")
+
+    def __init__(self, kernel, gamma, degree, coef0):
+        self.kernel = kernel
+        self.gamma = gamma
+        self.degree = degree
+        self.coef0 = coef0
+
+    @property
+    def is_callable(self) -> bool:
+        return callable(self.kernel)
+
+    @property
+    def psd_by_construction(self) -> bool:
+        """True when the kernel is positive semidefinite for every input."""
+        if self.kernel in ("linear", "rbf"):
+            return True
+        if self.kernel == "poly":
+            return self.coef0 >= 0
+        return False
+
+    def __call__(self, X, Z=None):
+        return kernel_matrix(X, Z, kernel=self.kernel, gamma=self.gamma,
+                             degree=self.degree, coef0=self.coef0)
+
+    def diag(self, X):
+        return kernel_diag(X, kernel=self.kernel, gamma=self.gamma,
+                           degree=self.degree, coef0=self.coef0)
+
+    def params(self) -> dict:
+        return {"kernel": self.kernel, "gamma": self.gamma, "degree": self.degree,
+                "coef0": self.coef0}
+
+
+def check_kernel(kernel="rbf", gamma=1.0, degree=2, coef0=0.0) -> KernelSpec:
+    """Validate kernel parameters; errors name the argument and what was expected."""
+    if not callable(kernel):
+        if not isinstance(kernel, str) or kernel not in KERNELS:
+            raise ValueError(
+                f"kernel must be one of {KERNELS} or a callable kernel(X, Z) -> array; got {kernel!r}")
+    if kernel in ("rbf", "poly"):
+        if isinstance(gamma, bool) or not isinstance(gamma, numbers.Real):
+            raise TypeError(f"gamma must be a positive number, got {gamma!r}")
+        gamma = float(gamma)
+        if not np.isfinite(gamma) or gamma <= 0:
+            raise ValueError(f"gamma must be a finite number > 0 for kernel={kernel!r}, got {gamma!r}")
+    if kernel == "poly":
+        if isinstance(degree, bool) or not isinstance(degree, numbers.Integral) or degree < 1:
+            if not (isinstance(degree, numbers.Real) and float(degree).is_integer() and degree >= 1):
+                raise ValueError(f"degree must be an integer >= 1 for kernel='poly', got {degree!r}")
+        degree = int(degree)
+        if isinstance(coef0, bool) or not isinstance(coef0, numbers.Real) or not np.isfinite(coef0):
+            raise ValueError(f"coef0 must be a finite number, got {coef0!r}")
+        coef0 = float(coef0)
+    return KernelSpec(kernel, gamma, degree, coef0)
+
+
+def _sq_norms(X) -> np.ndarray:
+    if sp.issparse(X):
+        X = _as64(X)
+        return np.asarray(X.multiply(X).sum(axis=1), dtype=np.float64).ravel()
+    X = np.asarray(X, dtype=np.float64)
+    return np.einsum("ij,ij->i", X, X)
+
+
+def _as64(X):
+    if sp.issparse(X):
+        return X if X.dtype == np.float64 else X.astype(np.float64)
+    return np.asarray(X, dtype=np.float64)
+
+
+def _dot(X, Z) -> np.ndarray:
+    """X Zᵀ as a dense float64 C-contiguous array (BLAS for dense, scipy for CSR)."""
+    X = _as64(X)
+    Z = _as64(Z)
+    xs, zs = sp.issparse(X), sp.issparse(Z)
+    if not xs and not zs:
+        return X @ Z.T
+    if xs and not zs:
+        return np.ascontiguousarray(X @ Z.T)
+    if not xs and zs:
+        return np.ascontiguousarray((Z @ X.T).T)
+    # both sparse: densify the smaller one when it is small, else sparse product
+    if Z.shape[0] * Z.shape[1] <= _MAX_BLOCK_ENTRIES:
+        return np.ascontiguousarray(X @ Z.toarray().T)
+    if X.shape[0] * X.shape[1] <= _MAX_BLOCK_ENTRIES:
+        return np.ascontiguousarray((Z @ X.toarray().T).T)
+    return np.asarray((X @ Z.T).toarray())
+
+
+def kernel_matrix(X, Z=None, *, kernel="rbf", gamma=1.0, degree=2, coef0=0.0) -> np.ndarray:
+    """Kernel block ``K[i, j] = k(X[i], Z[j])`` (float64, shape (len(X), len(Z))).
+
+    ``Z=None`` means ``Z = X`` (then the result is exactly symmetric and, for
+    the Gaussian kernel, exactly 1 on the diagonal).
+    """
+    same = Z is None
+    if same:
+        Z = X
+    if X.shape[1] != Z.shape[1]:
+        raise ValueError(f"X has {X.shape[1]} features but the kernel's second argument has "
+                         f"{Z.shape[1]}; they must match")
+    if callable(kernel):
+        K = np.asarray(kernel(X, Z), dtype=np.float64)
+        if K.shape != (X.shape[0], Z.shape[0]):
+            raise ValueError(f"callable kernel returned shape {K.shape}; expected "
+                             f"{(X.shape[0], Z.shape[0])} = (len(X), len(Z))")
+        if not np.isfinite(K).all():
+            raise ValueError("callable kernel returned NaN or infinity")
+        return np.ascontiguousarray(K)
+    K = _dot(X, Z)
+    if kernel == "linear":
+        pass
+    elif kernel == "poly":
+        if gamma != 1.0:
+            K *= gamma
+        if coef0 != 0.0:
+            K += coef0
+        if degree != 1:
+            np.power(K, degree, out=K)
+    elif kernel == "rbf":
+        nx = _sq_norms(X)
+        nz = nx if same else _sq_norms(Z)
+        K *= -2.0
+        K += nx[:, None]
+        K += nz[None, :]
+        np.maximum(K, 0.0, out=K)
+        if same:
+            np.fill_diagonal(K, 0.0)
+        K *= -gamma
+        np.exp(K, out=K)
+    else:  # pragma: no cover - check_kernel guards
+        raise ValueError(f"unknown kernel {kernel!r}")
+    if same:  # exact symmetry (BLAS may round the two triangles differently)
+        K = 0.5 * (K + K.T)
+    return K
+
+
+def kernel_diag(X, *, kernel="rbf", gamma=1.0, degree=2, coef0=0.0) -> np.ndarray:
+    """``k(x_i, x_i)`` for every row, without forming the matrix (callables: row by row)."""
+    if kernel == "rbf":
+        return np.ones(X.shape[0])
+    if kernel == "linear":
+        return _sq_norms(X)
+    if kernel == "poly":
+        return (gamma * _sq_norms(X) + coef0) ** degree
+    return np.array([kernel_matrix(X[i:i + 1], None, kernel=kernel)[0, 0] for i in range(X.shape[0])])
+
+
+def kernel_rows(spec: KernelSpec, X, Z, coef=None, *, max_entries: int = _MAX_BLOCK_ENTRIES):
+    """``k(X, Z) @ coef`` in row chunks so that at most ``max_entries`` kernel values are alive.
+
+    With ``coef=None`` the chunks of ``k(X, Z)`` are yielded as ``(row0, block)``.
+    """
+    n = X.shape[0]
+    step = max(1, int(max_entries // max(1, Z.shape[0])))
+    if coef is None:
+        def gen():
+            for r0 in range(0, n, step):
+                yield r0, spec(X[r0:r0 + step], Z)
+        return gen()
+    coef = np.asarray(coef, dtype=np.float64)
+    out = np.empty((n,) + coef.shape[1:], dtype=np.float64)
+    for r0 in range(0, n, step):
+        out[r0:r0 + step] = spec(X[r0:r0 + step], Z) @ coef
+    return out

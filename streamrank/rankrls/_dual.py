@@ -1,0 +1,276 @@
+"""Linear algebra of dual (kernel) RankRLS: one decomposition for every λ and hold-out.
+
+Dual RankRLS (Pahikkala et al. 2009, eq. (17); DESIGN §3.4) is
+
+    A = (L K + λ I)⁻¹ L y,        f(x) = k(x, X) A.
+
+Symmetric formulation used here.  The block-diagonal group Laplacian has a
+block-diagonal symmetric square root ``L = B B`` (``B = L^{1/2}``; with ties
+included ``B_g = √(s_g n_g) (I − 11ᵀ/n_g)``, the group centring, applied in
+O(rows); with ties excluded ``B_g`` comes from a small eigendecomposition of
+each ``L_g``).  The push-through identity ``(BBK + λI)⁻¹ B = B (BKB + λI)⁻¹``
+gives
+
+    A(λ) = B (BKB + λI)⁻¹ B y = B U (Λ + λ)⁻¹ Uᵀ B y,      BKB = U Λ Uᵀ,
+
+so ONE symmetric eigendecomposition (O(m³)) serves every λ (O(m² v) each,
+the paper's eq. (31) without the non-symmetric eigenproblem of LK) and needs
+neither K⁻¹ nor a positive definite K: a semidefinite kernel (e.g. the linear
+kernel with fewer features than rows) needs no diagonal shift.  Training
+predictions are ``F(λ) = (K B U)(Λ + λ)⁻¹ Uᵀ B y`` (one GEMM ``K B · U``).
+
+Leave-query-out (the block form of eq. (33)).  With ``N = BKB + λI``,
+``P = N⁻¹ = U (Λ+λ)⁻¹ Uᵀ``, ``c = P B y`` and a hold-out set H that is a union
+of groups (B is block-diagonal over groups, so removing H's rows of the
+problem removes H's rows and columns of N), the block-inverse formula
+``(N_H̄H̄)⁻¹ = P_H̄H̄ − P_H̄H P_HH⁻¹ P_HH̄`` collapses to
+
+    f_{−H}(X_H) = F_H − (K B P)_{H,H} (P_HH)⁻¹ c_H,
+
+i.e. O(m |H| + |H|³) per hold-out set from the stored ``U``, ``KBU``, Λ.
+
+Leave-pair-out for object ranking (one group, ties included; §3.4, eqs.
+(35)–(39)) lives in :func:`leave_pair_out`.
+"""
+from __future__ import annotations
+
+import numpy as np
+import scipy.linalg as la
+
+from ..laplacian import group_weights, laplacian_dense
+
+__all__ = ["LaplacianRoot", "DualDecomposition", "leave_pair_out", "check_psd"]
+
+
+class LaplacianRoot:
+    """The symmetric block-diagonal square root ``B = L^{1/2}`` of the group Laplacian.
+
+    ``apply(M)`` returns ``B @ M`` for M (m, k) in O(m k) (ties included) or
+    O(Σ n_g² k) (ties excluded).
+    """
+
+    def __init__(self, group_ptr, y=None, *, group_weight="pair", ties="include"):
+        gp = np.asarray(group_ptr, dtype=np.int64)
+        self.group_ptr = gp
+        self.m = int(gp[-1])
+        sizes = np.diff(gp)
+        self.sizes = sizes
+        self.ties = ties
+        if ties == "include":
+            s = group_weights(sizes, group_weight)
+            self.scale = np.sqrt(s * sizes)            # √(s_g n_g)
+            self.blocks = None
+        else:
+            yy = np.asarray(y, dtype=np.float64).reshape(self.m, -1)
+            if yy.shape[1] != 1:
+                raise NotImplementedError(
+                    "ties='exclude' with several outputs: every output has its own tie classes and so "
+                    "its own Laplacian; fit one model per output or use ties='include'")
+            yy = yy[:, 0]
+            blocks = []
+            for g in range(len(sizes)):
+                a, b = gp[g], gp[g + 1]
+                Lg = laplacian_dense(np.array([0, b - a]), y=yy[a:b], group_weight=group_weight,
+                                     ties="exclude")
+                # the pair/size/query weight of the group uses its full size
+                lam, V = np.linalg.eigh(Lg) if b > a else (np.zeros(0), np.zeros((0, 0)))
+                blocks.append((V * np.sqrt(np.maximum(lam, 0.0))) @ V.T)
+            self.blocks = blocks
+            self.scale = None
+
+    def apply(self, M) -> np.ndarray:
+        """``B @ M`` (M of shape (m,) or (m, k)), a new float64 array."""
+        M = np.asarray(M, dtype=np.float64)
+        one = M.ndim == 1
+        M2 = M[:, None] if one else M
+        if self.blocks is None:
+            gp, sizes = self.group_ptr, self.sizes
+            nz = sizes > 0
+            sums = np.zeros((len(sizes), M2.shape[1]))
+            if self.m:
+                sums[nz] = np.add.reduceat(M2, gp[:-1][nz], axis=0)
+            means = sums / np.maximum(sizes, 1)[:, None]
+            rows_g = np.repeat(np.arange(len(sizes)), sizes)
+            out = M2 - means[rows_g]
+            out *= self.scale[rows_g][:, None]
+        else:
+            out = np.empty_like(M2)
+            gp = self.group_ptr
+            for g, Bg in enumerate(self.blocks):
+                a, b = gp[g], gp[g + 1]
+                out[a:b] = Bg @ M2[a:b]
+        return out[:, 0] if one else out
+
+    def block(self, g) -> np.ndarray:
+        """``B_g`` as a dense (n_g, n_g) array."""
+        if self.blocks is not None:
+            return self.blocks[g]
+        n = int(self.sizes[g])
+        return self.scale[g] * (np.eye(n) - 1.0 / max(n, 1))
+
+
+def check_psd(K, *, name="kernel") -> None:
+    """Raise ``ValueError`` when K is not positive semidefinite (Cholesky of K + 1e-10·mean(diag)·I)."""
+    m = K.shape[0]
+    if m == 0:
+        return
+    shift = 1e-10 * max(float(np.mean(np.abs(np.diag(K)))), 1e-300)
+    M = K + shift * np.eye(m)
+    try:
+        la.cholesky(M, lower=True, overwrite_a=True, check_finite=False)
+    except la.LinAlgError:
+        lam = la.eigvalsh(K, subset_by_index=[0, 0])[0] if m > 0 else 0.0
+        raise ValueError(
+            f"the {name} is not positive semidefinite on the training rows (smallest eigenvalue of the "
+            f"kernel matrix {lam:.3g}); RankRLS needs a PSD kernel (use a valid kernel, or add a "
+            "diagonal shift inside your callable)") from None
+
+
+class DualDecomposition:
+    """``BKB = U Λ Uᵀ`` plus ``KBU`` and ``Uᵀ B y``: every λ and every hold-out set.
+
+    Parameters
+    ----------
+    K : (m, m) kernel matrix (consumed: it may be overwritten)
+    y : (m, v) float64 targets
+    root : :class:`LaplacianRoot`
+    """
+
+    def __init__(self, K, y, root: LaplacianRoot):
+        m = K.shape[0]
+        self.m = m
+        self.root = root
+        BK = root.apply(K)                       # B K          (m, m)
+        del K
+        KB = BK.T                                # K B (K, B symmetric)
+        BKB = root.apply(KB)                     # B K B
+        BKB = 0.5 * (BKB + BKB.T)
+        if m:
+            lam, U = la.eigh(BKB, overwrite_a=True, check_finite=False, driver="evd")
+        else:
+            lam, U = np.zeros(0), np.zeros((0, 0))
+        del BKB
+        top = float(np.max(np.abs(lam))) if m else 0.0
+        if m and lam[0] < -1e-8 * max(top, 1e-300) * max(1.0, np.sqrt(m)):
+            raise ValueError(
+                f"the kernel is not positive semidefinite on the training rows (eigenvalue {lam[0]:.3g} of "
+                "L^1/2 K L^1/2); RankRLS needs a PSD kernel")
+        self.eigenvalues = np.maximum(lam, 0.0)
+        self.U = U
+        self.KBU = KB @ U if m else np.zeros((0, 0))   # the one GEMM
+        del BK, KB
+        self.z = U.T @ root.apply(y) if m else np.zeros((0, y.shape[1]))   # Uᵀ B y  (m, v)
+
+    def _d(self, alpha):
+        return 1.0 / (self.eigenvalues + float(alpha))
+
+    def coef(self, alpha) -> np.ndarray:
+        """Dual coefficients A(λ) = B U (Λ+λ)⁻¹ Uᵀ B y, (m, v)."""
+        return self.root.apply(self.U @ (self._d(alpha)[:, None] * self.z))
+
+    def fitted(self, alpha) -> np.ndarray:
+        """Training predictions F(λ) = K A(λ), (m, v)."""
+        return self.KBU @ (self._d(alpha)[:, None] * self.z)
+
+    def holdout(self, alpha, sets) -> np.ndarray:
+        """Held-out predictions for every row of every hold-out set (block form of eq. (33)).
+
+        ``sets`` is a list of integer row arrays, each a union of whole groups,
+        disjoint.  Rows in no set get NaN.
+        """
+        d = self._d(alpha)
+        c = self.U @ (d[:, None] * self.z)             # P B y   (m, v)
+        F = self.fitted(alpha)
+        out = np.full_like(F, np.nan)
+        for H in sets:
+            H = np.asarray(H, dtype=np.int64)
+            if H.size == 0:
+                continue
+            UdH = self.U[H] * d                          # (h, m)
+            PHH = UdH @ self.U[H].T                      # P_HH
+            KBP = self.KBU[H] @ UdH.T                    # (K B P)_HH
+            PHH = 0.5 * (PHH + PHH.T)
+            corr = KBP @ la.solve(PHH, c[H], assume_a="pos", check_finite=False)
+            out[H] = F[H] - corr
+        return out
+
+    def holdout_operator(self, alpha, H) -> np.ndarray:
+        """The (|H|, m) matrix G with f_{−H}(X_H) = G y' for any targets y' (same Laplacian).
+
+        ``G = (K B P B)_H − (K B P)_HH P_HH⁻¹ (P B)_H``; its columns H are zero.
+        Used by transductive RankRLS.
+        """
+        d = self._d(alpha)
+        H = np.asarray(H, dtype=np.int64)
+        UdH = self.U[H] * d
+        KBP_H = (self.KBU[H] * d) @ self.U.T          # (K B P)_{H,:}  (h, m)
+        PB_H = self.root.apply((UdH @ self.U.T).T).T    # (P B)_{H,:} = (B P_{:,H})ᵀ
+        KBPB_H = self.root.apply(KBP_H.T).T            # (K B P B)_{H,:}
+        PHH = UdH @ self.U[H].T
+        PHH = 0.5 * (PHH + PHH.T)
+        corr = KBP_H[:, H] @ la.solve(PHH, PB_H, assume_a="pos", check_finite=False)
+        return KBPB_H - corr
+
+
+def leave_pair_out(K, y, pairs, alpha, *, group_weight="pair"):
+    """Exact leave-pair-out hold-out predictions for object ranking (2009 paper §3.4, eqs. (35)–(39)).
+
+    One group of m rows, ties included.  Holding out U = {i, j} leaves the
+    Laplacian ``L̃ = s'(D̃ − B Bᵀ)`` of the complete graph on the other m − 2
+    rows (D̃ = (m−2)I, B = [1_Ū, √(m−2) e_i, √(m−2) e_j], eq. (37); s' the
+    group weight of m − 2 rows, as retraining would use).  By Lemma 2,
+    f_Ū(X_U) = I_U (L̃ + λK⁻¹)⁻¹ L̃ y, and with ``Q = (s'D̃ + λK⁻¹)⁻¹ =
+    K (s'(m−2) K + λI)⁻¹`` (no K⁻¹ needed: one Cholesky of s'(m−2)K + λI)
+    Sherman–Morrison–Woodbury (38) gives, in O(1) per pair from the stored
+    Q, Q1, 1ᵀQ1, Qy, 1ᵀQy, 1ᵀy (the matrices (39)),
+
+        f_Ū(X_U) = (Q L̃ y)_U + (QB')_U (I − B'ᵀQB')⁻¹ B'ᵀ Q L̃ y,   B' = √s' B.
+
+    Returns ``(P, 2, v)`` predictions (f_i, f_j) for every pair.
+    """
+    m = K.shape[0]
+    y = np.asarray(y, dtype=np.float64).reshape(m, -1)
+    pairs = np.asarray(pairs)
+    if m < 3:
+        raise ValueError(f"leave-pair-out needs at least 3 training rows, the model has {m}")
+    sp_ = float(group_weights(np.array([m - 2]), group_weight)[0])
+    md = float(m - 2)
+    c = sp_ * md
+    M = c * K + alpha * np.eye(m)
+    cf = la.cho_factor(M, lower=True, check_finite=False)
+    Q = la.cho_solve(cf, K, check_finite=False)                  # (cK + λI)⁻¹ K = K (cK + λI)⁻¹
+    Q = 0.5 * (Q + Q.T)
+    q1 = Q.sum(axis=1)
+    s1 = float(q1.sum())
+    Qy = Q @ y
+    oQy = Qy.sum(axis=0)
+    oy = y.sum(axis=0)
+    i, j = pairs[:, 0], pairs[:, 1]
+    P = pairs.shape[0]
+    r = np.sqrt(md)
+    R = np.array([[-1.0, r, 0.0], [-1.0, 0.0, r]])            # (I_U)ᵀR = B − C
+    QUU = np.empty((P, 2, 2))
+    QUU[:, 0, 0] = Q[i, i]
+    QUU[:, 1, 1] = Q[j, j]
+    QUU[:, 0, 1] = QUU[:, 1, 0] = Q[i, j]
+    QC_U = np.zeros((P, 2, 3))
+    QC_U[:, 0, 0] = q1[i]
+    QC_U[:, 1, 0] = q1[j]
+    RtQC = np.einsum("ua,pub->pab", R, QC_U)                       # Rᵀ (QC)_U
+    BQB = np.einsum("ua,puw,wb->pab", R, QUU, R) + RtQC + RtQC.transpose(0, 2, 1)
+    BQB[:, 0, 0] += s1                                             # CᵀQC
+    By = np.empty((P, 3, y.shape[1]))                              # Bᵀy
+    By[:, 0] = oy - y[i] - y[j]
+    By[:, 1] = r * y[i]
+    By[:, 2] = r * y[j]
+    BQy = np.empty_like(By)                                        # BᵀQy
+    BQy[:, 0] = oQy - Qy[i] - Qy[j]
+    BQy[:, 1] = r * Qy[i]
+    BQy[:, 2] = r * Qy[j]
+    QB_U = QC_U + np.einsum("puw,wb->pub", QUU, R)                 # (QB)_U
+    QyU = np.stack([Qy[i], Qy[j]], axis=1)                         # (P, 2, v)
+    QLy_U = md * QyU - QB_U @ By                                   # (Q L̃ y)_U / s'
+    BQLy = md * BQy - BQB @ By                                     # Bᵀ Q L̃ y / s'
+    Mw = np.eye(3)[None] - sp_ * BQB
+    corr = QB_U @ np.linalg.solve(Mw, sp_ * BQLy)
+    return sp_ * (QLy_U + corr)

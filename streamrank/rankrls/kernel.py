@@ -1,0 +1,505 @@
+"""Kernel RankRLS: exact dual (in memory) and sparse/basis RankRLS (streaming).
+
+Dual mode (``n_basis=None``; Pahikkala et al. 2009 eq. (17), DESIGN §3.4)::
+
+    A = (L K + λ I)⁻¹ L y,        f(x) = k(x, X) A
+
+solved through one symmetric eigendecomposition of ``L^{1/2} K L^{1/2}``
+(see :mod:`streamrank.rankrls._dual`): every λ of :meth:`KernelRankRLS.path`
+costs O(m² v), leave-query-out (eq. (33)) O(m |U| + |U|³) per query, and
+leave-pair-out for object ranking (§3.4, eqs. (35)–(39)) O(1) per pair after
+one O(m³) Cholesky.  A semidefinite kernel needs no diagonal shift (no K⁻¹ is
+ever formed); a kernel that is not PSD on the data raises ``ValueError``.
+
+Sparse mode (``n_basis=r``; §3.5 of the 2009 paper, eq. (41), the sparse
+RankRLS paper, DESIGN §3.5)::
+
+    A = (K_RM L K_MR + λ K_RR)⁻¹ K_RM L y,        f(x) = k(x, X_R) A
+
+Pass 1 draws the r basis rows uniformly by reservoir sampling (Algorithm R,
+one uniform per row in row order, so the sample does not depend on how the
+stream is cut into blocks) unless ``basis`` is an array of rows.  Pass 2
+accumulates ``G = K_RM L K_MR`` and ``b = K_RM L y`` block by block with
+:class:`~streamrank.rankrls._statistics.RankStatistics` on Φ_B = k(X_B, X_R)
+(memory O(r² + block·r)).  Then, instead of the Cholesky ``K_RR = Z Zᵀ`` of
+eq. (42) we use its eigendecomposition ``K_RR = W S Wᵀ`` and the
+pseudo-inverse root ``Z⁺ = S₊^{-1/2} W₊ᵀ`` (identical when K_RR is positive
+definite; robust when it is only semidefinite, e.g. duplicated basis rows or
+the linear kernel with r > n_features — the dropped directions k(·, X_R)v = 0
+carry no function), and ``Z⁺ G Z⁺ᵀ = V Λ Vᵀ``:
+
+    A(λ) = Z⁺ᵀ V (Λ + λ)⁻¹ Vᵀ Z⁺ b        — O(r²) per λ.
+
+The sparse model is a primal RankRLS on the r₊ features ψ(x) = Z⁺ k(X_R, x),
+so leave-query-out takes one more streaming pass (Woodbury per group).
+"""
+from __future__ import annotations
+
+import numbers
+
+import numpy as np
+import scipy.linalg as la
+import scipy.sparse as sp
+
+from .._validation import (
+    check_alpha,
+    check_n_features,
+    check_qid,
+    check_X,
+    check_y,
+    group_ptr_from_qid,
+)
+from ..base import BaseRanker
+from ..io.blocks import BlockSource, vstack_X
+from ..kernels import check_kernel, kernel_rows
+from ..laplacian import check_group_weight, check_ties
+from ..persistence import register_model
+from ._dual import DualDecomposition, LaplacianRoot, check_psd, leave_pair_out
+from ._statistics import RankStatistics
+
+__all__ = ["KernelRankRLS"]
+
+
+def _alphas(alphas):
+    arr = np.atleast_1d(np.asarray(alphas, dtype=np.float64))
+    if arr.ndim != 1 or arr.size == 0:
+        raise ValueError(f"alphas must be a non-empty 1-D sequence of positive numbers, got {alphas!r}")
+    for a in arr:
+        check_alpha(float(a), "alphas")
+    return arr
+
+
+def _take_rows(X, idx):
+    return X[idx]
+
+
+class _SparseSolution:
+    """``A(λ) = T (Λ + λ)⁻¹ z`` of sparse RankRLS (T = Z⁺ᵀ V, z = Vᵀ Z⁺ b)."""
+
+    def __init__(self, G, b, K_RR):
+        r = K_RR.shape[0]
+        s, W = la.eigh(0.5 * (K_RR + K_RR.T), check_finite=False)
+        top = float(np.max(np.abs(s))) if r else 0.0
+        if r and s[0] < -1e-8 * max(top, 1e-300) * max(1.0, np.sqrt(r)):
+            raise ValueError(
+                f"the kernel is not positive semidefinite on the basis rows (eigenvalue {s[0]:.3g} of K_RR); "
+                "RankRLS needs a PSD kernel")
+        keep = s > max(top, 1e-300) * r * np.finfo(float).eps * 10
+        self.rank = int(keep.sum())
+        Zp = W[:, keep] / np.sqrt(s[keep])                     # Z⁺ᵀ  (r, r₊)
+        M = Zp.T @ G @ Zp
+        lam, V = la.eigh(0.5 * (M + M.T), check_finite=False)
+        self.eigenvalues = np.maximum(lam, 0.0)
+        self.T = Zp @ V                                        # (r, r₊)
+        self.z = V.T @ (Zp.T @ b)                              # (r₊, v)
+
+    def coef(self, alpha):
+        return self.T @ (self.z / (self.eigenvalues + float(alpha))[:, None])
+
+
+@register_model
+class KernelRankRLS(BaseRanker):
+    """Kernel RankRLS: exact dual solver or sparse (basis-vector) RankRLS.
+
+    Parameters
+    ----------
+    kernel : {"rbf", "linear", "poly"} or callable ``kernel(X, Z) -> (len(X), len(Z))``
+    gamma, degree, coef0 : kernel parameters (rbf: exp(−γ‖x−z‖²); poly: (γ x·z + coef0)^degree)
+    alpha : float > 0, the regularization parameter λ
+    n_basis : None (exact dual, in memory) or int r (sparse RankRLS, streaming)
+    basis : "random" (reservoir sample of r rows) or an array of basis rows
+    group_weight : {"pair", "query", "size"}, ties : {"include", "exclude"} — see
+        :mod:`streamrank.laplacian`
+    random_state : seed of the reservoir sample
+
+    Attributes
+    ----------
+    dual_coef_ : (n_basis_rows,) or (n_basis_rows, n_outputs) — A
+    basis_ : the rows k(x, ·) is evaluated against (all training rows for the dual)
+    n_features_in_, n_outputs_
+    """
+
+    def __init__(self, kernel="rbf", gamma=1.0, degree=2, coef0=0.0, alpha=1.0, n_basis=None,
+                 basis="random", group_weight="pair", ties="include", random_state=None):
+        self.kernel = kernel
+        self.gamma = gamma
+        self.degree = degree
+        self.coef0 = coef0
+        self.alpha = alpha
+        self.n_basis = n_basis
+        self.basis = basis
+        self.group_weight = group_weight
+        self.ties = ties
+        self.random_state = random_state
+
+    # ------------------------------------------------------------ validation
+    def _spec(self):
+        return check_kernel(self.kernel, self.gamma, self.degree, self.coef0)
+
+    def _check_params(self):
+        spec = self._spec()
+        check_alpha(self.alpha, "alpha")
+        check_group_weight(self.group_weight)
+        check_ties(self.ties)
+        if self.n_basis is not None:
+            if isinstance(self.n_basis, bool) or not isinstance(self.n_basis, numbers.Integral) \
+                    or self.n_basis < 1:
+                raise ValueError(f"n_basis must be None or an integer >= 1, got {self.n_basis!r}")
+        if isinstance(self.basis, str) and self.basis != "random":
+            raise ValueError(f"basis must be 'random' or an array of basis rows, got {self.basis!r}")
+        return spec
+
+    def _y_out(self, A):
+        return A[:, 0] if self._one_d else A
+
+    # -------------------------------------------------------------------- fit
+    def fit(self, X, y=None, qid=None, *, max_rows=None):
+        """Fit from arrays ``(X, y, qid)`` or from a :class:`~streamrank.BlockSource`.
+
+        ``n_basis=None``: the exact dual in memory (a source is read whole).
+        ``n_basis=r``: sparse RankRLS, two streaming passes (basis, statistics)
+        in blocks of ``max_rows`` rows (default: about 4M/r rows).
+        """
+        spec = self._check_params()
+        if isinstance(X, BlockSource):
+            if y is not None or qid is not None:
+                raise ValueError("fit(source) takes the targets and query ids from the source; "
+                                 "do not pass y or qid")
+            source = X
+        else:
+            if y is None:
+                raise ValueError("fit(X, y, qid): y is required when X is an array")
+            source = None
+        for attr in ("dual_coef_", "_decomp", "_sparse", "_lpo_cache", "_train_source"):
+            if hasattr(self, attr):
+                delattr(self, attr)
+        if self.n_basis is None and isinstance(self.basis, str):
+            if source is not None:
+                X, y, qid = _read_all(source)
+            self._fit_dual(spec, X, y, qid)
+        else:
+            if source is None:
+                from ..io.sources import as_source
+                source = as_source(X, y, qid)
+            self._fit_sparse(spec, source, max_rows)
+        return self
+
+    def _fit_dual(self, spec, X, y, qid):
+        X = check_X(X, "X")
+        m = X.shape[0]
+        if m < 1:
+            raise ValueError("X has 0 rows; at least 1 needed")
+        y = check_y(y, m, "y")
+        q = check_qid(qid, m, "qid")
+        gp, _ = group_ptr_from_qid(q, "qid")
+        check_n_features(self, X.shape[1], reset=True)
+        self._one_d = y.ndim == 1
+        Y = y.reshape(m, -1)
+        self.n_outputs_ = Y.shape[1]
+        root = LaplacianRoot(gp, Y, group_weight=self.group_weight, ties=self.ties)
+        K = spec(X)
+        if not spec.psd_by_construction:
+            check_psd(K, name="kernel")
+        self._decomp = DualDecomposition(K, Y, root)
+        self._group_ptr = gp
+        self._Y = Y
+        self._mode = "dual"
+        self.basis_ = X
+        self.dual_coef_ = self._y_out(self._decomp.coef(self.alpha))
+        return self
+
+    def _fit_sparse(self, spec, source, max_rows):
+        m = source.n_rows
+        self.n_outputs_ = source.n_outputs
+        check_n_features(self, source.n_features, reset=True)
+        if isinstance(self.basis, str):
+            r = int(self.n_basis)
+            if r > m:
+                raise ValueError(f"n_basis={r} exceeds the number of training rows ({m}); "
+                                 f"use n_basis <= {m} (n_basis = rows gives the exact dual)")
+            if max_rows is None:
+                max_rows = max(256, (1 << 22) // max(r, 1))
+            Xb = _reservoir(source, r, self.random_state, max_rows)
+        else:
+            Xb = check_X(self.basis, "basis", n_features=source.n_features, min_rows=1)
+            if self.n_basis is not None and Xb.shape[0] != self.n_basis:
+                raise ValueError(f"basis has {Xb.shape[0]} rows but n_basis={self.n_basis}")
+            r = Xb.shape[0]
+            if max_rows is None:
+                max_rows = max(256, (1 << 22) // max(r, 1))
+        v = source.n_outputs
+        stats = RankStatistics(r, v, group_weight=self.group_weight, ties=self.ties)
+        ys = []
+        for block in source.blocks(max_rows=max_rows, split_groups=True):
+            Phi = spec(block.X, Xb)
+            gid = block.group_start + np.arange(block.n_groups, dtype=np.int64)
+            stats.add_block(Phi, block.y, block.group_ptr, group_size=block.group_size,
+                            group_offset=block.group_offset, group_id=gid)
+            if len(ys) < 1:
+                ys.append(np.ndim(block.y))
+        stats.check_complete()
+        K_RR = spec(Xb)
+        self._sparse = _SparseSolution(stats.G, stats.B, K_RR)
+        self._one_d = bool(ys and ys[0] == 1)
+        self._mode = "sparse"
+        self._train_source = (source, max_rows)
+        self.basis_ = Xb
+        self.dual_coef_ = self._y_out(self._sparse.coef(self.alpha))
+        self.n_groups_ = stats.n_groups
+        return self
+
+    # ------------------------------------------------------------- predicting
+    def predict(self, X):
+        """Scores f(x) = k(x, basis_) A for every row of X (processed in row chunks)."""
+        self._check_fitted("dual_coef_")
+        X = check_X(X, "X", n_features=self.n_features_in_)
+        A = self.dual_coef_
+        return kernel_rows(self._spec(), X, self.basis_, A)
+
+    def _solver(self):
+        if getattr(self, "_mode", None) == "dual" and hasattr(self, "_decomp"):
+            return self._decomp
+        if getattr(self, "_mode", None) == "sparse" and hasattr(self, "_sparse"):
+            return self._sparse
+        self._check_fitted("dual_coef_")
+        raise ValueError("this model was loaded from disk: the decomposition behind path / hold-out "
+                         "formulas is not saved; refit to use them")
+
+    def path(self, alphas):
+        """Dual coefficients for every λ in ``alphas`` from the one decomposition.
+
+        Returns (len(alphas), n_basis_rows) or (len(alphas), n_basis_rows, n_outputs).
+        """
+        arr = _alphas(alphas)
+        solver = self._solver()
+        return np.stack([self._y_out(solver.coef(a)) for a in arr])
+
+    # --------------------------------------------------------------- hold-out
+    def leave_query_out(self, alpha=None, source=None):
+        """Held-out predictions for every training row, each query left out in turn.
+
+        Dual: eq. (33) of the 2009 paper in block form (see ``_dual``).  Sparse:
+        one streaming pass over the training source (or ``source``), Woodbury
+        per group of the r-dimensional primal problem.  Returns (rows,) or
+        (rows, n_outputs) in training row order.
+        """
+        alpha = self.alpha if alpha is None else check_alpha(alpha, "alpha")
+        solver = self._solver()
+        if self._mode == "dual":
+            gp = self._group_ptr
+            if len(gp) - 1 < 2:
+                raise ValueError("leave_query_out needs at least 2 query groups; the model was trained "
+                                 "on one group (qid=None: use leave_pair_out)")
+            sets = [np.arange(gp[g], gp[g + 1]) for g in range(len(gp) - 1)]
+            return self._y_out(solver.holdout(alpha, sets))
+        return self._y_out(self._sparse_lqo(alpha, source))
+
+    def _sparse_lqo(self, alpha, source):
+        if source is None:
+            source, max_rows = self._train_source
+        else:
+            max_rows = self._train_source[1]
+        if source.n_groups < 2:
+            raise ValueError("leave_query_out needs at least 2 query groups; the model was trained "
+                             "on one group")
+        spec = self._spec()
+        sol = self._sparse
+        d = 1.0 / (sol.eigenvalues + alpha)
+        dz = d[:, None] * sol.z
+        out = np.empty((source.n_rows, sol.z.shape[1]))
+        for block in source.blocks(max_rows=max_rows, split_groups=False):
+            Psi = spec(block.X, self.basis_) @ sol.T              # ψ in the eigenbasis (rows, r₊)
+            F = Psi @ dz
+            Y = np.asarray(block.y, dtype=np.float64).reshape(block.n_rows, -1)
+            root = LaplacianRoot(block.group_ptr, Y, group_weight=self.group_weight, ties=self.ties)
+            gp = block.group_ptr
+            for g in range(block.n_groups):
+                a, b = gp[g], gp[g + 1]
+                Pg = Psi[a:b]
+                H = (Pg * d) @ Pg.T                               # Ψ_g P Ψ_gᵀ
+                S = root.block(g)
+                M = np.eye(b - a) - S @ H @ S
+                corr = H @ S @ np.linalg.solve(M, S @ (F[a:b] - Y[a:b]))
+                out[block.start + a:block.start + b] = F[a:b] + corr
+        return out
+
+    def leave_pair_out(self, pairs, alpha=None):
+        """Exact leave-pair-out predictions (f_i, f_j) for each pair (i, j) (2009 paper §3.4).
+
+        Object ranking only: a dual model trained on one group (``qid=None``)
+        with ties included.  Returns (pairs, 2) or (pairs, 2, n_outputs).
+        """
+        alpha = self.alpha if alpha is None else check_alpha(alpha, "alpha")
+        self._solver()
+        if self._mode != "dual":
+            raise ValueError("leave_pair_out is implemented for the exact dual (n_basis=None)")
+        n_groups = len(self._group_ptr) - 1
+        if n_groups != 1:
+            raise ValueError(
+                f"leave_pair_out is for object ranking (one group, qid=None); this model was trained "
+                f"with {n_groups} query groups — use leave_query_out")
+        if self.ties != "include":
+            raise ValueError("leave_pair_out needs ties='include' (cost (21) of the 2009 paper, §3.4)")
+        m = self.basis_.shape[0]
+        P = np.asarray(pairs)
+        if P.ndim != 2 or P.shape[1] != 2 or P.dtype.kind not in "iu":
+            raise ValueError(f"pairs must be an integer array of shape (n_pairs, 2), got "
+                             f"{P.dtype} array of shape {P.shape}")
+        if P.size and (P.min() < 0 or P.max() >= m):
+            bad = int(np.flatnonzero((P < 0).any(axis=1) | (P >= m).any(axis=1))[0])
+            raise ValueError(f"pairs row {bad} = {P[bad].tolist()} holds a row index outside [0, {m})")
+        if P.size and np.any(P[:, 0] == P[:, 1]):
+            bad = int(np.flatnonzero(P[:, 0] == P[:, 1])[0])
+            raise ValueError(f"pairs row {bad} = {P[bad].tolist()} holds the same row twice")
+        cache = getattr(self, "_lpo_cache", None)
+        if cache is None:
+            cache = self._lpo_cache = {"K": self._spec()(self.basis_)}
+        out = leave_pair_out(cache["K"], self._Y, P.astype(np.int64), alpha,
+                             group_weight=self.group_weight)
+        return out[:, :, 0] if self._one_d else out
+
+    # ----------------------------------------------------------- model choice
+    def cross_validate(self, source, alphas, folds=5, scoring="disagreement", *, random_state=None):
+        """Hold-out predictions and scores for every λ in ``alphas`` from one decomposition.
+
+        Dual models only (fit on ``source`` first if needed).  ``folds="query"``
+        leaves every query out in turn; an integer k splits the queries into k
+        folds (whole queries, shuffled with ``random_state``).  ``scoring`` is a
+        name in :mod:`streamrank.metrics` ("disagreement", "ndcg",
+        "mean_average_precision", "auc") or a callable
+        ``scoring(y_true, y_pred, qid) -> float``.  Returns a dict with
+        ``alphas``, ``scores`` (per λ), ``best_alpha`` and ``predictions``
+        (len(alphas), rows[, outputs]).  The model is refitted at ``best_alpha``
+        (only the coefficients change).
+        """
+        from .. import metrics as _metrics
+
+        arr = _alphas(alphas)
+        if isinstance(source, BlockSource):
+            X, y, qid = _read_all(source)
+        else:
+            X, y, qid = source
+        saved_alpha = self.alpha
+        if not (hasattr(self, "_decomp") and self._mode == "dual"
+                and getattr(self, "_cv_key", None) == id(source)):
+            if self.n_basis is not None:
+                raise ValueError("cross_validate is implemented for the exact dual (n_basis=None)")
+            self.fit(X, y, qid)
+            self._cv_key = id(source)
+        gp = self._group_ptr
+        n_groups = len(gp) - 1
+        if folds == "query":
+            groups = [[g] for g in range(n_groups)]
+        else:
+            k = int(folds)
+            if k < 2 or k > n_groups:
+                raise ValueError(f"folds must be 'query' or an integer in [2, {n_groups}] (the number of "
+                                 f"query groups); got {folds!r}")
+            perm = np.random.default_rng(random_state).permutation(n_groups)
+            groups = [sorted(perm[f::k]) for f in range(k)]
+        sets = [np.concatenate([np.arange(gp[g], gp[g + 1]) for g in gs]) for gs in groups]
+        if callable(scoring):
+            score_fn = scoring
+        else:
+            fn = getattr(_metrics, scoring, None)
+            if fn is None or scoring.startswith("_"):
+                raise ValueError(f"unknown scoring {scoring!r}; use a function name of streamrank.metrics "
+                                 "or a callable scoring(y_true, y_pred, qid)")
+            if scoring == "auc":
+                score_fn = lambda yt, yp, q: fn(yt, yp)  # noqa: E731
+            else:
+                score_fn = lambda yt, yp, q: fn(yt, yp, q)  # noqa: E731
+        qrow = np.repeat(np.arange(n_groups), np.diff(gp))
+        preds, scores = [], []
+        Y = self._y_out(self._Y)
+        for a in arr:
+            pred = self._y_out(self._decomp.holdout(a, sets))
+            preds.append(pred)
+            if pred.ndim == 1:
+                scores.append(float(score_fn(Y, pred, qrow)))
+            else:
+                scores.append(float(np.mean([score_fn(Y[:, j], pred[:, j], qrow) for j in range(pred.shape[1])])))
+        scores = np.asarray(scores)
+        lower_better = callable(scoring) is False and scoring in ("disagreement",)
+        best = int(np.nanargmin(scores) if lower_better else np.nanargmax(scores))
+        self.alpha = float(arr[best]) if saved_alpha is not None else saved_alpha
+        self.dual_coef_ = self._y_out(self._decomp.coef(self.alpha))
+        return {"alphas": arr, "scores": scores, "best_alpha": float(arr[best]),
+                "predictions": np.stack(preds)}
+
+    # ------------------------------------------------------------ persistence
+    def _get_state(self):
+        self._check_fitted("dual_coef_")
+        if callable(self.kernel):
+            raise ValueError("a KernelRankRLS with a callable kernel cannot be saved (the callable is code, "
+                             "and models are stored without pickle); use a named kernel")
+        if not isinstance(self.basis, str):
+            raise ValueError("save the model with basis='random' semantics: set_params(basis='random') "
+                             "after fitting with user basis rows (basis_ is stored)")
+        attrs = {"n_features_in_": int(self.n_features_in_), "n_outputs_": int(self.n_outputs_),
+                 "one_d": bool(self._one_d), "mode": self._mode}
+        basis = self.basis_
+        arrays = {"basis_": basis if sp.issparse(basis) else np.asarray(basis),
+                  "dual_coef_": np.asarray(self.dual_coef_)}
+        return attrs, arrays
+
+    def _set_state(self, attrs, arrays):
+        self.n_features_in_ = int(attrs["n_features_in_"])
+        self.n_outputs_ = int(attrs["n_outputs_"])
+        self._one_d = bool(attrs["one_d"])
+        self._mode = attrs.get("mode", "dual") + "-loaded"
+        self.basis_ = arrays["basis_"]
+        self.dual_coef_ = np.asarray(arrays["dual_coef_"], dtype=np.float64)
+
+
+def _read_all(source):
+    """Concatenate every block of a source (dual mode: the data must fit in memory)."""
+    Xs, ys, qs = [], [], []
+    for block in source.blocks(max_rows=1 << 16, prefetch=False):
+        Xs.append(block.X)
+        ys.append(np.asarray(block.y))
+        qs.append(block.row_qid())
+    if not Xs:
+        raise ValueError("the source holds no rows")
+    X = vstack_X(Xs)
+    y = np.concatenate(ys, axis=0)
+    qid = np.concatenate(qs)
+    if getattr(source, "global_group", False):
+        qid = None
+    return X, y, qid
+
+
+def _reservoir(source, r, random_state, max_rows):
+    """Uniform sample of r rows in one pass (Algorithm R; one uniform per row in row order)."""
+    rng = np.random.default_rng(random_state)
+    slots: dict[int, object] = {}
+    dense = None
+    sparse_rows = None
+    t0 = 0
+    for block in source.blocks(max_rows=max_rows, split_groups=True, prefetch=True):
+        n = block.n_rows
+        t = block.start + np.arange(n)
+        if block.start != t0:
+            raise ValueError("reservoir sampling needs the blocks in row order")
+        t0 += n
+        u = rng.random(n)
+        j = np.where(t < r, t, np.floor(u * (t + 1)).astype(np.int64))
+        take = np.flatnonzero(j < r)
+        if take.size == 0:
+            continue
+        X = block.X
+        if sp.issparse(X):
+            if sparse_rows is None:
+                sparse_rows = {}
+            for row in take:
+                sparse_rows[int(j[row])] = X[row]
+        else:
+            if dense is None:
+                dense = np.zeros((r, X.shape[1]), dtype=np.float64)
+            jj = j[take]
+            _, last = np.unique(jj[::-1], return_index=True)     # the last row of the block per slot
+            sel = take[::-1][last]
+            dense[j[sel]] = X[sel]
+    if sparse_rows is not None:
+        return sp.vstack([sparse_rows[k] for k in range(r)], format="csr").astype(np.float64)
+    return dense
