@@ -1,0 +1,583 @@
+"""Tuple stores: (query, preferred item, other item) triples for SGD rankers.
+
+A :class:`TupleStore` holds sparse query vectors ``Q`` (CSR), sparse item
+vectors ``D`` (CSR) and ``tuples`` (l, 3) int64 rows ``(query row, preferred
+item row, other item row)`` with a ``magnitude`` (l,) (1.0 unless given) — the
+input of the bilinear ranker of DESIGN §3.6.  Layout and commit protocol as in
+:mod:`streamrank.io.schema`: appends are atomic and idempotent exactly like
+:class:`~streamrank.GroupStore` appends (data first beyond the committed
+counts, the commit record last; a torn tail is cut back by the next append).
+
+:meth:`TupleSource.batches` yields :class:`TupleBatch` objects whose ``Q``,
+``D_pos``, ``D_neg`` are row-aligned CSR matrices.  Shuffling goes through a
+bounded buffer: tuples are read chunk by chunk (chunks in a random order), a
+buffer of ``shuffle_buffer`` tuples is kept, and each emitted batch takes
+``batch_size`` uniformly chosen buffer slots which are refilled from the
+stream.  Memory is O(shuffle_buffer + chunk) tuples whatever the number of
+tuples in the store; ``Q`` and ``D`` themselves are read once and kept in
+memory (they are the small side: a tuple store holds far more tuples than
+vectors).  Every tuple is emitted exactly once per pass; the same
+``random_state`` gives the same batches.
+"""
+from __future__ import annotations
+
+import datetime as _dt
+import logging
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Iterator
+
+import numpy as np
+import scipy.sparse as sp
+
+from .._validation import check_finite
+from .group_store import _PRIVATE, _positive_int, _prepare_dir, writer_lock
+from .schema import (
+    FORMAT_VERSION,
+    TUPLE_ARRAYS,
+    TUPLE_FORMAT,
+    BatchHasher,
+    StoreFormatError,
+    check_format,
+    compressors,
+    read_attrs,
+    remove_partial_files,
+    write_attrs,
+)
+
+__all__ = ["TupleBatch", "TupleSource", "TupleStore", "as_tuple_source"]
+
+logger = logging.getLogger("streamrank")
+
+_TUPLE_CHUNK = 1 << 17   # tuples per chunk: 131072 x 3 x 8 B = 3 MiB
+_NNZ_CHUNK = 1 << 20
+_INDPTR_CHUNK = 1 << 19
+
+
+@dataclass(frozen=True, eq=False)
+class TupleBatch:
+    """A batch of (query, preferred item, other item) tuples, row-aligned.
+
+    Attributes
+    ----------
+    Q : csr_matrix (k, n_query_features)
+        Query vector of each tuple.
+    D_pos, D_neg : csr_matrix (k, n_item_features)
+        Preferred and less preferred item of each tuple.
+    magnitude : float64 ndarray (k,)
+    tuples : int64 ndarray (k, 3)
+        The (query row, preferred row, other row) indices.
+    index : int64 ndarray (k,)
+        Global position of each tuple in its source.
+    """
+
+    Q: sp.csr_matrix
+    D_pos: sp.csr_matrix
+    D_neg: sp.csr_matrix
+    magnitude: np.ndarray
+    tuples: np.ndarray
+    index: np.ndarray
+
+    def __len__(self):
+        return len(self.index)
+
+
+def _check_csr(M, name, n_features):
+    if M is None:
+        return sp.csr_matrix((0, n_features), dtype=np.float32)
+    if not sp.issparse(M):
+        M = np.asarray(M)
+        if M.dtype.kind not in "biuf":
+            raise TypeError(f"{name} has dtype {M.dtype}; expected numbers")
+        if M.ndim != 2:
+            raise ValueError(f"{name} must be 2-D (rows, features), got shape {M.shape}")
+    M = sp.csr_matrix(M)
+    if M.dtype.kind not in "biuf":
+        raise TypeError(f"{name} has dtype {M.dtype}; expected numbers")
+    if M.shape[1] != n_features:
+        raise ValueError(f"{name} has {M.shape[1]} features, but {n_features} were expected "
+                         "(the number the store was created with)")
+    if not M.has_canonical_format:  # never modify the caller's matrix in place
+        M = M.copy()
+        M.sum_duplicates()
+    check_finite(M, name)
+    data = M.data
+    if data.dtype != np.float32:
+        if data.dtype.kind == "f" and data.size and np.abs(data).max() > np.finfo(np.float32).max:
+            k = int(np.flatnonzero(np.abs(data) > np.finfo(np.float32).max)[0])
+            row = int(np.searchsorted(M.indptr, k, side="right") - 1)
+            raise ValueError(f"{name} row {row} holds a value outside the float32 range")
+        M = sp.csr_matrix((data.astype(np.float32), M.indices, M.indptr), shape=M.shape)
+    return M
+
+
+def _check_tuples(tuples, name="tuples"):
+    t = np.asarray(tuples)
+    if t.dtype.kind not in "iu" and not (t.dtype.kind == "f" and t.size == 0):
+        if t.dtype.kind == "f" and np.all(t == np.round(t)) and np.isfinite(t).all():
+            pass
+        else:
+            raise TypeError(f"{name} has dtype {t.dtype}; expected integer row indices")
+    if t.ndim != 2 or t.shape[1] != 3:
+        raise ValueError(f"{name} must have shape (l, 3) = (query row, preferred item row, "
+                         f"other item row); got shape {t.shape}")
+    return np.ascontiguousarray(t, dtype=np.int64)
+
+
+def _check_ranges(t, n_q, n_d, name="tuples"):
+    for col, n, what in ((0, n_q, "query row (Q)"), (1, n_d, "preferred item row (D)"),
+                         (2, n_d, "other item row (D)")):
+        c = t[:, col]
+        bad = (c < 0) | (c >= n)
+        if bad.any():
+            r = int(np.flatnonzero(bad)[0])
+            raise ValueError(f"{name} row {r} column {col} = {int(c[r])} is not a valid {what} "
+                             f"index; expected 0 <= index < {n}")
+
+
+def _check_magnitudes(m, l_, name="magnitudes"):
+    if m is None:
+        return np.ones(l_, dtype=np.float64)
+    m = np.asarray(m)
+    if m.dtype.kind not in "biuf":
+        raise TypeError(f"{name} has dtype {m.dtype}; expected numbers")
+    m = np.ascontiguousarray(m, dtype=np.float64)
+    if m.shape != (l_,):
+        raise ValueError(f"{name} must have shape ({l_},) (one per tuple); got {m.shape}")
+    check_finite(m, name)
+    return m
+
+
+class TupleSource:
+    """Base class of tuple sources: :meth:`batches` over ``_read_tuples``.
+
+    Subclasses set ``n_tuples``, ``n_query_features``, ``n_item_features``
+    and implement :meth:`_read_tuples`, :meth:`_matrices` and
+    :meth:`_chunk_size`.
+    """
+
+    n_tuples: int
+    n_query_features: int
+    n_item_features: int
+
+    def _read_tuples(self, t0: int, t1: int):
+        """``(tuples (k, 3) int64, magnitude (k,) float64)`` of tuples t0:t1."""
+        raise NotImplementedError
+
+    def _matrices(self):
+        """``(Q, D)`` as CSR matrices."""
+        raise NotImplementedError
+
+    def _chunk_size(self) -> int:
+        return _TUPLE_CHUNK
+
+    @classmethod
+    def from_arrays(cls, Q, D, tuples, magnitudes=None) -> "ArrayTupleSource":
+        """An in-memory tuple source with the same :meth:`batches` contract."""
+        return ArrayTupleSource(Q, D, tuples, magnitudes)
+
+    def __len__(self):
+        return self.n_tuples
+
+    def batches(self, batch_size: int = 1024, shuffle_buffer: int = 100_000, random_state=0,
+                ) -> Iterator[TupleBatch]:
+        """Yield :class:`TupleBatch` objects covering every tuple exactly once.
+
+        Parameters
+        ----------
+        batch_size : int
+            Tuples per batch (the last one may be smaller).
+        shuffle_buffer : int
+            Size of the shuffle buffer; 0 keeps file order.  With a buffer the
+            read chunks are visited in a random order as well.
+        random_state : None, int or numpy Generator
+            Seed: the same seed gives the same batches.
+        """
+        batch_size = _positive_int(batch_size, "batch_size")
+        if isinstance(shuffle_buffer, bool) or int(shuffle_buffer) < 0:
+            raise ValueError(f"shuffle_buffer must be an integer >= 0, got {shuffle_buffer!r}")
+        shuffle_buffer = int(shuffle_buffer)
+        Q, D = self._matrices()
+        n = self.n_tuples
+        chunk = max(self._chunk_size(), batch_size)
+        starts = np.arange(0, n, chunk, dtype=np.int64)
+        if shuffle_buffer == 0:
+            # file order; batches are full-size except the last (a read chunk's
+            # remainder is carried over into the next chunk)
+            carry_t = np.zeros((0, 3), dtype=np.int64)
+            carry_m = np.zeros(0, dtype=np.float64)
+            for t0 in starts:
+                t1 = min(int(t0) + chunk, n)
+                tup, mag = self._read_tuples(int(t0), t1)
+                tup, mag = np.concatenate((carry_t, tup)), np.concatenate((carry_m, mag))
+                first = int(t0) - len(carry_t)
+                full = (len(tup) // batch_size) * batch_size
+                for a in range(0, full, batch_size):
+                    b = a + batch_size
+                    yield _make_batch(Q, D, tup[a:b], mag[a:b], np.arange(first + a, first + b))
+                carry_t, carry_m = tup[full:], mag[full:]
+            if len(carry_t):
+                yield _make_batch(Q, D, carry_t, carry_m, np.arange(n - len(carry_t), n))
+            return
+        rng = np.random.default_rng(random_state)
+        starts = starts[rng.permutation(len(starts))]
+        cap = max(shuffle_buffer, batch_size)
+        buf_t = np.empty((cap, 3), dtype=np.int64)
+        buf_m = np.empty(cap, dtype=np.float64)
+        buf_i = np.empty(cap, dtype=np.int64)
+        fill = 0
+        for t0 in starts:
+            t1 = min(int(t0) + chunk, n)
+            tup, mag = self._read_tuples(int(t0), t1)
+            idx = np.arange(t0, t1, dtype=np.int64)
+            pos = 0
+            while pos < len(idx):
+                take = min(cap - fill, len(idx) - pos)
+                buf_t[fill : fill + take] = tup[pos : pos + take]
+                buf_m[fill : fill + take] = mag[pos : pos + take]
+                buf_i[fill : fill + take] = idx[pos : pos + take]
+                fill += take
+                pos += take
+                if fill == cap:
+                    # emit batch_size uniformly chosen slots; the survivors close ranks
+                    sel = np.sort(rng.choice(fill, size=batch_size, replace=False))
+                    yield _make_batch(Q, D, buf_t[sel], buf_m[sel], buf_i[sel])
+                    keep = np.ones(fill, dtype=bool)
+                    keep[sel] = False
+                    rest = np.flatnonzero(keep)
+                    buf_t[: len(rest)] = buf_t[rest]
+                    buf_m[: len(rest)] = buf_m[rest]
+                    buf_i[: len(rest)] = buf_i[rest]
+                    fill = len(rest)
+        order = rng.permutation(fill)
+        for a in range(0, fill, batch_size):
+            sel = order[a : a + batch_size]
+            yield _make_batch(Q, D, buf_t[sel], buf_m[sel], buf_i[sel])
+
+    def __iter__(self):
+        return self.batches()
+
+
+def _make_batch(Q, D, tup, mag, idx) -> TupleBatch:
+    tup = np.ascontiguousarray(tup)
+    return TupleBatch(Q=Q[tup[:, 0]], D_pos=D[tup[:, 1]], D_neg=D[tup[:, 2]],
+                      magnitude=np.ascontiguousarray(mag, dtype=np.float64), tuples=tup,
+                      index=np.ascontiguousarray(idx))
+
+
+class ArrayTupleSource(TupleSource):
+    """Tuples over in-memory ``Q``, ``D`` (CSR or dense) and ``tuples`` arrays."""
+
+    def __init__(self, Q, D, tuples, magnitudes=None):
+        Q = _check_csr(Q, "Q", Q.shape[1])
+        D = _check_csr(D, "D", D.shape[1])
+        t = _check_tuples(tuples)
+        _check_ranges(t, Q.shape[0], D.shape[0])
+        self._Q, self._D, self._t = Q, D, t
+        self._m = _check_magnitudes(magnitudes, len(t))
+        self.n_tuples = len(t)
+        self.n_query_features = Q.shape[1]
+        self.n_item_features = D.shape[1]
+
+    def _read_tuples(self, t0, t1):
+        return self._t[t0:t1], self._m[t0:t1]
+
+    def _matrices(self):
+        return self._Q, self._D
+
+    def __repr__(self):
+        return (f"ArrayTupleSource(n_tuples={self.n_tuples}, n_query_features={self.n_query_features}, "
+                f"n_item_features={self.n_item_features})")
+
+
+def as_tuple_source(Q, D=None, tuples=None, magnitudes=None) -> TupleSource:
+    """A :class:`TupleSource` from arrays — or the source itself when given one."""
+    if isinstance(Q, TupleSource):
+        if D is not None or tuples is not None:
+            raise TypeError("as_tuple_source(source) takes no D or tuples")
+        return Q
+    if D is None or tuples is None:
+        raise TypeError("as_tuple_source(Q, D, tuples) needs Q, D and tuples")
+    return ArrayTupleSource(Q, D, tuples, magnitudes)
+
+
+def _now() -> str:
+    return _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="milliseconds")
+
+
+_COUNTS = ("q_rows", "q_nnz", "d_rows", "d_nnz", "tuples")
+
+
+class TupleStore(TupleSource):
+    """Appendable zarr store of query vectors, item vectors and preference tuples.
+
+    Examples
+    --------
+    >>> import numpy as np, scipy.sparse as sp, streamrank as sr, tempfile, os
+    >>> ts = sr.TupleStore.create(os.path.join(tempfile.mkdtemp(), "t.zarr"), 3, 4)
+    >>> Q, D = sp.eye(2, 3, format="csr"), sp.eye(3, 4, format="csr")
+    >>> ts.append(Q, D, [[0, 1, 2], [1, 0, 2]], batch_id="a")
+    True
+    >>> [b.D_pos.shape for b in ts.batches(batch_size=1, shuffle_buffer=0)]
+    [(1, 4), (1, 4)]
+    """
+
+    def __init__(self, path, mode="r", *, _token=None):
+        if _token is not _PRIVATE:
+            raise TypeError("use TupleStore.create(path, ...) or TupleStore.open(path)")
+        if mode not in ("r", "a"):
+            raise ValueError(f"mode must be 'r' (read) or 'a' (append), got {mode!r}")
+        self.path = str(path)
+        self.mode = mode
+        self._load()
+
+    @classmethod
+    def create(cls, path, n_query_features: int, n_item_features: int, *, overwrite: bool = False):
+        """Create an empty tuple store and return it opened for appending."""
+        import zarr
+
+        nq = _positive_int(n_query_features, "n_query_features")
+        nd = _positive_int(n_item_features, "n_item_features")
+        p = Path(path)
+        _prepare_dir(p, overwrite)
+        root = zarr.open_group(store=zarr.storage.LocalStore(str(p)), mode="w")
+        for side in ("Q", "D"):
+            g = root.create_group(side)
+            ip = g.create_array("indptr", shape=(1,), chunks=(_INDPTR_CHUNK,), dtype="int64",
+                                compressors=compressors(8), fill_value=0)
+            ip[:] = np.zeros(1, dtype=np.int64)
+            g.create_array("indices", shape=(0,), chunks=(_NNZ_CHUNK,), dtype="int32",
+                           compressors=compressors(4), fill_value=0)
+            g.create_array("data", shape=(0,), chunks=(_NNZ_CHUNK,), dtype="float32",
+                           compressors=compressors(4), fill_value=0)
+        root.create_array("tuples", shape=(0, 3), chunks=(_TUPLE_CHUNK, 3), dtype="int64",
+                          compressors=compressors(8), fill_value=0)
+        root.create_array("magnitude", shape=(0,), chunks=(_TUPLE_CHUNK,), dtype="float64",
+                          compressors=compressors(8), fill_value=0)
+        write_attrs(p, {
+            "format": TUPLE_FORMAT, "format_version": FORMAT_VERSION,
+            "n_query_features": nq, "n_item_features": nd, "created": _now(),
+            "committed": {k: 0 for k in _COUNTS}, "log": [],
+        })
+        return cls(p, "a", _token=_PRIVATE)
+
+    @classmethod
+    def open(cls, path, mode: str = "r"):
+        """Open an existing tuple store: ``mode="r"`` or ``"a"`` (append)."""
+        return cls(path, mode, _token=_PRIVATE)
+
+    def _load(self):
+        import zarr
+
+        attrs = check_format(self.path, read_attrs(self.path), TUPLE_FORMAT)
+        try:
+            self.n_query_features = int(attrs["n_query_features"])
+            self.n_item_features = int(attrs["n_item_features"])
+            self._c = {k: int(attrs["committed"][k]) for k in _COUNTS}
+        except (KeyError, TypeError, ValueError) as exc:
+            raise StoreFormatError(f"{Path(self.path) / 'zarr.json'}: corrupt metadata "
+                                   f"(attribute {exc} missing or invalid)") from exc
+        self._attrs = attrs
+        store = zarr.storage.LocalStore(self.path, read_only=(self.mode == "r"))
+        root = zarr.open_group(store=store, mode="r" if self.mode == "r" else "r+")
+        self._a = {}
+        for name, (dtype, _nd) in TUPLE_ARRAYS.items():
+            try:
+                arr = root[name]
+            except KeyError:
+                raise StoreFormatError(f"{self.path}: array {name!r} is missing") from None
+            if not isinstance(arr, zarr.Array) or str(arr.dtype) != dtype:
+                raise StoreFormatError(f"{self.path}: {name!r} is not a {dtype} array")
+            self._a[name] = arr
+        for name, length in self._needed().items():
+            if self._a[name].shape[0] < length:
+                raise StoreFormatError(f"{self.path}: array {name!r} has {self._a[name].shape[0]} "
+                                       f"entries but {length} are committed; the store is corrupt")
+        self._cache = None
+
+    def _needed(self, c=None):
+        c = c or self._c
+        return {"Q/indptr": c["q_rows"] + 1, "Q/indices": c["q_nnz"], "Q/data": c["q_nnz"],
+                "D/indptr": c["d_rows"] + 1, "D/indices": c["d_nnz"], "D/data": c["d_nnz"],
+                "tuples": c["tuples"], "magnitude": c["tuples"]}
+
+    # ------------------------------------------------------------ properties
+    @property
+    def n_tuples(self) -> int:
+        return self._c["tuples"]
+
+    @property
+    def n_queries(self) -> int:
+        return self._c["q_rows"]
+
+    @property
+    def n_items(self) -> int:
+        return self._c["d_rows"]
+
+    @property
+    def format_version(self) -> int:
+        return int(self._attrs["format_version"])
+
+    @property
+    def batches_log(self) -> list[dict]:
+        """The append log (a copy)."""
+        return [dict(e) for e in self._attrs["log"]]
+
+    def __repr__(self):
+        return (f"TupleStore({self.path!r}, n_tuples={self.n_tuples}, n_queries={self.n_queries}, "
+                f"n_items={self.n_items}, n_query_features={self.n_query_features}, "
+                f"n_item_features={self.n_item_features})")
+
+    def refresh(self):
+        self._load()
+        return self
+
+    # ------------------------------------------------------------ read hooks
+    def _read_csr(self, side):
+        rows, nnz = self._c[f"{side.lower()}_rows"], self._c[f"{side.lower()}_nnz"]
+        nf = self.n_query_features if side == "Q" else self.n_item_features
+        ip = np.asarray(self._a[f"{side}/indptr"][: rows + 1], dtype=np.int64)
+        ind = self._a[f"{side}/indices"][:nnz] if nnz else np.zeros(0, np.int32)
+        dat = self._a[f"{side}/data"][:nnz] if nnz else np.zeros(0, np.float32)
+        return sp.csr_matrix((dat, ind, ip), shape=(rows, nf))
+
+    def _matrices(self):
+        if self._cache is None:
+            self._cache = (self._read_csr("Q"), self._read_csr("D"))
+        return self._cache
+
+    @property
+    def Q(self) -> sp.csr_matrix:
+        """All committed query vectors (read once, cached)."""
+        return self._matrices()[0]
+
+    @property
+    def D(self) -> sp.csr_matrix:
+        """All committed item vectors (read once, cached)."""
+        return self._matrices()[1]
+
+    def _read_tuples(self, t0, t1):
+        return (np.asarray(self._a["tuples"][t0:t1], dtype=np.int64),
+                np.asarray(self._a["magnitude"][t0:t1], dtype=np.float64))
+
+    # ----------------------------------------------------------------- append
+    def append(self, Q, D, tuples, *, magnitudes=None, batch_id=None, rows: str = "local") -> bool:
+        """Append query vectors, item vectors and tuples; atomic and idempotent.
+
+        Parameters
+        ----------
+        Q : CSR (or dense) (q, n_query_features), or None for no new queries
+        D : CSR (or dense) (d, n_item_features), or None for no new items
+        tuples : int array (l, 3)
+            ``(query row, preferred item row, other item row)``.  With
+            ``rows="local"`` (default) the indices refer to the rows of the
+            ``Q`` and ``D`` passed in this call; with ``rows="global"`` they
+            refer to rows of the whole store after this call (so tuples may
+            reference vectors committed earlier).
+        magnitudes : float array (l,), optional
+            Preference magnitude of each tuple (default 1).
+        batch_id : str, optional
+            A batch id already in the log makes the call a no-op returning False.
+        """
+        if self.mode != "a":
+            raise PermissionError(f"{self.path} is open read-only; use TupleStore.open(path, mode='a')")
+        if rows not in ("local", "global"):
+            raise ValueError(f"rows must be 'local' or 'global', got {rows!r}")
+        if batch_id is not None:
+            batch_id = str(batch_id)
+        with writer_lock(self.path):
+            if read_attrs(self.path).get("committed") != self._attrs.get("committed"):
+                self._load()
+            if batch_id is not None and any(e.get("batch_id") == batch_id for e in self._attrs["log"]):
+                logger.info("TupleStore %s: batch %r is already committed; skipped", self.path, batch_id)
+                return False
+            Q = _check_csr(Q, "Q", self.n_query_features)
+            D = _check_csr(D, "D", self.n_item_features)
+            t = _check_tuples(tuples)
+            m = _check_magnitudes(magnitudes, len(t))
+            c = self._c
+            if rows == "local":
+                _check_ranges(t, Q.shape[0], D.shape[0])
+                t = t + np.array([c["q_rows"], c["d_rows"], c["d_rows"]], dtype=np.int64)
+            else:
+                _check_ranges(t, c["q_rows"] + Q.shape[0], c["d_rows"] + D.shape[0])
+            self._repair()
+            self._write(Q, D, t, m, batch_id)
+        return True
+
+    def _repair(self):
+        fixes = remove_partial_files(self.path)
+        for name, length in self._needed().items():
+            arr = self._a[name]
+            if arr.shape[0] > length:
+                arr.resize((length,) + tuple(arr.shape[1:]))
+                fixes += 1
+        if fixes:
+            logger.warning("TupleStore %s: repaired a torn append (%d fix(es))", self.path, fixes)
+        return fixes
+
+    def _write_csr(self, side, M, h):
+        lo = side.lower()
+        r0, z0 = self._c[f"{lo}_rows"], self._c[f"{lo}_nnz"]
+        nnz = int(M.indptr[-1])
+        indices = np.ascontiguousarray(M.indices[:nnz], dtype=np.int32)
+        data = np.ascontiguousarray(M.data[:nnz], dtype=np.float32)
+        row_nnz = np.diff(M.indptr).astype(np.int64)
+        h.update(f"{side}.indices", indices)
+        h.update(f"{side}.data", data)
+        h.update(f"{side}.row_nnz", row_nnz)
+        a = self._a
+        if nnz:
+            a[f"{side}/indices"].resize((z0 + nnz,))
+            a[f"{side}/indices"][z0 : z0 + nnz] = indices
+            a[f"{side}/data"].resize((z0 + nnz,))
+            a[f"{side}/data"][z0 : z0 + nnz] = data
+        if M.shape[0]:
+            r1 = r0 + M.shape[0]
+            a[f"{side}/indptr"].resize((r1 + 1,))
+            a[f"{side}/indptr"][r0 + 1 : r1 + 1] = z0 + np.cumsum(row_nnz)
+        return r0 + M.shape[0], z0 + nnz
+
+    def _write(self, Q, D, t, m, batch_id):
+        c0 = dict(self._c)
+        h = BatchHasher()
+        q_rows, q_nnz = self._write_csr("Q", Q, h)
+        d_rows, d_nnz = self._write_csr("D", D, h)
+        l0, l1 = c0["tuples"], c0["tuples"] + len(t)
+        h.update("tuples", t)
+        h.update("magnitude", m)
+        if len(t):
+            self._a["tuples"].resize((l1, 3))
+            self._a["tuples"][l0:l1] = t
+            self._a["magnitude"].resize((l1,))
+            self._a["magnitude"][l0:l1] = m
+        c1 = {"q_rows": q_rows, "q_nnz": q_nnz, "d_rows": d_rows, "d_nnz": d_nnz, "tuples": l1}
+        attrs = dict(self._attrs)
+        attrs["committed"] = c1
+        attrs["log"] = list(attrs["log"]) + [{
+            "batch_id": batch_id, "time": _now(), "checksum": h.hexdigest(),
+            **{k: [c0[k], c1[k]] for k in _COUNTS},
+        }]
+        write_attrs(self.path, attrs)  # the commit point
+        self._attrs, self._c, self._cache = attrs, c1, None
+
+    def verify(self) -> int:
+        """Recompute every batch's checksum from the stored arrays; see :meth:`GroupStore.verify`."""
+        Q, D = self._matrices()
+        for e in self._attrs["log"]:
+            h = BatchHasher()
+            for side, M in (("Q", Q), ("D", D)):
+                r0, r1 = e[f"{side.lower()}_rows"]
+                part = M[r0:r1]
+                h.update(f"{side}.indices", part.indices.astype(np.int32))
+                h.update(f"{side}.data", part.data.astype(np.float32))
+                h.update(f"{side}.row_nnz", np.diff(part.indptr).astype(np.int64))
+            l0, l1 = e["tuples"]
+            for a in range(l0, max(l1, l0 + 1), _TUPLE_CHUNK):
+                tup, mag = self._read_tuples(a, min(a + _TUPLE_CHUNK, l1))
+                h.update("tuples", tup)
+                h.update("magnitude", mag)
+            if h.hexdigest() != e["checksum"]:
+                raise StoreFormatError(f"{self.path}: batch {e.get('batch_id')!r} (tuples {l0}:{l1}) "
+                                       "does not match its checksum")
+        return len(self._attrs["log"])
