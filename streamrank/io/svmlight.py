@@ -1,0 +1,251 @@
+"""Streaming reader of svmlight / LETOR text files.
+
+Format (one example per line; Joachims' SVMlight, used by LETOR)::
+
+    <label> [qid:<int>] <index>:<value> <index>:<value> ... [# comment]
+
+Empty lines, comment lines, CRLF line ends and gzip-compressed files (by
+magic bytes) are accepted.  Feature indices are 1-based by default (LETOR,
+SVMlight); ``zero_based=True`` for libsvm files written from 0.  Indices must
+increase strictly within a line.  A malformed line raises ``ValueError``
+naming ``file:line``.
+
+:func:`iter_svmlight` reads ``chunk_bytes`` of text at a time and yields
+:class:`SvmlightChunk` ``(X, y, qid)`` whose rows end on a query-group
+boundary (the rows of the last query of a chunk are carried over to the
+next), so each chunk can be appended to a :class:`~streamrank.GroupStore`
+directly.  Memory is bounded by ``chunk_bytes`` plus the largest query.
+Files without ``qid:`` yield ``qid=None`` (one global group, rows cut
+anywhere).  The bytes are parsed by a numba kernel
+(:mod:`streamrank.io._svmlight_kernels`).
+
+Examples
+--------
+>>> import io, streamrank.io.svmlight as svm
+>>> text = b"2 qid:1 1:0.5 3:1 # doc a\\n0 qid:1 2:1\\n1 qid:7 1:2\\n"
+>>> [c.X.shape for c in svm.iter_svmlight(io.BytesIO(text))]
+[(3, 3)]
+>>> X, y, qid = svm.read_svmlight(io.BytesIO(text), n_features=4, dense=True)
+>>> X[0].tolist(), y.tolist(), qid.tolist()
+([0.5, 0.0, 1.0, 0.0], [2.0, 0.0, 1.0], [1, 1, 7])
+"""
+from __future__ import annotations
+
+import gzip
+import io
+import os
+from typing import Iterator, NamedTuple
+
+import numpy as np
+import scipy.sparse as sp
+
+from . import _svmlight_kernels as _k
+
+__all__ = ["SvmlightChunk", "iter_svmlight", "read_svmlight", "open_text_bytes"]
+
+
+class SvmlightChunk(NamedTuple):
+    """Rows of whole queries: ``X`` (float32 dense or CSR), ``y`` float64, ``qid`` int64 or None."""
+
+    X: object
+    y: np.ndarray
+    qid: np.ndarray | None
+
+
+def open_text_bytes(source):
+    """``(binary file object, name, should_close)`` for a path, a gzip path or a file object."""
+    if isinstance(source, (str, os.PathLike)):
+        name = os.fspath(source)
+        f = open(name, "rb")
+        magic = f.read(2)
+        f.seek(0)
+        if magic == b"\x1f\x8b":
+            return gzip.GzipFile(fileobj=f, mode="rb"), name, True
+        return f, name, True
+    if not hasattr(source, "read"):
+        raise TypeError(f"expected a path or a binary file object, got {type(source).__name__}")
+    name = getattr(source, "name", None) or "<stream>"
+    return source, str(name), False
+
+
+def _error(code, name, line_no, buf, pos):
+    # the text of the offending line, for the message
+    a = int(np.asarray(buf[:pos])[::-1].tobytes().find(b"\n")) if pos > 0 else -1
+    start = pos - a if a >= 0 else 0
+    end = bytes(buf[start:start + 200]).find(b"\n")
+    text = bytes(buf[start:start + (end if end >= 0 else 200)]).decode("latin-1").rstrip("\r")
+    if len(text) > 80:
+        text = text[:77] + "..."
+    return ValueError(f"{name}:{line_no}: {_k.ERRORS.get(code, 'parse error')}: {text!r}")
+
+
+def _parse(buf_bytes, name, first_line, zero_based, n_features, null_value, qid_mode=-1, inferred=False):
+    buf = np.frombuffer(buf_bytes, dtype=np.uint8)
+    n_nl, n_colon = _k.count_lines_colons(buf)
+    cap_rows = int(n_nl) + 1
+    cap_nnz = int(n_colon)
+    labels = np.empty(cap_rows, dtype=np.float64)
+    qids = np.zeros(cap_rows, dtype=np.int64)
+    indptr = np.empty(cap_rows + 1, dtype=np.int64)
+    indices = np.empty(cap_nnz, dtype=np.int32)
+    values = np.empty(cap_nnz, dtype=np.float64)
+    max_index = -1 if n_features is None else int(n_features) - 1
+    has_null = null_value is not None
+    cap_slow = 64 + cap_rows // 4
+    while True:
+        slow = np.empty((cap_slow, 4), dtype=np.int64)
+        status, rows, nnz, n_lines, err_line, err_pos, qid_mode, max_col, n_slow = _k.parse_svmlight(
+            buf, bool(zero_based), max_index, float(np.finfo(np.float32).max), float(null_value) if has_null else 0.0, has_null, int(qid_mode),
+            labels, qids, indptr, indices, values, slow)
+        if status or n_slow <= cap_slow:
+            break
+        cap_slow = int(n_slow)
+    if status:
+        line_no = first_line + int(err_line)
+        if status == 6 and n_features is not None:
+            err = _error(status, name, line_no, buf, int(err_pos))
+            if inferred:
+                raise ValueError(f"{err}: it exceeds the {n_features} features inferred from the first "
+                                 "chunk; pass n_features")
+            raise ValueError(f"{err} (n_features is {n_features}; indices are "
+                             f"{'0' if zero_based else '1'}-based)")
+        raise _error(status, name, line_no, buf, int(err_pos))
+    if n_slow:
+        # exact re-parse of the numbers off the fast path (numpy's string -> float is exact)
+        sl = slow[:n_slow]
+        exact = np.array([buf_bytes[a:b] for a, b in zip(sl[:, 2].tolist(), sl[:, 3].tolist())],
+                         dtype=bytes).astype(np.float64)
+        lab_rows = sl[:, 0] == 0
+        labels[sl[lab_rows, 1]] = exact[lab_rows]
+        values[sl[~lab_rows, 1]] = exact[~lab_rows]
+    return (labels[:rows], qids[:rows], indptr[:rows + 1], indices[:nnz], values[:nnz],
+            int(n_lines), int(qid_mode), int(max_col))
+
+
+def _to_X(indptr, indices, values, n_features, dense):
+    rows = len(indptr) - 1
+    if dense:
+        X = np.zeros((rows, n_features), dtype=np.float32)
+        _k.csr_to_dense(indptr, indices, values.astype(np.float32), X)
+        return X
+    return sp.csr_matrix((values.astype(np.float32), indices, indptr), shape=(rows, n_features))
+
+
+def iter_svmlight(source, *, n_features: int | None = None, dense: bool = True,
+                  zero_based: bool = False, chunk_bytes: int = 8 << 20,
+                  null_value: float | None = None, name: str | None = None) -> Iterator[SvmlightChunk]:
+    """Yield :class:`SvmlightChunk` of whole queries from an svmlight/LETOR file.
+
+    Parameters
+    ----------
+    source : path (plain or gzip) or binary file object (e.g. a tar member)
+    n_features : int, optional
+        Number of columns.  If None it is inferred from the first chunk (the
+        largest index seen there); a later line with a larger index then
+        raises, asking for ``n_features``.
+    dense : bool
+        ``X`` as a dense float32 array (LETOR: every feature present) or a
+        float32 CSR matrix.
+    zero_based : bool
+        Feature indices start at 0 (default: 1, as in LETOR/SVMlight).
+    chunk_bytes : int or None
+        Text read per step; memory is bounded by this plus the largest query
+        (None: the whole file at once).
+    null_value : float, optional
+        Substitute for ``NULL`` values (LETOR 3.0 ``Feature-null``); by
+        default they are an error.
+    name : str, optional
+        Name of the source in error messages.
+    """
+    chunk_bytes = -1 if chunk_bytes is None else int(chunk_bytes)
+    if chunk_bytes == 0 or chunk_bytes < -1:
+        raise ValueError(f"chunk_bytes must be >= 1, got {chunk_bytes}")
+    if n_features is not None and int(n_features) < 1:
+        raise ValueError(f"n_features must be >= 1, got {n_features}")
+    f, fname, close = open_text_bytes(source)
+    fname = name or fname
+    nf = None if n_features is None else int(n_features)
+    qid_mode = -1
+    line0 = 1
+    carry = b""
+    pending = None  # (labels, qids, indptr, indices, values) of the last, maybe unfinished, query
+    try:
+        eof = False
+        nxt = f.read(chunk_bytes)
+        while not eof:
+            data = nxt
+            if data:
+                nxt = f.read(chunk_bytes)
+            eof = not nxt
+            if eof:
+                # the last piece of text (may lack a final newline)
+                text = carry + data
+                carry = b""
+            else:
+                cut = data.rfind(b"\n")
+                if cut < 0:
+                    carry += data
+                    continue
+                text = carry + data[:cut + 1]
+                carry = data[cut + 1:]
+            if not text and pending is None:
+                continue
+            if text:
+                lab, q, ip, ind, val, n_lines, mode, max_col = _parse(
+                    text, fname, line0, zero_based, nf, null_value, qid_mode, inferred=n_features is None)
+                qid_mode = mode
+                if nf is None and max_col >= 0:
+                    nf = max_col + 1
+                line0 += n_lines
+            else:
+                lab = np.zeros(0)
+                q = np.zeros(0, np.int64)
+                ip = np.zeros(1, np.int64)
+                ind = np.zeros(0, np.int32)
+                val = np.zeros(0)
+            if pending is not None:
+                plab, pq, pip, pind, pval = pending
+                lab = np.concatenate((plab, lab))
+                q = np.concatenate((pq, q))
+                ip = np.concatenate((pip, ip[1:] + pip[-1]))
+                ind = np.concatenate((pind, ind))
+                val = np.concatenate((pval, val))
+                pending = None
+            rows = len(lab)
+            if rows == 0:
+                continue
+            if qid_mode == 1 and not eof:
+                # hold back the last query: it may continue in the next chunk
+                other = np.flatnonzero(q != q[-1])
+                r = int(other[-1]) + 1 if other.size else 0
+                p0 = ip[r]
+                pending = (lab[r:], q[r:], ip[r:] - p0, ind[p0:], val[p0:])
+                lab, q, ip, ind, val = lab[:r], q[:r], ip[:r + 1], ind[:p0], val[:p0]
+                if r == 0:
+                    continue
+            X = _to_X(ip, ind, val, nf if nf is not None else 0, dense)
+            yield SvmlightChunk(X, lab, q.copy() if qid_mode == 1 else None)
+    finally:
+        if close:
+            f.close()
+
+
+def read_svmlight(source, *, n_features: int | None = None, dense: bool = False, zero_based: bool = False,
+                  null_value: float | None = None, name: str | None = None):
+    """Read a whole svmlight/LETOR file: ``(X, y, qid)`` (``qid`` None without ``qid:``).
+
+    Unlike :func:`iter_svmlight`, ``n_features=None`` is inferred from the
+    whole file.  For files larger than memory use :func:`iter_svmlight`.
+    """
+    parts = list(iter_svmlight(source, n_features=n_features, dense=False, zero_based=zero_based,
+                               null_value=null_value, name=name, chunk_bytes=None))
+    if not parts:
+        nf = n_features or 0
+        X = np.zeros((0, nf), np.float32) if dense else sp.csr_matrix((0, nf), dtype=np.float32)
+        return X, np.zeros(0), None
+    X = sp.vstack([p.X for p in parts], format="csr") if len(parts) > 1 else parts[0].X
+    y = np.concatenate([p.y for p in parts])
+    qid = None if parts[0].qid is None else np.concatenate([p.qid for p in parts])
+    if dense:
+        X = X.toarray()
+    return X, y, qid
