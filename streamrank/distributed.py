@@ -1,0 +1,342 @@
+"""The same learners on a dask.distributed cluster (DESIGN §1, §4).
+
+Distribution is a different way to *reduce the same per-block results*, never
+a second implementation of the math:
+
+* **statistics learners** (primal :class:`~streamrank.RankRLS`, and any
+  learner exposing ``_statistics_of_block(block)`` + ``_fit_statistics(stats)``):
+  the client plans the blocks (``source.plan(max_rows, split_groups=True)``,
+  the same plan a local ``fit`` streams), each worker reads *its own* blocks
+  from the store and returns their partial statistics (O(n²) bytes, whatever
+  the rows), a tree reduction (``split_every`` inputs per node) sums them on
+  the workers, and the client solves.  The sums are the local fit's sums in
+  another order, so the model equals ``estimator.fit(source)`` to
+  floating-point reduction order;
+* **conjugate-gradient RankRLS**: each product ``(XᵀLX + λI) v`` is a map over
+  blocks plus a tree sum; ``v`` is scattered once per iteration;
+* **SGD rankers**: data-parallel rounds (see :func:`fit_sgd_rounds`);
+* **prediction / evaluation**: blocks are scored on the workers; predictions
+  come back in row order, metrics as one merged
+  :class:`~streamrank.metrics.RankingEvaluator`.
+
+The data never travels through the client: a :class:`~streamrank.GroupStore`
+is sent to workers as its path (:class:`SourceRef`) and opened there (any
+path the workers can reach — local disk in tests, shared storage in
+production).  In-memory sources (numpy, scipy.sparse) are scattered once.
+A worker that dies mid-run loses only its tasks; the scheduler recomputes
+them from the same plan, so the result does not change (tasks never modify
+their inputs).
+
+``client=None`` starts a :class:`distributed.LocalCluster` (one process per
+core, one thread each) for the call; ``client`` may also be a scheduler
+address ``"tcp://host:port"``.
+"""
+from __future__ import annotations
+
+import contextlib
+import copy
+import os
+
+import numpy as np
+
+from .io.blocks import BlockSource
+
+__all__ = ["fit", "predict", "evaluate", "statistics", "SourceRef", "get_client"]
+
+DEFAULT_BLOCK_ROWS = 65_536
+DEFAULT_SPLIT_EVERY = 8
+
+# worker-process cache of stores opened by path: (path, created) -> store
+_OPEN_STORES: dict = {}
+
+
+# ------------------------------------------------------------------ sources
+class SourceRef:
+    """What a worker needs to read blocks of ``source`` itself.
+
+    A :class:`~streamrank.GroupStore` travels as ``(path, committed rows,
+    creation stamp)`` and is reopened read-only on the worker (cached per
+    worker process; reopened when the store has grown).  Its zarr handles are
+    never pickled.  Any other :class:`BlockSource` travels as itself (the
+    caller scatters it once).
+    """
+
+    def __init__(self, source):
+        from .io.group_store import GroupStore
+
+        if isinstance(source, GroupStore):
+            self.kind = "group_store"
+            self.path = source.path
+            self.n_rows = source.n_rows
+            self.created = source._attrs.get("created")
+            self.source = None
+        else:
+            self.kind = "object"
+            self.path = None
+            self.n_rows = source.n_rows
+            self.created = None
+            self.source = source
+
+    def open(self) -> BlockSource:
+        """The source, opened in this process."""
+        if self.kind == "object":
+            return self.source
+        from .io.group_store import GroupStore
+
+        key = (self.path, self.created)
+        st = _OPEN_STORES.get(key)
+        if st is None or st.n_rows < self.n_rows:
+            st = GroupStore.open(self.path, mode="r")
+            if st.n_rows < self.n_rows:
+                raise RuntimeError(f"worker sees {st.n_rows} committed rows in {self.path}, the client "
+                                   f"planned {self.n_rows}: is the store on storage shared with the workers?")
+            _OPEN_STORES[key] = st
+        return st
+
+    def __repr__(self):
+        return f"SourceRef({self.kind}, path={self.path!r}, n_rows={self.n_rows})"
+
+
+def _as_source(source) -> BlockSource:
+    if isinstance(source, BlockSource):
+        return source
+    if isinstance(source, (str, os.PathLike)):
+        from .io.group_store import GroupStore
+
+        return GroupStore.open(source, mode="r")
+    if isinstance(source, tuple):
+        from .io.sources import as_source
+
+        return as_source(*source)
+    raise TypeError(f"source must be a BlockSource, a store path or an (X, y, qid) tuple; "
+                    f"got {type(source).__name__}")
+
+
+def _ship_source(client, source):
+    ref = SourceRef(source)
+    if ref.kind == "object":  # in-memory data: scattered once, referenced by every task
+        return client.scatter(ref, broadcast=False, hash=False)
+    return ref
+
+
+# ------------------------------------------------------------------ clients
+@contextlib.contextmanager
+def get_client(client=None, *, n_workers=None):
+    """Yield a :class:`distributed.Client`.
+
+    ``client``: an existing Client (used as is), a scheduler address
+    (connected, closed on exit) or None (a LocalCluster of ``n_workers``
+    single-threaded worker processes, default one per core, shut down on
+    exit).
+    """
+    from distributed import Client, LocalCluster
+
+    if client is not None and not isinstance(client, str):
+        yield client
+        return
+    if isinstance(client, str):
+        with Client(client) as c:
+            yield c
+        return
+    n = int(n_workers) if n_workers else max(1, os.cpu_count() or 1)
+    with LocalCluster(n_workers=n, threads_per_worker=1, processes=True, dashboard_address=None) as cl, \
+            Client(cl) as c:
+        yield c
+
+
+def _params_only(estimator):
+    """A fresh copy of ``estimator`` holding its parameters only (what workers need)."""
+    return type(estimator)(**estimator.get_params())
+
+
+def _without_source(estimator):
+    """A shallow copy of a fitted estimator without its training source (never sent to workers)."""
+    est = copy.copy(estimator)
+    for attr in ("_train_source", "_eigen"):
+        est.__dict__.pop(attr, None)
+    return est
+
+
+# ------------------------------------------------------------ worker tasks
+def _stats_task(plan, ref, est):
+    block = ref.open().read_block(*plan)
+    return est._statistics_of_block(block)
+
+
+def _fold_stats_task(plan, ref, est, n_folds):
+    from .rankrls.selection import _split_by_fold, fold_of
+
+    block = ref.open().read_block(*plan)
+    folds = [est._new_statistics(block.X.shape[1], 1 if np.ndim(block.y) == 1 else block.y.shape[1])
+             for _ in range(n_folds)]
+    fog = fold_of(block.qid, n_folds)
+    for f, X, Y, gp, size, off, gid, _ in _split_by_fold(block, fog):
+        folds[f].add_block(X, Y, gp, group_size=size, group_offset=off, group_id=gid)
+    return folds
+
+
+def _merge_task(parts):
+    """Sum of mergeable partial results; inputs are never modified (a rerun must see them intact)."""
+    out = copy.deepcopy(parts[0])
+    for p in parts[1:]:
+        if isinstance(out, list):
+            for a, b in zip(out, p):
+                a.merge(b)
+        else:
+            out.merge(p)
+    return out
+
+
+def _predict_task(plan, ref, est):
+    block = ref.open().read_block(*plan)
+    return np.asarray(est.predict(block.X), dtype=np.float64)
+
+
+def _evaluate_task(plan, ref, est, k, metrics, output):
+    from .metrics import RankingEvaluator, _block_y, _score
+
+    block = ref.open().read_block(*plan)
+    s = _score(est, block.X)
+    if s.ndim == 2 and output is not None:
+        s = s[:, output]
+    ev = RankingEvaluator(k, metrics)
+    ev.update(_block_y(block, output), s, block.group_ptr, qid=block.qid, group_size=block.group_size,
+              group_offset=block.group_offset)
+    return ev
+
+
+def tree_reduce(client, futures, merge=_merge_task, split_every=DEFAULT_SPLIT_EVERY):
+    """Reduce futures with ``merge(list)`` in a tree of fan-in ``split_every``, on the workers."""
+    split_every = int(split_every)
+    if split_every < 2:
+        raise ValueError(f"split_every must be >= 2, got {split_every}")
+    futures = list(futures)
+    if not futures:
+        raise ValueError("nothing to reduce: the plan has no blocks")
+    level = 0
+    while len(futures) > 1:
+        futures = [client.submit(merge, futures[i:i + split_every], pure=False,
+                                 key=f"streamrank-merge-{level}-{i}-{os.urandom(4).hex()}")
+                   for i in range(0, len(futures), split_every)]
+        level += 1
+    return futures[0]
+
+
+# ----------------------------------------------------------------- public
+def statistics(estimator, source, client=None, *, max_rows=DEFAULT_BLOCK_ROWS, split_every=DEFAULT_SPLIT_EVERY,
+               folds=None):
+    """Summed per-block statistics of ``source`` computed on the workers.
+
+    Returns the learner's mergeable statistics (``estimator._statistics_of_block``
+    summed over the plan ``source.plan(max_rows, split_groups=True)``), or with
+    ``folds=k`` the list of k per-fold statistics (folds by query id, as
+    :func:`streamrank.rankrls.selection.accumulate_folds`).  Only the reduced
+    statistics reach the client.
+    """
+    source = _as_source(source)
+    if source.n_rows == 0:
+        raise ValueError("empty input: the source has no rows")
+    proto = _params_only(estimator)
+    with get_client(client) as c:
+        ref = _ship_source(c, source)
+        plan = source.plan(max_rows, split_groups=True)
+        if folds is None:
+            parts = c.map(_stats_task, plan, ref=ref, est=proto, pure=False)
+        else:
+            parts = c.map(_fold_stats_task, plan, ref=ref, est=proto, n_folds=int(folds), pure=False)
+        total = tree_reduce(c, parts, split_every=split_every).result()
+    if folds is None:
+        total.check_complete()
+    else:
+        for st in total:
+            st.check_complete()
+    return total
+
+
+def _is_statistics_learner(estimator, source):
+    if not (hasattr(estimator, "_statistics_of_block") and hasattr(estimator, "_fit_statistics")):
+        return False
+    resolve = getattr(estimator, "_resolve_solver", None)
+    return resolve is None or resolve(source) == "primal"
+
+
+def fit(estimator, source, client=None, *, max_rows=DEFAULT_BLOCK_ROWS, split_every=DEFAULT_SPLIT_EVERY,
+        **kwargs):
+    """Fit ``estimator`` on ``source`` with a dask cluster; same result as ``estimator.fit(source)``.
+
+    Parameters
+    ----------
+    estimator : a streamrank learner (fitted in place and returned)
+    source : GroupStore, any BlockSource, a store path, or an (X, y, qid) tuple
+    client : distributed.Client, scheduler address, or None (a LocalCluster for the call)
+    max_rows : block budget (the same default as the local learners)
+    split_every : fan-in of the tree reduction
+
+    Primal RankRLS: the statistics are accumulated on the workers and
+    reduced there; the client only solves (O(n³)).
+    """
+    source = _as_source(source)
+    if source.n_rows == 0:
+        raise ValueError("empty input: the source has no rows")
+    if hasattr(estimator, "_check_params"):
+        estimator._check_params()
+    if _is_statistics_learner(estimator, source):
+        stats = statistics(estimator, source, client, max_rows=max_rows, split_every=split_every)
+        for attr in ("coef_", "stats_", "fold_stats_", "n_iter_", "_eigen"):
+            estimator.__dict__.pop(attr, None)
+        y_1d = source.n_outputs == 1 and getattr(source, "y_ndim", 1) == 1
+        estimator._fit_statistics(stats, y_1d=y_1d)
+        estimator._train_source = source
+        return estimator
+    if hasattr(estimator, "_resolve_solver") and estimator._resolve_solver(source) == "cg":
+        from ._distributed_cg import fit_cg
+
+        return fit_cg(estimator, source, client, max_rows=max_rows, split_every=split_every, **kwargs)
+    raise NotImplementedError(
+        f"sr.distributed.fit does not know how to distribute {type(estimator).__name__}: it needs "
+        "_statistics_of_block/_fit_statistics (statistics learners) or the RankRLS cg solver; "
+        "SGD rankers: use streamrank.distributed.fit_sgd_rounds"
+    )
+
+
+def predict(estimator, source, client=None, *, max_rows=DEFAULT_BLOCK_ROWS):
+    """Scores of every row of ``source`` in row order, computed on the workers.
+
+    The fitted model is scattered to every worker once; each task reads its
+    block and returns its scores.  Equals
+    ``np.concatenate([estimator.predict(b.X) for b in source.blocks()])``.
+    """
+    source = _as_source(source)
+    est = _without_source(estimator)
+    with get_client(client) as c:
+        ref = _ship_source(c, source)
+        model = c.scatter(est, broadcast=True, hash=False)
+        plan = source.plan(max_rows, split_groups=True)
+        if not plan:
+            return np.zeros(0)
+        parts = c.map(_predict_task, plan, ref=ref, est=model, pure=False)
+        out = c.gather(parts)
+    return np.concatenate(out, axis=0)
+
+
+def evaluate(estimator, source, client=None, *, k=10, metrics=None, max_rows=DEFAULT_BLOCK_ROWS,
+             split_every=DEFAULT_SPLIT_EVERY, output=None) -> dict:
+    """Ranking metrics of ``estimator`` on ``source``; blocks are scored and evaluated on the workers.
+
+    Same result as :func:`streamrank.metrics.evaluate` (``{name: MetricResult}``):
+    per-block :class:`~streamrank.metrics.RankingEvaluator` objects are merged
+    in a tree; pieces of split groups are joined by the merge.
+    """
+    from .metrics import METRICS
+
+    source = _as_source(source)
+    metrics = tuple(METRICS if metrics is None else metrics)
+    est = _without_source(estimator)
+    with get_client(client) as c:
+        ref = _ship_source(c, source)
+        model = c.scatter(est, broadcast=True, hash=False)
+        plan = source.plan(max_rows, split_groups=True)
+        parts = c.map(_evaluate_task, plan, ref=ref, est=model, k=k, metrics=metrics, output=output,
+                      pure=False)
+        ev = tree_reduce(c, parts, split_every=split_every).result()
+    return ev.result()

@@ -1,0 +1,110 @@
+"""sr.distributed on a real LocalCluster (2 worker processes): same answers as the local run."""
+from __future__ import annotations
+
+import os
+import signal
+import threading
+import time
+
+import numpy as np
+import pytest
+
+import streamrank as sr
+from streamrank import distributed as srd
+from streamrank.metrics import evaluate
+
+from pipeline_data import make_store
+
+pytestmark = pytest.mark.distributed
+
+
+@pytest.fixture(scope="module")
+def store(tmp_path_factory):
+    return make_store(tmp_path_factory.mktemp("d") / "train.zarr", range(1, 7))
+
+
+@pytest.mark.parametrize("group_weight,ties", [("pair", "include"), ("query", "exclude")])
+def test_fit_equals_local_fit(client, store, group_weight, ties):
+    local = sr.RankRLS(alpha=0.5, solver="primal", group_weight=group_weight, ties=ties).fit(store, max_rows=40)
+    dist = srd.fit(sr.RankRLS(alpha=0.5, solver="primal", group_weight=group_weight, ties=ties), store,
+                   client, max_rows=40, split_every=3)
+    np.testing.assert_allclose(dist.coef_, local.coef_, rtol=1e-10, atol=1e-12)
+    np.testing.assert_allclose(dist.stats_.G, local.stats_.G, rtol=1e-10, atol=1e-9)
+    assert (dist.stats_.n_rows, dist.stats_.n_groups, dist.stats_.n_pairs) == \
+        (local.stats_.n_rows, local.stats_.n_groups, local.stats_.n_pairs)
+
+
+def test_fit_global_group_split_across_blocks(client):
+    """qid=None: one group cut into pieces; the pieces are joined by the tree reduction."""
+    rng = np.random.default_rng(3)
+    X = rng.normal(size=(300, 4))
+    y = X @ [1.0, 0.0, -1.0, 2.0] + rng.normal(size=300)
+    src = sr.as_source(X, y, None)
+    local = sr.RankRLS(alpha=1.0, solver="primal").fit(src, max_rows=64)
+    dist = srd.fit(sr.RankRLS(alpha=1.0, solver="primal"), src, client, max_rows=64, split_every=2)
+    np.testing.assert_allclose(dist.coef_, local.coef_, rtol=1e-10)
+
+
+def test_statistics_never_pull_rows(client, store):
+    """Workers open the store by path: the task arguments hold a path, not data."""
+    ref = srd.SourceRef(store)
+    assert ref.kind == "group_store" and ref.source is None and ref.path == store.path
+    srd.statistics(sr.RankRLS(solver="primal"), store, client, max_rows=50)
+    paths = client.run(lambda: sorted(k[0] for k in srd._OPEN_STORES))
+    assert any(store.path in p for p in paths.values())
+
+
+def test_fold_statistics_equal_local(client, store):
+    from streamrank.rankrls.selection import accumulate_folds
+
+    m = sr.RankRLS(solver="primal")
+    local = accumulate_folds(m, store, 4, 45)
+    dist = srd.statistics(m, store, client, max_rows=45, folds=4)
+    for a, b in zip(local, dist):
+        np.testing.assert_allclose(b.G, a.G, rtol=1e-10, atol=1e-9)
+        np.testing.assert_allclose(b.B, a.B, rtol=1e-10, atol=1e-9)
+
+
+def test_predict_and_evaluate_equal_local(client, store):
+    m = sr.RankRLS(alpha=2.0, solver="primal").fit(store)
+    scores = srd.predict(m, store, client, max_rows=37)
+    local = np.concatenate([m.predict(b.X) for b in store.blocks(max_rows=1000)])
+    np.testing.assert_allclose(scores, local, rtol=1e-12)
+    got = srd.evaluate(m, store, client, k=5, max_rows=37, split_every=2)
+    want = evaluate(store, m, k=5)
+    assert set(got) == set(want)
+    for name in want:
+        assert got[name].value == pytest.approx(want[name].value, rel=1e-12)
+        assert (got[name].n_queries, got[name].n_skipped) == (want[name].n_queries, want[name].n_skipped)
+
+
+def test_worker_killed_during_statistics_run(client, tmp_path):
+    """SIGKILL one worker process mid-run: its tasks are recomputed, the model is unchanged."""
+    store = make_store(tmp_path / "big.zarr", range(1, 41), n_features=20)
+    local = sr.RankRLS(alpha=0.5, solver="primal").fit(store, max_rows=16)
+    pids = client.run(os.getpid)
+    victim = sorted(pids.values())[0]
+    result = {}
+
+    def run():
+        result["m"] = srd.fit(sr.RankRLS(alpha=0.5, solver="primal"), store, client, max_rows=16,
+                              split_every=2)
+
+    t = threading.Thread(target=run)
+    t.start()
+    # wait until the run is under way (some tasks finished), then kill a worker
+    deadline = time.time() + 30
+    while time.time() < deadline:
+        done = client.run_on_scheduler(
+            lambda dask_scheduler: sum(1 for ts in dask_scheduler.tasks.values() if ts.state == "memory"))
+        if done >= 5:
+            break
+        time.sleep(0.01)
+    assert "m" not in result, "the run finished before the worker was killed"
+    os.kill(victim, signal.SIGKILL)
+    t.join(120)
+    assert not t.is_alive()
+    client.wait_for_workers(2, timeout=60)
+    assert victim not in client.run(os.getpid).values()
+    np.testing.assert_allclose(result["m"].coef_, local.coef_, rtol=1e-10)
+
