@@ -158,6 +158,14 @@ class BlockSource:
         """Nonzero offsets at the given global row offsets (CSR sources), else None."""
         return None
 
+    def _read_y(self, r0: int, r1: int) -> np.ndarray:
+        """Targets of global rows r0:r1; override when ``y`` can be read without ``X``."""
+        return self._read_rows(r0, r1)[1]
+
+    def read_y(self, r0: int, r1: int) -> np.ndarray:
+        """Targets (float64) of global rows r0:r1 — a cheap pass over scores only."""
+        return np.asarray(self._read_y(r0, r1), dtype=np.float64)
+
     # ---------------------------------------------------------------- public
     @property
     def group_ptr(self) -> np.ndarray:
@@ -198,9 +206,16 @@ class BlockSource:
                 plan.append((r0, r1, a, b))
         if oversized and not split_groups:
             big = max(int(ptr[g + 1] - ptr[g]) for g in oversized)
+            budget = f"{max_rows} rows"
+            if nnz_ptr is not None:
+                big_nnz = max(int(nnz_ptr[g + 1] - nnz_ptr[g]) for g in oversized)
+                budget += f" / {max_nnz} nonzeros"
+                big = f"{big} rows, {big_nnz} nonzeros"
+            else:
+                big = f"{big} rows"
             warnings.warn(
-                f"{len(oversized)} group(s) exceed the block budget of {max_rows} rows "
-                f"(largest: {big} rows); each is read as one block of its own, so peak "
+                f"{len(oversized)} group(s) exceed the block budget of {budget} "
+                f"(largest: {big}); each is read as one block of its own, so peak "
                 "memory follows the largest group",
                 OversizedGroupWarning,
                 stacklevel=3,

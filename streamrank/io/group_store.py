@@ -336,6 +336,9 @@ class GroupStore(BlockSource):
         rows = np.asarray(rows, dtype=np.int64)
         return np.asarray(self._indptr.get_coordinate_selection(rows), dtype=np.int64)
 
+    def _read_y(self, r0, r1):
+        return self._y[r0:r1]
+
     def _read_rows(self, r0, r1):
         if self.sparse:
             ip = self._indptr[r0 : r1 + 1]

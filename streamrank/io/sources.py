@@ -126,6 +126,11 @@ class DaskSource(BlockSource):
         check_finite(y, "y", row_offset=r0)
         return X, y
 
+    def _read_y(self, r0, r1):
+        y = np.ascontiguousarray(self._y[r0:r1].compute(scheduler="threads"), dtype=np.float64)
+        check_finite(y, "y", row_offset=r0)
+        return y
+
 
 def as_source(X, y=None, qid=None) -> BlockSource:
     """Wrap arrays as a block source with the same contract as a GroupStore.

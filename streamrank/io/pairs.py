@@ -1,0 +1,249 @@
+"""Preference pairs within query groups, streamed for pairwise SGD learners.
+
+``sr.pairs_from_groups(source, n_pairs=None)`` turns a group-aligned block
+stream into batches of *ordered preference pairs* ``(i, j)`` with
+``y_i > y_j`` inside the same group (ties give no pair; rows of different
+groups are never paired).  Each :class:`PairBatch` carries the two feature
+matrices row-aligned (``X_pos[k]`` is preferred over ``X_neg[k]``), dense or
+CSR like the source, plus the global row indices.
+
+Two modes:
+
+* ``n_pairs=None`` — **all** ordered pairs of every group, in file order
+  (group by group; inside a group by preferred row, then other row).  For a
+  group of n rows this is up to n(n−1)/2 pairs, generated in strips so that
+  memory stays O(``batch_size``) even for one huge global group.
+* ``n_pairs=N`` — **N sampled pairs**, drawn with replacement as follows:
+  every draw picks a query uniformly among the *eligible* queries (those
+  with at least two different scores — ``max y > min y`` in the group), then
+  an ordered pair uniformly among that query's pairs with ``y_i > y_j``.
+  Equivalently the per-query counts are ``Multinomial(N, uniform over
+  eligible queries)``, and inside a query the pairs are uniform over its
+  ``#{(i, j): y_i > y_j}`` pairs (sampled exactly, without enumerating them,
+  in O(n log n) per query).  Finding the eligible queries costs one extra
+  pass over ``y`` only (:meth:`BlockSource.read_y`), and O(groups) memory.
+
+Memory is bounded by ``max_rows`` (one block) plus ``batch_size`` pairs.
+Reproducible: the same ``random_state`` gives the same pairs.
+"""
+from __future__ import annotations
+
+import warnings
+from dataclasses import dataclass
+from typing import Iterator
+
+import numpy as np
+import scipy.sparse as sp
+
+from .blocks import BlockSource, OversizedGroupWarning
+
+__all__ = ["PairBatch", "pairs_from_groups"]
+
+
+@dataclass(frozen=True, eq=False)
+class PairBatch:
+    """Ordered preference pairs: row ``k`` of ``X_pos`` is preferred over row ``k`` of ``X_neg``.
+
+    Attributes
+    ----------
+    X_pos, X_neg : ndarray (k, n_features) or csr_matrix
+    rows : int64 ndarray (k, 2)
+        Global row indices ``(preferred, other)`` in the source.
+    qid : int64 ndarray (k,)
+        Query id of each pair.
+    y_diff : float64 ndarray (k,)
+        ``y[preferred] - y[other]`` (> 0).
+    """
+
+    X_pos: object
+    X_neg: object
+    rows: np.ndarray
+    qid: np.ndarray
+    y_diff: np.ndarray
+
+    def __len__(self):
+        return len(self.rows)
+
+
+def _as_block_source(source) -> BlockSource:
+    if isinstance(source, BlockSource):
+        return source
+    from .sources import as_source
+
+    if isinstance(source, tuple):
+        return as_source(*source)
+    raise TypeError("pairs_from_groups needs a BlockSource (e.g. a GroupStore or sr.as_source(X, y, qid)) "
+                    f"or an (X, y, qid) tuple; got {type(source).__name__}")
+
+
+def _column(y, output):
+    if y.ndim == 1:
+        if output != 0:
+            raise ValueError(f"output={output} but the source has one output column")
+        return y
+    if not 0 <= output < y.shape[1]:
+        raise ValueError(f"output={output} is out of range for {y.shape[1]} output columns")
+    return y[:, output]
+
+
+def _all_pairs_local(y, gp, limit):
+    """Yield arrays (i, j, g) of local row pairs with y_i > y_j, at most ~limit candidates each."""
+    sizes = np.diff(gp)
+    # units: (group, first preferred row offset, last + 1)
+    ug, ui0, ui1 = [], [], []
+    small = sizes * sizes <= limit
+    sg = np.flatnonzero(small & (sizes > 1))
+    big = np.flatnonzero(~small)
+    # keep group order: merge small groups and strips of big groups
+    units = [(int(g), 0, int(sizes[g])) for g in sg]
+    for g in big:
+        n = int(sizes[g])
+        s = max(1, limit // n)
+        units.extend((int(g), a, min(a + s, n)) for a in range(0, n, s))
+    units.sort()
+    if not units:
+        return
+    ug = np.array([u[0] for u in units], dtype=np.int64)
+    ui0 = np.array([u[1] for u in units], dtype=np.int64)
+    ui1 = np.array([u[2] for u in units], dtype=np.int64)
+    n_g = sizes[ug]
+    ent = (ui1 - ui0) * n_g
+    k = 0
+    while k < len(units):
+        # pack units while the candidate count stays under the limit (at least one unit)
+        c = np.cumsum(ent[k:])
+        stop = k + max(1, int(np.searchsorted(c, limit, side="right")))
+        e = ent[k:stop]
+        tot = int(e.sum())
+        start = np.repeat(np.cumsum(e) - e, e)
+        off = np.arange(tot, dtype=np.int64) - start
+        nn = np.repeat(n_g[k:stop], e)
+        base = np.repeat(gp[ug[k:stop]], e)
+        i = base + np.repeat(ui0[k:stop], e) + off // nn
+        j = base + off % nn
+        keep = y[i] > y[j]
+        yield i[keep], j[keep], np.repeat(ug[k:stop], e)[keep]
+        k = stop
+
+
+def _sample_pairs_group(y_g, c, rng):
+    """``c`` ordered pairs (i, j) with y_i > y_j, uniform over all such pairs of one group."""
+    order = np.argsort(y_g, kind="stable")
+    ys = y_g[order]
+    below = np.searchsorted(ys, ys, side="left")  # how many strictly smaller, per sorted position
+    cum = np.cumsum(below)
+    u = rng.integers(0, int(cum[-1]), size=c)
+    p = np.searchsorted(cum, u, side="right")          # sorted position of the preferred row
+    q = rng.integers(0, below[p])                       # a strictly smaller one, uniformly
+    return order[p], order[q]
+
+
+def _take(X, idx):
+    return X[idx]
+
+
+def pairs_from_groups(source, n_pairs: int | None = None, *, random_state=None,
+                      max_rows: int = 100_000, batch_size: int = 65_536, output: int = 0,
+                      shuffle: bool = False) -> Iterator[PairBatch]:
+    """Stream preference pairs within query groups (see the module docstring).
+
+    Parameters
+    ----------
+    source : BlockSource (GroupStore, ``sr.as_source(...)``) or (X, y, qid) tuple
+    n_pairs : None or int
+        None: every ordered pair with ``y_i > y_j`` in every group.  An int:
+        that many pairs sampled with replacement — uniform query among those
+        with two different scores, then a uniform ordered pair of that query.
+    random_state : None, int or numpy Generator
+        Seed of the sampling (and of the order when ``shuffle``).
+    max_rows : int
+        Row budget of the blocks read from ``source``.
+    batch_size : int
+        Maximum number of pairs per yielded :class:`PairBatch`.
+    output : int
+        Which score column to use when ``y`` has several.
+    shuffle : bool
+        Visit blocks in a random order and permute the pairs inside each batch.
+
+    Yields
+    ------
+    PairBatch
+    """
+    src = _as_block_source(source)
+    if batch_size < 1:
+        raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+    rng = np.random.default_rng(random_state)
+    counts = None
+    if n_pairs is not None:
+        if isinstance(n_pairs, bool) or int(n_pairs) != n_pairs or n_pairs < 0:
+            raise ValueError(f"n_pairs must be None or an integer >= 0, got {n_pairs!r}")
+        eligible = _eligible_groups(src, max_rows, output)
+        counts = np.zeros(src.n_groups, dtype=np.int64)
+        idx = np.flatnonzero(eligible)
+        if len(idx) == 0:
+            if n_pairs:
+                raise ValueError("no query group has two different scores; there is no preference pair to sample")
+            return
+        counts[idx] = rng.multinomial(int(n_pairs), np.full(len(idx), 1.0 / len(idx)))
+    block_seed = rng.integers(2**63) if shuffle else None
+    for block in src.blocks(max_rows=max_rows, shuffle=shuffle, random_state=block_seed):
+        y = _column(block.y, output)
+        gp = block.group_ptr
+        if counts is None:
+            pieces = _all_pairs_local(y, gp, batch_size)
+        else:
+            pieces = _sampled_local(y, gp, counts[block.group_start : block.group_start + block.n_groups], rng)
+        yield from _emit(block, y, pieces, batch_size, rng if shuffle else None)
+
+
+def _sampled_local(y, gp, counts, rng):
+    for g in np.flatnonzero(counts):
+        a, b = int(gp[g]), int(gp[g + 1])
+        i, j = _sample_pairs_group(y[a:b], int(counts[g]), rng)
+        yield i + a, j + a, np.full(len(i), g, dtype=np.int64)
+
+
+def _emit(block, y, pieces, batch_size, rng):
+    buf_i, buf_j, buf_g, n = [], [], [], 0
+
+    def flush(i, j, g):
+        if rng is not None:
+            p = rng.permutation(len(i))
+            i, j, g = i[p], j[p], g[p]
+        return PairBatch(X_pos=_take(block.X, i), X_neg=_take(block.X, j),
+                         rows=np.stack((i + block.start, j + block.start), axis=1).astype(np.int64),
+                         qid=block.qid[g].astype(np.int64), y_diff=(y[i] - y[j]).astype(np.float64))
+
+    for i, j, g in pieces:
+        while len(i):
+            take = min(batch_size - n, len(i))
+            buf_i.append(i[:take]); buf_j.append(j[:take]); buf_g.append(g[:take])  # noqa: E702
+            n += take
+            i, j, g = i[take:], j[take:], g[take:]
+            if n == batch_size:
+                yield flush(np.concatenate(buf_i), np.concatenate(buf_j), np.concatenate(buf_g))
+                buf_i, buf_j, buf_g, n = [], [], [], 0
+    if n:
+        yield flush(np.concatenate(buf_i), np.concatenate(buf_j), np.concatenate(buf_g))
+
+
+def _eligible_groups(src: BlockSource, max_rows: int, output: int) -> np.ndarray:
+    """Per group: True when its scores are not all equal (one pass over ``y`` only)."""
+    hi = np.full(src.n_groups, -np.inf)
+    lo = np.full(src.n_groups, np.inf)
+    ptr = src.group_ptr
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", OversizedGroupWarning)
+        plan = src.plan(max_rows, split_groups=True)
+    for r0, r1, g0, g1 in plan:
+        y = _column(src.read_y(r0, r1), output)
+        if r1 == r0:
+            continue
+        local = np.clip(ptr[g0 : g1 + 1] - r0, 0, r1 - r0)
+        starts = local[:-1]
+        nonempty = local[1:] > starts
+        s = starts[nonempty]
+        gs = np.arange(g0, g1)[nonempty]
+        np.maximum.at(hi, gs, np.maximum.reduceat(y, s))
+        np.minimum.at(lo, gs, np.minimum.reduceat(y, s))
+    return hi > lo
