@@ -191,8 +191,9 @@ class KernelRankRLS(BaseRanker):
             raise ValueError("X has 0 rows; at least 1 needed")
         y = check_y(y, m, "y")
         q = check_qid(qid, m, "qid")
-        gp, _ = group_ptr_from_qid(q, "qid")
+        gp, gq = group_ptr_from_qid(q, "qid")
         check_n_features(self, X.shape[1], reset=True)
+        self._group_qid = gq
         self._one_d = y.ndim == 1
         Y = y.reshape(m, -1)
         self.n_outputs_ = Y.shape[1]
@@ -265,11 +266,14 @@ class KernelRankRLS(BaseRanker):
         raise ValueError("this model was loaded from disk: the decomposition behind path / hold-out "
                          "formulas is not saved; refit to use them")
 
-    def path(self, alphas):
-        """Dual coefficients for every λ in ``alphas`` from the one decomposition.
+    def path(self, alphas=None):
+        """Dual coefficients for every λ in ``alphas`` (default 2⁻¹⁵ … 2¹⁵) from the one decomposition.
 
         Returns (len(alphas), n_basis_rows) or (len(alphas), n_basis_rows, n_outputs).
         """
+        if alphas is None:
+            from .linear import DEFAULT_ALPHAS
+            alphas = DEFAULT_ALPHAS
         arr = _alphas(alphas)
         solver = self._solver()
         return np.stack([self._y_out(solver.coef(a)) for a in arr])
@@ -359,73 +363,102 @@ class KernelRankRLS(BaseRanker):
         return out[:, :, 0] if self._one_d else out
 
     # ----------------------------------------------------------- model choice
-    def cross_validate(self, source, alphas, folds=5, scoring="disagreement", *, random_state=None):
-        """Hold-out predictions and scores for every λ in ``alphas`` from one decomposition.
+    def cross_validate(self, source=None, alphas=None, folds=5, scoring="squared"):
+        """Choose alpha by group cross-validation from one decomposition, then refit with it.
 
-        Dual models only (fit on ``source`` first if needed).  ``folds="query"``
-        leaves every query out in turn; an integer k splits the queries into k
-        folds (whole queries, shuffled with ``random_state``).  ``scoring`` is a
-        name in :mod:`streamrank.metrics` ("disagreement", "ndcg",
-        "mean_average_precision", "auc") or a callable
-        ``scoring(y_true, y_pred, qid) -> float``.  Returns a dict with
-        ``alphas``, ``scores`` (per λ), ``best_alpha`` and ``predictions``
-        (len(alphas), rows[, outputs]).  The model is refitted at ``best_alpha``
-        (only the coefficients change).
+        ``source``: a :class:`~streamrank.BlockSource` or a tuple ``(X, y, qid)``;
+        ``None`` uses the training data (the model is fitted first when needed).
+        ``folds``: ``"query"`` (exact leave-one-query-out, eq. (33)) or an int
+        k >= 2 (queries split by :func:`~streamrank.rankrls.selection.fold_of`,
+        the same hash folds as linear RankRLS; dual mode only).  ``scoring``:
+        ``"squared"`` (held-out least-squares ranking loss per pair, lower is
+        better), ``"disagreement"`` (lower) or ``"ndcg@k"`` (higher), as in
+        :func:`streamrank.rankrls.selection.cross_validate`.  ``alphas``
+        defaults to 2⁻¹⁵ … 2¹⁵.  Every λ costs O(m² v) plus the hold-out
+        formula; the decomposition is done once.  Returns a
+        :class:`~streamrank.rankrls.selection.CVResult`.
         """
-        from .. import metrics as _metrics
+        from .selection import CVResult, _check_alphas, _parse_scoring, fold_of
 
-        arr = _alphas(alphas)
-        if isinstance(source, BlockSource):
-            X, y, qid = _read_all(source)
+        kind, k = _parse_scoring(scoring)
+        arr = _check_alphas(alphas)
+        self._check_params()
+        if source is not None:
+            if isinstance(source, tuple):
+                self.fit(*source)
+            else:
+                self.fit(source)
+        elif not hasattr(self, "_decomp") and not hasattr(self, "_sparse"):
+            raise ValueError("cross_validate(source=None) needs a fitted model; pass the training data")
+        self._solver()
+        if self._mode == "dual":
+            gp = self._group_ptr
+            Y = self._Y
         else:
-            X, y, qid = source
-        saved_alpha = self.alpha
-        if not (hasattr(self, "_decomp") and self._mode == "dual"
-                and getattr(self, "_cv_key", None) == id(source)):
-            if self.n_basis is not None:
-                raise ValueError("cross_validate is implemented for the exact dual (n_basis=None)")
-            self.fit(X, y, qid)
-            self._cv_key = id(source)
-        gp = self._group_ptr
+            src = self._train_source[0]
+            gp = src.group_ptr
+            Y = None
         n_groups = len(gp) - 1
         if folds == "query":
-            groups = [[g] for g in range(n_groups)]
+            if n_groups < 2:
+                raise ValueError(f"leave-query-out cross-validation needs at least 2 groups; the data has "
+                                 f"{n_groups} (qid=None is one global group: use leave_pair_out)")
+            fold_groups = [np.array([g]) for g in range(n_groups)]
         else:
-            k = int(folds)
-            if k < 2 or k > n_groups:
-                raise ValueError(f"folds must be 'query' or an integer in [2, {n_groups}] (the number of "
-                                 f"query groups); got {folds!r}")
-            perm = np.random.default_rng(random_state).permutation(n_groups)
-            groups = [sorted(perm[f::k]) for f in range(k)]
-        sets = [np.concatenate([np.arange(gp[g], gp[g + 1]) for g in gs]) for gs in groups]
-        if callable(scoring):
-            score_fn = scoring
+            if isinstance(folds, bool) or not isinstance(folds, (int, np.integer)) or folds < 2:
+                raise ValueError(f'folds must be an integer >= 2 or "query"; got {folds!r}')
+            if n_groups < folds:
+                raise ValueError(f"{folds}-fold cross-validation by query needs at least {folds} groups; "
+                                 f"the data has {n_groups}")
+            if self._mode != "dual":
+                raise NotImplementedError("k-fold cross-validation of sparse RankRLS is not implemented; "
+                                          "use folds='query'")
+            gq = self._group_qid
+            fog = fold_of(gq, int(folds))
+            fold_groups = [np.flatnonzero(fog == f) for f in range(int(folds))]
+        if self._mode == "dual":
+            sets = [np.concatenate([np.arange(gp[g], gp[g + 1]) for g in gs]) if len(gs) else
+                    np.zeros(0, np.int64) for gs in fold_groups]
+            preds = np.stack([self._decomp.holdout(a, sets) for a in arr])      # (a, m, v)
         else:
-            fn = getattr(_metrics, scoring, None)
-            if fn is None or scoring.startswith("_"):
-                raise ValueError(f"unknown scoring {scoring!r}; use a function name of streamrank.metrics "
-                                 "or a callable scoring(y_true, y_pred, qid)")
-            if scoring == "auc":
-                score_fn = lambda yt, yp, q: fn(yt, yp)  # noqa: E731
-            else:
-                score_fn = lambda yt, yp, q: fn(yt, yp, q)  # noqa: E731
-        qrow = np.repeat(np.arange(n_groups), np.diff(gp))
-        preds, scores = [], []
-        Y = self._y_out(self._Y)
-        for a in arr:
-            pred = self._y_out(self._decomp.holdout(a, sets))
-            preds.append(pred)
-            if pred.ndim == 1:
-                scores.append(float(score_fn(Y, pred, qrow)))
-            else:
-                scores.append(float(np.mean([score_fn(Y[:, j], pred[:, j], qrow) for j in range(pred.shape[1])])))
-        scores = np.asarray(scores)
-        lower_better = callable(scoring) is False and scoring in ("disagreement",)
-        best = int(np.nanargmin(scores) if lower_better else np.nanargmax(scores))
-        self.alpha = float(arr[best]) if saved_alpha is not None else saved_alpha
-        self.dual_coef_ = self._y_out(self._decomp.coef(self.alpha))
-        return {"alphas": arr, "scores": scores, "best_alpha": float(arr[best]),
-                "predictions": np.stack(preds)}
+            preds = np.stack([self._sparse_lqo(a, None) for a in arr])
+            Y = _read_all(self._train_source[0])[1].reshape(preds.shape[1], -1)
+        v = Y.shape[1]
+        per_out = np.empty((len(arr), v))
+        rows_q = np.repeat(np.arange(n_groups), np.diff(gp))
+        if kind == "squared":
+            from ..laplacian import apply_laplacian
+            from ._statistics import _pair_count
+            for ai in range(len(arr)):
+                R = Y - preds[ai]
+                for o in range(v):
+                    LR = apply_laplacian(R[:, o], gp, y=Y[:, o], group_weight=self.group_weight,
+                                         ties=self.ties)
+                    per_out[ai, o] = float(R[:, o] @ LR)
+            n_pairs = int(_pair_count(np.diff(gp)).sum())
+            if self.ties == "exclude":
+                from ..laplacian import tie_classes
+                _, _, csize = tie_classes(Y[:, 0], gp)
+                n_pairs -= int(_pair_count(csize).sum())
+            per_out /= max(n_pairs, 1)
+        else:
+            from .. import metrics as _metrics
+            for ai in range(len(arr)):
+                for o in range(v):
+                    if kind == "disagreement":
+                        per_out[ai, o] = _metrics.disagreement(Y[:, o], preds[ai][:, o], rows_q)
+                    else:
+                        per_out[ai, o] = _metrics.ndcg(Y[:, o], preds[ai][:, o], rows_q, k=k)
+        greater = kind == "ndcg"
+        scores = np.nanmean(per_out, axis=1)
+        valid = np.where(np.isnan(scores), -np.inf if greater else np.inf, scores)
+        best = int(np.argmax(valid) if greater else np.argmin(valid))
+        self.alpha = float(arr[best])
+        self.dual_coef_ = self._y_out(self._solver().coef(self.alpha))
+        self.cv_predictions_ = preds[:, :, 0] if self._one_d else preds
+        return CVResult(alphas=arr, scores=scores, scores_per_output=per_out, best_alpha=float(arr[best]),
+                        best_index=best, scoring=scoring if kind != "ndcg" else f"ndcg@{k}", folds=folds,
+                        greater_is_better=greater)
 
     # ------------------------------------------------------------ persistence
     def _get_state(self):

@@ -1,0 +1,122 @@
+"""Sparse (basis-vector) RankRLS: == dual with all rows, == dense closed form, block-cutting invariant."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import scipy.sparse as sp
+from conftest import make_groups
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from kernel_reference import groups_of, kernel_ref, laplacian_pairs, sparse_ref
+
+import streamrank as sr
+
+
+def _rel(a, b):
+    return np.abs(np.asarray(a) - np.asarray(b)).max() / max(np.abs(np.asarray(b)).max(), 1e-300)
+
+
+@pytest.mark.parametrize("group_weight,ties", [("pair", "include"), ("query", "exclude"), ("size", "include")])
+def test_sparse_with_all_rows_equals_dual(rng, group_weight, ties):
+    X, y, qid, _ = make_groups(rng, n_groups=6, n_features=3, levels=3)
+    kw = dict(kernel="rbf", gamma=0.5, alpha=0.2, group_weight=group_weight, ties=ties)
+    dual = sr.KernelRankRLS(**kw).fit(X, y, qid)
+    sparse = sr.KernelRankRLS(n_basis=len(y), basis=X, **kw).fit(X, y, qid)
+    assert _rel(sparse.dual_coef_, dual.dual_coef_) < 1e-8
+    Xt = rng.normal(size=(5, 3))
+    assert _rel(sparse.predict(Xt), dual.predict(Xt)) < 1e-8
+    assert _rel(sparse.path([0.01, 5.0]), dual.path([0.01, 5.0])) < 1e-8
+    assert _rel(sparse.leave_query_out(), dual.leave_query_out()) < 1e-8
+    # a random basis of all rows is a permutation of the rows: same function
+    perm = sr.KernelRankRLS(n_basis=len(y), random_state=1, **kw).fit(X, y, qid)
+    assert _rel(perm.predict(Xt), dual.predict(Xt)) < 1e-8
+
+
+@pytest.mark.parametrize("kernel,params", [("rbf", dict(gamma=0.3)), ("poly", dict(degree=2, coef0=1.0))])
+@pytest.mark.parametrize("group_weight", ["pair", "query"])
+def test_sparse_equals_closed_form(rng, kernel, params, group_weight):
+    X, y, qid, _ = make_groups(rng, n_groups=7, n_features=3, n_outputs=2)
+    m = sr.KernelRankRLS(kernel=kernel, alpha=0.4, n_basis=6, random_state=5, group_weight=group_weight,
+                         **params).fit(X, y, qid)
+    R = m.basis_
+    assert R.shape == (6, 3)
+    # every basis row is a training row
+    assert all(np.any(np.all(X == r, axis=1)) for r in R)
+    L = laplacian_pairs(qid, None, group_weight)
+    for lam, A in zip([0.4, 0.05, 7.0], [m.dual_coef_, *m.path([0.05, 7.0])]):
+        ref = sparse_ref(kernel_ref(R, X, kernel, **params), kernel_ref(R, R, kernel, **params), L, y, lam)
+        assert _rel(A, ref) < 1e-8
+
+
+def test_sparse_leave_query_out_equals_retraining(rng):
+    X, y, qid, _ = make_groups(rng, n_groups=6, n_features=3, levels=4)
+    R = X[[0, 3, 5, 9, 11]]
+    m = sr.KernelRankRLS(gamma=0.6, alpha=0.3, basis=R, ties="exclude").fit(X, y, qid)
+    lqo = m.leave_query_out()
+    K_RR = kernel_ref(R, R, "rbf", gamma=0.6)
+    for U in groups_of(qid):
+        keep = np.setdiff1d(np.arange(len(y)), U)
+        L = laplacian_pairs(qid[keep], y[keep], "pair", "exclude")
+        A = sparse_ref(kernel_ref(R, X[keep], "rbf", gamma=0.6), K_RR, L, y[keep], 0.3)
+        assert _rel(lqo[U], kernel_ref(X[U], R, "rbf", gamma=0.6) @ A) < 1e-8
+    res = m.cross_validate(None, [0.3, 1.0], folds="query")
+    assert _rel(m.cv_predictions_[0], lqo) < 1e-12 and res.best_alpha in (0.3, 1.0)
+    with pytest.raises(NotImplementedError, match="folds='query'"):
+        m.cross_validate(None, [0.3], folds=3)
+
+
+@settings(max_examples=25, deadline=None)
+@given(max_rows=st.integers(1, 40), seed=st.integers(0, 10_000), global_group=st.booleans())
+def test_block_cuttings_give_the_same_model(max_rows, seed, global_group):
+    rng = np.random.default_rng(seed)
+    X, y, qid, _ = make_groups(rng, n_groups=5, n_features=3, levels=3)
+    q = None if global_group else qid
+    kw = dict(gamma=0.5, alpha=0.3, n_basis=7, random_state=seed, ties="exclude")
+    ref = sr.KernelRankRLS(**kw).fit(X, y, q, max_rows=10_000)
+    cut = sr.KernelRankRLS(**kw).fit(sr.as_source(X, y, q), max_rows=max_rows)
+    np.testing.assert_array_equal(cut.basis_, ref.basis_)           # reservoir independent of cutting
+    assert _rel(cut.dual_coef_, ref.dual_coef_) < 1e-9
+    L = laplacian_pairs(np.zeros(len(y)) if global_group else qid, y, "pair", "exclude")
+    R = ref.basis_
+    A = sparse_ref(kernel_ref(R, X, "rbf", gamma=0.5), kernel_ref(R, R, "rbf", gamma=0.5), L, y, 0.3)
+    assert _rel(cut.dual_coef_, A) < 1e-8
+
+
+def test_reservoir_is_uniform_enough():
+    # each of 20 rows should be picked with probability 5/20 over seeds
+    X = np.arange(20, dtype=float)[:, None]
+    y = np.zeros(20)
+    counts = np.zeros(20)
+    for seed in range(400):
+        m = sr.KernelRankRLS(kernel="linear", n_basis=5, random_state=seed).fit(sr.as_source(X, y), max_rows=3)
+        counts[m.basis_[:, 0].astype(int)] += 1
+    assert counts.sum() == 2000
+    assert np.all(np.abs(counts / 400 - 0.25) < 0.1)
+
+
+def test_sparse_csr_and_semidefinite_basis(rng):
+    X, y, qid, _ = make_groups(rng, n_groups=5, n_features=4)
+    X[X < 0.1] = 0.0
+    Xs = sp.csr_matrix(X)
+    a = sr.KernelRankRLS(gamma=0.4, n_basis=6, random_state=2).fit(Xs, y, qid)
+    b = sr.KernelRankRLS(gamma=0.4, n_basis=6, random_state=2).fit(X, y, qid)
+    assert sp.issparse(a.basis_)
+    assert _rel(a.dual_coef_, b.dual_coef_) < 1e-10
+    # duplicated basis rows and a linear kernel with r > n_features: K_RR singular, same function as dual
+    R = np.vstack([X[:5], X[:5]])
+    lin = sr.KernelRankRLS(kernel="linear", alpha=0.5, basis=R).fit(X, y, qid)
+    dual = sr.KernelRankRLS(kernel="linear", alpha=0.5).fit(X, y, qid)
+    Xt = rng.normal(size=(4, 4))
+    assert _rel(lin.predict(Xt), dual.predict(Xt)) < 1e-8
+
+
+def test_sparse_bad_input(rng):
+    X, y, qid, _ = make_groups(rng, n_groups=3, n_features=3)
+    with pytest.raises(ValueError, match="exceeds the number of training rows"):
+        sr.KernelRankRLS(n_basis=len(y) + 1).fit(sr.as_source(X, y, qid))
+    with pytest.raises(ValueError, match="basis has 2 features"):
+        sr.KernelRankRLS(basis=X[:3, :2]).fit(X, y, qid)
+    with pytest.raises(ValueError, match="leave_pair_out is implemented for the exact dual"):
+        sr.KernelRankRLS(n_basis=3).fit(X, y).leave_pair_out([[0, 1]])
+    with pytest.raises(ValueError, match="not positive semidefinite"):
+        sr.KernelRankRLS(kernel=lambda a, b: -(a @ b.T), n_basis=3).fit(X, y, qid)
