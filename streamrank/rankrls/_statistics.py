@@ -168,6 +168,13 @@ class RankStatistics:
         s = group_weights(size, self.group_weight)
         row_group = np.repeat(np.arange(n_groups), local)
         d = (s * size)[row_group]                       # row weight s_g n_g
+        if not sparse and self.ties == "include" and rows:
+            self._add_dense_include(Phi, Y, gp, s, d, whole)
+            if not whole.all():
+                S = _k.group_sums(Phi, gp)
+                Sy = _k.group_sums(Y, gp)
+                self._add_pieces(Phi, Y, gp, S, Sy, size, whole, group_id)
+            return self
         if not sparse and Phi.dtype != np.float64:
             Phi = Phi.astype(np.float64)
 
@@ -206,6 +213,48 @@ class RankStatistics:
                 self.n_pairs -= int(_pair_count(csize[keep]).sum())
 
         # ---- pieces of split groups
+        self._add_pieces(Phi, Y, gp, S, Sy, size, whole, group_id)
+        return self
+
+    def _add_dense_include(self, Phi, Y, gp, s, d, whole):
+        """Fast path (dense, ties included): one GEMM of A = [√d Φ, √d Y] gives G, B, yLy.
+
+        The row weight d_i = s_g n_g is constant inside a group, so the group
+        sums T_g of A are √d_g [S_g, S_y,g] and the low-rank part
+        s_g [S_g; S_y,g][S_g; S_y,g]ᵀ = T_g T_gᵀ / n_g.
+        """
+        n, v = self.n_features, self.n_outputs
+        rows = Phi.shape[0]
+        A = np.empty((rows, n + v))
+        c = d[0]
+        if np.all(d == c):
+            A[:, :n] = Phi
+            A[:, n:] = Y
+            AtA = A.T @ A
+            AtA *= c
+            T = _k.group_sums(A, gp)
+            T *= np.sqrt(c)
+        else:
+            sd = np.sqrt(d)[:, None]
+            np.multiply(Phi, sd, out=A[:, :n])
+            np.multiply(Y, sd, out=A[:, n:])
+            AtA = A.T @ A
+            T = _k.group_sums(A, gp)
+        local = np.diff(gp)
+        wl = np.zeros(local.shape[0])
+        ok = whole & (local > 0) & (s > 0)
+        wl[ok] = 1.0 / local[ok]
+        Tw = T * np.sqrt(wl)[:, None]
+        AtA -= Tw.T @ Tw
+        self._G += AtA[:n, :n]
+        self._B += AtA[:n, n:]
+        self._yLy += np.diag(AtA[n:, n:])
+        self.n_rows += rows
+        self.n_groups += int(whole.sum())
+        sizes = local[whole]
+        self.n_pairs += int(_pair_count(sizes).sum())
+
+    def _add_pieces(self, Phi, Y, gp, S, Sy, size, whole, group_id):
         if not whole.all():
             if group_id is None:
                 raise ValueError("group_id is needed to join the pieces of a split group")
@@ -226,7 +275,6 @@ class RankStatistics:
                         classes[float(val)] = [int(r.sum()), Sc, Mc]
                     self._merge_classes(int(gid[g]), classes)
                 self._maybe_close(int(gid[g]))
-        return self
 
     def _add_open(self, gid, rows, size, Sg, Sy, _):
         st = self._open.get(gid)

@@ -1,0 +1,199 @@
+"""Linear RankRLS from a GroupStore on disk: fit time and peak RSS against reading and BLAS.
+
+Questions (issue 3):
+
+1. ``fit`` of N rows x 50 dense features in groups of 20 from a GroupStore:
+   wall time and peak RSS, against (a) a raw read of the same blocks and
+   (b) numpy's GEMM XᵀX on the same data in memory.  Target: fit <= 1.3 x
+   max(a, b).
+2. A λ path of 31 values: cost relative to the fit (target < 5 %).
+3. ``--big``: 10,000,000 rows: peak RSS of fit (target < 1 GiB).
+4. ``--cg``: conjugate gradient on hashed sparse features (2^20 dims, ~50
+   nonzeros per row): seconds per iteration against one raw streaming pass
+   (target <= 1.5 x) and iterations to 1e-6.
+
+Usage::
+
+    python benchmarks/rankrls_linear.py --smoke          # seconds, tiny data
+    python benchmarks/rankrls_linear.py                  # 1,000,000 x 50
+    python benchmarks/rankrls_linear.py --big            # + 10,000,000 x 50 RSS
+    python benchmarks/rankrls_linear.py --cg             # + sparse cg
+"""
+from __future__ import annotations
+
+import argparse
+import shutil
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+import scipy.sparse as sp
+
+
+def _write_dense_store(path, rows, n_features, group_size, seed=0, batch=200_000):
+    import streamrank as sr
+
+    rng = np.random.default_rng(seed)
+    w = rng.normal(size=n_features)
+    store = sr.GroupStore.create(path, n_features=n_features, overwrite=True)
+    for a in range(0, rows, batch):
+        b = min(a + batch, rows)
+        X = rng.normal(size=(b - a, n_features)).astype(np.float32)
+        y = X @ w + rng.normal(size=b - a)
+        qid = np.arange(a, b) // group_size
+        store.append(X, y, qid)
+    return sr.GroupStore.open(path)
+
+
+def _write_sparse_store(path, rows, n_features, nnz_per_row, group_size, seed=0, batch=100_000):
+    import streamrank as sr
+
+    rng = np.random.default_rng(seed)
+    w = rng.normal(size=n_features)
+    store = sr.GroupStore.create(path, n_features=n_features, sparse=True, overwrite=True)
+    for a in range(0, rows, batch):
+        b = min(a + batch, rows)
+        r = b - a
+        indices = rng.integers(0, n_features, size=r * nnz_per_row)
+        data = rng.normal(size=r * nnz_per_row).astype(np.float32)
+        indptr = np.arange(0, r * nnz_per_row + 1, nnz_per_row)
+        X = sp.csr_matrix((data, indices, indptr), shape=(r, n_features))
+        X.sum_duplicates()
+        y = X @ w + rng.normal(size=r)
+        qid = np.arange(a, b) // group_size
+        store.append(X, y, qid)
+    return sr.GroupStore.open(path)
+
+
+def _raw_read(store, max_rows):
+    t = time.perf_counter()
+    s = 0.0
+    for b in store.blocks(max_rows=max_rows, split_groups=True):
+        s += float(b.y[0]) if b.n_rows else 0.0
+    return time.perf_counter() - t
+
+
+def _raw_pass_sparse(store, max_rows, v):
+    """One streaming pass doing the unavoidable work of a matvec: read, X v, Xᵀ u."""
+    t = time.perf_counter()
+    z = np.zeros(store.n_features)
+    for b in store.blocks(max_rows=max_rows, split_groups=True):
+        u = b.X @ v
+        z += b.X.T @ u
+    return time.perf_counter() - t
+
+
+def dense_case(rows, n_features, group_size, workdir, max_rows, label):
+    import streamrank as sr
+    from streamrank._memory import PeakRSS
+
+    path = Path(workdir) / f"dense_{rows}"
+    t = time.perf_counter()
+    store = _write_dense_store(path, rows, n_features, group_size)
+    print(f"[{label}] wrote store {rows:,} x {n_features} ({store.n_groups:,} groups) "
+          f"in {time.perf_counter() - t:.1f} s")
+    _raw_read(store, max_rows)  # warm the page cache and numba
+    sr.RankRLS().fit(sr.as_source(np.zeros((40, n_features), np.float32), np.arange(40.0),
+                                  np.repeat(np.arange(2), 20)))
+    t_read = min(_raw_read(store, max_rows) for _ in range(2))
+    with PeakRSS() as mem:
+        t = time.perf_counter()
+        m = sr.RankRLS(alpha=1.0).fit(store, max_rows=max_rows)
+        t_fit = time.perf_counter() - t
+    alphas = 2.0 ** np.arange(-15, 16)
+    t = time.perf_counter()
+    m.path(alphas)
+    t_path = time.perf_counter() - t
+    out = {"read": t_read, "fit": t_fit, "fit_peak_mib": mem.peak / 2**20,
+           "fit_delta_mib": (mem.peak - mem.start) / 2**20, "path": t_path}
+    if rows <= 2_000_000:
+        X = np.concatenate([b.X for b in store.blocks(max_rows=max_rows, prefetch=False)])
+        t = time.perf_counter()
+        X.T @ X
+        out["gemm32"] = time.perf_counter() - t
+        X64 = X.astype(np.float64)
+        t = time.perf_counter()
+        X64.T @ X64
+        out["gemm64"] = time.perf_counter() - t
+        del X, X64
+        base = max(out["read"], out["gemm32"])
+        print(f"[{label}] raw read {t_read:.2f} s | numpy GEMM XᵀX float32 {out['gemm32']:.2f} s, "
+              f"float64 {out['gemm64']:.2f} s")
+        print(f"[{label}] fit {t_fit:.2f} s = {t_fit / base:.2f} x max(read, GEMM32) (target <= 1.3), "
+              f"peak RSS {out['fit_peak_mib']:.0f} MiB (+{out['fit_delta_mib']:.0f} MiB during fit)")
+    else:
+        print(f"[{label}] raw read {t_read:.2f} s | fit {t_fit:.2f} s = {t_fit / t_read:.2f} x read; "
+              f"peak RSS {out['fit_peak_mib']:.0f} MiB (+{out['fit_delta_mib']:.0f} MiB during fit; target < 1024)")
+    print(f"[{label}] path of 31 alphas {t_path * 1e3:.1f} ms = {100 * t_path / t_fit:.2f} % of fit (target < 5 %)")
+    shutil.rmtree(path, ignore_errors=True)
+    return out
+
+
+def cg_case(rows, n_features, nnz, group_size, workdir, max_rows, label, tol=1e-6, max_iter=300):
+    import streamrank as sr
+
+    path = Path(workdir) / f"sparse_{rows}"
+    t = time.perf_counter()
+    store = _write_sparse_store(path, rows, n_features, nnz, group_size)
+    print(f"[{label}] wrote sparse store {rows:,} x 2^{int(np.log2(n_features))} "
+          f"(~{nnz} nnz/row) in {time.perf_counter() - t:.1f} s")
+    v = np.random.default_rng(1).normal(size=n_features)
+    _raw_pass_sparse(store, max_rows, v)
+    t_pass = min(_raw_pass_sparse(store, max_rows, v) for _ in range(2))
+    times = []
+    last = [time.perf_counter()]
+
+    def cb(it, res, W):
+        now = time.perf_counter()
+        times.append(now - last[0])
+        last[0] = now
+
+    t = time.perf_counter()
+    m = sr.RankRLS(alpha=1.0, solver="cg", tol=tol, max_iter=max_iter)
+    last[0] = time.perf_counter()
+    m.fit(store, max_rows=max_rows, callback=cb)
+    t_fit = time.perf_counter() - t
+    per_it = float(np.median(times)) if times else float("nan")
+    print(f"[{label}] raw streaming pass (read + Xv + Xᵀu) {t_pass:.2f} s | cg {per_it:.2f} s/iteration "
+          f"= {per_it / t_pass:.2f} x pass (target <= 1.5)")
+    print(f"[{label}] cg: {m.n_iter_} iterations to tol {tol:g} (converged={m.cg_info_['converged']}), "
+          f"total {t_fit:.1f} s, {m.cg_info_['n_passes']} passes")
+    shutil.rmtree(path, ignore_errors=True)
+    return {"pass": t_pass, "per_iter": per_it, "n_iter": m.n_iter_}
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--smoke", action="store_true", help="tiny data, a few seconds")
+    p.add_argument("--rows", type=int, default=1_000_000)
+    p.add_argument("--features", type=int, default=50)
+    p.add_argument("--group-size", type=int, default=20)
+    p.add_argument("--max-rows", type=int, default=65_536, help="block budget")
+    p.add_argument("--big", action="store_true", help="also 10,000,000 rows (peak RSS)")
+    p.add_argument("--big-rows", type=int, default=10_000_000)
+    p.add_argument("--cg", action="store_true", help="also cg on hashed sparse features")
+    p.add_argument("--cg-rows", type=int, default=1_000_000)
+    p.add_argument("--workdir", default=None, help="directory for the temporary stores (default: a temp dir)")
+    a = p.parse_args(argv)
+    if a.smoke:
+        a.rows, a.big_rows, a.cg_rows = 20_000, 50_000, 5_000
+    workdir = Path(a.workdir) if a.workdir else Path(tempfile.mkdtemp(prefix="sr_bench_rankrls_"))
+    workdir.mkdir(parents=True, exist_ok=True)
+    try:
+        dense_case(a.rows, a.features, a.group_size, workdir, a.max_rows, "dense")
+        if a.big or a.smoke:
+            dense_case(a.big_rows, a.features, a.group_size, workdir, a.max_rows, "big")
+        if a.cg or a.smoke:
+            nfeat = 2**20 if not a.smoke else 2**14
+            cg_case(a.cg_rows, nfeat, 50, a.group_size, workdir, a.max_rows, "cg",
+                    max_iter=300 if not a.smoke else 50)
+    finally:
+        if not a.workdir:
+            shutil.rmtree(workdir, ignore_errors=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
