@@ -1,0 +1,537 @@
+"""Nightly retraining on growing logs (DESIGN §1; issue 6).
+
+One run = one night::
+
+    python pipelines/nightly.py --store STORE --new DAYFILE... --models DIR \\
+        [--learner rankrls|sparse-kernel|sgd-bilinear|sgd-pairwise] [--alphas GRID] [--full] [--keep N]
+
+1. **Ingest** each DAYFILE (LETOR/svmlight text, ``.npz`` with ``X, y, qid``,
+   or a zarr :class:`~streamrank.GroupStore`) into STORE with
+   ``batch_id = "sha256:<content hash>"``: re-running a night never appends
+   twice, and a killed append leaves the store at its last commit (the store's
+   own atomic append; the next run repairs the torn tail and redoes it).
+2. **Update** the model incrementally: RankRLS keeps its statistics
+   (G = XᵀLX, B = XᵀLY and the per-fold statistics of k-fold group CV) in the
+   saved model; a night reads only the groups the base model has not seen
+   (its ``data.groups`` count) and adds their statistics — the result equals a
+   full retrain on all data (to summation order).  ``--full`` retrains from
+   scratch.
+3. **Select λ** from the fold statistics (squared ranking loss of each fold
+   under the model trained without it, DESIGN §3.2 — no pass over history)
+   and **validate** on a held-out slice — by default the newest day in the
+   store (the last logged batch), or ``--validation STORE`` — with NDCG@10
+   and disagreement.  The default slice is also in the candidate's training
+   data (the current model has not seen it): use ``--validation`` for an
+   unbiased comparison.
+4. **Promote** the candidate if its NDCG@10 is not below the current model's
+   by more than ``--tolerance``: every version is written completely to
+   ``DIR/<version>/`` (a model loadable with ``sr.load``, plus
+   ``version.json``: metrics, data range, parameters, λ-path scores) before
+   the ``DIR/current`` pointer file (holding the version's directory name) is
+   replaced with ``os.replace`` — atomic.  ``sr.load(DIR + "/current")``
+   loads the promoted model.  ``--keep N`` prunes all but the newest N
+   versions (never the current one).
+5. **Report**: ``DIR/reports/<time>.json``, one summary line on stdout and,
+   with matplotlib (the ``plot`` extra), ``DIR/metrics.png`` over versions.
+
+Crash safety: a run killed anywhere leaves ``current`` at the previous model
+(or at the new one, once the pointer has been switched).  A version whose
+pointer switch was lost is found again by its key (base version, committed
+store groups, learner, grid) and promoted by the next run instead of being
+trained again.
+"""
+from __future__ import annotations
+
+import argparse
+import datetime as _dt
+import hashlib
+import json
+import os
+import shutil
+import sys
+import uuid
+from pathlib import Path
+
+import numpy as np
+import scipy.sparse as sp
+
+if __package__ in (None, ""):  # run as a script: make the repository importable
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+import streamrank as sr  # noqa: E402
+from streamrank.io.blocks import BlockSource  # noqa: E402
+
+__all__ = ["main", "run_night", "ingest", "read_day", "content_hash", "GroupRange", "select_alpha",
+           "validate", "switch_current", "current_version", "list_versions", "read_version", "prune"]
+
+LEARNERS = ("rankrls", "sparse-kernel", "sgd-bilinear", "sgd-pairwise")
+POINTER = "current"
+META = "version.json"
+DEFAULT_FOLDS = 5
+DEFAULT_BLOCK_ROWS = 65_536
+
+
+def _now() -> str:
+    return _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="milliseconds")
+
+
+# ------------------------------------------------------------------ input
+def content_hash(path) -> str:
+    """``sha256:<hex>`` of a day's content: file bytes, or a zarr store's logged batch checksums."""
+    p = Path(path)
+    h = hashlib.sha256()
+    if p.is_dir():
+        try:
+            store = sr.GroupStore.open(p)
+        except Exception:
+            store = None
+        if store is not None:
+            h.update(json.dumps([(e["rows"], e["groups"], e["checksum"]) for e in store.batches]).encode())
+        else:
+            for f in sorted(q for q in p.rglob("*") if q.is_file()):
+                h.update(str(f.relative_to(p)).encode())
+                with open(f, "rb") as fh:
+                    for chunk in iter(lambda: fh.read(1 << 20), b""):
+                        h.update(chunk)
+    else:
+        with open(p, "rb") as fh:
+            for chunk in iter(lambda: fh.read(1 << 20), b""):
+                h.update(chunk)
+    return "sha256:" + h.hexdigest()
+
+
+def read_day(path, *, n_features=None, sparse=False):
+    """One day's ``(X, y, qid)``: ``.npz`` (``X``, ``y``, ``qid``), a GroupStore, or svmlight/LETOR text.
+
+    A day is read into memory (days are small next to the history in the store).
+    """
+    p = Path(path)
+    if p.is_dir():
+        store = sr.GroupStore.open(p)
+        from streamrank.io.blocks import vstack_X
+
+        bl = list(store.blocks(max_rows=max(store.n_rows, 1), prefetch=False)) if store.n_rows else []
+        if not bl:
+            raise ValueError(f"{p}: the day's store is empty")
+        X = vstack_X([b.X for b in bl])
+        y = np.concatenate([b.y for b in bl])
+        qid = np.concatenate([b.row_qid() for b in bl])
+    elif p.suffix == ".npz":
+        with np.load(p, allow_pickle=False) as z:
+            missing = [k for k in ("X", "y", "qid") if k not in z.files]
+            if missing:
+                raise ValueError(f"{p}: .npz needs arrays X, y, qid; missing {missing}")
+            X, y, qid = z["X"], z["y"], z["qid"]
+    else:
+        from streamrank.io.svmlight import read_svmlight
+
+        X, y, qid = read_svmlight(str(p), n_features=n_features, dense=not sparse)
+        if qid is None:
+            raise ValueError(f"{p}: the day file has no qid: fields; nightly logs need query ids")
+    if sparse and not sp.issparse(X):
+        X = sp.csr_matrix(X)
+    elif not sparse and sp.issparse(X):
+        X = X.toarray()
+    return X, y, qid
+
+
+def ingest(store_path, files, *, sparse=False):
+    """Append each day file to the store (creating it from the first one); idempotent by content hash.
+
+    Returns one dict per file: ``batch_id``, ``file``, ``appended`` (False:
+    already in the store), ``rows`` and ``groups`` ranges of the batch.
+    """
+    out = []
+    store_path = Path(store_path)
+    store = sr.GroupStore.open(store_path, mode="a") if (store_path / "zarr.json").exists() else None
+    for f in files:
+        bid = content_hash(f)
+        if store is not None and any(e.get("batch_id") == bid for e in store.batches):
+            appended = False
+        else:
+            n_feat = store.n_features if store is not None else None
+            X, y, qid = read_day(f, n_features=n_feat, sparse=store.sparse if store is not None else sparse)
+            if store is None:
+                store = sr.GroupStore.create(store_path, n_features=X.shape[1], sparse=sp.issparse(X),
+                                             n_outputs=1 if np.ndim(y) == 1 else np.shape(y)[1])
+            appended = store.append(X, y, qid, batch_id=bid)
+        entry = next(e for e in store.batches if e.get("batch_id") == bid)
+        out.append({"batch_id": bid, "file": str(f), "appended": bool(appended),
+                    "rows": list(entry["rows"]), "groups": list(entry["groups"])})
+    return out
+
+
+class GroupRange(BlockSource):
+    """Groups ``g0:g1`` of a block source (e.g. tonight's new groups of a store), as a source."""
+
+    def __init__(self, source, g0, g1):
+        g0, g1 = int(g0), int(g1)
+        if not 0 <= g0 <= g1 <= source.n_groups:
+            raise ValueError(f"group range {g0}:{g1} outside the source's {source.n_groups} groups")
+        self.base = source
+        self.g0, self.g1 = g0, g1
+        ptr = source.group_ptr[g0:g1 + 1]
+        self._r0 = int(ptr[0])
+        self._gp = (ptr - ptr[0]).astype(np.int64)
+        self.n_rows = int(ptr[-1] - ptr[0])
+        self.n_groups = g1 - g0
+        self.n_features = source.n_features
+        self.n_outputs = source.n_outputs
+        self.sparse = source.sparse
+
+    def _group_ptr(self):
+        return self._gp
+
+    def _group_qid(self, a, b):
+        return self.base._group_qid(self.g0 + a, self.g0 + b)
+
+    def _nnz_at(self, rows):
+        z = self.base._nnz_at(np.concatenate(([self._r0], np.asarray(rows, np.int64) + self._r0)))
+        return None if z is None else z[1:] - z[0]
+
+    def _read_rows(self, r0, r1):
+        return self.base._read_rows(self._r0 + r0, self._r0 + r1)
+
+
+# ------------------------------------------------------------- model dir
+def current_version(models_dir):
+    """Name of the promoted version (the ``current`` pointer), or None."""
+    p = Path(models_dir) / POINTER
+    if not p.is_file():
+        return None
+    name = p.read_text().strip()
+    return name or None
+
+
+def list_versions(models_dir):
+    """Complete versions (directories with ``version.json``), oldest first."""
+    d = Path(models_dir)
+    if not d.is_dir():
+        return []
+    vs = [p.name for p in d.iterdir() if p.is_dir() and not p.name.startswith(".") and (p / META).is_file()]
+    return sorted(vs, key=lambda v: read_version(d, v).get("seq", 0))
+
+
+def read_version(models_dir, version) -> dict:
+    with open(Path(models_dir) / version / META) as fh:
+        return json.load(fh)
+
+
+def _write_version(models_dir, name, model, meta):
+    """Model + version.json in a hidden temp dir, then one rename: a version is complete or absent."""
+    d = Path(models_dir)
+    tmp = d / f".{name}.{uuid.uuid4().hex}.partial"
+    sr.save(model, tmp)
+    with open(tmp / META, "w") as fh:
+        json.dump(meta, fh, indent=1, sort_keys=True)
+        fh.flush()
+        os.fsync(fh.fileno())
+    os.replace(tmp, d / name)
+
+
+def switch_current(models_dir, version):
+    """Atomically point ``DIR/current`` at ``version`` (write a temp file, fsync, os.replace)."""
+    d = Path(models_dir)
+    tmp = d / f".{POINTER}.{uuid.uuid4().hex}.tmp"
+    with open(tmp, "w") as fh:
+        fh.write(version + "\n")
+        fh.flush()
+        os.fsync(fh.fileno())
+    os.replace(tmp, d / POINTER)
+    try:  # make the rename durable
+        fd = os.open(d, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+    except OSError:  # pragma: no cover - platforms without directory fsync
+        pass
+
+
+def _clean_partial(models_dir):
+    for p in Path(models_dir).glob(".*.partial"):
+        shutil.rmtree(p, ignore_errors=True)
+    for p in Path(models_dir).glob(f".{POINTER}.*.tmp"):
+        p.unlink(missing_ok=True)
+
+
+def prune(models_dir, keep):
+    """Delete all but the newest ``keep`` versions; the current version is always kept."""
+    keep = int(keep)
+    if keep < 1:
+        raise ValueError(f"--keep must be >= 1, got {keep}")
+    cur = current_version(models_dir)
+    vs = list_versions(models_dir)
+    removed = []
+    for v in vs[:-keep]:
+        if v != cur:
+            shutil.rmtree(Path(models_dir) / v, ignore_errors=True)
+            removed.append(v)
+    return removed
+
+
+# --------------------------------------------------------------- rankrls
+def select_alpha(fold_stats, alphas):
+    """λ with the lowest k-fold squared ranking loss, from per-fold statistics only.
+
+    For fold f, ``w_f(λ) = (G − G_f + λI)⁻¹ (B − B_f)`` and its loss on fold f is
+    ``w_fᵀ G_f w_f − 2 w_fᵀ B_f + yᵀL_f y`` (DESIGN §3.2); the score is their
+    sum over folds divided by the number of pairs (as
+    ``RankRLS.cross_validate(scoring="squared")``).  Returns (best alpha, scores).
+    """
+    from streamrank.rankrls._statistics import EigenPath
+
+    total = fold_stats[0].copy()
+    for st in fold_stats[1:]:
+        total.merge(st)
+    alphas = np.asarray(alphas, dtype=np.float64)
+    loss = np.zeros((len(alphas), total.n_outputs))
+    for st in fold_stats:
+        ep = EigenPath(total.G - st.G, total.B - st.B)
+        W = np.stack([ep.coef(a) for a in alphas])
+        loss += st.loss(W)
+    scores = (loss / max(total.n_pairs, 1)).mean(axis=1)
+    best = int(np.argmin(np.where(np.isnan(scores), np.inf, scores)))
+    return float(alphas[best]), scores, total
+
+
+def update_rankrls(store, base_model, seen_groups, alphas, *, folds=DEFAULT_FOLDS, max_rows=DEFAULT_BLOCK_ROWS,
+                   params=None):
+    """Statistics of the base model + statistics of groups ``seen_groups:`` → the new RankRLS.
+
+    ``base_model=None`` (or ``seen_groups=0``): from scratch.  Only the new
+    groups are read.  The fold statistics are accumulated (one pass), their
+    sum is the full statistics, λ is chosen from them and the model solved.
+    """
+    from streamrank.rankrls.selection import accumulate_folds
+
+    if base_model is not None and getattr(base_model, "fold_stats_", None) is None:
+        raise ValueError("the current RankRLS model holds no fold statistics; run with --full once")
+    model = sr.RankRLS(**(params or {"solver": "primal"})) if base_model is None else base_model
+    model.solver = "primal"
+    new = GroupRange(store, seen_groups, store.n_groups)
+    folds_now = None
+    if base_model is not None:
+        folds_now = [st.copy() for st in base_model.fold_stats_]
+        folds = len(folds_now)
+    if new.n_rows:
+        add = accumulate_folds(model, new, folds, max_rows)
+        folds_now = add if folds_now is None else [a.merge(b) for a, b in zip(folds_now, add)]
+    if folds_now is None:
+        raise ValueError("no data: the store is empty")
+    best, scores, total = select_alpha(folds_now, alphas)
+    model.alpha = best
+    model._fit_statistics(total, y_1d=(store.n_outputs == 1))
+    model.fold_stats_ = folds_now
+    return model, {"alphas": [float(a) for a in alphas], "cv_squared": [float(s) for s in scores],
+                   "alpha": best, "new_rows": new.n_rows, "new_groups": new.n_groups}
+
+
+# -------------------------------------------------------------- validate
+def validate(model, source, *, k=10, max_rows=DEFAULT_BLOCK_ROWS):
+    """NDCG@k and disagreement of ``model`` on ``source`` (one streaming pass)."""
+    from streamrank.metrics import evaluate
+
+    res = evaluate(source, model, k=k, metrics=("ndcg", "disagreement"), max_rows=max_rows)
+    return {name: float(r.value) for name, r in res.items()}
+
+
+def _run_key(base, store, learner, alphas, full, folds):
+    h = hashlib.sha256(json.dumps({
+        "base": base, "groups": store.n_groups, "rows": store.n_rows, "learner": learner,
+        "alphas": [float(a) for a in alphas], "full": bool(full), "folds": folds,
+        "log": store.batches[-1]["checksum"] if store.batches else None,
+    }, sort_keys=True).encode())
+    return h.hexdigest()[:16]
+
+
+def run_night(store_path, new_files, models_dir, *, learner="rankrls", alphas=None, full=False, keep=None,
+              tolerance=0.005, folds=DEFAULT_FOLDS, validation=None, k=10, max_rows=DEFAULT_BLOCK_ROWS,
+              plot=True, out=None):
+    """One night; returns the run report (also written to ``DIR/reports/``)."""
+    out = sys.stdout if out is None else out
+    if learner not in LEARNERS:
+        raise ValueError(f"--learner must be one of {LEARNERS}, got {learner!r}")
+    if learner != "rankrls":
+        raise NotImplementedError(f"nightly learner {learner!r} is not implemented yet; use --learner rankrls")
+    from streamrank.rankrls.linear import DEFAULT_ALPHAS
+
+    alphas = np.asarray(DEFAULT_ALPHAS if alphas is None else alphas, dtype=np.float64)
+    models_dir = Path(models_dir)
+    models_dir.mkdir(parents=True, exist_ok=True)
+    _clean_partial(models_dir)
+    started = _now()
+    report = {"started": started, "store": str(store_path), "models": str(models_dir), "learner": learner}
+
+    # 1. ingest
+    batches = ingest(store_path, new_files, sparse=False)
+    report["ingest"] = batches
+    store = sr.GroupStore.open(store_path)
+
+    # 2. update
+    cur = current_version(models_dir)
+    cur_meta = read_version(models_dir, cur) if cur else None
+    base = None if (full or cur is None) else cur
+    seen = 0 if base is None else int(cur_meta["data"]["groups"][1])
+    if seen > store.n_groups:
+        raise ValueError(f"the current model saw {seen} groups but the store has {store.n_groups}: "
+                         "wrong --store for these --models?")
+    key = _run_key(base, store, learner, alphas, full, folds)
+    report["key"] = key
+    versions = list_versions(models_dir)
+    metas = {v: read_version(models_dir, v) for v in versions}
+    reuse = next((v for v in versions if metas[v].get("key") == key), None)
+    if base is not None and seen == store.n_groups and not full:
+        report.update(status="up-to-date", version=cur, promoted=False, current=cur)
+        return _finish(report, models_dir, keep, plot, out)
+    if reuse is not None:  # a previous run trained it but died before promoting
+        name, meta = reuse, metas[reuse]
+        report["reused"] = True
+    else:
+        base_model = sr.load(models_dir / base) if base is not None else None
+        model, cv = update_rankrls(store, base_model, seen, alphas, folds=folds, max_rows=max_rows)
+        # 3. validate on the newest day (or a fixed validation store)
+        if validation is not None:
+            vsrc = sr.GroupStore.open(validation)
+            vdesc = {"store": str(validation)}
+        else:
+            last = store.batches[-1]
+            vsrc = GroupRange(store, *last["groups"])
+            vdesc = {"batch_id": last["batch_id"], "groups": last["groups"], "rows": last["rows"]}
+        metrics = validate(model, vsrc, k=k, max_rows=max_rows)
+        cur_metrics = validate(sr.load(models_dir / cur), vsrc, k=k, max_rows=max_rows) if cur else None
+        ndcg = f"ndcg@{k}"
+        promote = cur_metrics is None or not (metrics[ndcg] < cur_metrics[ndcg] - tolerance)
+        seq = 1 + max((int(m.get("seq", 0)) for m in metas.values()), default=0)
+        name = f"v{seq:04d}"
+        meta = {
+            "version": name, "seq": seq, "key": key, "created": _now(), "learner": learner,
+            "class": type(model).__name__, "params": sr.persistence._jsonable(model.get_params()),
+            "base": base, "mode": "full" if base is None else "incremental",
+            "data": {"rows": [0, store.n_rows], "groups": [0, store.n_groups],
+                     "batches": len(store.batches), "last_batch": store.batches[-1]["batch_id"],
+                     "new_rows": cv["new_rows"], "new_groups": cv["new_groups"]},
+            "selection": cv, "validation": vdesc, "metrics": metrics, "current_metrics": cur_metrics,
+            "tolerance": tolerance, "promote": bool(promote), "previous": cur,
+        }
+        _write_version(models_dir, name, model, meta)
+    # 4. promote
+    if meta["promote"]:
+        switch_current(models_dir, name)
+    report.update(status="promoted" if meta["promote"] else "rejected", version=name,
+                  promoted=bool(meta["promote"]), current=current_version(models_dir),
+                  alpha=meta["selection"]["alpha"], metrics=meta["metrics"],
+                  current_metrics=meta["current_metrics"], data=meta["data"], mode=meta["mode"])
+    return _finish(report, models_dir, keep, plot, out)
+
+
+def _finish(report, models_dir, keep, plot, out):
+    if keep is not None:
+        report["pruned"] = prune(models_dir, keep)
+    report["finished"] = _now()
+    rdir = Path(models_dir) / "reports"
+    rdir.mkdir(exist_ok=True)
+    stamp = report["started"].replace(":", "").replace("-", "").replace(".", "")
+    tmp = rdir / f".{stamp}.json.tmp"
+    with open(tmp, "w") as fh:
+        json.dump(report, fh, indent=1, sort_keys=True)
+    os.replace(tmp, rdir / f"{stamp}.json")
+    if plot:
+        report["plot"] = _plot(models_dir)
+    out.write(summary_line(report) + "\n")
+    out.flush()
+    return report
+
+
+def summary_line(report) -> str:
+    ing = report.get("ingest", [])
+    new = sum(b["rows"][1] - b["rows"][0] for b in ing if b["appended"])
+    dup = sum(1 for b in ing if not b["appended"])
+    head = f"nightly {report['learner']}: ingested {sum(b['appended'] for b in ing)} batch(es) (+{new} rows"
+    head += f", {dup} already in the store)" if dup else ")"
+    if report["status"] == "up-to-date":
+        return head + f"; model up to date, current={report['current']}"
+    m, c = report.get("metrics") or {}, report.get("current_metrics")
+    mk = next((x for x in m if x.startswith("ndcg")), None)
+    val = f"{mk} {m[mk]:.4f}" if mk else ""
+    if c and mk:
+        val += f" (current {c[mk]:.4f})"
+    return (head + f"; {report['mode']} {report['version']} alpha={report['alpha']:.4g} {val} -> "
+            f"{report['status']}; current={report['current']}")
+
+
+def _plot(models_dir):
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return None
+    vs = list_versions(models_dir)
+    metas = [read_version(models_dir, v) for v in vs]
+    if not metas:
+        return None
+    fig, ax = plt.subplots(figsize=(6, 3.5))
+    for name in sorted({k for m in metas for k in (m.get("metrics") or {})}):
+        ax.plot([m["seq"] for m in metas], [(m.get("metrics") or {}).get(name, np.nan) for m in metas],
+                marker="o", label=name)
+    ax.set_xlabel("version")
+    ax.set_title("validation metrics over nights")
+    ax.legend()
+    path = Path(models_dir) / "metrics.png"
+    tmp = path.with_name(".metrics.png.tmp")
+    fig.savefig(tmp, format="png", dpi=80)
+    plt.close(fig)
+    os.replace(tmp, path)
+    return str(path)
+
+
+# ------------------------------------------------------------------- CLI
+def _parse_alphas(text):
+    """``"a,b,c"`` or ``"2^-15:2^15"`` (powers of two, inclusive)."""
+    text = text.strip()
+    try:
+        if ":" in text:
+            lo, hi = text.split(":")
+            lo, hi = (int(s.split("^")[1]) if "^" in s else int(np.log2(float(s))) for s in (lo, hi))
+            return 2.0 ** np.arange(lo, hi + 1)
+        vals = np.asarray([float(s) for s in text.split(",") if s.strip()])
+    except (ValueError, IndexError):
+        raise argparse.ArgumentTypeError(f"--alphas: expected 'a,b,c' or '2^-15:2^15', got {text!r}") from None
+    if vals.size == 0 or np.any(~np.isfinite(vals)) or np.any(vals <= 0):
+        raise argparse.ArgumentTypeError(f"--alphas: every alpha must be a finite number > 0, got {text!r}")
+    return vals
+
+
+def build_parser():
+    p = argparse.ArgumentParser(prog="nightly.py", description=__doc__.split("\n\n")[0],
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--store", required=True, help="GroupStore of all logs so far (created if missing)")
+    p.add_argument("--new", nargs="+", required=True, metavar="DAYFILE",
+                   help="the new day's data: LETOR/svmlight text, .npz with X, y, qid, or a zarr store")
+    p.add_argument("--models", required=True, metavar="DIR", help="model directory (versions + current)")
+    p.add_argument("--learner", default="rankrls", choices=LEARNERS)
+    p.add_argument("--alphas", type=_parse_alphas, default=None, metavar="GRID",
+                   help="λ grid: 'a,b,c' or '2^-15:2^15' (default 2^-15 … 2^15)")
+    p.add_argument("--full", action="store_true", help="retrain from scratch on all data")
+    p.add_argument("--keep", type=int, default=None, metavar="N", help="keep only the newest N versions")
+    p.add_argument("--tolerance", type=float, default=0.005, help="allowed NDCG@10 drop for promotion")
+    p.add_argument("--folds", type=int, default=DEFAULT_FOLDS, help="folds (by query) for λ selection")
+    p.add_argument("--validation", default=None, metavar="STORE",
+                   help="fixed validation store (default: the newest day)")
+    p.add_argument("--max-rows", type=int, default=DEFAULT_BLOCK_ROWS, help="block budget (rows)")
+    p.add_argument("--no-plot", action="store_true", help="do not write metrics.png")
+    return p
+
+
+def main(argv=None) -> int:
+    args = build_parser().parse_args(argv)
+    run_night(args.store, args.new, args.models, learner=args.learner, alphas=args.alphas, full=args.full,
+              keep=args.keep, tolerance=args.tolerance, folds=args.folds, validation=args.validation,
+              max_rows=args.max_rows, plot=not args.no_plot)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,167 @@
+"""Nightly retraining over simulated nights: duplicates, killed runs, incremental == from scratch."""
+from __future__ import annotations
+
+import io
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import streamrank as sr
+from pipeline_data import make_day
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT))
+from pipelines import nightly  # noqa: E402
+
+GRID = "2^-4:2^4"
+
+CHILD = textwrap.dedent("""
+    import os, signal, sys
+    sys.path.insert(0, {root!r})
+    from pipelines import nightly
+    import streamrank.io.group_store as gs
+
+    def die(*args, **kwargs):
+        os.kill(os.getpid(), signal.SIGKILL)
+
+    where = sys.argv[1]
+    if where == "ingest":      # rows written beyond the commit, commit record not yet
+        gs.write_attrs = die
+    elif where == "promote":   # version written, pointer not yet switched
+        nightly.switch_current = die
+    sys.exit(nightly.main(sys.argv[2:]))
+""")
+
+
+def _day_file(tmp, d, kind="npz"):
+    X, y, qid = make_day(d)
+    if kind == "npz":
+        p = tmp / f"day{d}.npz"
+        np.savez(p, X=X, y=y, qid=qid)
+    else:
+        p = tmp / f"day{d}.txt"
+        with open(p, "w") as fh:
+            for i in range(len(y)):
+                feats = " ".join(f"{j + 1}:{float(v)!r}" for j, v in enumerate(X[i]))
+                fh.write(f"{y[i]:g} qid:{qid[i]} {feats}\n")
+    return p
+
+
+def _argv(store, models, day, *extra):
+    return ["--store", str(store), "--new", str(day), "--models", str(models), "--alphas", GRID,
+            "--tolerance", "1.0", "--no-plot", *extra]
+
+
+def _night(store, models, day, *extra):
+    buf = io.StringIO()
+    args = nightly.build_parser().parse_args(_argv(store, models, day, *extra))
+    rep = nightly.run_night(args.store, args.new, args.models, alphas=args.alphas, full=args.full,
+                            keep=args.keep, tolerance=args.tolerance, plot=False, out=buf)
+    assert buf.getvalue().startswith("nightly rankrls:")
+    return rep
+
+
+def _killed_night(tmp, store, models, day, where):
+    script = tmp / "child.py"
+    script.write_text(CHILD.format(root=str(ROOT)))
+    proc = subprocess.run([sys.executable, str(script), where, *_argv(store, models, day)],
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == -signal.SIGKILL, proc.stderr
+
+
+def test_six_nights_with_duplicate_and_killed_runs(tmp_path):
+    store, models = tmp_path / "logs.zarr", tmp_path / "models"
+    days = {d: _day_file(tmp_path, d, "text" if d == 6 else "npz") for d in range(1, 7)}
+
+    r1 = _night(store, models, days[1])
+    assert r1["status"] == "promoted" and r1["mode"] == "full"
+    assert nightly.current_version(models) == r1["version"]
+    r2 = _night(store, models, days[2])
+    assert r2["mode"] == "incremental" and r2["data"]["new_groups"] == 12
+
+    # a duplicated night appends nothing and trains nothing
+    rows = sr.GroupStore.open(store).n_rows
+    dup = _night(store, models, days[2])
+    assert dup["status"] == "up-to-date" and not dup["ingest"][0]["appended"]
+    assert sr.GroupStore.open(store).n_rows == rows and len(nightly.list_versions(models)) == 2
+
+    # night 3 killed in the middle of ingest: store and models at their previous state
+    _killed_night(tmp_path, store, models, days[3], "ingest")
+    import zarr
+    assert zarr.open_group(str(store), mode="r")["y"].shape[0] > rows   # a torn tail was left
+    s = sr.GroupStore.open(store)
+    assert s.n_rows == rows and s.verify() == 2
+    assert nightly.current_version(models) == r2["version"] and len(nightly.list_versions(models)) == 2
+    r3 = _night(store, models, days[3])                       # the next run completes the work
+    assert r3["status"] == "promoted" and r3["ingest"][0]["appended"]
+    assert sr.GroupStore.open(store).verify() == 3
+
+    # night 4 killed during promotion: version written, pointer not switched
+    _killed_night(tmp_path, store, models, days[4], "promote")
+    assert nightly.current_version(models) == r3["version"]
+    assert len(nightly.list_versions(models)) == 4
+    r4 = _night(store, models, days[4])
+    assert r4.get("reused") and r4["version"] == "v0004" and nightly.current_version(models) == "v0004"
+    assert len(nightly.list_versions(models)) == 4
+
+    r5 = _night(store, models, days[5], "--keep", "3")
+    assert r5["pruned"] == ["v0001", "v0002"]
+    r6 = _night(store, models, days[6], "--keep", "3")          # a LETOR text day
+    assert nightly.list_versions(models) == ["v0004", "v0005", "v0006"]
+
+    # the incrementally updated model equals a from-scratch fit on all nights' data
+    final = sr.load(models / "current")
+    full_store = sr.GroupStore.open(store)
+    assert full_store.n_groups == 6 * 12 and len(full_store.batches) == 6
+    ref = sr.RankRLS(solver="primal")
+    cv = ref.cross_validate(full_store, alphas=nightly._parse_alphas(GRID), folds=5)
+    assert final.alpha == cv.best_alpha == r6["alpha"]
+    np.testing.assert_allclose(final.coef_, ref.coef_, rtol=1e-8, atol=1e-12)
+    scratch = sr.RankRLS(alpha=final.alpha, solver="primal").fit(full_store)
+    np.testing.assert_allclose(final.coef_, scratch.coef_, rtol=1e-8, atol=1e-12)
+    np.testing.assert_allclose(final.stats_.G, scratch.stats_.G, rtol=1e-10, atol=1e-8)
+
+    # --full retrains from scratch to the same model
+    rf = _night(store, tmp_path / "models_full", days[1], "--full")
+    assert rf["mode"] == "full"
+    np.testing.assert_allclose(sr.load(tmp_path / "models_full" / "current").coef_, final.coef_, rtol=1e-8)
+
+    # every version keeps its metrics, data range and parameters; a JSON report per run
+    meta = nightly.read_version(models, "v0006")
+    assert meta["data"]["groups"] == [0, 72] and meta["params"]["alpha"] == final.alpha
+    assert set(meta["metrics"]) == {"ndcg@10", "disagreement"} and meta["mode"] == "incremental"
+    reports = sorted((models / "reports").glob("*.json"))
+    assert len(reports) >= 7 and json.loads(reports[-1].read_text())["version"] == "v0006"
+
+
+def test_worse_candidate_is_not_promoted(tmp_path):
+    store, models = tmp_path / "logs.zarr", tmp_path / "models"
+    _night(store, models, _day_file(tmp_path, 1))
+    buf = io.StringIO()
+    rep = nightly.run_night(store, [_day_file(tmp_path, 2)], models, alphas=[1.0], tolerance=-2.0,
+                            plot=False, out=buf)
+    assert rep["status"] == "rejected" and nightly.current_version(models) == "v0001"
+    assert "rejected" in buf.getvalue()
+    # the next night starts again from the current model and still sees night 2's groups
+    rep = nightly.run_night(store, [_day_file(tmp_path, 3)], models, alphas=[1.0], tolerance=1.0,
+                            plot=False, out=io.StringIO())
+    assert rep["status"] == "promoted" and rep["data"]["new_groups"] == 24
+
+
+def test_cli_main_and_plot(tmp_path, capsys):
+    store, models = tmp_path / "logs.zarr", tmp_path / "models"
+    assert nightly.main(["--store", str(store), "--new", str(_day_file(tmp_path, 1)), str(_day_file(tmp_path, 2)),
+                         "--models", str(models), "--alphas", "0.5,1,2"]) == 0
+    out = capsys.readouterr().out
+    assert "ingested 2 batch(es)" in out and "current=v0001" in out
+    pytest.importorskip("matplotlib")
+    assert (models / "metrics.png").stat().st_size > 0
+    with pytest.raises(SystemExit):
+        nightly.main(["--store", str(store), "--new", "x", "--models", str(models), "--alphas", "0,-1"])
