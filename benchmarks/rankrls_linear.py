@@ -175,6 +175,8 @@ def main(argv=None):
     p.add_argument("--big-rows", type=int, default=10_000_000)
     p.add_argument("--cg", action="store_true", help="also cg on hashed sparse features")
     p.add_argument("--cg-rows", type=int, default=1_000_000)
+    p.add_argument("--cg-max-iter", type=int, default=300)
+    p.add_argument("--skip-dense", action="store_true", help="only the --big / --cg parts")
     p.add_argument("--workdir", default=None, help="directory for the temporary stores (default: a temp dir)")
     a = p.parse_args(argv)
     if a.smoke:
@@ -182,13 +184,14 @@ def main(argv=None):
     workdir = Path(a.workdir) if a.workdir else Path(tempfile.mkdtemp(prefix="sr_bench_rankrls_"))
     workdir.mkdir(parents=True, exist_ok=True)
     try:
-        dense_case(a.rows, a.features, a.group_size, workdir, a.max_rows, "dense")
+        if not a.skip_dense:
+            dense_case(a.rows, a.features, a.group_size, workdir, a.max_rows, "dense")
         if a.big or a.smoke:
             dense_case(a.big_rows, a.features, a.group_size, workdir, a.max_rows, "big")
         if a.cg or a.smoke:
             nfeat = 2**20 if not a.smoke else 2**14
             cg_case(a.cg_rows, nfeat, 50, a.group_size, workdir, a.max_rows, "cg",
-                    max_iter=300 if not a.smoke else 50)
+                    max_iter=a.cg_max_iter if not a.smoke else 50)
     finally:
         if not a.workdir:
             shutil.rmtree(workdir, ignore_errors=True)

@@ -79,7 +79,8 @@ class RankStatistics:
         if self.ties == "exclude" and self.n_outputs > 1:
             raise NotImplementedError(
                 f"ties='exclude' with {self.n_outputs} outputs: every output has its own tie classes and "
-                "so its own G; fit one model per output column, or use ties='include'"
+                "so its own G; use solver='cg' (which handles it), fit one model per output column, or use "
+                "ties='include'"
             )
         n, v = self.n_features, self.n_outputs
         self._G = np.zeros((n, n))

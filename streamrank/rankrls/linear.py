@@ -20,9 +20,8 @@ from __future__ import annotations
 
 import numpy as np
 import scipy.linalg
-import scipy.sparse as sp
 
-from .._validation import check_alpha, check_finite, check_X, is_dask
+from .._validation import check_alpha, check_X, is_dask
 from ..base import BaseRanker
 from ..io.blocks import BlockSource
 from ..laplacian import check_group_weight, check_ties
@@ -240,14 +239,17 @@ class RankRLS(BaseRanker):
                 raise ValueError(
                     f"y has {source.n_outputs} output column(s), but RankRLS was fitted with {stats.n_outputs}"
                 )
-        new = self._accumulate(source, max_rows)
         folds = getattr(self, "fold_stats_", None)
-        if folds is not None:
+        if folds is not None:  # one pass: the new statistics are the sum of the new fold statistics
             from .selection import accumulate_folds
 
             add = accumulate_folds(self, source, len(folds), max_rows)
+            new = self._new_statistics(source.n_features, source.n_outputs)
             for f in range(len(folds)):
                 folds[f].merge(add[f])
+                new.merge(add[f])
+        else:
+            new = self._accumulate(source, max_rows)
         stats.merge(new)
         self._fit_statistics(stats)
         self._train_source = source
@@ -346,7 +348,10 @@ class RankRLS(BaseRanker):
 
     def _source_for(self, source):
         if source is not None:
-            return _source_of(source, None, None) if isinstance(source, BlockSource) else source
+            if not isinstance(source, BlockSource):
+                raise TypeError(f"source must be a block source (sr.as_source(X, y, qid), a GroupStore); "
+                                f"got {type(source).__name__}")
+            return source
         src = getattr(self, "_train_source", None)
         if src is None:
             raise ValueError("no training source is kept (model loaded or fitted on edges); pass source=")

@@ -34,7 +34,6 @@ import numpy as np
 import scipy.sparse as sp
 
 from .._validation import check_alpha
-from ..laplacian import laplacian_dense
 from ._statistics import EigenPath, RankStatistics
 
 __all__ = ["fold_of", "accumulate_folds", "cross_validate", "leave_query_out", "CVResult",
@@ -172,15 +171,10 @@ def cross_validate(model, source=None, *, alphas=None, folds=5, scoring="squared
     ``"query"`` (exact leave-one-query-out).  ``source=None`` uses the
     model's training data.  Returns a :class:`CVResult`.
     """
-    from .linear import _source_of
-
     model._check_params()
     kind, k = _parse_scoring(scoring)
     alphas = _check_alphas(alphas)
-    if source is None:
-        source = model._source_for(None)
-    else:
-        source = _source_of(source, None, None) if not hasattr(source, "blocks") else source
+    source = model._source_for(source)
     model._check_source(source)
     if model._resolve_solver(source) != "primal":
         raise NotImplementedError("cross_validate needs the primal solver (statistics); got a source that "
@@ -267,35 +261,59 @@ def _block_loss(model, block, P):
     return (R * LR).sum(axis=0).reshape(a, v)
 
 
+def _batched_laplacians(Yg, s, ties):
+    """Group Laplacians of G groups of equal size: (G, k, k) from targets Yg (G, k) and weights s (G,).
+
+    ``L = s (diag(E 1) - E)`` with E the adjacency of the counted pairs
+    (all pairs; untied pairs for ties="exclude").
+    """
+    G, k = Yg.shape
+    if ties == "exclude":
+        E = (Yg[:, :, None] != Yg[:, None, :]).astype(np.float64)
+    else:
+        E = np.broadcast_to(1.0 - np.eye(k), (G, k, k)).copy()
+    L = -E
+    idx = np.arange(k)
+    L[:, idx, idx] = E.sum(axis=2)
+    return L * s[:, None, None]
+
+
 def _lqo_blocks(model, source, alphas, max_rows):
-    """Yield (block, P) with P (rows, a, v) the leave-query-out predictions for every alpha."""
+    """Yield (block, P) with P (rows, a, v) the leave-query-out predictions for every alpha.
+
+    Groups of equal size inside a block are processed together (batched
+    matrix products and solves).
+    """
+    from ..laplacian import group_weights
+
     st = model.stats_
     ep = model._eigenpath()
     lam = ep.eigenvalues
     VtB = ep.VtB                                           # (n, v)
     for block in source.blocks(max_rows=max_rows, split_groups=False):
         gp = block.group_ptr
-        if block.n_groups and np.diff(gp).max() > MAX_LQO_GROUP_ROWS:
-            raise ValueError(f"leave_query_out: a group has {int(np.diff(gp).max())} rows, more than "
+        sizes = np.diff(gp)
+        if block.n_groups and sizes.max() > MAX_LQO_GROUP_ROWS:
+            raise ValueError(f"leave_query_out: a group has {int(sizes.max())} rows, more than "
                              f"{MAX_LQO_GROUP_ROWS}; held-out predictions need an n_g x n_g solve per group")
-        X = block.X
-        Z = np.asarray(X @ ep.V, dtype=np.float64)          # (rows, n)
+        Z = np.asarray(block.X @ ep.V, dtype=np.float64)    # (rows, n)
         Y = np.asarray(block.y, dtype=np.float64).reshape(block.n_rows, -1)
         P = np.zeros((block.n_rows, len(alphas), st.n_outputs))
-        for g in range(block.n_groups):
-            a0, a1 = gp[g], gp[g + 1]
-            if a1 == a0:
+        w = group_weights(sizes, model.group_weight)
+        for k in np.unique(sizes):
+            if k == 0:
                 continue
-            Zg, yg = Z[a0:a1], Y[a0:a1]
-            Lg = laplacian_dense(np.array([0, a1 - a0]), y=yg[:, 0], group_weight=model.group_weight,
-                                 ties=model.ties)
-            Ly = Lg @ yg
-            I = np.eye(a1 - a0)
+            grp = np.flatnonzero(sizes == k)
+            rows = gp[grp][:, None] + np.arange(k)           # (G, k)
+            Zg, Yg = Z[rows], Y[rows]                        # (G, k, n), (G, k, v)
+            Lg = _batched_laplacians(Yg[:, :, 0], w[grp], model.ties)
+            LY = Lg @ Yg
+            I = np.eye(k)
             for i, alpha in enumerate(alphas):
                 Zs = Zg / (lam + alpha)
-                Q = Zs @ Zg.T
-                r = Zs @ VtB - Q @ Ly
-                P[a0:a1, i] = r + Q @ np.linalg.solve(I - Lg @ Q, Lg @ r)
+                Q = Zs @ np.swapaxes(Zg, 1, 2)                   # (G, k, k)
+                r = Zs @ VtB - Q @ LY                            # (G, k, v)
+                P[rows, i] = r + Q @ np.linalg.solve(I - Lg @ Q, Lg @ r)
         yield block, P
 
 
