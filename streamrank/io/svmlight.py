@@ -65,6 +65,13 @@ def open_text_bytes(source):
     if not hasattr(source, "read"):
         raise TypeError(f"expected a path or a binary file object, got {type(source).__name__}")
     name = getattr(source, "name", None) or "<stream>"
+    seekable = getattr(source, "seekable", None)
+    if seekable is not None and seekable():
+        pos = source.tell()
+        magic = source.read(2)
+        source.seek(pos)
+        if magic == b"\x1f\x8b":
+            return gzip.GzipFile(fileobj=source, mode="rb"), str(name), True
     return source, str(name), False
 
 
