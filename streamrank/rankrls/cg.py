@@ -230,7 +230,7 @@ def validation_loss(source, W, *, group_weight="pair", ties="include", max_rows=
 
 
 def solve_cg(source, *, alpha, group_weight="pair", ties="include", tol=1e-6, max_iter=None,
-             max_rows=65_536, callback=None, validation=None, patience=5, x0=None):
+             max_rows=65_536, callback=None, validation=None, patience=5, x0=None, _operator=None):
     """Jacobi-preconditioned CG for ``(XᵀLX + alpha I) W = XᵀLY``, all outputs at once.
 
     Parameters
@@ -254,11 +254,14 @@ def solve_cg(source, *, alpha, group_weight="pair", ties="include", tol=1e-6, ma
     n = source.n_features
     if source.n_rows == 0:
         raise ValueError("empty input: the source has no rows")
-    op = RankingOperator(source, alpha=alpha, group_weight=group_weight, ties=ties, max_rows=max_rows)
+    # _operator: a drop-in RankingOperator whose passes run elsewhere (streamrank.distributed)
+    op = _operator if _operator is not None else RankingOperator(
+        source, alpha=alpha, group_weight=group_weight, ties=ties, max_rows=max_rows)
     if validation is not None and validation.n_features != n:
         raise ValueError(f"validation has {validation.n_features} features; the training source has {n}")
     B = op.rhs()
-    Mdiag = gram_diagonal(source, group_weight=group_weight, ties=ties, max_rows=max_rows) + alpha
+    Mdiag = (op.gram_diagonal() if _operator is not None else
+             gram_diagonal(source, group_weight=group_weight, ties=ties, max_rows=max_rows)) + alpha
     op.n_passes += 1
     Minv = 1.0 / np.maximum(Mdiag, alpha)[:, None]
     max_iter = int(min(10 * n, 1000)) if max_iter is None else int(max_iter)

@@ -108,3 +108,20 @@ def test_worker_killed_during_statistics_run(client, tmp_path):
     assert victim not in client.run(os.getpid).values()
     np.testing.assert_allclose(result["m"].coef_, local.coef_, rtol=1e-10)
 
+
+
+@pytest.mark.parametrize("qid_none", [False, True])
+def test_cg_fit_equals_local_cg(client, store, qid_none):
+    """Every CG product is a distributed map + tree sum; iterates equal the local solver's."""
+    if qid_none:  # one global group, cut into pieces across blocks
+        rng = np.random.default_rng(5)
+        X = rng.normal(size=(200, 5))
+        src = sr.as_source(X, X @ [1.0, 2.0, 0.0, -1.0, 0.5] + rng.normal(size=200), None)
+    else:
+        src = store
+    kw = dict(alpha=0.5, solver="cg", tol=1e-10, max_iter=50)
+    local = sr.RankRLS(**kw).fit(src, max_rows=80)
+    dist = srd.fit(sr.RankRLS(**kw), src, client, max_rows=80, split_every=3)
+    assert dist.solver_ == "cg" and dist.n_iter_ == local.n_iter_
+    assert dist.cg_info_["n_scatters"] == dist.n_iter_          # the vector is scattered once per iteration
+    np.testing.assert_allclose(dist.coef_, local.coef_, rtol=1e-8, atol=1e-12)
