@@ -55,7 +55,7 @@ __all__ = ["GroupStore"]
 logger = logging.getLogger("streamrank")
 
 _F32_MAX = float(np.finfo(np.float32).max)
-_GROUP_CHUNK = 1 << 16      # group_ptr / qid entries per chunk (512 KiB)
+_GROUP_CHUNK = 1 << 14      # group_ptr / qid entries per chunk (128 KiB; rewritten by every append)
 _NNZ_CHUNK = 1 << 20        # CSR indices / data entries per chunk (4 MiB)
 _INDPTR_CHUNK = 1 << 19     # CSR indptr entries per chunk (4 MiB)
 LOCK_NAME = ".streamrank.lock"

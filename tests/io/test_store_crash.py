@@ -44,7 +44,7 @@ DATA = textwrap.dedent(
     def batch(i, sparse):
         rng = np.random.default_rng(1000 + i)
         n_groups = 40
-        sizes = rng.integers(50, 150, n_groups)
+        sizes = rng.integers(30, 90, n_groups)
         qid = np.repeat(np.arange(i * n_groups, (i + 1) * n_groups), sizes)
         m = len(qid)
         if sparse:
@@ -130,7 +130,7 @@ def test_sigkill_mid_append(tmp_path, sparse):
     sr.GroupStore.create(path, n_features, sparse=sparse, chunk_rows=2048)
     rng = np.random.default_rng(7)
     killed_mid = 0
-    for delay in rng.uniform(0.05, 0.6, size=3):
+    for delay in rng.uniform(0.05, 0.4, size=2):
         _run_child(tmp_path, path, sparse, 0, 10_000, kill_after=float(delay))
         k = _check_prefix(path, data, sparse)
         killed_mid += _torn(path, sr.GroupStore.open(path).n_rows)
@@ -145,4 +145,4 @@ def test_sigkill_mid_append(tmp_path, sparse):
     _run_child(tmp_path, path, sparse, 0, k + 1)
     assert _check_prefix(path, data, sparse) == k + 1
     # not asserted (timing-dependent), but recorded: how often the kill tore an append
-    print(f"kills that left a torn tail: {killed_mid} of 3")
+    print(f"kills that left a torn tail: {killed_mid} of 2")
