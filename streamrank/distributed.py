@@ -152,7 +152,8 @@ def _params_only(estimator):
 def _without_source(estimator):
     """A shallow copy of a fitted estimator without its training source (never sent to workers)."""
     est = copy.copy(estimator)
-    for attr in ("_train_source", "_eigen"):
+    # training data and solver caches (KernelRankRLS keeps its m × m decomposition) stay on the client
+    for attr in ("_train_source", "_eigen", "_decomp", "_lpo_cache", "_sparse", "_Y"):
         est.__dict__.pop(attr, None)
     return est
 
@@ -288,6 +289,8 @@ def fit(estimator, source, client=None, *, max_rows=DEFAULT_BLOCK_ROWS, split_ev
         estimator._fit_statistics(stats, y_1d=y_1d)
         estimator._train_source = source
         return estimator
+    if getattr(estimator, "n_basis", None) is not None and hasattr(estimator, "_spec"):
+        return _fit_kernel_sparse(estimator, source, client, max_rows=max_rows, split_every=split_every)
     if hasattr(estimator, "_resolve_solver") and estimator._resolve_solver(source) == "cg":
         from ._distributed_cg import fit_cg
 
@@ -297,6 +300,107 @@ def fit(estimator, source, client=None, *, max_rows=DEFAULT_BLOCK_ROWS, split_ev
         "_statistics_of_block/_fit_statistics (statistics learners) or the RankRLS cg solver; "
         "SGD rankers: use streamrank.distributed.fit_sgd_rounds"
     )
+
+
+# ------------------------------------------------- sparse kernel RankRLS
+class _Reservoir:
+    """Mergeable Algorithm-R reservoir: slot -> (row index t, row); the largest t wins a slot."""
+
+    def __init__(self, slots):
+        self.slots = slots
+
+    def merge(self, other):
+        for k, (t, row) in other.slots.items():
+            cur = self.slots.get(k)
+            if cur is None or t > cur[0]:
+                self.slots[k] = (t, row)
+        return self
+
+
+def _reservoir_task(plan, ref, r, state):
+    """Slots won by this block's rows: the draw of global row t is the t-th uniform of the stream."""
+    import scipy.sparse as sp
+
+    block = ref.open().read_block(*plan)
+    n = block.n_rows
+    t = block.start + np.arange(n)
+    bg = getattr(np.random, state["bit_generator"])()
+    bg.state = state
+    bg.advance(block.start)          # one 64-bit draw per uniform: jump to this block's first row
+    u = np.random.Generator(bg).random(n)
+    j = np.where(t < r, t, np.floor(u * (t + 1)).astype(np.int64))
+    slots = {}
+    for row in np.flatnonzero(j < r):   # later rows overwrite earlier ones, as in the local pass
+        x = block.X[row] if sp.issparse(block.X) else np.array(block.X[row], dtype=np.float64)
+        slots[int(j[row])] = (int(t[row]), x)
+    return _Reservoir(slots)
+
+
+def _kernel_stats_task(plan, ref, est, basis, n_outputs):
+    from .rankrls._statistics import block_statistics
+
+    block = ref.open().read_block(*plan)
+    spec = est._spec()
+    return block_statistics(block, group_weight=est.group_weight, ties=est.ties,
+                            transform=lambda X: spec(X, basis), n_outputs=n_outputs)
+
+
+def _fit_kernel_sparse(est, source, client, *, max_rows, split_every):
+    """Sparse (basis) KernelRankRLS: distributed reservoir of the basis rows, then distributed statistics.
+
+    The reservoir reproduces the local one exactly (Algorithm R with the
+    t-th uniform of ``default_rng(random_state)`` for row t; each worker
+    jumps its generator to its block's first row with ``advance``), so the
+    basis, and hence the model, equal ``est.fit(source)``'s.
+    """
+    import scipy.sparse as sp
+
+    from ._validation import check_n_features, check_X
+    from .rankrls._statistics import RankStatistics
+    from .rankrls.kernel import _SparseSolution
+
+    spec = est._check_params()
+    m = source.n_rows
+    proto = _params_only(est)
+    with get_client(client) as c:
+        ref = _ship_source(c, source)
+        if isinstance(est.basis, str):
+            r = int(est.n_basis)
+            if r > m:
+                raise ValueError(f"n_basis={r} exceeds the number of training rows ({m})")
+            rng = np.random.default_rng(est.random_state)
+            state = rng.bit_generator.state
+            if not hasattr(rng.bit_generator, "advance"):
+                raise NotImplementedError(f"random_state's bit generator {state['bit_generator']} cannot jump "
+                                          "ahead; pass an int seed")
+            parts = c.map(_reservoir_task, source.plan(max_rows, split_groups=True), ref=ref, r=r, state=state,
+                          pure=False)
+            res = tree_reduce(c, parts, split_every=split_every).result()
+            rows = [res.slots[k][1] for k in range(r)]
+            Xb = (sp.vstack(rows, format="csr").astype(np.float64) if sp.issparse(rows[0])
+                  else np.vstack(rows).astype(np.float64))
+        else:
+            Xb = check_X(est.basis, "basis", n_features=source.n_features, min_rows=1)
+            r = Xb.shape[0]
+        basis = c.scatter(Xb, broadcast=True, hash=False)
+        parts = c.map(_kernel_stats_task, source.plan(max_rows, split_groups=True), ref=ref, est=proto,
+                      basis=basis, n_outputs=source.n_outputs, pure=False)
+        stats = tree_reduce(c, parts, split_every=split_every).result()
+    if not isinstance(stats, RankStatistics):  # pragma: no cover
+        raise TypeError("unexpected statistics type")
+    stats.check_complete()
+    for attr in ("dual_coef_", "_decomp", "_sparse", "_lpo_cache", "_train_source"):
+        est.__dict__.pop(attr, None)
+    est.n_outputs_ = source.n_outputs
+    check_n_features(est, source.n_features, reset=True)
+    est._sparse = _SparseSolution(stats.G, stats.B, spec(Xb))
+    est._one_d = source.n_outputs == 1 and getattr(source, "y_ndim", 1) == 1
+    est._mode = "sparse"
+    est._train_source = (source, max_rows)
+    est.basis_ = Xb
+    est.dual_coef_ = est._y_out(est._sparse.coef(est.alpha))
+    est.n_groups_ = stats.n_groups
+    return est
 
 
 def predict(estimator, source, client=None, *, max_rows=DEFAULT_BLOCK_ROWS):

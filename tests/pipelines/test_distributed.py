@@ -125,3 +125,18 @@ def test_cg_fit_equals_local_cg(client, store, qid_none):
     assert dist.solver_ == "cg" and dist.n_iter_ == local.n_iter_
     assert dist.cg_info_["n_scatters"] == dist.n_iter_          # the vector is scattered once per iteration
     np.testing.assert_allclose(dist.coef_, local.coef_, rtol=1e-8, atol=1e-12)
+
+
+@pytest.mark.parametrize("basis", ["random", "given"])
+def test_sparse_kernel_rankrls_equals_local(client, store, basis):
+    """Sparse KernelRankRLS: distributed reservoir picks the same basis rows; statistics reduced on workers."""
+    kw = dict(kernel="rbf", gamma=0.1, alpha=0.3, n_basis=25, random_state=7)
+    if basis == "given":
+        kw["basis"] = np.random.default_rng(1).normal(size=(25, store.n_features))
+    local = sr.KernelRankRLS(**kw).fit(store, max_rows=50)
+    dist = srd.fit(sr.KernelRankRLS(**kw), store, client, max_rows=35, split_every=2)
+    np.testing.assert_array_equal(dist.basis_, local.basis_)
+    np.testing.assert_allclose(dist.dual_coef_, local.dual_coef_, rtol=1e-8, atol=1e-10)
+    np.testing.assert_allclose(srd.predict(dist, store, client, max_rows=64),
+                               np.concatenate([local.predict(b.X) for b in store.blocks(max_rows=1000)]),
+                               rtol=1e-8, atol=1e-10)
