@@ -26,7 +26,11 @@ def _batch(rng, n_groups, n_features=4, qid0=0, sparse=False, n_outputs=1, max_s
 
 
 def _read_all(store, **kw):
-    blocks = list(store.blocks(**kw))
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", sr.io.blocks.OversizedGroupWarning)
+        blocks = list(store.blocks(**kw))
     if not blocks:
         return None, np.zeros(0), np.zeros(0, np.int64)
     X = vstack_X([b.X for b in blocks])
@@ -243,3 +247,39 @@ def test_store_is_block_source_with_nnz_budget(tmp_path):
         assert b.X.nnz <= 10 or b.n_groups == 1
     Xs = vstack_X([b.X for b in blocks])
     np.testing.assert_array_equal(Xs.toarray(), X.toarray().astype(np.float32))
+
+
+from hypothesis import HealthCheck, given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+
+@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(seed=st.integers(0, 10_000), sparse=st.booleans(),
+       plan=st.lists(st.tuples(st.integers(0, 4), st.integers(0, 5)), min_size=1, max_size=6))
+def test_random_append_sequences(tmp_path_factory, seed, sparse, plan):
+    """Store content == concatenation of the batches appended (a repeated batch id is a no-op)."""
+    rng = np.random.default_rng(seed)
+    path = tmp_path_factory.mktemp("seq") / "s.zarr"
+    store = sr.GroupStore.create(path, 4, sparse=sparse, chunk_rows=int(rng.integers(1, 9)))
+    kept, next_qid = [], 0
+    for n_groups, bid in plan:
+        X, y, q = _batch(rng, n_groups, qid0=next_qid, sparse=sparse)
+        next_qid += n_groups
+        written = store.append(X, y, q, batch_id=f"id{bid}")
+        assert written == (f"id{bid}" not in {k[3] for k in kept})
+        if written:
+            kept.append((X, y, q, f"id{bid}"))
+    ro = sr.GroupStore.open(path)
+    m = sum(len(k[2]) for k in kept)
+    assert ro.n_rows == m and ro.n_groups == sum(len(np.unique(k[2])) for k in kept)
+    assert ro.verify() == len(kept)
+    X, y, q = _read_all(ro, max_rows=int(rng.integers(1, 12)))
+    if m:
+        Xe = vstack_X([sp.csr_matrix(k[0]) if sparse else k[0] for k in kept])
+        np.testing.assert_array_equal(_dense(X), np.asarray(_dense(Xe), dtype=np.float32))
+        np.testing.assert_array_equal(y, np.concatenate([k[1] for k in kept]))
+        np.testing.assert_array_equal(q, np.concatenate([k[2] for k in kept]))
+
+
+def _dense(X):
+    return X.toarray() if sp.issparse(X) else X
