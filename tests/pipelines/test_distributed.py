@@ -1,10 +1,13 @@
 """sr.distributed on a real LocalCluster (2 worker processes): same answers as the local run."""
 from __future__ import annotations
 
+import json
 import os
+import sys
 import signal
 import threading
 import time
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -14,6 +17,10 @@ from streamrank import distributed as srd
 from streamrank.metrics import evaluate
 
 from pipeline_data import make_store
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+from pipelines import distributed as pdist  # noqa: E402
+from pipelines import nightly  # noqa: E402
 
 pytestmark = pytest.mark.distributed
 
@@ -140,3 +147,28 @@ def test_sparse_kernel_rankrls_equals_local(client, store, basis):
     np.testing.assert_allclose(srd.predict(dist, store, client, max_rows=64),
                                np.concatenate([local.predict(b.X) for b in store.blocks(max_rows=1000)]),
                                rtol=1e-8, atol=1e-10)
+
+def test_cli_with_scheduler_address(client, tmp_path, capsys):
+    store = make_store(tmp_path / "s.zarr", range(1, 6))
+    out, rep = tmp_path / "model", tmp_path / "report.json"
+    addr = client.scheduler.address
+    assert pdist.main(["--store", str(store.path), "--model", str(out), "--scheduler", addr,
+                       "--learner", "rankrls", "--alphas", "2^-3:2^3", "--folds", "4",
+                       "--validation", str(store.path), "--report", str(rep), "--max-rows", "40"]) == 0
+    line = capsys.readouterr().out
+    assert line.startswith("distributed rankrls:") and "ndcg@10" in line
+    model = sr.load(out)
+    ref = sr.RankRLS(solver="primal")
+    cv = ref.cross_validate(store, alphas=nightly._parse_alphas("2^-3:2^3"), folds=4)
+    assert model.alpha == cv.best_alpha
+    np.testing.assert_allclose(model.coef_, ref.coef_, rtol=1e-10)
+    report = json.loads(rep.read_text())
+    assert report["workers"] == 2 and report["selection"]["alpha"] == model.alpha
+    want = sr.metrics.evaluate(store, model, k=10)["ndcg@10"].value
+    assert report["validation"]["ndcg@10"] == pytest.approx(want, rel=1e-12)
+
+
+def test_cli_rejects_both_scheduler_and_workers(tmp_path):
+    with pytest.raises(SystemExit):
+        pdist.main(["--store", "s", "--model", "m", "--scheduler", "tcp://x:1", "--workers", "2",
+                    "--learner", "rankrls"])

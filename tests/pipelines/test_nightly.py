@@ -165,3 +165,10 @@ def test_cli_main_and_plot(tmp_path, capsys):
     assert (models / "metrics.png").stat().st_size > 0
     with pytest.raises(SystemExit):
         nightly.main(["--store", str(store), "--new", "x", "--models", str(models), "--alphas", "0,-1"])
+
+
+@pytest.mark.parametrize("script", ["nightly.py", "distributed.py"])
+def test_scripts_run_from_the_command_line(script):
+    proc = subprocess.run([sys.executable, str(ROOT / "pipelines" / script), "--help"], capture_output=True,
+                          text=True, timeout=120)
+    assert proc.returncode == 0 and "--store" in proc.stdout

@@ -1,0 +1,127 @@
+"""Fit a learner on a dask cluster from a store on shared storage (issue 6).
+
+::
+
+    python pipelines/distributed.py --store STORE --model OUT \\
+        [--scheduler tcp://HOST:PORT | --workers N] --learner rankrls|sparse-kernel|sgd-bilinear|sgd-pairwise
+
+Connects to ``--scheduler`` or starts a LocalCluster of ``--workers``
+single-threaded processes (default: one per core).  The workers open STORE
+themselves (a path every worker can reach); the client plans blocks, receives
+only reduced statistics (O(n²) per reduction, independent of the rows) and
+solves.  ``--alphas GRID`` chooses λ by k-fold group CV from fold statistics
+reduced on the workers (no second pass).  ``--validation STORE`` evaluates
+the model on the workers (NDCG@10, disagreement).  The model is saved with
+``sr.save(model, OUT)``; a summary line goes to stdout and ``--report FILE``
+writes the JSON report.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+if __package__ in (None, ""):  # run as a script: make the repository importable
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+import streamrank as sr  # noqa: E402
+from streamrank import distributed as srd  # noqa: E402
+
+__all__ = ["main", "run", "build_estimator"]
+
+LEARNERS = ("rankrls", "sparse-kernel", "sgd-bilinear", "sgd-pairwise")
+
+
+def build_estimator(args):
+    if args.learner == "rankrls":
+        return sr.RankRLS(alpha=args.alpha, solver=args.solver, group_weight=args.group_weight)
+    if args.learner == "sparse-kernel":
+        return sr.KernelRankRLS(kernel=args.kernel, gamma=args.gamma, alpha=args.alpha, n_basis=args.n_basis,
+                                group_weight=args.group_weight, random_state=args.seed)
+    raise NotImplementedError(f"--learner {args.learner}: distributed SGD rounds are not implemented yet "
+                              "(see the issue 6 note); use rankrls or sparse-kernel")
+
+
+def run(args, out=None):
+    """Fit (and validate) on the cluster; returns the report dict."""
+    from pipelines.nightly import select_alpha
+
+    out = sys.stdout if out is None else out
+    store = sr.GroupStore.open(args.store)
+    est = build_estimator(args)
+    report = {"store": str(args.store), "rows": store.n_rows, "groups": store.n_groups,
+              "learner": args.learner, "model": str(args.model)}
+    t0 = time.perf_counter()
+    with srd.get_client(args.scheduler, n_workers=args.workers) as client:
+        report["workers"] = len(client.scheduler_info()["workers"])
+        if args.alphas is not None:
+            if args.learner != "rankrls" or est._resolve_solver(store) != "primal":
+                raise ValueError("--alphas selects λ from fold statistics: primal RankRLS only")
+            folds = srd.statistics(est, store, client, max_rows=args.max_rows, split_every=args.split_every,
+                                   folds=args.folds)
+            best, scores, total = select_alpha(folds, args.alphas)
+            est.alpha = best
+            est._fit_statistics(total, y_1d=store.n_outputs == 1)
+            est.fold_stats_ = folds
+            report["selection"] = {"alphas": [float(a) for a in args.alphas],
+                                   "cv_squared": [float(s) for s in scores], "alpha": best}
+        else:
+            srd.fit(est, store, client, max_rows=args.max_rows, split_every=args.split_every)
+        report["fit_seconds"] = time.perf_counter() - t0
+        if args.validation:
+            res = srd.evaluate(est, args.validation, client, k=10, metrics=("ndcg", "disagreement"),
+                               max_rows=args.max_rows, split_every=args.split_every)
+            report["validation"] = {k: float(v.value) for k, v in res.items()}
+    sr.save(est, args.model)
+    report["alpha"] = float(est.alpha)
+    line = (f"distributed {args.learner}: {store.n_rows} rows / {store.n_groups} groups on "
+            f"{report['workers']} worker(s) in {report['fit_seconds']:.2f} s, alpha={est.alpha:.4g}")
+    if "validation" in report:
+        line += " " + " ".join(f"{k} {v:.4f}" for k, v in report["validation"].items())
+    out.write(line + f" -> {args.model}\n")
+    if args.report:
+        Path(args.report).write_text(json.dumps(report, indent=1, sort_keys=True))
+    return report
+
+
+def build_parser():
+    from pipelines.nightly import _parse_alphas
+
+    p = argparse.ArgumentParser(prog="distributed.py", description=__doc__.split("\n\n")[0],
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--store", required=True, help="GroupStore path reachable by every worker")
+    p.add_argument("--model", required=True, metavar="OUT", help="where sr.save writes the model")
+    where = p.add_mutually_exclusive_group()
+    where.add_argument("--scheduler", default=None, metavar="tcp://HOST:PORT", help="dask scheduler address")
+    where.add_argument("--workers", type=int, default=None, metavar="N",
+                       help="LocalCluster worker processes (default: one per core)")
+    p.add_argument("--learner", required=True, choices=LEARNERS)
+    p.add_argument("--alpha", type=float, default=1.0, help="λ (ignored with --alphas)")
+    p.add_argument("--alphas", type=_parse_alphas, default=None, metavar="GRID",
+                   help="choose λ by k-fold group CV from fold statistics: 'a,b,c' or '2^-15:2^15'")
+    p.add_argument("--folds", type=int, default=5)
+    p.add_argument("--solver", default="auto", choices=("auto", "primal", "cg"), help="RankRLS solver")
+    p.add_argument("--group-weight", default="pair", choices=("pair", "query", "size"))
+    p.add_argument("--kernel", default="rbf", help="sparse-kernel: kernel name")
+    p.add_argument("--gamma", type=float, default=1.0, help="sparse-kernel: kernel width")
+    p.add_argument("--n-basis", type=int, default=500, help="sparse-kernel: basis rows")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--max-rows", type=int, default=srd.DEFAULT_BLOCK_ROWS, help="block budget (rows)")
+    p.add_argument("--split-every", type=int, default=srd.DEFAULT_SPLIT_EVERY, help="tree reduction fan-in")
+    p.add_argument("--validation", default=None, metavar="STORE", help="evaluate on this store")
+    p.add_argument("--report", default=None, metavar="FILE", help="write the JSON report here")
+    return p
+
+
+def main(argv=None) -> int:
+    args = build_parser().parse_args(argv)
+    run(args)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
