@@ -96,6 +96,7 @@ __all__ = [
     "mean_average_precision",
     "auc",
     "tuple_error",
+    "class_retrieval_map",
     "evaluate",
 ]
 
@@ -540,14 +541,67 @@ def auc(y_true, y_score, *, max_rows: int = 100_000):
     return _auc_1d(y, s)
 
 
-def tuple_error(score_pos, score_neg) -> float:
+def tuple_error(score_pos, score_neg, *, batch_size: int = 8192) -> float:
     """Fraction of tuples with ``score_pos <= score_neg`` (a tie is an error).
 
     ``score_pos[i] = f(q_i, d+_i)``, ``score_neg[i] = f(q_i, d-_i)``; the
-    tuple error of the sparse-SGD bilinear paper.  NaN for no tuples.
+    test error of the sparse-SGD paper (Chen et al., ICDM 2010, §IV.A).  NaN
+    for no tuples.
+
+    Out of core: ``tuple_error(tuple_source, model)`` streams a TupleStore
+    (or any object with ``batches``) in order and scores each batch with
+    ``model.score(Q, D)`` (row-aligned) or a callable ``model(Q, D)``.
     """
+    if hasattr(score_pos, "batches") and not isinstance(score_pos, np.ndarray):
+        score = score_neg.score if hasattr(score_neg, "score") else score_neg
+        if not callable(score):
+            raise TypeError("tuple_error(source, model): model needs a score(Q, D) method or must be callable")
+        wrong = total = 0
+        for b in score_pos.batches(batch_size=batch_size, shuffle_buffer=0):
+            sp_ = _check_scores(np.asarray(score(b.Q, b.D_pos)).reshape(-1), None, "score(Q, D_pos)")
+            sn_ = _check_scores(np.asarray(score(b.Q, b.D_neg)).reshape(-1), len(sp_), "score(Q, D_neg)",
+                                "score(Q, D_pos)")
+            wrong += int(np.count_nonzero(sp_ <= sn_))
+            total += len(sp_)
+        return wrong / total if total else float("nan")
     p = _check_scores(score_pos, None, "score_pos")
     m = _check_scores(score_neg, p.shape[0], "score_neg", "score_pos")
     if p.shape[0] == 0:
         return float("nan")
     return float(np.count_nonzero(p <= m)) / p.shape[0]
+
+
+def class_retrieval_map(score_matrix, Q, y_q, D, y_d, *, batch_size: int = 256,
+                        return_details: bool = False):
+    """MAP of class retrieval: each query ranks all items; relevant = same class.
+
+    The MAP of the sparse-SGD paper (Chen et al., ICDM 2010, §IV.A, e.g. 20
+    Newsgroups test documents ranking the training documents).
+    ``score_matrix(Q_batch, D)`` returns the (batch, items) score matrix (for
+    a bilinear model ``Q_batch @ W @ D.T``).  Queries are scored
+    ``batch_size`` at a time, so memory is ``batch_size x items`` floats.
+    Average precision per query as :func:`mean_average_precision` (ties
+    enter together); queries whose class has no item are skipped.
+    """
+    y_q = np.asarray(y_q)
+    y_d = np.asarray(y_d)
+    n_q = Q.shape[0]
+    if len(y_q) != n_q:
+        raise ValueError(f"y_q has {len(y_q)} rows but Q has {n_q}; lengths must match")
+    if len(y_d) != D.shape[0]:
+        raise ValueError(f"y_d has {len(y_d)} rows but D has {D.shape[0]}; lengths must match")
+    n_d = D.shape[0]
+    ev = RankingEvaluator(None, ("map",), keep_per_query=return_details)
+    for a in range(0, n_q, int(batch_size)):
+        b = min(a + int(batch_size), n_q)
+        S = np.asarray(score_matrix(Q[a:b], D))
+        if hasattr(S, "toarray"):
+            S = S.toarray()
+        if S.shape != (b - a, n_d):
+            raise ValueError(f"score_matrix returned shape {S.shape}; expected ({b - a}, {n_d})")
+        rel = (y_q[a:b, None] == y_d[None, :]).astype(np.float64)
+        gp = np.arange(b - a + 1, dtype=np.int64) * n_d
+        ev.update(rel.reshape(-1), np.ascontiguousarray(S, dtype=np.float64).reshape(-1), gp,
+                  qid=np.arange(a, b))
+    res = ev.result()["map"]
+    return res if return_details else res.value

@@ -61,6 +61,9 @@ def test_matches_sklearn_and_chunks_end_on_groups(seed, chunk, crlf, qid, dense)
         np.testing.assert_array_equal(np.concatenate([c.qid for c in chunks]), ref[2])
         for a, b in zip(chunks, chunks[1:]):
             assert a.qid[-1] != b.qid[0]
+        # bounded memory: a chunk holds the lines of about one read plus at most two queries
+        biggest = int(np.max(np.unique(ref[2], return_counts=True)[1]))
+        assert max(len(c.y) for c in chunks) <= (chunk + 2) // 7 + 2 * biggest + 1
     else:
         assert all(c.qid is None for c in chunks)
     for c in chunks:

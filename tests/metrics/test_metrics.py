@@ -216,3 +216,31 @@ def test_incomplete_split_group_is_an_error():
     ev.update([1.0, 0.0], [0.5, 0.1], [0, 2], qid=[7], group_size=[5], group_offset=[0])
     with pytest.raises(ValueError, match="group 7 is incomplete: 2 of 5"):
         ev.result()
+
+
+def test_tuple_error_streams_a_tuple_source():
+    from streamrank.io.tuple_store import as_tuple_source
+
+    rng = np.random.default_rng(0)
+    Q = sp.random(30, 6, density=0.5, random_state=1, format="csr")
+    D = sp.random(40, 6, density=0.5, random_state=2, format="csr")
+    t = np.stack([rng.integers(0, 30, 500), rng.integers(0, 40, 500), rng.integers(0, 40, 500)], axis=1)
+    W = rng.normal(size=(6, 6))
+
+    def score(Qb, Db):
+        return np.asarray((Qb @ W) * Db.toarray()).sum(axis=1)
+
+    want = M.tuple_error(score(Q[t[:, 0]], D[t[:, 1]]), score(Q[t[:, 0]], D[t[:, 2]]))
+    assert M.tuple_error(as_tuple_source(Q, D, t), score, batch_size=64) == pytest.approx(want)
+
+
+def test_class_retrieval_map_matches_per_query_reference():
+    rng = np.random.default_rng(1)
+    Q, D = rng.normal(size=(13, 4)), rng.normal(size=(50, 4))
+    yq, yd = rng.integers(0, 3, 13), rng.integers(0, 3, 50)
+    S = Q @ D.T
+    want = np.mean([ref.average_precision((yd == yq[i]).astype(float), S[i]) for i in range(13)])
+    got = M.class_retrieval_map(lambda Qb, D_: Qb @ D_.T, Q, yq, D, yd, batch_size=5, return_details=True)
+    assert got.value == pytest.approx(want, rel=1e-12) and got.n_queries == 13
+    with pytest.raises(ValueError, match="y_q has 3 rows"):
+        M.class_retrieval_map(lambda a, b: a @ b.T, Q, yq[:3], D, yd)
