@@ -56,6 +56,30 @@ class BaseRanker:
                 changed.append(f"{k}={v!r}")
         return f"{type(self).__name__}({', '.join(changed)})"
 
+    # ------------------------------------------------------ scikit-learn glue
+    # Both hooks import scikit-learn lazily (it is not a dependency); they let
+    # ``check_estimator``, ``clone`` and ``GridSearchCV`` treat a learner as an
+    # estimator.  A ranker is neither a classifier nor a regressor
+    # (``estimator_type=None``): scores are defined up to a per-query shift.
+    def __sklearn_tags__(self):
+        from sklearn.utils import InputTags, Tags, TargetTags
+
+        return Tags(estimator_type=None, target_tags=TargetTags(required=True, multi_output=True),
+                    input_tags=InputTags(sparse=True))
+
+    def get_metadata_routing(self):
+        """Metadata routing: ``fit`` asks for ``qid`` (``GridSearchCV(...).fit(X, y, qid=qid)``).
+
+        Used by scikit-learn when ``sklearn.set_config(enable_metadata_routing=True)``;
+        see ``tests/test_estimator_checks.py`` for a GridSearchCV example.
+        """
+        from sklearn.utils.metadata_routing import MetadataRequest
+
+        req = MetadataRequest(owner=type(self).__name__)
+        if hasattr(self, "fit"):
+            req.fit.add_request(param="qid", alias=True)
+        return req
+
     # ---------------------------------------------------------------- state
     def _check_fitted(self, attr: str = "coef_"):
         if not hasattr(self, attr):
