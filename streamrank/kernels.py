@@ -13,7 +13,9 @@ dense product (CSR), followed by an elementwise map done in place:
 * a callable ``kernel(X, Z) -> ndarray (len(X), len(Z))`` evaluated on whole
   blocks (it receives the same dense/CSR objects it would be given row by row).
 
-The products are accumulated in float64 whatever the storage type of ``X``.
+The products are accumulated in float64 whatever the storage type of ``X``;
+the elementwise map after the product is one fused numba pass
+(:mod:`streamrank._kernel_kernels`).
 """
 from __future__ import annotations
 
@@ -28,6 +30,8 @@ KERNELS = ("linear", "rbf", "poly")
 
 #: row chunk used when a kernel block would exceed this many entries
 _MAX_BLOCK_ENTRIES = 1 << 24
+#: blocks at least this large use the prange twin of the elementwise loop
+_PARALLEL_ENTRIES = 1 << 16
 
 
 class KernelSpec:
@@ -146,27 +150,18 @@ def kernel_matrix(X, Z=None, *, kernel="rbf", gamma=1.0, degree=2, coef0=0.0) ->
         if not np.isfinite(K).all():
             raise ValueError("callable kernel returned NaN or infinity")
         return np.ascontiguousarray(K)
-    K = _dot(X, Z)
+    K = np.ascontiguousarray(_dot(X, Z), dtype=np.float64)
+    par = K.size >= _PARALLEL_ENTRIES
     if kernel == "linear":
         pass
     elif kernel == "poly":
-        if gamma != 1.0:
-            K *= gamma
-        if coef0 != 0.0:
-            K += coef0
-        if degree != 1:
-            np.power(K, degree, out=K)
+        from . import _kernel_kernels as _kk
+        (_kk.poly_from_dot_parallel if par else _kk.poly_from_dot)(K, float(gamma), float(coef0), int(degree))
     elif kernel == "rbf":
+        from . import _kernel_kernels as _kk
         nx = _sq_norms(X)
         nz = nx if same else _sq_norms(Z)
-        K *= -2.0
-        K += nx[:, None]
-        K += nz[None, :]
-        np.maximum(K, 0.0, out=K)
-        if same:
-            np.fill_diagonal(K, 0.0)
-        K *= -gamma
-        np.exp(K, out=K)
+        (_kk.rbf_from_dot_parallel if par else _kk.rbf_from_dot)(K, nx, nz, float(gamma), bool(same))
     else:  # pragma: no cover - check_kernel guards
         raise ValueError(f"unknown kernel {kernel!r}")
     if same:  # exact symmetry (BLAS may round the two triangles differently)

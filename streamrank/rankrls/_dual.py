@@ -78,24 +78,27 @@ class LaplacianRoot:
             self.blocks = blocks
             self.scale = None
 
-    def apply(self, M) -> np.ndarray:
-        """``B @ M`` (M of shape (m,) or (m, k)), a new float64 array."""
+    def apply(self, M, *, inplace: bool = False) -> np.ndarray:
+        """``B @ M`` (M of shape (m,) or (m, k)) as float64; ``inplace=True`` overwrites a float64 M.
+
+        Works group by group on row slices, so the only temporaries are of
+        one group's size (no (m, k) temporary beside the output).
+        """
         M = np.asarray(M, dtype=np.float64)
         one = M.ndim == 1
         M2 = M[:, None] if one else M
+        gp = self.group_ptr
         if self.blocks is None:
-            gp, sizes = self.group_ptr, self.sizes
-            nz = sizes > 0
-            sums = np.zeros((len(sizes), M2.shape[1]))
-            if self.m:
-                sums[nz] = np.add.reduceat(M2, gp[:-1][nz], axis=0)
-            means = sums / np.maximum(sizes, 1)[:, None]
-            rows_g = np.repeat(np.arange(len(sizes)), sizes)
-            out = M2 - means[rows_g]
-            out *= self.scale[rows_g][:, None]
+            out = M2 if inplace else np.array(M2, dtype=np.float64, order="C")
+            for g in range(len(self.sizes)):
+                a, b = gp[g], gp[g + 1]
+                if b <= a:
+                    continue
+                piece = out[a:b]
+                piece -= piece.mean(axis=0)
+                piece *= self.scale[g]
         else:
-            out = np.empty_like(M2)
-            gp = self.group_ptr
+            out = M2 if inplace else np.empty_like(M2, order="C")
             for g, Bg in enumerate(self.blocks):
                 a, b = gp[g], gp[g + 1]
                 out[a:b] = Bg @ M2[a:b]
@@ -131,20 +134,19 @@ class DualDecomposition:
 
     Parameters
     ----------
-    K : (m, m) kernel matrix (consumed: it may be overwritten)
+    BK : (m, m) C-ordered ``B K`` (``root.apply(K, inplace=True)``; kept as ``KB = BKᵀ`` until the GEMM)
     y : (m, v) float64 targets
     root : :class:`LaplacianRoot`
     """
 
-    def __init__(self, K, y, root: LaplacianRoot):
-        m = K.shape[0]
+    def __init__(self, BK, y, root: LaplacianRoot):
+        # BK = B K (m, m), C-ordered; the caller computed it in place of K (root.apply(K, inplace=True))
+        m = BK.shape[0]
         self.m = m
         self.root = root
-        BK = root.apply(K)                       # B K          (m, m)
-        del K
-        KB = BK.T                                # K B (K, B symmetric)
-        BKB = root.apply(KB)                     # B K B
-        BKB = 0.5 * (BKB + BKB.T)
+        KB = BK.T                                # K B (K, B symmetric): an F-ordered view
+        BKB = root.apply(KB)                     # B K B, a new C-ordered array
+        # eigh reads only the lower triangle: the round-off asymmetry of B(KB) does not matter
         if m:
             lam, U = la.eigh(BKB, overwrite_a=True, check_finite=False, driver="evd")
         else:
@@ -156,10 +158,11 @@ class DualDecomposition:
                 f"the kernel is not positive semidefinite on the training rows (eigenvalue {lam[0]:.3g} of "
                 "L^1/2 K L^1/2); RankRLS needs a PSD kernel")
         self.eigenvalues = np.maximum(lam, 0.0)
-        self.U = U
-        self.KBU = KB @ U if m else np.zeros((0, 0))   # the one GEMM
-        del BK, KB
-        self.z = U.T @ root.apply(y) if m else np.zeros((0, y.shape[1]))   # Uᵀ B y  (m, v)
+        self.U = np.ascontiguousarray(U)          # rows of U are gathered per hold-out set
+        del U
+        self.KBU = KB @ self.U if m else np.zeros((0, 0))   # the one GEMM
+        del KB
+        self.z = self.U.T @ root.apply(y) if m else np.zeros((0, y.shape[1]))   # Uᵀ B y  (m, v)
 
     def _d(self, alpha):
         return 1.0 / (self.eigenvalues + float(alpha))

@@ -103,7 +103,8 @@ class TransductiveRankRLS(BaseRanker):
         K = spec(X)
         if not spec.psd_by_construction:
             check_psd(K, name="kernel")
-        dec = DualDecomposition(K, np.zeros((m, 1)), root)
+        dec = DualDecomposition(root.apply(K, inplace=True), np.zeros((m, 1)), root)
+        del K
         y0 = np.zeros((m, v))
         y0[:ml] = Yl
         V = np.arange(ml, m)
