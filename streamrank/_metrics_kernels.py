@@ -208,3 +208,38 @@ def average_precision_groups(y, s, group_ptr, out):
                 ap += (tp_run / n_pos) * (tp / b)
             a = b
         out[g] = ap
+
+
+@jit
+def auc_counts(pos, s):
+    """(wrong pairs + 0.5 tied pairs, n_pos * n_neg) for boolean ``pos``: one sort.
+
+    Walks the runs of equal scores in increasing order; a positive is beaten
+    by every negative scored higher and tied with the negatives of its run
+    (Mann-Whitney U with mid-ranks).  Returns float64 wrong, int64 pairs.
+    """
+    n = s.shape[0]
+    order = np.argsort(s, kind="mergesort")
+    n_pos = 0
+    for i in range(n):
+        if pos[i]:
+            n_pos += 1
+    n_neg = n - n_pos
+    good = 0.0
+    neg_below = 0
+    a = 0
+    while a < n:
+        sa = s[order[a]]
+        b = a + 1
+        while b < n and s[order[b]] == sa:
+            b += 1
+        p_run = 0
+        for t in range(a, b):
+            if pos[order[t]]:
+                p_run += 1
+        n_run = (b - a) - p_run
+        good += p_run * neg_below + 0.5 * p_run * n_run
+        neg_below += n_run
+        a = b
+    pairs = n_pos * n_neg
+    return pairs - good, pairs

@@ -503,8 +503,8 @@ def _auc_1d(y, s, column=None):
         where = "" if column is None else f" in column {column}"
         raise ValueError(f"auc needs both positive (y > 0) and negative rows in y_true{where}; "
                          f"got {n_pos} positive of {len(pos)}")
-    d, t, p = _k.cindex_group(pos, s, 0, len(pos))
-    return 1.0 - (d + 0.5 * t) / p
+    wrong, pairs = _k.auc_counts(pos > 0, s)
+    return 1.0 - wrong / pairs
 
 
 def auc(y_true, y_score, *, max_rows: int = 100_000):

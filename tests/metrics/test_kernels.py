@@ -113,3 +113,14 @@ def test_ap_without_ties_is_textbook():
     out = np.empty(1)
     K.average_precision_groups(y, s, np.array([0, 30]), out)
     assert out[0] == pytest.approx(ref.average_precision_no_ties(y, s), rel=1e-12)
+
+
+@settings(max_examples=25, deadline=None)
+@given(n=st.integers(0, 40), seed=st.integers(0, 10**6), levels=st.integers(1, 8), f32=st.booleans())
+def test_auc_counts_match_pairs(n, seed, levels, f32):
+    rng = np.random.default_rng(seed)
+    pos = _ro(rng.random(n) < 0.4)
+    s = _ro(rng.integers(0, levels, n).astype(np.float32 if f32 else np.float64))
+    wrong, pairs = K.auc_counts(pos, s)
+    d, t, p = ref.cindex_counts(pos.astype(float), s)
+    assert pairs == p and wrong == d + 0.5 * t
