@@ -230,7 +230,10 @@ def iter_svmlight(source, *, n_features: int | None = None, dense: bool = True,
                 lab, q, ip, ind, val = lab[:r], q[:r], ip[:r + 1], ind[:p0], val[:p0]
                 if r == 0:
                     continue
-            X = _to_X(ip, ind, val, nf if nf is not None else 0, dense)
+            if nf is None:
+                raise ValueError(f"{fname}: no feature before line {line0}, so the number of features "
+                                 "cannot be inferred; pass n_features")
+            X = _to_X(ip, ind, val, nf, dense)
             yield SvmlightChunk(X, lab, q.copy() if qid_mode == 1 else None)
     finally:
         if close:

@@ -128,6 +128,10 @@ def test_null_value_and_inferred_width_error(tmp_path):
     text = b"0 qid:1 1:1\n" * 50 + b"0 qid:2 9:1\n"
     with pytest.raises(ValueError, match=r"<stream>:51: .*out of range.*exceeds the 1 features inferred.*pass n_features"):
         list(iter_svmlight(io.BytesIO(text), chunk_bytes=64))
+    with pytest.raises(ValueError, match="cannot be inferred; pass n_features"):
+        list(iter_svmlight(io.BytesIO(b"1 qid:1\n0 qid:2\n")))
+    X, _, _ = read_svmlight(io.BytesIO(b"1 qid:1\n0 qid:2\n"), n_features=2)
+    assert X.shape == (2, 2) and X.nnz == 0
     p = tmp_path / "bad.txt"
     p.write_bytes(b"0 qid:1 1:1\n1 qid:1 1:x\n")
     with pytest.raises(ValueError, match=r"bad\.txt:2: "):
