@@ -424,7 +424,8 @@ class KernelRankRLS(BaseRanker):
             preds = np.stack([self._decomp.holdout(a, sets) for a in arr])      # (a, m, v)
         else:
             preds = np.stack([self._sparse_lqo(a, None) for a in arr])
-            Y = _read_all(self._train_source[0])[1].reshape(preds.shape[1], -1)
+            src = self._train_source[0]
+            Y = src.read_y(0, src.n_rows).reshape(preds.shape[1], -1)
         v = Y.shape[1]
         per_out = np.empty((len(arr), v))
         rows_q = np.repeat(np.arange(n_groups), np.diff(gp))
@@ -468,9 +469,9 @@ class KernelRankRLS(BaseRanker):
         if callable(self.kernel):
             raise ValueError("a KernelRankRLS with a callable kernel cannot be saved (the callable is code, "
                              "and models are stored without pickle); use a named kernel")
-        if not isinstance(self.basis, str):
-            raise ValueError("save the model with basis='random' semantics: set_params(basis='random') "
-                             "after fitting with user basis rows (basis_ is stored)")
+        if sp.issparse(self.basis):
+            raise ValueError("a model whose basis parameter is a sparse matrix cannot be saved (parameters are "
+                             "JSON); the learned basis_ is stored, so set_params(basis='random') first")
         attrs = {"n_features_in_": int(self.n_features_in_), "n_outputs_": int(self.n_outputs_),
                  "one_d": bool(self._one_d), "mode": self._mode}
         basis = self.basis_

@@ -131,3 +131,15 @@ def test_cross_validate_by_query_and_kfold(rng, scoring):
         assert _rel(m.cv_predictions_[1][test], ref) < 1e-8
     if scoring == "squared":
         assert not res3.greater_is_better
+
+
+@pytest.mark.parametrize("ties", ["include", "exclude"])
+def test_cross_validate_squared_score_is_the_heldout_pair_loss(rng, ties):
+    X, y, qid, _ = make_groups(rng, n_groups=6, n_features=3, levels=3, min_size=2)
+    m = sr.KernelRankRLS(gamma=0.5, group_weight="query", ties=ties)
+    res = m.cross_validate((X, y, qid), [0.1, 1.0], folds="query", scoring="squared")
+    L = laplacian_pairs(qid, y, "query", ties)
+    n_pairs = sum(1 for U in groups_of(qid) for a in U for b in U if a < b and (ties == "include" or y[a] != y[b]))
+    for ai in range(2):
+        r = y - m.cv_predictions_[ai]
+        assert abs(res.scores[ai] - r @ L @ r / n_pairs) < 1e-10 * max(1.0, abs(res.scores[ai]))
