@@ -142,6 +142,7 @@ def cg_case(rows, n_features, nnz, group_size, workdir, max_rows, label, tol=1e-
     v = np.random.default_rng(1).normal(size=n_features)
     _raw_pass_sparse(store, max_rows, v)
     t_pass = min(_raw_pass_sparse(store, max_rows, v) for _ in range(2))
+    print(f"[{label}] raw streaming pass (read + Xv + Xᵀu) {t_pass:.2f} s", flush=True)
     times = []
     last = [time.perf_counter()]
 
@@ -149,6 +150,8 @@ def cg_case(rows, n_features, nnz, group_size, workdir, max_rows, label, tol=1e-
         now = time.perf_counter()
         times.append(now - last[0])
         last[0] = now
+        if it % 10 == 0:
+            print(f"[{label}]   iteration {it}: relative residual {res:.2e}, {times[-1]:.2f} s", flush=True)
 
     t = time.perf_counter()
     m = sr.RankRLS(alpha=1.0, solver="cg", tol=tol, max_iter=max_iter)

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from conftest import make_groups
+from rankrls_testdata import make_groups
 from rankrls_reference import brute_laplacian, pair_list
 
 from streamrank.laplacian import apply_laplacian, group_weights, laplacian_dense, tie_classes

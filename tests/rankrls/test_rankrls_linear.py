@@ -4,7 +4,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import scipy.sparse as sp
-from conftest import make_groups
+from rankrls_testdata import make_groups
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from rankrls_reference import brute_edges, brute_rankrls
