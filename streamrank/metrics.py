@@ -10,8 +10,9 @@ Functions
 ``disagreement(y_true, y_score, qid=None)``
     Mean over queries of ``1 - C-index``: the fraction of ordered pairs
     (y_i < y_j, same query) that the scores put the wrong way round, with a
-    tie in the scores counting 1/2 (the disagreement error of Pahikkala et
-    al. 2009, eq. (1)).  Queries without an ordered pair are skipped.
+    tie in the scores counting 1/2 (``ties="error"`` counts it 1, as eq. (1)
+    of Pahikkala et al. 2009 does).  Queries without an ordered pair are
+    skipped.
 ``mean_average_precision(y_true, y_score, qid=None)``
     Mean over queries of average precision with relevance ``y > 0``; queries
     without a relevant item are skipped.
@@ -152,6 +153,12 @@ def _check_scores(a, n: int | None, name: str, other: str = "y_true") -> np.ndar
     return a
 
 
+def _check_ties(ties) -> str:
+    if ties not in ("half", "error"):
+        raise ValueError(f"ties must be 'half' or 'error', got {ties!r}")
+    return ties
+
+
 def _check_k(k) -> int:
     if k is None:
         return 0
@@ -179,14 +186,14 @@ def _ndcg_per_group(y, s, gp, k):
     return out
 
 
-def _disagreement_per_group(y, s, gp):
+def _disagreement_per_group(y, s, gp, tie_weight=0.5):
     g = len(gp) - 1
     disc = np.empty(g, dtype=np.int64)
     ties = np.empty(g, dtype=np.int64)
     pairs = np.empty(g, dtype=np.int64)
     _k.cindex_groups(y, s, gp, disc, ties, pairs)
     with np.errstate(invalid="ignore", divide="ignore"):
-        out = (disc + 0.5 * ties) / pairs
+        out = (disc + tie_weight * ties) / pairs
     out[pairs == 0] = np.nan
     return out
 
@@ -205,6 +212,10 @@ class RankingEvaluator:
     k : int or None
         Cut-off of NDCG (None: the whole list).
     metrics : sequence of {"ndcg", "disagreement", "map"}
+    ties : {"half", "error"}
+        Weight of a pair tied in the scores in the disagreement error: 1/2
+        (default, the C-index convention) or 1 (eq. (1) of Pahikkala et al.
+        2009, where sign(0) = -1).
     keep_per_query : bool
         Keep one value per query (and the query ids) for ``per_query``.
 
@@ -215,8 +226,10 @@ class RankingEvaluator:
     names ``"ndcg@k"``, ``"disagreement"``, ``"map"``.
     """
 
-    def __init__(self, k: int | None = 10, metrics: Iterable[str] = METRICS, *, keep_per_query=False):
+    def __init__(self, k: int | None = 10, metrics: Iterable[str] = METRICS, *, keep_per_query=False,
+                 ties: str = "half"):
         self.k = _check_k(k)
+        self.ties = _check_ties(ties)
         metrics = tuple(metrics)
         bad = [m for m in metrics if m not in METRICS]
         if bad or not metrics:
@@ -256,7 +269,7 @@ class RankingEvaluator:
             if m == "ndcg":
                 vals = _ndcg_per_group(y, s, gp, self.k)
             elif m == "disagreement":
-                vals = _disagreement_per_group(y, s, gp)
+                vals = _disagreement_per_group(y, s, gp, 0.5 if self.ties == "half" else 1.0)
             else:
                 vals = _ap_per_group(y, s, gp)
             self._add(m, vals)
@@ -323,7 +336,7 @@ class RankingEvaluator:
 
     def merge(self, other: "RankingEvaluator") -> "RankingEvaluator":
         """Add the groups accumulated by ``other`` (same k and metrics)."""
-        if other.k != self.k or other.metrics != self.metrics:
+        if other.k != self.k or other.metrics != self.metrics or other.ties != self.ties:
             raise ValueError("can only merge evaluators with the same k and metrics")
         for m in self.metrics:
             self._sum[m] += other._sum[m]
@@ -396,14 +409,14 @@ def _block_y(block, output):
 
 
 def evaluate(source, scorer, k: int | None = 10, *, metrics=METRICS, max_rows: int = 100_000,
-             output: int | None = None, keep_per_query: bool = False) -> dict:
+             output: int | None = None, keep_per_query: bool = False, ties: str = "half") -> dict:
     """Stream ``source`` once through ``scorer`` and return every metric.
 
     ``source``: a BlockSource (GroupStore, ``sr.as_source(...)``) or an
     iterable of Blocks; ``scorer``: fitted model or callable on ``block.X``.
     Returns ``{name: MetricResult}`` as :meth:`RankingEvaluator.result`.
     """
-    ev = RankingEvaluator(k, metrics, keep_per_query=keep_per_query)
+    ev = RankingEvaluator(k, metrics, keep_per_query=keep_per_query, ties=ties)
     for block in _blocks_of(source, max_rows):
         s = _score(scorer, block.X)
         if s.ndim == 2 and output is not None:
@@ -421,13 +434,14 @@ def _finish(res: MetricResult, per_query: bool, return_details: bool):
     return res.value
 
 
-def _ranking_metric(metric, y_true, y_score, qid, k, per_query, return_details, max_rows, output):
+def _ranking_metric(metric, y_true, y_score, qid, k, per_query, return_details, max_rows, output,
+                    ties="half"):
     keep = per_query or return_details
     if _is_stream(y_true):
         if qid is not None:
             raise TypeError(f"{metric}(source, scorer, ...) takes no qid: the source carries the groups")
         res = evaluate(y_true, y_score, k, metrics=(metric,), max_rows=max_rows, output=output,
-                       keep_per_query=keep)
+                       keep_per_query=keep, ties=ties)
         return _finish(next(iter(res.values())), per_query, return_details)
     y = _check_scores(y_true, None, "y_true").astype(np.float64, copy=False)
     n = y.shape[0]
@@ -436,7 +450,7 @@ def _ranking_metric(metric, y_true, y_score, qid, k, per_query, return_details, 
         gp, gq = _check_group_ptr(None, n), np.zeros(1 if n else 0, dtype=np.int64)
     else:
         gp, gq = group_ptr_from_qid(check_qid(qid, n, "qid"), "qid")
-    ev = RankingEvaluator(k, (metric,), keep_per_query=keep)
+    ev = RankingEvaluator(k, (metric,), keep_per_query=keep, ties=ties)
     ev.update(y, s, gp, qid=gq)
     return _finish(next(iter(ev.result().values())), per_query, return_details)
 
@@ -470,16 +484,18 @@ def ndcg(y_true, y_score, qid=None, k: int | None = 10, *, per_query: bool = Fal
 
 
 def disagreement(y_true, y_score, qid=None, *, per_query: bool = False, return_details: bool = False,
-                 max_rows: int = 100_000, output: int | None = None):
+                 max_rows: int = 100_000, output: int | None = None, ties: str = "half"):
     """Mean over queries of ``1 - C-index`` (disagreement error).
 
-    For a query, ``(#{y_i < y_j, s_i > s_j} + 0.5 #{y_i < y_j, s_i = s_j}) /
-    #{y_i < y_j}`` (Pahikkala et al. 2009, eq. (1), ties 1/2); queries
-    without an ordered pair are skipped.  O(n log n) per query.  Arguments
-    as :func:`ndcg`.
+    For a query, ``(#{y_i < y_j, s_i > s_j} + w #{y_i < y_j, s_i = s_j}) /
+    #{y_i < y_j}`` with ``w = 1/2`` (``ties="half"``, the C-index / AUC
+    convention, default) or ``w = 1`` (``ties="error"``: eq. (1) of
+    Pahikkala et al. 2009 exactly, where sign(0) = -1 makes a tie an error).
+    Queries without an ordered pair are skipped.  O(n log n) per query
+    (Fenwick tree).  Other arguments as :func:`ndcg`.
     """
     return _ranking_metric("disagreement", y_true, y_score, qid, None, per_query, return_details,
-                           max_rows, output)
+                           max_rows, output, _check_ties(ties))
 
 
 def mean_average_precision(y_true, y_score, qid=None, *, per_query: bool = False,

@@ -54,6 +54,12 @@ def test_disagreement_and_map_match_references():
     d = ref.per_group(ref.disagreement_pairs, y, s, qid)
     assert M.disagreement(y, s, qid) == pytest.approx(np.nanmean(d), rel=1e-12)
     np.testing.assert_allclose(M.disagreement(y, s, qid, per_query=True), d, rtol=1e-12)
+    d1 = ref.per_group(ref.disagreement_pairs, y, s, qid, 1.0)
+    assert M.disagreement(y, s, qid, ties="error") == pytest.approx(np.nanmean(d1), rel=1e-12)
+    src = sr.as_source(np.zeros((len(y), 1)), y, qid)
+    assert M.disagreement(src, lambda X: s, ties="error") == pytest.approx(np.nanmean(d1), rel=1e-12)
+    with pytest.raises(ValueError, match="ties must be"):
+        M.disagreement(y, s, qid, ties="full")
     a = ref.per_group(ref.average_precision, y, s, qid)
     r = M.mean_average_precision(y, s, qid, return_details=True)
     assert r.value == pytest.approx(np.nanmean(a), rel=1e-12)

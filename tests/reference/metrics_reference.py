@@ -61,8 +61,8 @@ def ndcg_expected(y, s, k=None):
     return dcg / ideal
 
 
-def disagreement_pairs(y, s):
-    """(disc + 0.5 ties) / ordered pairs by enumerating all pairs; NaN without pairs."""
+def disagreement_pairs(y, s, tie=0.5):
+    """(disc + tie * ties) / ordered pairs by enumerating all pairs; NaN without pairs."""
     y = np.asarray(y, dtype=np.float64)
     s = np.asarray(s, dtype=np.float64)
     wrong = 0.0
@@ -74,7 +74,7 @@ def disagreement_pairs(y, s):
                 if s[i] > s[j]:
                     wrong += 1.0
                 elif s[i] == s[j]:
-                    wrong += 0.5
+                    wrong += tie
     return wrong / pairs if pairs else np.nan
 
 
