@@ -35,7 +35,8 @@ def build_parser():
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--out", required=True, help="path of the zarr store to write")
     p.add_argument("--rows", type=int, default=100_000, help="rows (groups mode; default 100,000)")
-    p.add_argument("--features", type=int, default=46, help="number of features (default 46)")
+    p.add_argument("--features", type=int, default=None,
+                   help="number of features (default 46 for groups, 1000 for --tuples)")
     p.add_argument("--group-size", type=int, nargs=2, default=(5, 40), metavar=("MIN", "MAX"),
                    help="rows per query, uniform in [MIN, MAX] (default 5 40)")
     p.add_argument("--nonlinear", action="store_true", help="nonlinear hidden model")
@@ -60,6 +61,8 @@ def main(argv=None) -> int:
     from streamrank.datasets import synthetic as syn
 
     t0 = time.perf_counter()
+    if args.features is None:
+        args.features = 1000 if args.tuples is not None else 46
     if args.tuples is not None:
         import scipy.sparse as sp
 
