@@ -39,7 +39,7 @@ import scipy.linalg as la
 
 from ..laplacian import group_weights, laplacian_dense
 
-__all__ = ["LaplacianRoot", "DualDecomposition", "leave_pair_out", "check_psd"]
+__all__ = ["LaplacianRoot", "DualDecomposition", "LeavePairOut", "leave_pair_out", "check_psd"]
 
 
 class LaplacianRoot:
@@ -231,49 +231,77 @@ def leave_pair_out(K, y, pairs, alpha, *, group_weight="pair"):
 
     Returns ``(P, 2, v)`` predictions (f_i, f_j) for every pair.
     """
-    m = K.shape[0]
-    y = np.asarray(y, dtype=np.float64).reshape(m, -1)
-    pairs = np.asarray(pairs)
-    if m < 3:
-        raise ValueError(f"leave-pair-out needs at least 3 training rows, the model has {m}")
-    sp_ = float(group_weights(np.array([m - 2]), group_weight)[0])
-    md = float(m - 2)
-    c = sp_ * md
-    M = c * K + alpha * np.eye(m)
-    cf = la.cho_factor(M, lower=True, check_finite=False)
-    Q = la.cho_solve(cf, K, check_finite=False)                  # (cK + λI)⁻¹ K = K (cK + λI)⁻¹
-    Q = 0.5 * (Q + Q.T)
-    q1 = Q.sum(axis=1)
-    s1 = float(q1.sum())
-    Qy = Q @ y
-    oQy = Qy.sum(axis=0)
-    oy = y.sum(axis=0)
-    i, j = pairs[:, 0], pairs[:, 1]
-    P = pairs.shape[0]
-    r = np.sqrt(md)
-    R = np.array([[-1.0, r, 0.0], [-1.0, 0.0, r]])            # (I_U)ᵀR = B − C
-    QUU = np.empty((P, 2, 2))
-    QUU[:, 0, 0] = Q[i, i]
-    QUU[:, 1, 1] = Q[j, j]
-    QUU[:, 0, 1] = QUU[:, 1, 0] = Q[i, j]
-    QC_U = np.zeros((P, 2, 3))
-    QC_U[:, 0, 0] = q1[i]
-    QC_U[:, 1, 0] = q1[j]
-    RtQC = np.einsum("ua,pub->pab", R, QC_U)                       # Rᵀ (QC)_U
-    BQB = np.einsum("ua,puw,wb->pab", R, QUU, R) + RtQC + RtQC.transpose(0, 2, 1)
-    BQB[:, 0, 0] += s1                                             # CᵀQC
-    By = np.empty((P, 3, y.shape[1]))                              # Bᵀy
-    By[:, 0] = oy - y[i] - y[j]
-    By[:, 1] = r * y[i]
-    By[:, 2] = r * y[j]
-    BQy = np.empty_like(By)                                        # BᵀQy
-    BQy[:, 0] = oQy - Qy[i] - Qy[j]
-    BQy[:, 1] = r * Qy[i]
-    BQy[:, 2] = r * Qy[j]
-    QB_U = QC_U + np.einsum("puw,wb->pub", QUU, R)                 # (QB)_U
-    QyU = np.stack([Qy[i], Qy[j]], axis=1)                         # (P, 2, v)
-    QLy_U = md * QyU - QB_U @ By                                   # (Q L̃ y)_U / s'
-    BQLy = md * BQy - BQB @ By                                     # Bᵀ Q L̃ y / s'
-    Mw = np.eye(3)[None] - sp_ * BQB
-    corr = QB_U @ np.linalg.solve(Mw, sp_ * BQLy)
-    return sp_ * (QLy_U + corr)
+    return LeavePairOut(K, y, alpha, group_weight=group_weight)(pairs)
+
+
+class LeavePairOut:
+    """The stored matrices (39) of leave-pair-out for one λ; ``lpo(pairs)`` costs O(1) per pair.
+
+    Pairs are processed in chunks of ``chunk`` so that all m(m−1)/2 pairs of a
+    large problem need only O(chunk) extra memory.
+    """
+
+    def __init__(self, K, y, alpha, *, group_weight="pair"):
+        m = K.shape[0]
+        y = np.asarray(y, dtype=np.float64).reshape(m, -1)
+        if m < 3:
+            raise ValueError(f"leave-pair-out needs at least 3 training rows, the model has {m}")
+        self.m = m
+        self.alpha = float(alpha)
+        self.s = float(group_weights(np.array([m - 2]), group_weight)[0])
+        md = float(m - 2)
+        c = self.s * md
+        M = c * K + self.alpha * np.eye(m)
+        cf = la.cho_factor(M, lower=True, overwrite_a=True, check_finite=False)
+        del M
+        Q = la.cho_solve(cf, K, check_finite=False)               # (cK + λI)⁻¹ K = K (cK + λI)⁻¹
+        del cf
+        Q += Q.T
+        Q *= 0.5
+        self.Q = Q
+        self.q1 = Q.sum(axis=1)                                    # Q C (first column)
+        self.s1 = float(self.q1.sum())                             # CᵀQC
+        self.y = y
+        self.Qy = Q @ y                                            # Q D̃ S / (m − 2)
+        self.oQy = self.Qy.sum(axis=0)                             # Cᵀ Q D̃ S / (m − 2)
+        self.oy = y.sum(axis=0)                                    # Cᵀ S
+
+    def __call__(self, pairs, chunk: int = 65_536) -> np.ndarray:
+        pairs = np.asarray(pairs, dtype=np.int64)
+        out = np.empty((pairs.shape[0], 2, self.y.shape[1]))
+        for a in range(0, pairs.shape[0], chunk):
+            out[a:a + chunk] = self._chunk(pairs[a:a + chunk])
+        return out
+
+    def _chunk(self, pairs):
+        Q, q1, y, Qy = self.Q, self.q1, self.y, self.Qy
+        sp_, md = self.s, float(self.m - 2)
+        i, j = pairs[:, 0], pairs[:, 1]
+        P = pairs.shape[0]
+        r = np.sqrt(md)
+        R = np.array([[-1.0, r, 0.0], [-1.0, 0.0, r]])            # (I_U)ᵀR = B − C
+        QUU = np.empty((P, 2, 2))
+        QUU[:, 0, 0] = Q[i, i]
+        QUU[:, 1, 1] = Q[j, j]
+        QUU[:, 0, 1] = QUU[:, 1, 0] = Q[i, j]
+        QC_U = np.zeros((P, 2, 3))
+        QC_U[:, 0, 0] = q1[i]
+        QC_U[:, 1, 0] = q1[j]
+        RtQC = np.einsum("ua,pub->pab", R, QC_U)                       # Rᵀ (QC)_U
+        BQB = np.einsum("ua,puw,wb->pab", R, QUU, R) + RtQC + RtQC.transpose(0, 2, 1)
+        BQB[:, 0, 0] += self.s1                                        # CᵀQC
+        By = np.empty((P, 3, y.shape[1]))                              # Bᵀy = Cᵀy + Rᵀ y_U
+        By[:, 0] = self.oy - y[i] - y[j]
+        By[:, 1] = r * y[i]
+        By[:, 2] = r * y[j]
+        BQy = np.empty_like(By)                                        # BᵀQy
+        BQy[:, 0] = self.oQy - Qy[i] - Qy[j]
+        BQy[:, 1] = r * Qy[i]
+        BQy[:, 2] = r * Qy[j]
+        QB_U = QC_U + np.einsum("puw,wb->pub", QUU, R)                 # (QB)_U = (QC)_U + Q_UU R
+        QyU = np.stack([Qy[i], Qy[j]], axis=1)                         # (P, 2, v)
+        QLy_U = md * QyU - QB_U @ By                                   # (Q L̃ y)_U / s'
+        BQLy = md * BQy - BQB @ By                                     # Bᵀ Q L̃ y / s'
+        Mw = np.eye(3)[None] - sp_ * BQB                               # I − B'ᵀQB'
+        corr = QB_U @ np.linalg.solve(Mw, sp_ * BQLy)
+        return sp_ * (QLy_U + corr)

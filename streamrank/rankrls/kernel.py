@@ -54,7 +54,7 @@ from ..io.blocks import BlockSource, vstack_X
 from ..kernels import check_kernel, kernel_rows
 from ..laplacian import check_group_weight, check_ties
 from ..persistence import register_model
-from ._dual import DualDecomposition, LaplacianRoot, check_psd, leave_pair_out
+from ._dual import DualDecomposition, LaplacianRoot, LeavePairOut, check_psd
 from ._statistics import RankStatistics
 
 __all__ = ["KernelRankRLS"]
@@ -357,11 +357,12 @@ class KernelRankRLS(BaseRanker):
         if P.size and np.any(P[:, 0] == P[:, 1]):
             bad = int(np.flatnonzero(P[:, 0] == P[:, 1])[0])
             raise ValueError(f"pairs row {bad} = {P[bad].tolist()} holds the same row twice")
-        cache = getattr(self, "_lpo_cache", None)
-        if cache is None:
-            cache = self._lpo_cache = {"K": self._spec()(self.basis_)}
-        out = leave_pair_out(cache["K"], self._Y, P.astype(np.int64), alpha,
-                             group_weight=self.group_weight)
+        lpo = getattr(self, "_lpo_cache", None)
+        if lpo is None or lpo.alpha != alpha:      # one O(m³) step per λ, then O(1) per pair
+            self._lpo_cache = None
+            lpo = self._lpo_cache = LeavePairOut(self._spec()(self.basis_), self._Y, alpha,
+                                                 group_weight=self.group_weight)
+        out = lpo(P)
         return out[:, :, 0] if self._one_d else out
 
     # ----------------------------------------------------------- model choice

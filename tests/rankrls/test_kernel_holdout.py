@@ -143,3 +143,19 @@ def test_cross_validate_squared_score_is_the_heldout_pair_loss(rng, ties):
     for ai in range(2):
         r = y - m.cv_predictions_[ai]
         assert abs(res.scores[ai] - r @ L @ r / n_pairs) < 1e-10 * max(1.0, abs(res.scores[ai]))
+
+
+def test_leave_pair_out_chunks_and_all_pairs(rng):
+    from streamrank.kernels import kernel_matrix
+    from streamrank.rankrls._dual import LeavePairOut
+
+    n = 9
+    X = rng.normal(size=(n, 2))
+    y = rng.normal(size=n)
+    m = sr.KernelRankRLS(gamma=0.5, alpha=0.2).fit(X, y)
+    pairs = np.column_stack(np.triu_indices(n, 1))             # all m(m-1)/2 pairs
+    full = m.leave_pair_out(pairs)
+    lpo = LeavePairOut(kernel_matrix(X, kernel="rbf", gamma=0.5), y, 0.2)
+    np.testing.assert_allclose(lpo(pairs, chunk=4)[:, :, 0], full, rtol=1e-12, atol=1e-14)
+    # swapping the pair swaps the predictions
+    np.testing.assert_allclose(m.leave_pair_out(pairs[:, ::-1]), full[:, ::-1], rtol=1e-12, atol=1e-14)
