@@ -110,6 +110,18 @@ def test_any_block_budget_same_model(max_rows, seed, global_group):
     assert rel(m.coef_, brute_rankrls(X, y, gp, 0.5, ties="exclude")) < 1e-8
 
 
+@settings(max_examples=15, deadline=None)
+@given(max_rows=st.integers(1, 40), seed=st.integers(0, 1000), global_group=st.booleans(),
+       gw=st.sampled_from(["pair", "query", "size"]))
+def test_cg_any_block_budget(max_rows, seed, global_group, gw):
+    rng = np.random.default_rng(seed)
+    X, y, qid, gp = make_groups(rng, n_groups=5, max_size=8)
+    if global_group:
+        qid, gp = None, [0, len(y)]
+    m = sr.RankRLS(alpha=0.5, solver="cg", group_weight=gw, tol=1e-12).fit(X, y, qid, max_rows=max_rows)
+    assert rel(m.coef_, brute_rankrls(X, y, gp, 0.5, group_weight=gw)) < 1e-8
+
+
 def test_path_equals_fresh_fits(rng):
     X, y, qid, _ = make_groups(rng, n_outputs=2)
     alphas = [1e-3, 0.1, 1.0, 30.0]
@@ -292,3 +304,12 @@ def test_group_store_source(tmp_path, rng):
     m = sr.RankRLS(alpha=0.5).fit(store, max_rows=9)
     # the store keeps X in float32
     assert rel(m.coef_, brute_rankrls(X.astype(np.float32), y, gp, 0.5)) < 1e-8
+
+
+def test_cg_model_roundtrip(tmp_path, rng):
+    X, y, qid, _ = make_groups(rng, n_outputs=2)
+    m = sr.RankRLS(solver="cg", tol=1e-10).fit(sp.csr_matrix(X), y, qid)
+    sr.save(m, tmp_path / "cg")
+    m2 = sr.load(tmp_path / "cg")
+    np.testing.assert_array_equal(m2.predict(X), m.predict(X))
+    assert m2.solver_ == "cg" and m2.n_iter_ == m.n_iter_ and not hasattr(m2, "stats_")
