@@ -68,7 +68,7 @@ def _time_cluster(n_workers, store, warm, max_rows, split_every):
 
     est = sr.RankRLS(solver="primal")
     with distributed.LocalCluster(n_workers=n_workers, threads_per_worker=1, processes=True,
-                                  dashboard_address=None) as cl, distributed.Client(cl) as c:
+                                  dashboard_address=":0") as cl, distributed.Client(cl) as c:
         srd.statistics(est, warm, c, max_rows=max_rows // 4, split_every=split_every)  # imports, numba cache
         before = _outgoing(c)
         t0 = time.perf_counter()

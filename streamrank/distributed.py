@@ -41,10 +41,11 @@ import numpy as np
 
 from .io.blocks import BlockSource
 
-__all__ = ["fit", "predict", "evaluate", "statistics", "SourceRef", "get_client"]
+__all__ = ["fit", "predict", "evaluate", "statistics", "fit_sgd_rounds", "SourceRef", "get_client", "tree_reduce"]
 
 DEFAULT_BLOCK_ROWS = 65_536
 DEFAULT_SPLIT_EVERY = 8
+DEFAULT_BLOCKS_PER_TASK = 4
 
 # worker-process cache of stores opened by path: (path, created) -> store
 _OPEN_STORES: dict = {}
@@ -139,7 +140,7 @@ def get_client(client=None, *, n_workers=None):
             yield c
         return
     n = int(n_workers) if n_workers else max(1, os.cpu_count() or 1)
-    with LocalCluster(n_workers=n, threads_per_worker=1, processes=True, dashboard_address=None) as cl, \
+    with LocalCluster(n_workers=n, threads_per_worker=1, processes=True, dashboard_address=":0") as cl, \
             Client(cl) as c:
         yield c
 
@@ -159,21 +160,41 @@ def _without_source(estimator):
 
 
 # ------------------------------------------------------------ worker tasks
-def _stats_task(plan, ref, est):
-    block = ref.open().read_block(*plan)
-    return est._statistics_of_block(block)
+def _blocks_of_task(plans, ref):
+    """The blocks of one task, the next one read in a background thread while this one is summed."""
+    from .io.blocks import _prefetched
+
+    source = ref.open()
+    if len(plans) == 1:
+        return iter([source.read_block(*plans[0])])
+    return _prefetched(source.read_block, plans)
 
 
-def _fold_stats_task(plan, ref, est, n_folds):
+def _stats_task(plans, ref, est):
+    out = None
+    for block in _blocks_of_task(plans, ref):
+        st = est._statistics_of_block(block)
+        out = st if out is None else out.merge(st)
+    return out
+
+
+def _fold_stats_task(plans, ref, est, n_folds):
     from .rankrls.selection import _split_by_fold, fold_of
 
-    block = ref.open().read_block(*plan)
-    folds = [est._new_statistics(block.X.shape[1], 1 if np.ndim(block.y) == 1 else block.y.shape[1])
-             for _ in range(n_folds)]
-    fog = fold_of(block.qid, n_folds)
-    for f, X, Y, gp, size, off, gid, _ in _split_by_fold(block, fog):
-        folds[f].add_block(X, Y, gp, group_size=size, group_offset=off, group_id=gid)
+    folds = None
+    for block in _blocks_of_task(plans, ref):
+        if folds is None:
+            folds = [est._new_statistics(block.X.shape[1], 1 if np.ndim(block.y) == 1 else block.y.shape[1])
+                     for _ in range(n_folds)]
+        fog = fold_of(block.qid, n_folds)
+        for f, X, Y, gp, size, off, gid, _ in _split_by_fold(block, fog):
+            folds[f].add_block(X, Y, gp, group_size=size, group_offset=off, group_id=gid)
     return folds
+
+
+def _chunks(plan, blocks_per_task):
+    k = max(1, int(blocks_per_task))
+    return [plan[i:i + k] for i in range(0, len(plan), k)]
 
 
 def _merge_task(parts):
@@ -225,14 +246,17 @@ def tree_reduce(client, futures, merge=_merge_task, split_every=DEFAULT_SPLIT_EV
 
 # ----------------------------------------------------------------- public
 def statistics(estimator, source, client=None, *, max_rows=DEFAULT_BLOCK_ROWS, split_every=DEFAULT_SPLIT_EVERY,
-               folds=None):
+               folds=None, blocks_per_task=DEFAULT_BLOCKS_PER_TASK):
     """Summed per-block statistics of ``source`` computed on the workers.
 
     Returns the learner's mergeable statistics (``estimator._statistics_of_block``
     summed over the plan ``source.plan(max_rows, split_groups=True)``), or with
     ``folds=k`` the list of k per-fold statistics (folds by query id, as
     :func:`streamrank.rankrls.selection.accumulate_folds`).  Only the reduced
-    statistics reach the client.
+    statistics reach the client.  A task sums ``blocks_per_task`` consecutive
+    planned blocks, reading the next block while it sums the current one (as
+    the local prefetching pass does); a rerun after a worker loss redoes
+    only those blocks.
     """
     source = _as_source(source)
     if source.n_rows == 0:
@@ -242,9 +266,10 @@ def statistics(estimator, source, client=None, *, max_rows=DEFAULT_BLOCK_ROWS, s
         ref = _ship_source(c, source)
         plan = source.plan(max_rows, split_groups=True)
         if folds is None:
-            parts = c.map(_stats_task, plan, ref=ref, est=proto, pure=False)
+            parts = c.map(_stats_task, _chunks(plan, blocks_per_task), ref=ref, est=proto, pure=False)
         else:
-            parts = c.map(_fold_stats_task, plan, ref=ref, est=proto, n_folds=int(folds), pure=False)
+            parts = c.map(_fold_stats_task, _chunks(plan, blocks_per_task), ref=ref, est=proto,
+                          n_folds=int(folds), pure=False)
         total = tree_reduce(c, parts, split_every=split_every).result()
     if folds is None:
         total.check_complete()
@@ -274,15 +299,24 @@ def fit(estimator, source, client=None, *, max_rows=DEFAULT_BLOCK_ROWS, split_ev
     split_every : fan-in of the tree reduction
 
     Primal RankRLS: the statistics are accumulated on the workers and
-    reduced there; the client only solves (O(n³)).
+    reduced there; the client only solves (O(n³)).  CG RankRLS: every
+    product is a distributed pass.  Sparse KernelRankRLS: distributed basis
+    reservoir, then statistics.  SGD rankers on a tuple source: data-parallel
+    rounds (``rounds=``, ``steps_per_round=``, ``n_shards=`` keywords; see
+    :func:`fit_sgd_rounds`) — close to, not equal to, the single-machine run.
     """
+    if hasattr(source, "n_tuples") and hasattr(estimator, "partial_fit"):
+        from ._distributed_sgd import fit_sgd_rounds
+
+        return fit_sgd_rounds(estimator, source, client, **kwargs)
     source = _as_source(source)
     if source.n_rows == 0:
         raise ValueError("empty input: the source has no rows")
     if hasattr(estimator, "_check_params"):
         estimator._check_params()
     if _is_statistics_learner(estimator, source):
-        stats = statistics(estimator, source, client, max_rows=max_rows, split_every=split_every)
+        stats = statistics(estimator, source, client, max_rows=max_rows, split_every=split_every,
+                           **{k: kwargs[k] for k in ("blocks_per_task",) if k in kwargs})
         for attr in ("coef_", "stats_", "fold_stats_", "n_iter_", "_eigen"):
             estimator.__dict__.pop(attr, None)
         y_1d = source.n_outputs == 1 and getattr(source, "y_ndim", 1) == 1
@@ -300,6 +334,13 @@ def fit(estimator, source, client=None, *, max_rows=DEFAULT_BLOCK_ROWS, split_ev
         "_statistics_of_block/_fit_statistics (statistics learners) or the RankRLS cg solver; "
         "SGD rankers: use streamrank.distributed.fit_sgd_rounds"
     )
+
+
+def fit_sgd_rounds(estimator, tuple_source, client=None, **kwargs):
+    """Data-parallel SGD rounds with sparse-aware model averaging (see :mod:`streamrank._distributed_sgd`)."""
+    from ._distributed_sgd import fit_sgd_rounds as _rounds
+
+    return _rounds(estimator, tuple_source, client, **kwargs)
 
 
 # ------------------------------------------------- sparse kernel RankRLS

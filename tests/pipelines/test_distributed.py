@@ -172,3 +172,59 @@ def test_cli_rejects_both_scheduler_and_workers(tmp_path):
     with pytest.raises(SystemExit):
         pdist.main(["--store", "s", "--model", "m", "--scheduler", "tcp://x:1", "--workers", "2",
                     "--learner", "rankrls"])
+
+
+def _tuple_store(path, n_features=30, n_queries=40, n_items=80, n_tuples=3000, seed=0):
+    import scipy.sparse as sp
+
+    rng = np.random.default_rng(seed)
+    Q = sp.random(n_queries, n_features, density=0.15, format="csr", random_state=rng, dtype=np.float64)
+    D = sp.random(n_items, n_features, density=0.15, format="csr", random_state=rng, dtype=np.float64)
+    Wt = sp.random(n_features, n_features, density=0.1, random_state=rng) + sp.eye(n_features)
+    S = (Q @ Wt @ D.T).toarray()
+    q = rng.integers(0, n_queries, n_tuples)
+    a, b = rng.integers(0, n_items, n_tuples), rng.integers(0, n_items, n_tuples)
+    swap = S[q, a] < S[q, b]
+    tup = np.stack([q, np.where(swap, b, a), np.where(swap, a, b)], axis=1)
+    store = sr.TupleStore.create(path, n_features, n_features)
+    store.append(Q, D, tup)
+    store = sr.TupleStore.open(path)
+    return store, store.Q, store.D, tup   # the stored (float32) vectors
+
+
+def test_sgd_rounds_one_shard_is_partial_fit(client, tmp_path):
+    """One shard: a round is exactly partial_fit on the same tuples (the scatter/gather changes nothing)."""
+    ts, Q, D, tup = _tuple_store(tmp_path / "t.zarr", n_tuples=600)
+    kw = dict(eta0=0.5, l1=1e-3, shrink_every=10, refit=False)
+    dist = srd.fit(sr.SparseSGDRanker(**kw), ts, client, rounds=3, steps_per_round=150, n_shards=1,
+                   batch_size=64)
+    local = sr.SparseSGDRanker(**kw)
+    for r in range(3):
+        t = tup[(r * 150 + np.arange(150)) % 600]
+        for a in range(0, 150, 64):
+            tt = t[a:a + 64]
+            local.partial_fit(Q[tt[:, 0]], D[tt[:, 1]], D[tt[:, 2]])
+    assert dist.t_ == local.t_ == 450
+    np.testing.assert_allclose(dist.W_.toarray(), local.W_.toarray(), rtol=1e-12, atol=1e-15)
+
+
+def test_sgd_rounds_average_is_sparse_and_close_to_single_machine(client, tmp_path):
+    from streamrank._distributed_sgd import average_models
+
+    ts, Q, D, tup = _tuple_store(tmp_path / "t.zarr")
+    kw = dict(eta0=0.5, l1=1e-4, shrink_every=10, refit=False)
+    a = sr.SparseSGDRanker(**kw).partial_fit(Q[tup[:50, 0]], D[tup[:50, 1]], D[tup[:50, 2]])
+    b = sr.SparseSGDRanker(**kw).partial_fit(Q[tup[50:100, 0]], D[tup[50:100, 1]], D[tup[50:100, 2]])
+    avg = average_models([a, b])
+    np.testing.assert_allclose(avg.W_.toarray(), (a.W_.toarray() + b.W_.toarray()) / 2, atol=1e-15)
+    assert avg.t_ == 50 and avg.nnz_ == ((a.W_ + b.W_) != 0).sum()
+
+    dist = srd.fit(sr.SparseSGDRanker(**kw), ts, client, rounds=4, steps_per_round=375, batch_size=128)
+    assert dist.t_ == 4 * 375 and len(dist.rounds_history_) == 4
+    single = sr.SparseSGDRanker(**kw)
+    for a0 in range(0, 1500, 128):
+        tt = tup[a0:min(a0 + 128, 1500)]
+        single.partial_fit(Q[tt[:, 0]], D[tt[:, 1]], D[tt[:, 2]])
+    err = {name: sr.metrics.tuple_error(m.score(Q[tup[:, 0]], D[tup[:, 1]]), m.score(Q[tup[:, 0]], D[tup[:, 2]]))
+           for name, m in (("dist", dist), ("single", single))}
+    assert err["dist"] <= err["single"] + 0.05, err
