@@ -373,7 +373,8 @@ class KernelRankRLS(BaseRanker):
         ``None`` uses the training data (the model is fitted first when needed).
         ``folds``: ``"query"`` (exact leave-one-query-out, eq. (33)) or an int
         k >= 2 (queries split by :func:`~streamrank.rankrls.selection.fold_of`,
-        the same hash folds as linear RankRLS; dual mode only).  ``scoring``:
+        the same hash folds as linear RankRLS; for sparse models from per-fold
+        statistics in one pass, plus one prediction pass for ranking metrics).  ``scoring``:
         ``"squared"`` (held-out least-squares ranking loss per pair, lower is
         better), ``"disagreement"`` (lower) or ``"ndcg@k"`` (higher), as in
         :func:`streamrank.rankrls.selection.cross_validate`.  ``alphas``
@@ -414,8 +415,7 @@ class KernelRankRLS(BaseRanker):
                 raise ValueError(f"{folds}-fold cross-validation by query needs at least {folds} groups; "
                                  f"the data has {n_groups}")
             if self._mode != "dual":
-                raise NotImplementedError("k-fold cross-validation of sparse RankRLS is not implemented; "
-                                          "use folds='query'")
+                return self._sparse_kfold(arr, int(folds), kind, k, scoring)
             gq = self._group_qid
             fog = fold_of(gq, int(folds))
             fold_groups = [np.flatnonzero(fog == f) for f in range(int(folds))]
@@ -462,6 +462,61 @@ class KernelRankRLS(BaseRanker):
         self.cv_predictions_ = preds[:, :, 0] if self._one_d else preds
         return CVResult(alphas=arr, scores=scores, scores_per_output=per_out, best_alpha=float(arr[best]),
                         best_index=best, scoring=scoring if kind != "ndcg" else f"ndcg@{k}", folds=folds,
+                        greater_is_better=greater)
+
+    def _sparse_kfold(self, arr, n_folds, kind, k, scoring):
+        """k-fold CV of sparse RankRLS: one pass for per-fold statistics of Φ = k(X, X_R).
+
+        The model without fold f is ``(G − G_f + λK_RR)⁻¹ (b − b_f)``; its squared
+        loss on fold f is ``AᵀG_fA − 2Aᵀb_f + yᵀL_fy`` (no further pass); ranking
+        metrics take one streaming prediction pass for all λ at once.
+        """
+        import dataclasses
+
+        from .selection import CVResult, _Evaluators, _split_by_fold, fold_of
+
+        source, max_rows = self._train_source
+        spec = self._spec()
+        Xb = self.basis_
+        r = Xb.shape[0]
+        v = source.n_outputs
+        folds = [RankStatistics(r, v, group_weight=self.group_weight, ties=self.ties) for _ in range(n_folds)]
+
+        def phi_blocks():
+            for block in source.blocks(max_rows=max_rows, split_groups=True):
+                yield dataclasses.replace(block, X=spec(block.X, Xb))
+
+        for pb in phi_blocks():
+            for f, P, Y, gp, size, off, gid, _ in _split_by_fold(pb, fold_of(pb.qid, n_folds)):
+                folds[f].add_block(P, Y, gp, group_size=size, group_offset=off, group_id=gid)
+        total = RankStatistics(r, v, group_weight=self.group_weight, ties=self.ties)
+        for st in folds:
+            st.check_complete()
+            total.merge(st)
+        K_RR = spec(Xb)
+        coefs = []
+        for st in folds:
+            sol = _SparseSolution(total.G - st.G, total.B - st.B, K_RR)
+            coefs.append(np.stack([sol.coef(a) for a in arr]))          # (a, r, v)
+        if kind == "squared":
+            per_out = sum(st.loss(W) for st, W in zip(folds, coefs)) / max(total.n_pairs, 1)
+        else:
+            ev = _Evaluators(kind, k, len(arr), v)
+            for pb in phi_blocks():
+                S = np.empty((pb.n_rows, len(arr), v))
+                for f, P, _, _, _, _, _, rows in _split_by_fold(pb, fold_of(pb.qid, n_folds)):
+                    S[rows] = np.einsum("ir,arv->iav", P, coefs[f])
+                ev.update(pb, S)
+            per_out = ev.result()
+        greater = kind == "ndcg"
+        scores = np.nanmean(per_out, axis=1)
+        valid = np.where(np.isnan(scores), -np.inf if greater else np.inf, scores)
+        best = int(np.argmax(valid) if greater else np.argmin(valid))
+        self.alpha = float(arr[best])
+        self.dual_coef_ = self._y_out(self._sparse.coef(self.alpha))
+        self.__dict__.pop("cv_predictions_", None)
+        return CVResult(alphas=arr, scores=scores, scores_per_output=per_out, best_alpha=float(arr[best]),
+                        best_index=best, scoring=scoring if kind != "ndcg" else f"ndcg@{k}", folds=n_folds,
                         greater_is_better=greater)
 
     # ------------------------------------------------------------ persistence

@@ -61,8 +61,41 @@ def test_sparse_leave_query_out_equals_retraining(rng):
         assert _rel(lqo[U], kernel_ref(X[U], R, "rbf", gamma=0.6) @ A) < 1e-8
     res = m.cross_validate(None, [0.3, 1.0], folds="query")
     assert _rel(m.cv_predictions_[0], lqo) < 1e-12 and res.best_alpha in (0.3, 1.0)
-    with pytest.raises(NotImplementedError, match="folds='query'"):
-        m.cross_validate(None, [0.3], folds=3)
+
+
+@pytest.mark.parametrize("scoring", ["squared", "disagreement"])
+def test_sparse_kfold_cross_validation_equals_retraining(rng, scoring):
+    from streamrank.rankrls.selection import fold_of
+    from streamrank import metrics
+
+    X, y, qid, _ = make_groups(rng, n_groups=9, n_features=3, levels=3, min_size=2)
+    R = X[[0, 4, 8, 12]]
+    alphas = [0.05, 1.0, 20.0]
+    m = sr.KernelRankRLS(gamma=0.4, basis=R).fit(sr.as_source(X, y, qid), max_rows=7)
+    res = m.cross_validate(None, alphas, folds=3, scoring=scoring)
+    gq = np.unique(qid)
+    fog = dict(zip(gq.tolist(), fold_of(gq, 3).tolist()))
+    rf = np.array([fog[q] for q in qid])
+    L_all = laplacian_pairs(qid, None, "pair")
+    K_RR = kernel_ref(R, R, "rbf", gamma=0.4)
+    expect = []
+    for a in alphas:
+        pred = np.empty_like(y)
+        for f in range(3):
+            tr, te = rf != f, rf == f
+            if not te.any():
+                continue
+            A = sparse_ref(kernel_ref(R, X[tr], "rbf", gamma=0.4), K_RR, laplacian_pairs(qid[tr], None, "pair"),
+                           y[tr], a)
+            pred[te] = kernel_ref(X[te], R, "rbf", gamma=0.4) @ A
+        if scoring == "squared":
+            rr = y - pred
+            n_pairs = sum(len(U) * (len(U) - 1) // 2 for U in groups_of(qid))
+            expect.append(rr @ L_all @ rr / n_pairs)
+        else:
+            expect.append(metrics.disagreement(y, pred, qid))
+    np.testing.assert_allclose(res.scores, expect, rtol=1e-8, atol=1e-12)
+    assert m.alpha == res.best_alpha
 
 
 @settings(max_examples=25, deadline=None)
