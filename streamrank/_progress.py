@@ -1,0 +1,213 @@
+"""Progress reporting of long operations: a tqdm bar on a terminal, log lines otherwise.
+
+``Progress(total, unit="rows", desc="fit")`` is a context manager with
+``update(n)``:
+
+* when the stream (``sys.stderr`` by default) is a TTY and not ``quiet``: a
+  tqdm bar (done / total, rate, ETA);
+* when it is not a TTY (cron, a pipe, a log file): one plain line every
+  ``interval`` seconds (default 10; env ``STREAMRANK_PROGRESS_SECONDS``) and
+  one at the end, e.g. ``streamrank fit (pass 2): 5,000/9,630 rows (52%),
+  12,345 rows/s, ETA 0:00:01``;
+* ``quiet``: nothing.
+
+:class:`ProgressSource` wraps a :class:`~streamrank.io.blocks.BlockSource`
+so that every pass a learner makes over it (``source.blocks(...)``) drives
+a progress display, without the learner knowing; :class:`ProgressTuples`
+does the same for tuple sources (``.batches(...)``), counting tuples.
+"""
+from __future__ import annotations
+
+import os
+import sys
+import time
+
+from .io.blocks import BlockSource
+
+__all__ = ["Progress", "ProgressSource", "ProgressTuples", "format_eta"]
+
+
+def format_eta(seconds) -> str:
+    if seconds is None or seconds != seconds or seconds == float("inf"):
+        return "?"
+    seconds = int(round(seconds))
+    h, rem = divmod(seconds, 3600)
+    m, s = divmod(rem, 60)
+    return f"{h}:{m:02d}:{s:02d}"
+
+
+def _interval() -> float:
+    try:
+        return max(0.0, float(os.environ.get("STREAMRANK_PROGRESS_SECONDS", "10")))
+    except ValueError:
+        return 10.0
+
+
+class Progress:
+    """Progress of one operation over ``total`` units (None: unknown total)."""
+
+    def __init__(self, total=None, *, unit="rows", desc="streamrank", quiet=False, stream=None,
+                 interval=None, tty=None):
+        self.total = None if total is None else int(total)
+        self.unit = unit
+        self.desc = desc
+        self.quiet = bool(quiet)
+        self.stream = sys.stderr if stream is None else stream
+        self.interval = _interval() if interval is None else float(interval)
+        if tty is None:
+            isatty = getattr(self.stream, "isatty", None)
+            tty = bool(isatty and isatty())
+        self.tty = tty
+        self.n = 0
+        self._bar = None
+        self._t0 = time.monotonic()
+        self._last = self._t0
+        self._closed = False
+        # test hook: slow every update down so that a test can interrupt mid-way
+        self._sleep = float(os.environ.get("_STREAMRANK_TEST_SLEEP", "0") or 0)
+        if not self.quiet and self.tty:
+            from tqdm import tqdm
+
+            self._bar = tqdm(total=self.total, unit=" " + unit, desc=desc, file=self.stream,
+                             dynamic_ncols=True, unit_scale=True, leave=True)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, exc_type, exc, tb):
+        self.close(ok=exc_type is None)
+        return False
+
+    def set_description(self, desc: str) -> None:
+        self.desc = desc
+        if self._bar is not None:
+            self._bar.set_description(desc)
+
+    def reset(self, total=None, desc=None) -> None:
+        """Start a new pass: count from 0 again."""
+        if desc is not None:
+            self.set_description(desc)
+        self.total = None if total is None else int(total)
+        self.n = 0
+        self._t0 = time.monotonic()
+        if self._bar is not None:
+            self._bar.reset(total=self.total)
+
+    def update(self, n: int = 1) -> None:
+        self.n += int(n)
+        if self._sleep:
+            time.sleep(self._sleep)
+        if self.quiet:
+            return
+        if self._bar is not None:
+            self._bar.update(int(n))
+            return
+        now = time.monotonic()
+        if now - self._last >= self.interval:
+            self._last = now
+            self._line()
+
+    def _line(self, final: bool = False, ok: bool = True) -> None:
+        dt = max(time.monotonic() - self._t0, 1e-9)
+        rate = self.n / dt
+        if self.total:
+            pct = f" ({100.0 * self.n / self.total:.0f}%)"
+            done = f"{self.n:,}/{self.total:,} {self.unit}{pct}"
+            eta = (self.total - self.n) / rate if rate > 0 else None
+            tail = f", ETA {format_eta(eta)}" if not final else f" in {format_eta(dt)}"
+        else:
+            done = f"{self.n:,} {self.unit}"
+            tail = f" in {format_eta(dt)}" if final else ""
+        status = "" if ok else " (stopped)"
+        print(f"streamrank {self.desc}: {done}, {rate:,.0f} {self.unit}/s{tail}{status}",
+              file=self.stream, flush=True)
+
+    def close(self, ok: bool = True) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        if self._bar is not None:
+            self._bar.close()
+        elif not self.quiet:
+            self._line(final=True, ok=ok)
+
+
+class ProgressSource(BlockSource):
+    """A block source that reports every pass over ``base`` to a :class:`Progress`.
+
+    Everything else (sizes, group offsets, reads) is delegated, so learners
+    and metrics see the same source.  Pass ``k`` is shown as ``desc (pass k)``.
+    """
+
+    def __init__(self, base, progress: Progress):
+        self._base = base
+        self._progress = progress
+        self._passes = 0
+        self._desc = progress.desc
+
+    def __getattr__(self, name):
+        if name.startswith("__") or name in ("_base", "_progress", "_passes", "_desc"):
+            raise AttributeError(name)
+        return getattr(self._base, name)
+
+    @property
+    def group_ptr(self):
+        return self._base.group_ptr
+
+    def _group_ptr(self):
+        return self._base._group_ptr()
+
+    def _group_qid(self, g0, g1):
+        return self._base._group_qid(g0, g1)
+
+    def _read_rows(self, r0, r1):
+        return self._base._read_rows(r0, r1)
+
+    def _nnz_at(self, rows):
+        return self._base._nnz_at(rows)
+
+    def _read_y(self, r0, r1):
+        return self._base._read_y(r0, r1)
+
+    def plan(self, *args, **kwargs):
+        return self._base.plan(*args, **kwargs)
+
+    def read_block(self, *args):
+        return self._base.read_block(*args)
+
+    def blocks(self, *args, **kwargs):
+        self._passes += 1
+        p = self._progress
+        desc = self._desc if self._passes == 1 else f"{self._desc} (pass {self._passes})"
+        if self._passes > 1:
+            p.reset(self._base.n_rows, desc)
+        for block in self._base.blocks(*args, **kwargs):
+            yield block
+            p.update(block.n_rows)
+
+    def __len__(self):
+        return len(self._base)
+
+    def __repr__(self):
+        return f"ProgressSource({self._base!r})"
+
+
+class ProgressTuples:
+    """A tuple source whose ``batches(...)`` report tuples done to a :class:`Progress`."""
+
+    def __init__(self, base, progress: Progress):
+        self._base = base
+        self._progress = progress
+
+    def __getattr__(self, name):
+        if name.startswith("__") or name in ("_base", "_progress"):
+            raise AttributeError(name)
+        return getattr(self._base, name)
+
+    def batches(self, *args, **kwargs):
+        for batch in self._base.batches(*args, **kwargs):
+            yield batch
+            self._progress.update(len(batch))
+
+    def __len__(self):
+        return len(self._base)
