@@ -10,17 +10,22 @@ One run = one night::
    ``batch_id = "sha256:<content hash>"``: re-running a night never appends
    twice, and a killed append leaves the store at its last commit (the store's
    own atomic append; the next run repairs the torn tail and redoes it).
+   With ``--learner sgd-bilinear`` STORE is a :class:`~streamrank.TupleStore`
+   and a DAYFILE is an ``.npz`` with ``Q``, ``D``, ``tuples`` (rows local to
+   the file) or a TupleStore.
 2. **Update** the model incrementally: RankRLS keeps its statistics
    (G = XᵀLX, B = XᵀLY and the per-fold statistics of k-fold group CV) in the
    saved model; a night reads only the groups the base model has not seen
    (its ``data.groups`` count) and adds their statistics — the result equals a
-   full retrain on all data (to summation order).  ``--full`` retrains from
-   scratch.
+   full retrain on all data (to summation order).  SGD resumes from the saved
+   state (``partial_fit`` on the tuples the model has not seen, step counter
+   and cumulative-L1 state intact) and equals one run over all tuples.
+   ``--full`` retrains from scratch.
 3. **Select λ** from the fold statistics (squared ranking loss of each fold
    under the model trained without it, DESIGN §3.2 — no pass over history)
    and **validate** on a held-out slice — by default the newest day in the
    store (the last logged batch), or ``--validation STORE`` — with NDCG@10
-   and disagreement.  The default slice is also in the candidate's training
+   and disagreement (SGD: tuple error on the newest day's tuples).  The default slice is also in the candidate's training
    data (the current model has not seen it): use ``--validation`` for an
    unbiased comparison.
 4. **Promote** the candidate if its NDCG@10 is not below the current model's
@@ -327,6 +332,74 @@ def update_rankrls(store, base_model, seen_groups, alphas, *, folds=DEFAULT_FOLD
                    "alpha": best, "new_rows": new.n_rows, "new_groups": new.n_groups}
 
 
+# ------------------------------------------------------------------- sgd
+def read_tuple_day(path):
+    """One day of tuples: ``.npz`` with ``Q``, ``D`` (dense or CSR parts ``Q_data``, ``Q_indices``,
+    ``Q_indptr``, ``Q_shape``), ``tuples`` (rows local to this file's Q and D), optional ``magnitudes``;
+    or a TupleStore."""
+    p = Path(path)
+    if p.is_dir():
+        ts = sr.TupleStore.open(p)
+        tup, mag = ts._read_tuples(0, ts.n_tuples)
+        return ts.Q, ts.D, tup, mag
+    with np.load(p, allow_pickle=False) as z:
+        def mat(name):
+            if name in z.files:
+                return sp.csr_matrix(z[name])
+            parts = [f"{name}_{k}" for k in ("data", "indices", "indptr", "shape")]
+            if all(k in z.files for k in parts):
+                return sp.csr_matrix((z[parts[0]], z[parts[1]], z[parts[2]]), shape=tuple(z[parts[3]]))
+            raise ValueError(f"{p}: a tuple day needs {name} (dense) or {', '.join(parts)}")
+        if "tuples" not in z.files:
+            raise ValueError(f"{p}: a tuple day needs an array 'tuples' (l, 3)")
+        mag = z["magnitudes"] if "magnitudes" in z.files else None
+        return mat("Q"), mat("D"), z["tuples"], mag
+
+
+def ingest_tuples(store_path, files):
+    """Append each tuple day to a TupleStore (created from the first); idempotent by content hash."""
+    out = []
+    store_path = Path(store_path)
+    store = sr.TupleStore.open(store_path, mode="a") if (store_path / "zarr.json").exists() else None
+    for f in files:
+        bid = content_hash(f)
+        if store is not None and any(e.get("batch_id") == bid for e in store.log):
+            appended = False
+        else:
+            Q, D, tup, mag = read_tuple_day(f)
+            if store is None:
+                store = sr.TupleStore.create(store_path, Q.shape[1], D.shape[1])
+            appended = store.append(Q, D, tup, magnitudes=mag, batch_id=bid)
+        e = next(e for e in store.log if e.get("batch_id") == bid)
+        out.append({"batch_id": bid, "file": str(f), "appended": bool(appended), "tuples": list(e["tuples"]),
+                    "rows": list(e["tuples"])})
+    return out
+
+
+def tuple_range(store, t0, t1):
+    """``(Q, D_pos, D_neg)`` of tuples t0:t1 of a TupleStore."""
+    Q, D = store._matrices()
+    tup, _ = store._read_tuples(int(t0), int(t1))
+    return Q[tup[:, 0]], D[tup[:, 1]], D[tup[:, 2]]
+
+
+def update_sgd(store, base_model, seen, *, params=None, batch=4096):
+    """Resume SGD (``partial_fit``, shrinkage state intact) on tuples ``seen:`` of the store."""
+    model = sr.SparseSGDRanker(**(params or {"refit": False})) if base_model is None else base_model
+    n = store.n_tuples
+    for a in range(seen, n, batch):
+        model.partial_fit(*tuple_range(store, a, min(a + batch, n)))
+    return model, {"new_tuples": n - seen, "t": model.t_, "nnz": model.nnz_}
+
+
+def validate_tuples(model, store, t0, t1):
+    """Tuple error (fraction of tuples ranked wrongly or tied) on tuples t0:t1."""
+    from streamrank.metrics import tuple_error
+
+    Q, Dp, Dn = tuple_range(store, t0, t1)
+    return {"tuple_error": float(tuple_error(model.score(Q, Dp), model.score(Q, Dn)))}
+
+
 # -------------------------------------------------------------- validate
 def validate(model, source, *, k=10, max_rows=DEFAULT_BLOCK_ROWS):
     """NDCG@k and disagreement of ``model`` on ``source`` (one streaming pass)."""
@@ -336,11 +409,11 @@ def validate(model, source, *, k=10, max_rows=DEFAULT_BLOCK_ROWS):
     return {name: float(r.value) for name, r in res.items()}
 
 
-def _run_key(base, store, learner, alphas, full, folds):
+def _run_key(base, total, log, learner, alphas, full, folds):
     h = hashlib.sha256(json.dumps({
-        "base": base, "groups": store.n_groups, "rows": store.n_rows, "learner": learner,
+        "base": base, "total": total, "learner": learner,
         "alphas": [float(a) for a in alphas], "full": bool(full), "folds": folds,
-        "log": store.batches[-1]["checksum"] if store.batches else None,
+        "log": log[-1]["checksum"] if log else None,
     }, sort_keys=True).encode())
     return h.hexdigest()[:16]
 
@@ -352,8 +425,11 @@ def run_night(store_path, new_files, models_dir, *, learner="rankrls", alphas=No
     out = sys.stdout if out is None else out
     if learner not in LEARNERS:
         raise ValueError(f"--learner must be one of {LEARNERS}, got {learner!r}")
-    if learner != "rankrls":
-        raise NotImplementedError(f"nightly learner {learner!r} is not implemented yet; use --learner rankrls")
+    if learner in ("sparse-kernel", "sgd-pairwise"):
+        raise NotImplementedError(f"nightly learner {learner!r} is not implemented yet; use rankrls or "
+                                  "sgd-bilinear")
+    tuples = learner.startswith("sgd")
+    unit = "tuples" if tuples else "groups"
     from streamrank.rankrls.linear import DEFAULT_ALPHAS
 
     alphas = np.asarray(DEFAULT_ALPHAS if alphas is None else alphas, dtype=np.float64)
@@ -364,24 +440,29 @@ def run_night(store_path, new_files, models_dir, *, learner="rankrls", alphas=No
     report = {"started": started, "store": str(store_path), "models": str(models_dir), "learner": learner}
 
     # 1. ingest
-    batches = ingest(store_path, new_files, sparse=False)
-    report["ingest"] = batches
-    store = sr.GroupStore.open(store_path)
+    if tuples:
+        report["ingest"] = ingest_tuples(store_path, new_files)
+        store = sr.TupleStore.open(store_path)
+        total, log = store.n_tuples, store.log
+    else:
+        report["ingest"] = ingest(store_path, new_files, sparse=False)
+        store = sr.GroupStore.open(store_path)
+        total, log = store.n_groups, store.batches
 
     # 2. update
     cur = current_version(models_dir)
     cur_meta = read_version(models_dir, cur) if cur else None
     base = None if (full or cur is None) else cur
-    seen = 0 if base is None else int(cur_meta["data"]["groups"][1])
-    if seen > store.n_groups:
-        raise ValueError(f"the current model saw {seen} groups but the store has {store.n_groups}: "
+    seen = 0 if base is None else int(cur_meta["data"][unit][1])
+    if seen > total:
+        raise ValueError(f"the current model saw {seen} {unit} but the store has {total}: "
                          "wrong --store for these --models?")
-    key = _run_key(base, store, learner, alphas, full, folds)
+    key = _run_key(base, total, log, learner, alphas, full, folds)
     report["key"] = key
     versions = list_versions(models_dir)
     metas = {v: read_version(models_dir, v) for v in versions}
     reuse = next((v for v in versions if metas[v].get("key") == key), None)
-    if base is not None and seen == store.n_groups and not full:
+    if base is not None and seen == total:
         report.update(status="up-to-date", version=cur, promoted=False, current=cur)
         return _finish(report, models_dir, keep, plot, out)
     if reuse is not None:  # a previous run trained it but died before promoting
@@ -389,30 +470,44 @@ def run_night(store_path, new_files, models_dir, *, learner="rankrls", alphas=No
         report["reused"] = True
     else:
         base_model = sr.load(models_dir / base) if base is not None else None
-        model, cv = update_rankrls(store, base_model, seen, alphas, folds=folds, max_rows=max_rows)
-        # 3. validate on the newest day (or a fixed validation store)
-        if validation is not None:
-            vsrc = sr.GroupStore.open(validation)
-            vdesc = {"store": str(validation)}
+        last = log[-1]
+        cur_model = sr.load(models_dir / cur) if cur else None
+        if tuples:
+            model, sel = update_sgd(store, base_model, seen)
+            data = {"tuples": [0, total], "new_tuples": sel["new_tuples"]}
+            vdesc = {"batch_id": last["batch_id"], "tuples": last["tuples"]}
+            metrics = validate_tuples(model, store, *last["tuples"])
+            cur_metrics = validate_tuples(cur_model, store, *last["tuples"]) if cur else None
+            mk, higher = "tuple_error", False
         else:
-            last = store.batches[-1]
-            vsrc = GroupRange(store, *last["groups"])
-            vdesc = {"batch_id": last["batch_id"], "groups": last["groups"], "rows": last["rows"]}
-        metrics = validate(model, vsrc, k=k, max_rows=max_rows)
-        cur_metrics = validate(sr.load(models_dir / cur), vsrc, k=k, max_rows=max_rows) if cur else None
-        ndcg = f"ndcg@{k}"
-        promote = cur_metrics is None or not (metrics[ndcg] < cur_metrics[ndcg] - tolerance)
+            model, sel = update_rankrls(store, base_model, seen, alphas, folds=folds, max_rows=max_rows)
+            data = {"rows": [0, store.n_rows], "groups": [0, total], "new_rows": sel["new_rows"],
+                    "new_groups": sel["new_groups"]}
+            # 3. validate on the newest day (or a fixed validation store)
+            if validation is not None:
+                vsrc = sr.GroupStore.open(validation)
+                vdesc = {"store": str(validation)}
+            else:
+                vsrc = GroupRange(store, *last["groups"])
+                vdesc = {"batch_id": last["batch_id"], "groups": last["groups"], "rows": last["rows"]}
+            metrics = validate(model, vsrc, k=k, max_rows=max_rows)
+            cur_metrics = validate(cur_model, vsrc, k=k, max_rows=max_rows) if cur else None
+            mk, higher = f"ndcg@{k}", True
+        data.update(batches=len(log), last_batch=last["batch_id"])
+        if cur_metrics is None:
+            promote = True
+        elif higher:
+            promote = not (metrics[mk] < cur_metrics[mk] - tolerance)
+        else:
+            promote = not (metrics[mk] > cur_metrics[mk] + tolerance)
         seq = 1 + max((int(m.get("seq", 0)) for m in metas.values()), default=0)
         name = f"v{seq:04d}"
         meta = {
             "version": name, "seq": seq, "key": key, "created": _now(), "learner": learner,
             "class": type(model).__name__, "params": sr.persistence._jsonable(model.get_params()),
-            "base": base, "mode": "full" if base is None else "incremental",
-            "data": {"rows": [0, store.n_rows], "groups": [0, store.n_groups],
-                     "batches": len(store.batches), "last_batch": store.batches[-1]["batch_id"],
-                     "new_rows": cv["new_rows"], "new_groups": cv["new_groups"]},
-            "selection": cv, "validation": vdesc, "metrics": metrics, "current_metrics": cur_metrics,
-            "tolerance": tolerance, "promote": bool(promote), "previous": cur,
+            "base": base, "mode": "full" if base is None else "incremental", "data": data,
+            "selection": sel, "validation": vdesc, "metrics": metrics, "current_metrics": cur_metrics,
+            "promotion_metric": mk, "tolerance": tolerance, "promote": bool(promote), "previous": cur,
         }
         _write_version(models_dir, name, model, meta)
     # 4. promote
@@ -420,7 +515,7 @@ def run_night(store_path, new_files, models_dir, *, learner="rankrls", alphas=No
         switch_current(models_dir, name)
     report.update(status="promoted" if meta["promote"] else "rejected", version=name,
                   promoted=bool(meta["promote"]), current=current_version(models_dir),
-                  alpha=meta["selection"]["alpha"], metrics=meta["metrics"],
+                  alpha=meta["selection"].get("alpha"), metrics=meta["metrics"],
                   current_metrics=meta["current_metrics"], data=meta["data"], mode=meta["mode"])
     return _finish(report, models_dir, keep, plot, out)
 
@@ -452,11 +547,12 @@ def summary_line(report) -> str:
     if report["status"] == "up-to-date":
         return head + f"; model up to date, current={report['current']}"
     m, c = report.get("metrics") or {}, report.get("current_metrics")
-    mk = next((x for x in m if x.startswith("ndcg")), None)
+    mk = next((x for x in m if x.startswith("ndcg")), next(iter(m), None))
     val = f"{mk} {m[mk]:.4f}" if mk else ""
     if c and mk:
         val += f" (current {c[mk]:.4f})"
-    return (head + f"; {report['mode']} {report['version']} alpha={report['alpha']:.4g} {val} -> "
+    alpha = f" alpha={report['alpha']:.4g}" if report.get("alpha") is not None else ""
+    return (head + f"; {report['mode']} {report['version']}{alpha} {val} -> "
             f"{report['status']}; current={report['current']}")
 
 

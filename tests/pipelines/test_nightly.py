@@ -172,3 +172,40 @@ def test_scripts_run_from_the_command_line(script):
     proc = subprocess.run([sys.executable, str(ROOT / "pipelines" / script), "--help"], capture_output=True,
                           text=True, timeout=120)
     assert proc.returncode == 0 and "--store" in proc.stdout
+
+
+def _tuple_day(tmp, d, n_features=12, n_tuples=300):
+    import scipy.sparse as sp
+
+    rng = np.random.default_rng(100 + d)
+    Q = sp.random(20, n_features, density=0.3, format="csr", random_state=rng)
+    D = sp.random(30, n_features, density=0.3, format="csr", random_state=rng)
+    S = (Q @ D.T).toarray()
+    q, a, b = rng.integers(0, 20, n_tuples), rng.integers(0, 30, n_tuples), rng.integers(0, 30, n_tuples)
+    swap = S[q, a] < S[q, b]
+    tup = np.stack([q, np.where(swap, b, a), np.where(swap, a, b)], axis=1)
+    p = tmp / f"tuples{d}.npz"
+    np.savez(p, Q_data=Q.data, Q_indices=Q.indices, Q_indptr=Q.indptr, Q_shape=Q.shape,
+             D_data=D.data, D_indices=D.indices, D_indptr=D.indptr, D_shape=D.shape, tuples=tup)
+    return p
+
+
+def test_sgd_bilinear_nights_resume_and_equal_one_run(tmp_path):
+    store, models = tmp_path / "tuples.zarr", tmp_path / "models"
+    days = [_tuple_day(tmp_path, d) for d in range(1, 6)]
+    run = dict(learner="sgd-bilinear", tolerance=1.0, plot=False)
+    for i, day in enumerate(days):
+        rep = nightly.run_night(store, [day], models, out=io.StringIO(), **run)
+        assert rep["status"] == "promoted" and rep["mode"] == ("full" if i == 0 else "incremental")
+        if i == 2:   # a duplicated night: nothing appended, nothing trained
+            dup = nightly.run_night(store, [day], models, out=io.StringIO(), **run)
+            assert dup["status"] == "up-to-date"
+    final = sr.load(models / "current")
+    ts = sr.TupleStore.open(store)
+    assert ts.n_tuples == 1500 and final.t_ == 1500
+    scratch = sr.SparseSGDRanker(refit=False)
+    for a in range(0, 1500, 500):
+        scratch.partial_fit(*nightly.tuple_range(ts, a, a + 500))
+    np.testing.assert_allclose(final.W_.toarray(), scratch.W_.toarray(), rtol=1e-12, atol=1e-14)
+    meta = nightly.read_version(models, nightly.current_version(models))
+    assert meta["data"]["tuples"] == [0, 1500] and "tuple_error" in meta["metrics"]
