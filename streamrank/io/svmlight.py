@@ -138,6 +138,22 @@ def _to_X(indptr, indices, values, n_features, dense):
     return sp.csr_matrix((values.astype(np.float32), indices, indptr), shape=(rows, n_features))
 
 
+def _join(parts):
+    """Concatenate parsed parts (labels, qids, indptr, indices, values)."""
+    if len(parts) == 1:
+        return parts[0]
+    lab = np.concatenate([p[0] for p in parts])
+    q = np.concatenate([p[1] for p in parts])
+    ind = np.concatenate([p[3] for p in parts])
+    val = np.concatenate([p[4] for p in parts])
+    ips = [parts[0][2]]
+    off = parts[0][2][-1]
+    for p in parts[1:]:
+        ips.append(p[2][1:] + off)
+        off += p[2][-1]
+    return lab, q, np.concatenate(ips), ind, val
+
+
 def iter_svmlight(source, *, n_features: int | None = None, dense: bool = True,
                   zero_based: bool = False, chunk_bytes: int = 8 << 20,
                   null_value: float | None = None, name: str | None = None) -> Iterator[SvmlightChunk]:
@@ -175,7 +191,7 @@ def iter_svmlight(source, *, n_features: int | None = None, dense: bool = True,
     qid_mode = -1
     line0 = 1
     carry = b""
-    pending = None  # (labels, qids, indptr, indices, values) of the last, maybe unfinished, query
+    pending = []  # parts (labels, qids, indptr, indices, values) of the last, maybe unfinished, query
     try:
         eof = False
         nxt = f.read(chunk_bytes)
@@ -195,7 +211,9 @@ def iter_svmlight(source, *, n_features: int | None = None, dense: bool = True,
                     continue
                 text = carry + data[:cut + 1]
                 carry = data[cut + 1:]
-            if not text and pending is None:
+            if line0 == 1 and text.startswith(b"\xef\xbb\xbf"):
+                text = text[3:]  # UTF-8 byte order mark
+            if not text and not pending:
                 continue
             if text:
                 lab, q, ip, ind, val, n_lines, mode, max_col = _parse(
@@ -210,14 +228,15 @@ def iter_svmlight(source, *, n_features: int | None = None, dense: bool = True,
                 ip = np.zeros(1, np.int64)
                 ind = np.zeros(0, np.int32)
                 val = np.zeros(0)
-            if pending is not None:
-                plab, pq, pip, pind, pval = pending
-                lab = np.concatenate((plab, lab))
-                q = np.concatenate((pq, q))
-                ip = np.concatenate((pip, ip[1:] + pip[-1]))
-                ind = np.concatenate((pind, ind))
-                val = np.concatenate((pval, val))
-                pending = None
+            if pending:
+                # the rows of the held-back query (in parts: a huge query is joined once, not
+                # re-copied at every chunk)
+                if not eof and len(q) and q[-1] == pending[0][1][0] and np.all(q == q[-1]):
+                    pending.append((lab, q, ip, ind, val))  # the query goes on
+                    continue
+                pending.append((lab, q, ip, ind, val))
+                lab, q, ip, ind, val = _join(pending)
+                pending = []
             rows = len(lab)
             if rows == 0:
                 continue
@@ -226,7 +245,7 @@ def iter_svmlight(source, *, n_features: int | None = None, dense: bool = True,
                 other = np.flatnonzero(q != q[-1])
                 r = int(other[-1]) + 1 if other.size else 0
                 p0 = ip[r]
-                pending = (lab[r:], q[r:], ip[r:] - p0, ind[p0:], val[p0:])
+                pending = [(lab[r:], q[r:], ip[r:] - p0, ind[p0:], val[p0:])]
                 lab, q, ip, ind, val = lab[:r], q[:r], ip[:r + 1], ind[:p0], val[:p0]
                 if r == 0:
                     continue

@@ -166,3 +166,19 @@ def test_kernel_counts_and_dense_scatter():
     out = np.zeros((2, 3), np.float32)
     K.csr_to_dense(np.array([0, 1, 2]), np.array([0, 2], np.int32), np.array([2.0, 3.0], np.float32), out)
     np.testing.assert_array_equal(out, [[2, 0, 0], [0, 0, 3]])
+
+
+def test_one_query_over_many_chunks_and_bom():
+    rng = np.random.default_rng(9)
+    lines = [f"{rng.integers(0, 3)} qid:4 1:{rng.random():.4f} 3:{rng.random():.4f}" for _ in range(500)]
+    text = ("\n".join(lines) + "\n2 qid:5 2:1\n").encode()
+    chunks = list(iter_svmlight(io.BytesIO(b"\xef\xbb\xbf" + text), chunk_bytes=64))
+    assert sum(len(c.y) for c in chunks) == 501
+    assert all(a.qid[-1] != b.qid[0] for a, b in zip(chunks, chunks[1:]))
+    ref = _sklearn(text, 3)
+    np.testing.assert_array_equal(np.concatenate([c.X for c in chunks]), ref[0].toarray().astype(np.float32))
+    np.testing.assert_array_equal(np.concatenate([c.y for c in chunks]), ref[1])
+    np.testing.assert_array_equal(np.concatenate([c.qid for c in chunks]), ref[2])
+    # a query still open at the end of the file
+    chunks = list(iter_svmlight(io.BytesIO(text[: text.rindex(b"2 qid:5")]), chunk_bytes=100))
+    assert [len(c.y) for c in chunks] == [500]
