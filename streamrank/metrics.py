@@ -292,8 +292,12 @@ class RankingEvaluator:
         if group_size is None:
             self._evaluate_groups(y, s, gp, qid)
             return self
-        sizes = np.asarray(group_size, dtype=np.int64)
-        offs = np.zeros(n_groups, dtype=np.int64) if group_offset is None else np.asarray(group_offset, np.int64)
+        sizes = np.asarray(group_size, dtype=np.int64).reshape(-1)
+        offs = (np.zeros(n_groups, dtype=np.int64) if group_offset is None
+                else np.asarray(group_offset, np.int64).reshape(-1))
+        if len(sizes) != n_groups or len(offs) != n_groups:
+            raise ValueError(f"group_size and group_offset need one entry per group ({n_groups}); "
+                             f"got {len(sizes)} and {len(offs)}")
         local = np.diff(gp)
         whole = (sizes == local) & (offs == 0)
         if whole.all():
@@ -349,6 +353,7 @@ class RankingEvaluator:
         for key, entry in other._pending.items():
             for off, yy, ss in entry[2]:
                 self.update(yy, ss, None, qid=[key], group_size=[entry[0]], group_offset=[off])
+                self.n_rows -= len(yy)  # already counted in other.n_rows
         return self
 
     def result(self) -> dict:

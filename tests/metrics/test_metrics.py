@@ -217,11 +217,18 @@ def test_source_form_and_merge_and_per_query():
         M.ndcg(src, model, qid)
 
 
-def test_incomplete_split_group_is_an_error():
+def test_incomplete_split_group_is_an_error_and_merge_completes_it():
     ev = RankingEvaluator()
     ev.update([1.0, 0.0], [0.5, 0.1], [0, 2], qid=[7], group_size=[5], group_offset=[0])
     with pytest.raises(ValueError, match="group 7 is incomplete: 2 of 5"):
         ev.result()
+    other = RankingEvaluator().update([2.0, 0.0, 1.0], [0.9, 0.0, 0.3], [0, 3], qid=[7], group_size=[5],
+                                      group_offset=[2])
+    res = ev.merge(other).result()
+    want = M.disagreement([1.0, 0.0, 2.0, 0.0, 1.0], [0.5, 0.1, 0.9, 0.0, 0.3])
+    assert res["disagreement"].value == pytest.approx(want) and ev.n_rows == 5
+    with pytest.raises(ValueError, match="one entry per group"):
+        RankingEvaluator().update([1.0, 0.0], [0.5, 0.1], [0, 2], qid=[7], group_size=[5, 1])
 
 
 def test_tuple_error_streams_a_tuple_source():
