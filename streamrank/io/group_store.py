@@ -278,6 +278,22 @@ class GroupStore(BlockSource):
         self._load()
         return self
 
+    def _pin(self, rows: int, groups: int, nnz: int):
+        """Restrict this reader to an earlier commit (rows appended later stay invisible)."""
+        if rows > self._rows or groups > self._groups or nnz > self._nnz:
+            raise StoreFormatError(f"{self.path}: has fewer committed rows ({self._rows}) than the "
+                                   f"snapshot being restored ({rows}); the store was rewritten")
+        self._rows, self._groups, self._nnz = rows, groups, nnz
+        self._gp_all = self._gp_all[: groups + 1]
+        self._qid_all = self._qid_all[:groups]
+        self._group_ptr_cache = None
+        return self
+
+    def __reduce__(self):
+        # shipped to dask workers as (path, committed counts), never as data:
+        # the worker reopens the store read-only at the same commit
+        return (_reopen, (self.path, self._rows, self._groups, self._nnz))
+
     # ----------------------------------------------------------- properties
     @property
     def n_rows(self) -> int:
@@ -304,6 +320,11 @@ class GroupStore(BlockSource):
     def batches(self) -> list[dict]:
         """The append log: one dict per committed batch (a copy)."""
         return [dict(e) for e in self._attrs["log"]]
+
+    @property
+    def log(self) -> list[dict]:
+        """The append log (same as :attr:`batches`)."""
+        return self.batches
 
     @property
     def qid(self) -> np.ndarray:
@@ -561,6 +582,10 @@ class GroupStore(BlockSource):
 
 
 _PRIVATE = object()
+
+
+def _reopen(path, rows, groups, nnz):
+    return GroupStore.open(path)._pin(rows, groups, nnz)
 
 
 def _positive_int(v, name):

@@ -419,9 +419,11 @@ class TupleStore(TupleSource):
         return int(self._attrs["format_version"])
 
     @property
-    def batches_log(self) -> list[dict]:
-        """The append log (a copy)."""
+    def log(self) -> list[dict]:
+        """The append log (a copy); :meth:`batches` is the tuple stream."""
         return [dict(e) for e in self._attrs["log"]]
+
+    batches_log = log
 
     def __repr__(self):
         return (f"TupleStore({self.path!r}, n_tuples={self.n_tuples}, n_queries={self.n_queries}, "
@@ -429,8 +431,13 @@ class TupleStore(TupleSource):
                 f"n_item_features={self.n_item_features})")
 
     def refresh(self):
+        """Re-read the commit record (see tuples appended by another process)."""
         self._load()
         return self
+
+    def __reduce__(self):
+        # shipped (e.g. to dask workers) as path + committed counts, never as data
+        return (_reopen_tuples, (self.path, dict(self._c)))
 
     # ------------------------------------------------------------ read hooks
     def _read_csr(self, side):
@@ -581,3 +588,11 @@ class TupleStore(TupleSource):
                 raise StoreFormatError(f"{self.path}: batch {e.get('batch_id')!r} (tuples {l0}:{l1}) "
                                        "does not match its checksum")
         return len(self._attrs["log"])
+
+
+def _reopen_tuples(path, counts):
+    ts = TupleStore.open(path)
+    if any(counts[k] > ts._c[k] for k in _COUNTS):
+        raise StoreFormatError(f"{path}: holds less than the snapshot being restored; the store was rewritten")
+    ts._c = dict(counts)
+    return ts

@@ -283,3 +283,51 @@ def test_random_append_sequences(tmp_path_factory, seed, sparse, plan):
 
 def _dense(X):
     return X.toarray() if sp.issparse(X) else X
+
+
+def test_store_factory_fixture(store_factory, store_tuple_factory):
+    rng = np.random.default_rng(9)
+    X, y, q = _batch(rng, 7)
+    s = store_factory(X, y, q, n_batches=3)
+    assert len(s.batches) == 3 and s.n_rows == len(y)
+    Xr, yr, qr = _read_all(s)
+    np.testing.assert_array_equal(Xr, X.astype(np.float32))
+    np.testing.assert_array_equal(qr, q)
+    g = store_factory(sp.csr_matrix(X), y)
+    assert g.n_groups == 1 and g.sparse
+    ts = store_tuple_factory(sp.eye(2, 3, format="csr"), sp.eye(3, format="csr"), [[0, 1, 2]])
+    assert ts.n_tuples == 1
+
+
+def test_one_writer_at_a_time(tmp_path):
+    import fcntl
+
+    p = tmp_path / "s.zarr"
+    store = sr.GroupStore.create(p, 2)
+    fd = os.open(p / ".streamrank.lock", os.O_RDWR | os.O_CREAT)
+    fcntl.flock(fd, fcntl.LOCK_EX)  # another writer holds the lock
+    try:
+        with pytest.raises(RuntimeError, match="another process"):
+            store.append(np.ones((1, 2)), [1.0], [1])
+    finally:
+        os.close(fd)
+    assert store.append(np.ones((1, 2)), [1.0], [1])
+
+
+def test_shipped_to_workers_by_path_and_commit(tmp_path):
+    """Dask ships sources by pickling: a store travels as (path, committed counts), not data."""
+    import pickle
+
+    p = tmp_path / "s.zarr"
+    store = sr.GroupStore.create(p, 2)
+    store.append(np.ones((3, 2)), [1.0, 0, 1], [5, 5, 6])
+    ro = sr.GroupStore.open(p)
+    blob = pickle.dumps(ro)
+    assert len(blob) < 1000
+    store.append(np.ones((2, 2)), [1.0, 0], [7, 7])  # later commits stay invisible to the copy
+    copy = pickle.loads(blob)
+    assert copy.n_rows == 3 and copy.n_groups == 2
+    assert sum(b.n_rows for b in copy.blocks()) == 3
+    ts = sr.TupleStore.create(tmp_path / "t.zarr", 2, 2)
+    ts.append(np.eye(2), np.eye(2), [[0, 0, 1]])
+    assert pickle.loads(pickle.dumps(ts)).n_tuples == 1

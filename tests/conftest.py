@@ -1,0 +1,55 @@
+"""Shared fixtures.  Store fixtures (prefix ``store_``) are owned by the storage engineer."""
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+import pytest
+
+
+@pytest.fixture
+def store_factory(tmp_path):
+    """``make(X, y, qid, *, n_batches=1, chunk_rows=None)`` -> a read-only GroupStore in tmp_path.
+
+    ``X`` dense or CSR (stored as float32); rows are appended in ``n_batches``
+    appends cut at group boundaries, so learners' tests can compare a store
+    with the same arrays in memory.  ``qid=None`` stores one global group.
+    """
+    import scipy.sparse as sp
+
+    import streamrank as sr
+
+    counter = itertools.count()
+
+    def make(X, y, qid=None, *, n_batches=1, chunk_rows=None):
+        y = np.asarray(y, dtype=np.float64)
+        n = y.shape[0]
+        q = np.zeros(n, dtype=np.int64) if qid is None else np.asarray(qid)
+        path = tmp_path / f"store-{next(counter)}.zarr"
+        store = sr.GroupStore.create(path, X.shape[1], sparse=sp.issparse(X),
+                                     n_outputs=1 if y.ndim == 1 else y.shape[1], chunk_rows=chunk_rows)
+        starts = np.r_[0, np.flatnonzero(q[1:] != q[:-1]) + 1] if n else np.zeros(1, dtype=np.int64)
+        idx = np.linspace(0, len(starts), n_batches + 1).astype(int)[1:-1]
+        cuts = [0] + [int(starts[i]) for i in idx if i < len(starts)] + [n]
+        for i, (a, b) in enumerate(zip(cuts[:-1], cuts[1:])):
+            if b > a:
+                store.append(X[a:b], y[a:b], q[a:b], batch_id=f"batch-{i}")
+        return sr.GroupStore.open(path)
+
+    return make
+
+
+@pytest.fixture
+def store_tuple_factory(tmp_path):
+    """``make(Q, D, tuples, magnitudes=None)`` -> a read-only TupleStore in tmp_path."""
+    import streamrank as sr
+
+    counter = itertools.count()
+
+    def make(Q, D, tuples, magnitudes=None):
+        path = tmp_path / f"tuples-{next(counter)}.zarr"
+        ts = sr.TupleStore.create(path, Q.shape[1], D.shape[1])
+        ts.append(Q, D, tuples, magnitudes=magnitudes, batch_id="all")
+        return sr.TupleStore.open(path)
+
+    return make
