@@ -309,8 +309,10 @@ class RankRLS(BaseRanker):
     def leave_query_out(self, source=None, *, alpha=None, max_rows=DEFAULT_BLOCK_ROWS):
         """Exact held-out predictions, each query left out in turn (Woodbury; one pass).
 
-        Returns an array of the training rows' shape (rows,) or (rows, v), in
-        source order.  ``source=None`` uses the training data of the last
+        Returns an array of the source rows' shape (rows,) or (rows, v), in
+        source order.  ``source`` must hold groups the model was trained on
+        (all of its training data, or part of it: each group is removed from
+        the full statistics); ``source=None`` uses the data of the last
         ``fit``/``partial_fit`` call.  See :func:`streamrank.rankrls.selection.leave_query_out`.
         """
         from .selection import leave_query_out
