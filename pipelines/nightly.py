@@ -17,7 +17,9 @@ One run = one night::
    (G = XᵀLX, B = XᵀLY and the per-fold statistics of k-fold group CV) in the
    saved model; a night reads only the groups the base model has not seen
    (its ``data.groups`` count) and adds their statistics — the result equals a
-   full retrain on all data (to summation order).  SGD resumes from the saved
+   full retrain on all data (to summation order).  Sparse KernelRankRLS
+   keeps its basis (drawn on the first night) and the fold statistics of
+   Φ = k(X, basis) in ``statistics.npz`` beside the model, the same way.  SGD resumes from the saved
    state (``partial_fit`` on the tuples the model has not seen, step counter
    and cumulative-L1 state intact) and equals one run over all tuples.
    ``--full`` retrains from scratch.
@@ -222,11 +224,13 @@ def read_version(models_dir, version) -> dict:
         return json.load(fh)
 
 
-def _write_version(models_dir, name, model, meta):
-    """Model + version.json in a hidden temp dir, then one rename: a version is complete or absent."""
+def _write_version(models_dir, name, model, meta, arrays=None):
+    """Model (+ statistics) + version.json in a hidden temp dir, then one rename: complete or absent."""
     d = Path(models_dir)
     tmp = d / f".{name}.{uuid.uuid4().hex}.partial"
     sr.save(model, tmp)
+    if arrays:
+        np.savez(tmp / KERNEL_STATS, **arrays)
     with open(tmp / META, "w") as fh:
         json.dump(meta, fh, indent=1, sort_keys=True)
         fh.flush()
@@ -332,6 +336,81 @@ def update_rankrls(store, base_model, seen_groups, alphas, *, folds=DEFAULT_FOLD
                    "alpha": best, "new_rows": new.n_rows, "new_groups": new.n_groups}
 
 
+# ---------------------------------------------------------- sparse kernel
+KERNEL_STATS = "statistics.npz"
+
+
+def kernel_fold_statistics(model, source, n_folds, max_rows=DEFAULT_BLOCK_ROWS):
+    """Per-fold statistics of Φ = k(X, basis_) over ``source`` (one pass; folds by query id)."""
+    from streamrank.rankrls._statistics import RankStatistics
+    from streamrank.rankrls.selection import _split_by_fold, fold_of
+
+    spec, Xb = model._spec(), model.basis_
+    folds = [RankStatistics(Xb.shape[0], source.n_outputs, group_weight=model.group_weight, ties=model.ties)
+             for _ in range(n_folds)]
+    for block in source.blocks(max_rows=max_rows, split_groups=True):
+        for f, X, Y, gp, size, off, gid, _ in _split_by_fold(block, fold_of(block.qid, n_folds)):
+            folds[f].add_block(spec(X, Xb), Y, gp, group_size=size, group_offset=off, group_id=gid)
+    for st in folds:
+        st.check_complete()
+    return folds
+
+
+def select_alpha_kernel(fold_stats, K_RR, alphas):
+    """λ of sparse RankRLS by k-fold CV from fold statistics only.
+
+    Without fold f: ``A_f(λ) = (G − G_f + λ K_RR)⁻¹ (B − B_f)`` (§3.5), its loss on
+    fold f ``A_fᵀ G_f A_f − 2 A_fᵀ B_f + yᵀL_f y``; summed over folds / pairs.
+    """
+    import scipy.linalg
+
+    total = fold_stats[0].copy()
+    for st in fold_stats[1:]:
+        total.merge(st)
+    alphas = np.asarray(alphas, dtype=np.float64)
+    loss = np.zeros((len(alphas), total.n_outputs))
+    for st in fold_stats:
+        G, B = total.G - st.G, total.B - st.B
+        for i, a in enumerate(alphas):
+            A = scipy.linalg.lstsq(G + a * K_RR, B, check_finite=False)[0]
+            loss[i] += st.loss(A)
+    scores = (loss / max(total.n_pairs, 1)).mean(axis=1)
+    best = int(np.argmin(np.where(np.isnan(scores), np.inf, scores)))
+    return float(alphas[best]), scores, total
+
+
+def update_kernel(store, base_model, base_dir, seen, alphas, *, folds=DEFAULT_FOLDS, max_rows=DEFAULT_BLOCK_ROWS,
+                  params=None):
+    """Sparse KernelRankRLS: basis fixed at the first (or --full) night; fold statistics of Φ kept beside
+    the model; a night adds only the new groups' statistics.  Returns (model, selection, arrays to save)."""
+    from streamrank.distributed import _kernel_fit_from_statistics
+    from streamrank.rankrls._statistics import RankStatistics
+
+    if base_model is None:
+        model = sr.KernelRankRLS(**(params or {"n_basis": 100})).fit(store, max_rows=max_rows)  # basis
+        fold_stats = kernel_fold_statistics(model, store, folds, max_rows)
+        new = store
+    else:
+        model = base_model
+        with np.load(Path(base_dir) / KERNEL_STATS, allow_pickle=False) as z:
+            arrays = {k: z[k] for k in z.files}
+        n_folds = int(arrays["n_folds"])
+        fold_stats = [RankStatistics.from_arrays(arrays, group_weight=model.group_weight, ties=model.ties,
+                                                 prefix=f"fold{f}_") for f in range(n_folds)]
+        new = GroupRange(store, seen, store.n_groups)
+        if new.n_rows:
+            for a, b in zip(fold_stats, kernel_fold_statistics(model, new, n_folds, max_rows)):
+                a.merge(b)
+    best, scores, total = select_alpha_kernel(fold_stats, model._spec()(model.basis_), alphas)
+    model.alpha = best
+    _kernel_fit_from_statistics(model, total, model.basis_, store, max_rows)
+    arrays = {"n_folds": np.array(len(fold_stats))}
+    for f, st in enumerate(fold_stats):
+        arrays.update(st.to_arrays(f"fold{f}_"))
+    return model, {"alphas": [float(a) for a in alphas], "cv_squared": [float(x) for x in scores],
+                   "alpha": best, "new_rows": new.n_rows, "new_groups": new.n_groups}, arrays
+
+
 # ------------------------------------------------------------------- sgd
 def read_tuple_day(path):
     """One day of tuples: ``.npz`` with ``Q``, ``D`` (dense or CSR parts ``Q_data``, ``Q_indices``,
@@ -420,14 +499,18 @@ def _run_key(base, total, log, learner, alphas, full, folds):
 
 def run_night(store_path, new_files, models_dir, *, learner="rankrls", alphas=None, full=False, keep=None,
               tolerance=0.005, folds=DEFAULT_FOLDS, validation=None, k=10, max_rows=DEFAULT_BLOCK_ROWS,
-              plot=True, out=None):
-    """One night; returns the run report (also written to ``DIR/reports/``)."""
+              plot=True, out=None, learner_params=None):
+    """One night; returns the run report (also written to ``DIR/reports/``).
+
+    ``learner_params``: constructor parameters of a new sparse-kernel model
+    (e.g. ``{"n_basis": 500, "gamma": 0.1, "random_state": 0}``).
+    """
     out = sys.stdout if out is None else out
     if learner not in LEARNERS:
         raise ValueError(f"--learner must be one of {LEARNERS}, got {learner!r}")
-    if learner in ("sparse-kernel", "sgd-pairwise"):
-        raise NotImplementedError(f"nightly learner {learner!r} is not implemented yet; use rankrls or "
-                                  "sgd-bilinear")
+    if learner == "sgd-pairwise":
+        raise NotImplementedError("nightly learner 'sgd-pairwise' is not implemented yet (PairwiseSGDRanker "
+                                  "had not landed); use rankrls, sparse-kernel or sgd-bilinear")
     tuples = learner.startswith("sgd")
     unit = "tuples" if tuples else "groups"
     from streamrank.rankrls.linear import DEFAULT_ALPHAS
@@ -470,6 +553,7 @@ def run_night(store_path, new_files, models_dir, *, learner="rankrls", alphas=No
         report["reused"] = True
     else:
         base_model = sr.load(models_dir / base) if base is not None else None
+        extra = None
         last = log[-1]
         cur_model = sr.load(models_dir / cur) if cur else None
         if tuples:
@@ -480,7 +564,11 @@ def run_night(store_path, new_files, models_dir, *, learner="rankrls", alphas=No
             cur_metrics = validate_tuples(cur_model, store, *last["tuples"]) if cur else None
             mk, higher = "tuple_error", False
         else:
-            model, sel = update_rankrls(store, base_model, seen, alphas, folds=folds, max_rows=max_rows)
+            if learner == "rankrls":
+                model, sel = update_rankrls(store, base_model, seen, alphas, folds=folds, max_rows=max_rows)
+            else:
+                model, sel, extra = update_kernel(store, base_model, models_dir / base if base else None, seen,
+                                                  alphas, folds=folds, max_rows=max_rows, params=learner_params)
             data = {"rows": [0, store.n_rows], "groups": [0, total], "new_rows": sel["new_rows"],
                     "new_groups": sel["new_groups"]}
             # 3. validate on the newest day (or a fixed validation store)
@@ -509,7 +597,7 @@ def run_night(store_path, new_files, models_dir, *, learner="rankrls", alphas=No
             "selection": sel, "validation": vdesc, "metrics": metrics, "current_metrics": cur_metrics,
             "promotion_metric": mk, "tolerance": tolerance, "promote": bool(promote), "previous": cur,
         }
-        _write_version(models_dir, name, model, meta)
+        _write_version(models_dir, name, model, meta, extra)
     # 4. promote
     if meta["promote"]:
         switch_current(models_dir, name)
@@ -557,6 +645,20 @@ def summary_line(report) -> str:
 
 
 def _plot(models_dir):
+    path = Path(models_dir) / "metrics.png"
+    tmp = path.with_name(".metrics.png.tmp")
+    try:  # the library's plot of the run reports, when streamrank.plot provides it
+        from streamrank.plot import nightly_history
+    except (ImportError, AttributeError):
+        nightly_history = None
+    if nightly_history is not None:
+        import matplotlib.pyplot as plt
+
+        fig = nightly_history(models_dir)
+        fig.savefig(tmp, format="png")
+        plt.close(fig)
+        os.replace(tmp, path)
+        return str(path)
     try:
         import matplotlib
 
@@ -575,8 +677,6 @@ def _plot(models_dir):
     ax.set_xlabel("version")
     ax.set_title("validation metrics over nights")
     ax.legend()
-    path = Path(models_dir) / "metrics.png"
-    tmp = path.with_name(".metrics.png.tmp")
     fig.savefig(tmp, format="png", dpi=80)
     plt.close(fig)
     os.replace(tmp, path)
@@ -618,6 +718,10 @@ def build_parser():
                    help="fixed validation store (default: the newest day)")
     p.add_argument("--max-rows", type=int, default=DEFAULT_BLOCK_ROWS, help="block budget (rows)")
     p.add_argument("--no-plot", action="store_true", help="do not write metrics.png")
+    p.add_argument("--n-basis", type=int, default=500, help="sparse-kernel: basis rows (fixed at the first night)")
+    p.add_argument("--kernel", default="rbf", help="sparse-kernel: kernel name")
+    p.add_argument("--gamma", type=float, default=1.0, help="sparse-kernel: kernel width")
+    p.add_argument("--seed", type=int, default=0, help="sparse-kernel: seed of the basis reservoir")
     return p
 
 
@@ -625,7 +729,9 @@ def main(argv=None) -> int:
     args = build_parser().parse_args(argv)
     run_night(args.store, args.new, args.models, learner=args.learner, alphas=args.alphas, full=args.full,
               keep=args.keep, tolerance=args.tolerance, folds=args.folds, validation=args.validation,
-              max_rows=args.max_rows, plot=not args.no_plot)
+              max_rows=args.max_rows, plot=not args.no_plot,
+              learner_params={"n_basis": args.n_basis, "kernel": args.kernel, "gamma": args.gamma,
+                              "random_state": args.seed})
     return 0
 
 

@@ -396,11 +396,10 @@ def _fit_kernel_sparse(est, source, client, *, max_rows, split_every):
     """
     import scipy.sparse as sp
 
-    from ._validation import check_n_features, check_X
+    from ._validation import check_X
     from .rankrls._statistics import RankStatistics
-    from .rankrls.kernel import _SparseSolution
 
-    spec = est._check_params()
+    est._check_params()
     m = source.n_rows
     proto = _params_only(est)
     with get_client(client) as c:
@@ -429,10 +428,23 @@ def _fit_kernel_sparse(est, source, client, *, max_rows, split_every):
         stats = tree_reduce(c, parts, split_every=split_every).result()
     if not isinstance(stats, RankStatistics):  # pragma: no cover
         raise TypeError("unexpected statistics type")
+    return _kernel_fit_from_statistics(est, stats, Xb, source, max_rows)
+
+
+def _kernel_fit_from_statistics(est, stats, Xb, source, max_rows):
+    """Finish a sparse KernelRankRLS from summed basis statistics (what ``_fit_sparse`` does after its pass).
+
+    To move into :mod:`streamrank.rankrls.kernel` as ``KernelRankRLS._fit_statistics``
+    (asked of its owner); kept here so the distributed and nightly paths share it.
+    """
+    from ._validation import check_n_features
+    from .rankrls.kernel import _SparseSolution
+
     stats.check_complete()
+    spec = est._check_params()
     for attr in ("dual_coef_", "_decomp", "_sparse", "_lpo_cache", "_train_source"):
         est.__dict__.pop(attr, None)
-    est.n_outputs_ = source.n_outputs
+    est.n_outputs_ = stats.n_outputs
     check_n_features(est, source.n_features, reset=True)
     est._sparse = _SparseSolution(stats.G, stats.B, spec(Xb))
     est._one_d = source.n_outputs == 1 and getattr(source, "y_ndim", 1) == 1

@@ -209,3 +209,24 @@ def test_sgd_bilinear_nights_resume_and_equal_one_run(tmp_path):
     np.testing.assert_allclose(final.W_.toarray(), scratch.W_.toarray(), rtol=1e-12, atol=1e-14)
     meta = nightly.read_version(models, nightly.current_version(models))
     assert meta["data"]["tuples"] == [0, 1500] and "tuple_error" in meta["metrics"]
+
+
+def test_sparse_kernel_nights_incremental_equals_scratch(tmp_path):
+    store, models = tmp_path / "logs.zarr", tmp_path / "models"
+    params = {"n_basis": 20, "gamma": 0.05, "random_state": 3}
+    for d in range(1, 5):
+        rep = nightly.run_night(store, [_day_file(tmp_path, d)], models, learner="sparse-kernel",
+                                alphas=[0.1, 1.0, 10.0], tolerance=1.0, plot=False, out=io.StringIO(),
+                                learner_params=params)
+        assert rep["status"] == "promoted"
+    cur = nightly.current_version(models)
+    assert (models / cur / "statistics.npz").is_file() and rep["mode"] == "incremental"
+    final = sr.load(models / "current")
+    s = sr.GroupStore.open(store)
+    scratch = sr.KernelRankRLS(gamma=0.05, alpha=final.alpha, basis=final.basis_).fit(s)
+    np.testing.assert_allclose(final.dual_coef_, scratch.dual_coef_, rtol=1e-7, atol=1e-9)
+    # λ chosen from the fold statistics equals a from-scratch choice on all data
+    m = sr.KernelRankRLS(gamma=0.05, basis=final.basis_).fit(s)
+    folds = nightly.kernel_fold_statistics(m, s, 5)
+    best, _, _ = nightly.select_alpha_kernel(folds, m._spec()(final.basis_), [0.1, 1.0, 10.0])
+    assert best == final.alpha
