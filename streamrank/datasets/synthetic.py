@@ -4,7 +4,8 @@ LETOR-like groups
 -----------------
 A query group has ``n_g`` rows (drawn from ``group_size``).  Features are
 query-dependent as in LETOR: ``x = mu_q + e`` with a per-query offset
-``mu_q ~ N(0, 0.5^2 I)`` and ``e ~ N(0, I)``.  The hidden relevance is
+``mu_q ~ N(0, 0.5^2 I)`` and ``e ~ N(0, I)`` (drawn in float32, the
+stored precision; labels are computed from the stored features).  The hidden relevance is
 ``f(x) + noise`` with
 
 * linear: ``f(x) = w . x``, ``|w| = 1``;
@@ -102,11 +103,12 @@ class LetorLikeModel:
 
     def relevance(self, X) -> np.ndarray:
         """Noise-free hidden relevance ``f(x)`` of each row (float64)."""
-        Xw = np.asarray(X @ self.w, dtype=np.float64).ravel()
-        if not self.nonlinear:
-            return Xw
-        Xa = np.asarray(X @ self.a, dtype=np.float64).ravel()
-        Xb = np.asarray(X @ self.b, dtype=np.float64).ravel()
+        dt = np.float32 if X.dtype == np.float32 else np.float64  # float32 features: sgemv, no copy
+        if self.nonlinear:
+            P = np.asarray(X @ np.stack([self.w, self.a, self.b], axis=1).astype(dt), dtype=np.float64)
+            Xw, Xa, Xb = P[:, 0], P[:, 1], P[:, 2]
+        else:
+            return np.asarray(X @ self.w.astype(dt), dtype=np.float64).ravel()
         return np.sin(2.0 * Xa) + 0.5 * Xb**2 + 0.5 * Xw
 
     def grade(self, latent) -> np.ndarray:
@@ -145,15 +147,17 @@ def _superblock(model, b, n_groups, group_size, random_state, density):
     sizes = rng.integers(lo, hi + 1, size=n_groups)
     m = int(sizes.sum())
     nf = model.n_features
-    mu = rng.normal(scale=model.query_scale, size=(n_groups, nf))
-    X = np.repeat(mu, sizes, axis=0)
-    X += rng.normal(size=(m, nf))
+    mu = rng.standard_normal((n_groups, nf), dtype=np.float32)
+    mu *= np.float32(model.query_scale)
+    X = rng.standard_normal((m, nf), dtype=np.float32)
+    X += np.repeat(mu, sizes, axis=0)
     if density < 1.0:
-        X *= rng.random((m, nf)) < density
+        X *= rng.random((m, nf), dtype=np.float32) < density
+    # labels from the stored float32 features, so model.relevance(X) is exactly their noise-free part
     latent = model.relevance(X) + rng.normal(scale=model.noise, size=m)
     y = model.grade(latent)
     qid = np.repeat(np.arange(b * _SUPERBLOCK, b * _SUPERBLOCK + n_groups, dtype=np.int64), sizes)
-    return X.astype(np.float32), y, qid, sizes
+    return X, y, qid, sizes
 
 
 def letor_like_chunks(n_rows: int, n_features: int = 46, *, group_size=(5, 40), nonlinear: bool = False,
