@@ -61,6 +61,8 @@ class SparseW:
 
     # ------------------------------------------------------------- resizing
     def resize(self, cap: int) -> None:
+        if cap & (cap - 1) or cap * MAX_LOAD <= self.count:
+            raise ValueError(f"capacity {cap} is not a power of two above {self.count} / {MAX_LOAD}")
         nk = np.full(cap, K_.EMPTY, dtype=self.key_dtype)
         nv = np.zeros(cap, dtype=np.float64)
         ns = np.zeros(cap, dtype=np.int32)

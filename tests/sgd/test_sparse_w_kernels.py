@@ -1,0 +1,126 @@
+"""The hash-table kernels against a plain dict / numpy reference."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import scipy.sparse as sp
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from streamrank.sgd import _sparse_w_kernels as K
+from streamrank.sgd._table import SparseW
+
+
+def _table(cap, dtype=np.int64):
+    return (np.full(cap, K.EMPTY, dtype=dtype), np.zeros(cap), np.zeros(cap, dtype=np.int32))
+
+
+def _as_dict(keys, vals):
+    occ = keys != K.EMPTY
+    return dict(zip(keys[occ].tolist(), vals[occ].tolist()))
+
+
+def _check_invariant(keys):
+    """Every key is reachable from its home slot without crossing an empty slot."""
+    cap = keys.shape[0]
+    shift = K._shift_of(cap)
+    for s in range(cap):
+        if keys[s] == K.EMPTY:
+            continue
+        assert K.find_slot(keys, keys[s], shift, cap - 1) == s
+
+
+@settings(max_examples=25, deadline=None)
+@given(ops=st.lists(st.tuples(st.booleans(), st.integers(0, 60)), max_size=120),
+       dtype=st.sampled_from([np.int32, np.int64]))
+def test_insert_delete_match_dict(ops, dtype):
+    cap = 128  # small table: long probe chains and wrap-around
+    keys, vals, stamps = _table(cap, dtype)
+    ref = {}
+    for n, (insert, key) in enumerate(ops):
+        if insert:
+            added = K.insert_keys(keys, vals, stamps, np.array([key], dtype=dtype),
+                                  np.array([float(n + 1)]), 0)
+            assert added == (key not in ref)
+            ref[key] = float(n + 1)
+        else:
+            assert K.delete_key(keys, vals, stamps, key) == (key in ref)
+            ref.pop(key, None)
+        assert _as_dict(keys, vals) == ref
+    _check_invariant(keys)
+
+
+def test_dense_cluster_wraparound_and_deletion():
+    cap = 16
+    keys, vals, stamps = _table(cap)
+    ks = np.arange(100, 111, dtype=np.int64)  # 11 keys in 16 slots
+    K.insert_keys(keys, vals, stamps, ks, ks.astype(float), 0)
+    for k in ks[::2]:
+        assert K.delete_key(keys, vals, stamps, k) == 1
+        _check_invariant(keys)
+    assert _as_dict(keys, vals) == {int(k): float(k) for k in ks[1::2]}
+
+
+@pytest.mark.parametrize("mode", [0, 1])
+def test_threshold_all_matches_soft_threshold(mode):
+    rng = np.random.default_rng(0)
+    cap = 64
+    keys, vals, stamps = _table(cap)
+    ks = rng.choice(1000, size=40, replace=False).astype(np.int64)
+    vs = rng.normal(size=40)
+    K.insert_keys(keys, vals, stamps, ks, vs, 0)
+    S = np.array([0.0, 0.3, 0.7])
+    # mode 0: entries stamped at sweep 0 or 1 are brought to sweep 2
+    st_ = np.where(np.arange(cap) % 2 == 0, 0, 1).astype(np.int32)
+    stamps[:] = np.where(keys != K.EMPTY, st_, 0)
+    pending = {int(k): (S[2] - S[stamps[s]]) for s, k in enumerate(keys) if k != K.EMPTY}
+    before = _as_dict(keys, vals)
+    removed = K.threshold_all(keys, vals, stamps, S, 2, 0.5, mode)
+    thr = (lambda k: pending[k]) if mode == 0 else (lambda k: 0.5)
+    expect = {k: float(np.sign(v) * max(abs(v) - thr(k), 0.0)) for k, v in before.items()}
+    expect = {k: v for k, v in expect.items() if v != 0.0}
+    got = _as_dict(keys, vals)
+    assert got.keys() == expect.keys()
+    for k in got:
+        assert got[k] == pytest.approx(expect[k], abs=1e-15)
+    assert removed == len(before) - len(expect)
+    assert np.all(stamps[keys != K.EMPTY] == 2)
+    _check_invariant(keys)
+
+
+def test_rehash_and_coo_and_score():
+    rng = np.random.default_rng(1)
+    W = sp.random(13, 17, density=0.3, random_state=rng, format="csr")
+    t = SparseW(13, 17)
+    r, c = W.nonzero()
+    t.set_entries(r, c, np.asarray(W[r, c]).ravel())
+    t.resize(256)
+    t.resize(128)
+    with pytest.raises(ValueError, match="capacity"):
+        t.resize(64)
+    np.testing.assert_array_equal(t.to_csr().toarray(), W.toarray())
+    Q = sp.random(20, 13, density=0.3, random_state=rng, format="csr")
+    D = sp.random(20, 17, density=0.3, random_state=rng, format="csr")
+    np.testing.assert_allclose(t.score(Q, D), np.asarray((Q @ W).multiply(D).sum(axis=1)).ravel(),
+                               atol=1e-14)
+    # pending shrinkage is applied on read, without changing the table
+    t.S[:2] = [0.0, 0.1]
+    t.istate[K.I_K] = 1
+    Ws = W.toarray()
+    Ws = np.sign(Ws) * np.maximum(np.abs(Ws) - 0.1, 0)
+    np.testing.assert_allclose(t.to_csr().toarray(), Ws, atol=1e-15)
+    np.testing.assert_allclose(t.score(Q, D), np.einsum("ri,ij,rj->r", Q.toarray(), Ws, D.toarray()),
+                               atol=1e-14)
+
+
+def test_merge_diff():
+    P = sp.csr_matrix(np.array([[0, 1.0, 0, 2.0, 0], [0, 0, 0, 0, 0], [1.0, 0, 3.0, 0, 0]]))
+    N = sp.csr_matrix(np.array([[0, 1.0, 5.0, 0, 0], [0, 0, 0, 0, 4.0], [0, 0, 0, 0, 0]]))
+    dj = np.zeros(10, dtype=np.int64)
+    dx = np.zeros(10)
+    for r in range(3):
+        n = K._merge_diff(P.indptr, P.indices, P.data, N.indptr, N.indices, N.data, r, dj, dx)
+        dense = (P[r] - N[r]).toarray().ravel()
+        nz = np.flatnonzero(dense)
+        np.testing.assert_array_equal(dj[:n], nz)
+        np.testing.assert_array_equal(dx[:n], dense[nz])
