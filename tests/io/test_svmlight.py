@@ -182,3 +182,16 @@ def test_one_query_over_many_chunks_and_bom():
     # a query still open at the end of the file
     chunks = list(iter_svmlight(io.BytesIO(text[: text.rindex(b"2 qid:5")]), chunk_bytes=100))
     assert [len(c.y) for c in chunks] == [500]
+
+
+def test_letor_parse_benchmark_smoke(capsys):
+    import importlib.util
+    import pathlib
+
+    path = pathlib.Path(__file__).resolve().parents[2] / "benchmarks" / "letor_parse.py"
+    spec = importlib.util.spec_from_file_location("_bench_letor_parse", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    assert mod.main(["--smoke"]) == 0
+    out = capsys.readouterr().out
+    assert "sklearn load_svmlight_file (baseline)" in out and "worst speed-up" in out
