@@ -1,0 +1,113 @@
+"""Every benchmark script of issue 8 runs end to end in its ``--smoke`` mode (tiny data, seconds).
+
+The point is that the scripts do not rot: each ``main(["--smoke", ...])``
+must return 0, print its table, and report no failed learner.  Peers
+(xgboost, lightgbm, scikit-learn) are skipped with ``pytest.importorskip``
+when not installed; streamrank parts are never skipped.  Scripts that read
+the real datasets skip when ``/work/shared/data`` is not there.  No timing
+is asserted.
+"""
+from __future__ import annotations
+
+import importlib.util
+import sys
+from pathlib import Path
+
+import pytest
+
+BENCH = Path(__file__).resolve().parents[1] / "benchmarks"
+DATA = Path("/work/shared/data")
+
+
+def _load(name):
+    if str(BENCH) not in sys.path:
+        sys.path.insert(0, str(BENCH))
+    spec = importlib.util.spec_from_file_location(f"_bench_{name}", BENCH / f"{name}.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def _need(path):
+    if not Path(path).exists():
+        pytest.skip(f"real dataset {path} not available")
+
+
+def _run(name, argv, capsys):
+    mod = _load(name)
+    assert mod.main(argv) == 0
+    out = capsys.readouterr().out
+    assert "FAILED" not in out, out
+    return out
+
+
+def test_peers_letor_smoke(tmp_path, capsys):
+    pytest.importorskip("xgboost")
+    pytest.importorskip("lightgbm")
+    _need(DATA / "letor" / "MQ2008_QueryLevelNorm.tar.gz")
+    out = _run("peers_letor", ["--smoke", "--work-dir", str(tmp_path)], capsys)
+    assert "MQ2008 mean over 1 fold(s)" in out
+    assert "Synthetic LETOR-like, linear hidden model" in out
+    for learner in ("XGBoost rank:pairwise", "XGBoost rank:ndcg", "LightGBM lambdarank",
+                    "streamrank RankRLS linear", "streamrank KernelRankRLS rbf r=20",
+                    "streamrank PairwiseSGDRanker"):
+        assert learner in out
+
+
+def test_peers_sgd_smoke(capsys):
+    pytest.importorskip("sklearn")
+    out = _run("peers_sgd", ["--smoke"], capsys)
+    assert "streamrank PairwiseSGDRanker partial_fit" in out
+    assert "sklearn SGDClassifier partial_fit" in out
+
+
+def test_out_of_core_smoke(tmp_path, capsys):
+    out = _run("out_of_core", ["--smoke", "--work-dir", str(tmp_path)], capsys)
+    assert "Out of core: 50 features" in out
+    assert "RankRLS primal [6,000]" in out
+    assert "KernelRankRLS rbf sparse r=20 [6,000]" in out
+
+
+def test_out_of_core_refuses_without_disk(tmp_path, capsys):
+    mod = _load("out_of_core")
+    assert mod.main(["--sizes", str(10**13), "--work-dir", str(tmp_path)]) == 2
+    assert "not enough disk space" in capsys.readouterr().out
+
+
+def test_repro_reuters_smoke(capsys):
+    _need(DATA / "reuters21578" / "reuters21578.tar.gz")
+    out = _run("repro_reuters", ["--smoke"], capsys)
+    assert "RankRLS paper" in out and "MEAN" in out
+    assert "ridge-regression check" in out
+
+
+def test_repro_reuters_regression_design_is_ridge():
+    import numpy as np
+    import streamrank as sr
+
+    mod = _load("repro_reuters")
+    rng = np.random.default_rng(0)
+    Phi, Y = rng.normal(size=(30, 4)), rng.normal(size=(30, 2))
+    X2, Y2, q2 = mod._regression_design(Phi, Y)
+    got = sr.RankRLS(alpha=0.7, solver="primal").fit(X2, Y2, q2).coef_
+    ridge = np.linalg.solve(Phi.T @ Phi + 0.7 * np.eye(4), Phi.T @ Y)
+    np.testing.assert_allclose(got, ridge, rtol=1e-10, atol=1e-12)
+
+
+def test_repro_jester_smoke(capsys):
+    _need(DATA / "jester" / "jester-data-1.csv.zip")
+    out = _run("repro_jester", ["--smoke"], capsys)
+    assert "RankRLS (22)" in out and "All sizes paper" in out
+
+
+def test_repro_jester_disagreement_matches_metric():
+    import numpy as np
+    import streamrank as sr
+
+    mod = _load("repro_jester")
+    rng = np.random.default_rng(1)
+    y = np.round(rng.normal(size=25), 1)
+    P = np.round(rng.normal(size=(3, 25)), 1)          # score ties included
+    got = mod.disagreement_all(y, P)
+    want = [sr.metrics.disagreement(y, p) for p in P]
+    np.testing.assert_allclose(got, want, rtol=1e-12)
