@@ -32,7 +32,6 @@ Examples
 from __future__ import annotations
 
 import gzip
-import io
 import os
 from typing import Iterator, NamedTuple
 
