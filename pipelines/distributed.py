@@ -13,7 +13,10 @@ solves.  ``--alphas GRID`` chooses λ by k-fold group CV from fold statistics
 reduced on the workers (no second pass).  ``--validation STORE`` evaluates
 the model on the workers (NDCG@10, disagreement).  The model is saved with
 ``sr.save(model, OUT)``; a summary line goes to stdout and ``--report FILE``
-writes the JSON report.
+writes the JSON report.  ``--learner sgd-bilinear`` reads a TupleStore and
+runs data-parallel rounds (``--rounds``, ``--steps-per-round``); with
+``--compare-single`` the report carries the tuple error of one machine taking
+the same steps.
 """
 from __future__ import annotations
 
@@ -42,8 +45,65 @@ def build_estimator(args):
     if args.learner == "sparse-kernel":
         return sr.KernelRankRLS(kernel=args.kernel, gamma=args.gamma, alpha=args.alpha, n_basis=args.n_basis,
                                 group_weight=args.group_weight, random_state=args.seed)
-    raise NotImplementedError(f"--learner {args.learner}: distributed SGD rounds are not implemented yet "
-                              "(see the issue 6 note); use rankrls or sparse-kernel")
+    if args.learner == "sgd-bilinear":
+        return sr.SparseSGDRanker(eta0=args.eta0, l1=args.l1, refit=False)
+    raise NotImplementedError(f"--learner {args.learner}: PairwiseSGDRanker had not landed when this "
+                              "pipeline was written; use rankrls, sparse-kernel or sgd-bilinear")
+
+
+def _tuple_quality(model, store):
+    """Tuple error of ``model`` on every tuple of a TupleStore (streamed in batches)."""
+    from streamrank.metrics import tuple_error
+
+    from pipelines.nightly import tuple_range
+
+    n = store.n_tuples
+    pos, neg = [], []
+    for a in range(0, n, 65_536):
+        Q, Dp, Dn = tuple_range(store, a, min(a + 65_536, n))
+        pos.append(model.score(Q, Dp))
+        neg.append(model.score(Q, Dn))
+    return float(tuple_error(np.concatenate(pos), np.concatenate(neg)))
+
+
+def run_sgd(args, out):
+    """Data-parallel SGD rounds; quality against one machine taking the same number of steps."""
+    from streamrank._distributed_sgd import _shard_tuples
+
+    store = sr.TupleStore.open(args.store)
+    est = build_estimator(args)
+    steps = args.steps_per_round
+    report = {"store": str(args.store), "tuples": store.n_tuples, "learner": args.learner,
+              "model": str(args.model), "rounds": args.rounds, "steps_per_round": steps}
+    t0 = time.perf_counter()
+    with srd.get_client(args.scheduler, n_workers=args.workers) as client:
+        k = len(client.scheduler_info()["workers"])
+        srd.fit(est, store, client, rounds=args.rounds, steps_per_round=steps, n_shards=k)
+    report.update(workers=k, fit_seconds=time.perf_counter() - t0, t=est.t_, nnz=est.nnz_)
+    sr.save(est, args.model)
+    val = sr.TupleStore.open(args.validation) if args.validation else store
+    report["tuple_error"] = _tuple_quality(est, val)
+    if args.compare_single:  # one machine, the same tuples in the same per-shard order, one after another
+        single = build_estimator(args)
+        Q, D = store._matrices()
+        tup, _ = store._read_tuples(0, store.n_tuples)
+        t1 = time.perf_counter()
+        for r in range(args.rounds):
+            for shard in range(k):
+                ids = _shard_tuples(store, shard, k, r, steps)
+                for a in range(0, len(ids), 4096):
+                    t = tup[ids[a:a + 4096]]
+                    single.partial_fit(Q[t[:, 0]], D[t[:, 1]], D[t[:, 2]])
+        report["single_seconds"] = time.perf_counter() - t1
+        report["single_tuple_error"] = _tuple_quality(single, val)
+    line = (f"distributed {args.learner}: {args.rounds} rounds x {k} shards x {steps} steps in "
+            f"{report['fit_seconds']:.2f} s, tuple error {report['tuple_error']:.4f}")
+    if "single_tuple_error" in report:
+        line += f" (one machine, same tuples: {report['single_tuple_error']:.4f} in {report['single_seconds']:.2f} s)"
+    out.write(line + f" -> {args.model}\n")
+    if args.report:
+        Path(args.report).write_text(json.dumps(report, indent=1, sort_keys=True))
+    return report
 
 
 def run(args, out=None):
@@ -51,6 +111,8 @@ def run(args, out=None):
     from pipelines.nightly import select_alpha
 
     out = sys.stdout if out is None else out
+    if args.learner.startswith("sgd"):
+        return run_sgd(args, out)
     store = sr.GroupStore.open(args.store)
     est = build_estimator(args)
     report = {"store": str(args.store), "rows": store.n_rows, "groups": store.n_groups,
@@ -93,7 +155,8 @@ def build_parser():
 
     p = argparse.ArgumentParser(prog="distributed.py", description=__doc__.split("\n\n")[0],
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--store", required=True, help="GroupStore path reachable by every worker")
+    p.add_argument("--store", required=True,
+                   help="GroupStore (TupleStore for sgd learners) path reachable by every worker")
     p.add_argument("--model", required=True, metavar="OUT", help="where sr.save writes the model")
     where = p.add_mutually_exclusive_group()
     where.add_argument("--scheduler", default=None, metavar="tcp://HOST:PORT", help="dask scheduler address")
@@ -110,6 +173,12 @@ def build_parser():
     p.add_argument("--gamma", type=float, default=1.0, help="sparse-kernel: kernel width")
     p.add_argument("--n-basis", type=int, default=500, help="sparse-kernel: basis rows")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--rounds", type=int, default=10, help="sgd: averaging rounds")
+    p.add_argument("--steps-per-round", type=int, default=10_000, help="sgd: steps per shard and round")
+    p.add_argument("--eta0", type=float, default=200.0, help="sgd: C of eta_t = C / sqrt(t)")
+    p.add_argument("--l1", type=float, default=1e-5, help="sgd: L1 strength")
+    p.add_argument("--compare-single", action="store_true",
+                   help="sgd: also run one machine on the same tuples and report both qualities")
     p.add_argument("--max-rows", type=int, default=srd.DEFAULT_BLOCK_ROWS, help="block budget (rows)")
     p.add_argument("--split-every", type=int, default=srd.DEFAULT_SPLIT_EVERY, help="tree reduction fan-in")
     p.add_argument("--validation", default=None, metavar="STORE", help="evaluate on this store")

@@ -87,7 +87,7 @@ def test_predict_and_evaluate_equal_local(client, store):
 
 def test_worker_killed_during_statistics_run(client, tmp_path):
     """SIGKILL one worker process mid-run: its tasks are recomputed, the model is unchanged."""
-    store = make_store(tmp_path / "big.zarr", range(1, 41), n_features=20)
+    store = make_store(tmp_path / "big.zarr", range(1, 25), n_features=12)
     local = sr.RankRLS(alpha=0.5, solver="primal").fit(store, max_rows=16)
     pids = client.run(os.getpid)
     victim = sorted(pids.values())[0]
@@ -95,7 +95,7 @@ def test_worker_killed_during_statistics_run(client, tmp_path):
 
     def run():
         result["m"] = srd.fit(sr.RankRLS(alpha=0.5, solver="primal"), store, client, max_rows=16,
-                              split_every=2)
+                              split_every=2, blocks_per_task=1)
 
     t = threading.Thread(target=run)
     t.start()
@@ -228,3 +228,17 @@ def test_sgd_rounds_average_is_sparse_and_close_to_single_machine(client, tmp_pa
     err = {name: sr.metrics.tuple_error(m.score(Q[tup[:, 0]], D[tup[:, 1]]), m.score(Q[tup[:, 0]], D[tup[:, 2]]))
            for name, m in (("dist", dist), ("single", single))}
     assert err["dist"] <= err["single"] + 0.05, err
+
+
+def test_cli_sgd_rounds_report_single_machine_quality(client, tmp_path, capsys):
+    ts, Q, D, tup = _tuple_store(tmp_path / "t.zarr", n_tuples=1200)
+    rep = tmp_path / "r.json"
+    assert pdist.main(["--store", str(ts.path), "--model", str(tmp_path / "m"), "--scheduler",
+                       client.scheduler.address, "--learner", "sgd-bilinear", "--rounds", "3",
+                       "--steps-per-round", "200", "--eta0", "0.5", "--l1", "1e-4", "--compare-single",
+                       "--report", str(rep)]) == 0
+    r = json.loads(rep.read_text())
+    assert r["t"] == 600 and r["workers"] == 2
+    assert 0.0 <= r["tuple_error"] <= r["single_tuple_error"] + 0.1
+    assert sr.load(tmp_path / "m").t_ == 600
+    assert "one machine, same tuples" in capsys.readouterr().out
