@@ -1,0 +1,208 @@
+"""Linear pairwise SGD ranker ``f(x) = w . x`` on preference pairs sampled within groups.
+
+The vector case of the sparse SGD machinery (DESIGN.md §3.6): each step takes
+an ordered pair (x+, x-) of one query group with ``y+ > y-`` and, with
+``delta = x+ - x-`` and margin ``m = w . delta``,
+
+* ``loss="hinge"``:    ``max(0, 1 - m)``,      subgradient step when ``m < 1``;
+* ``loss="logistic"``: ``log(1 + exp(-m))``,  step weight ``1 / (1 + exp(m))``;
+
+``w <- (1 - eta_t l2) w + eta_t g delta`` with ``eta_t = eta0 / sqrt(t)``
+(or constant), and every ``shrink_every`` = T steps the cumulative L1 soft
+threshold ``l1 * sum(eta_k, k = t-T+1..t)`` (eq. 7 of Chen et al. 2010).
+Pairs are sampled as in stochastic pairwise ranking: a query uniformly
+among those with two different scores, then a uniform ordered pair of that
+query (:func:`streamrank.pairs_from_groups`).  ``t``, the pending eta of the
+shrinkage window and the sampling counter survive ``partial_fit`` calls
+and ``sr.save`` / ``sr.load``.
+
+Example
+-------
+>>> import numpy as np, streamrank as sr
+>>> rng = np.random.default_rng(0)
+>>> X = rng.normal(size=(300, 5)); y = X @ [1.0, -1.0, 0, 0, 0.5]; qid = np.repeat(np.arange(30), 10)
+>>> p = sr.PairwiseSGDRanker(eta0=0.1, l1=1e-3, shrink_every=10).partial_fit(X, y, qid, n_pairs=3000)
+>>> float(round(sr.metrics.tuple_error(p.predict(X[::2]) , p.predict(X[1::2])) , 1)) >= 0
+True
+"""
+from __future__ import annotations
+
+import numpy as np
+import scipy.sparse as sp
+
+from ..base import BaseRanker, NotFittedError
+from ..persistence import register_model
+from . import _pairwise_kernels as PK
+from ._base import _as_csr, check_choice, check_eta0, check_int, check_nonneg
+
+__all__ = ["PairwiseSGDRanker"]
+
+_LR = {"invsqrt": 0, "constant": 1}
+_LOSS = {"hinge": PK.LOSS_HINGE, "logistic": PK.LOSS_LOGISTIC}
+
+
+@register_model
+class PairwiseSGDRanker(BaseRanker):
+    """Linear ranker learned by SGD on preference pairs with cumulative L1 (and L2).
+
+    Parameters
+    ----------
+    eta0 : float > 0
+    l1 : float >= 0
+        Cumulative L1 strength (soft threshold every ``shrink_every`` steps).
+    l2 : float >= 0
+        Weight decay ``w <- (1 - eta l2) w`` at every step.
+    shrink_every : int >= 1
+    loss : {"hinge", "logistic"}
+    learning_rate : {"invsqrt", "constant"}
+    random_state : int
+        Seed of the pair sampling (call c of ``partial_fit`` uses the seed
+        sequence ``(random_state, c)``).
+
+    Attributes
+    ----------
+    coef_ : ndarray (n_features,)
+    t_ : int (pairs seen), n_features_in_ : int
+    """
+
+    def __init__(self, *, eta0=0.1, l1=1e-4, l2=0.0, shrink_every=100, loss="hinge",
+                 learning_rate="invsqrt", random_state=0):
+        self.eta0 = eta0
+        self.l1 = l1
+        self.l2 = l2
+        self.shrink_every = shrink_every
+        self.loss = loss
+        self.learning_rate = learning_rate
+        self.random_state = random_state
+
+    def _params(self):
+        return dict(
+            eta0=check_eta0(self.eta0),
+            l1=check_nonneg(self.l1, "l1"),
+            l2=check_nonneg(self.l2, "l2"),
+            T=check_int(self.shrink_every, "shrink_every", 1),
+            loss=_LOSS[check_choice(self.loss, "loss", set(_LOSS))],
+            lr=_LR[check_choice(self.learning_rate, "learning_rate", set(_LR))],
+        )
+
+    def _start(self, n_features):
+        self._v = np.zeros(int(n_features), dtype=np.float64)
+        self._fstate = np.array([1.0, 0.0])
+        self._istate = np.zeros(1, dtype=np.int64)
+        self._calls = 0
+        self.n_features_in_ = int(n_features)
+
+    # ------------------------------------------------------------ stepping
+    def partial_fit_pairs(self, X_pos, X_neg):
+        """One SGD step per row-aligned pair ``(X_pos[r], X_neg[r])`` (X_pos preferred)."""
+        p = self._params()
+        nf = getattr(self, "n_features_in_", None)
+        Xp = _as_csr(X_pos, "X_pos", nf)
+        Xn = _as_csr(X_neg, "X_neg", Xp.shape[1])
+        if Xn.shape[0] != Xp.shape[0]:
+            raise ValueError(f"X_neg has {Xn.shape[0]} rows but X_pos has {Xp.shape[0]}; pairs are row-aligned")
+        if getattr(self, "_v", None) is None:
+            self._start(Xp.shape[1])
+        if Xp.shape[0] == 0:
+            return self
+        nd = int((np.diff(Xp.indptr) + np.diff(Xn.indptr)).max())
+        dj = np.empty(max(nd, 1), dtype=np.int64)
+        dx = np.empty(max(nd, 1), dtype=np.float64)
+        PK.pairwise_steps(self._v, self._fstate, self._istate,
+                          Xp.indptr, Xp.indices, Xp.data, Xn.indptr, Xn.indices, Xn.data,
+                          p["eta0"], p["lr"], p["l1"], p["l2"], p["T"], p["loss"], dj, dx)
+        return self
+
+    def _seed(self):
+        base = 0 if self.random_state is None else int(self.random_state)
+        seed = np.random.SeedSequence([base, int(self._calls)])
+        self._calls += 1
+        return np.random.default_rng(seed)
+
+    def partial_fit(self, X, y, qid=None, n_pairs=None):
+        """Sample ``n_pairs`` (default: one per row) pairs within the groups of this batch and step.
+
+        ``qid=None``: the batch is one group.  Continues t and the shrinkage state.
+        """
+        from ..io.pairs import pairs_from_groups
+        from ..io.sources import as_source
+
+        self._params()
+        src = as_source(X, y, qid)
+        if src.n_rows == 0:
+            raise ValueError("empty batch: X has 0 rows; at least two rows of one group are needed")
+        nf = getattr(self, "n_features_in_", None)
+        if nf is not None and src.n_features != nf:
+            raise ValueError(f"X has {src.n_features} features, but {type(self).__name__} was fitted "
+                             f"with {nf} features")
+        if getattr(self, "_v", None) is None:
+            self._start(src.n_features)
+        n_pairs = src.n_rows if n_pairs is None else check_int(n_pairs, "n_pairs", 0)
+        if n_pairs == 0:
+            return self
+        for b in pairs_from_groups(src, n_pairs, random_state=self._seed(), shuffle=True,
+                                   max_rows=max(src.n_rows, 1)):
+            self.partial_fit_pairs(b.X_pos, b.X_neg)
+        return self
+
+    def fit(self, source, y=None, qid=None, *, n_pairs=None, max_rows=100_000, batch_size=8192):
+        """Learn from ``n_pairs`` pairs sampled within the groups of ``source`` (resets).
+
+        ``source``: a GroupStore / BlockSource, or ``X`` with ``y`` and ``qid``.
+        ``n_pairs=None``: as many pairs as the source has rows.
+        """
+        from ..io.pairs import pairs_from_groups
+        from ..io.sources import as_source
+
+        self._params()
+        src = source if hasattr(source, "blocks") else as_source(source, y, qid)
+        self._v = None
+        self._start(src.n_features)
+        n_pairs = src.n_rows if n_pairs is None else check_int(n_pairs, "n_pairs", 0)
+        if n_pairs:
+            for b in pairs_from_groups(src, n_pairs, random_state=self._seed(), shuffle=True,
+                                       max_rows=max_rows, batch_size=batch_size):
+                self.partial_fit_pairs(b.X_pos, b.X_neg)
+        return self
+
+    # ------------------------------------------------------------- results
+    def _fitted(self):
+        if getattr(self, "_v", None) is None:
+            raise NotFittedError(
+                f"This {type(self).__name__} is not fitted yet; call fit (or partial_fit) first")
+
+    @property
+    def coef_(self) -> np.ndarray:
+        self._fitted()
+        return self._fstate[0] * self._v
+
+    @property
+    def t_(self) -> int:
+        self._fitted()
+        return int(self._istate[0])
+
+    def predict(self, X) -> np.ndarray:
+        """Scores ``X w`` (rank items of a query by decreasing score)."""
+        from .._validation import check_X
+
+        self._fitted()
+        X = check_X(X, "X", n_features=self.n_features_in_)
+        s = X @ self.coef_
+        return np.asarray(s, dtype=np.float64).ravel()
+
+    # --------------------------------------------------------- persistence
+    def _get_state(self):
+        self._fitted()
+        attrs = {"n_features_in_": self.n_features_in_, "calls": int(self._calls)}
+        arrays = {"v": self._v.copy(), "fstate": self._fstate.copy(), "istate": self._istate.copy()}
+        return attrs, arrays
+
+    def _set_state(self, attrs, arrays):
+        self._start(int(attrs["n_features_in_"]))
+        self._v = np.asarray(arrays["v"], dtype=np.float64).copy()
+        self._fstate = np.asarray(arrays["fstate"], dtype=np.float64).copy()
+        self._istate = np.asarray(arrays["istate"], dtype=np.int64).copy()
+        self._calls = int(attrs["calls"])
+
+
+_ = sp  # scipy.sparse inputs are accepted through _as_csr
