@@ -209,11 +209,6 @@ def _merge_task(parts):
     return out
 
 
-def _predict_task(plan, ref, est):
-    block = ref.open().read_block(*plan)
-    return np.asarray(est.predict(block.X), dtype=np.float64)
-
-
 def _evaluate_task(plan, ref, est, k, metrics, output):
     from .metrics import RankingEvaluator, _block_y, _score
 
@@ -456,24 +451,70 @@ def _kernel_fit_from_statistics(est, stats, Xb, source, max_rows):
     return est
 
 
-def predict(estimator, source, client=None, *, max_rows=DEFAULT_BLOCK_ROWS):
+def _predict_rows_task(rows, ref, est, out):
+    """Score rows r0:r1 (a whole number of chunks of ``out``) and write them there, or return them."""
+    r0, r1 = rows
+    X, _ = ref.open()._read_rows(r0, r1)
+    s = np.asarray(est.predict(X), dtype=np.float64)
+    if out is None:
+        return s
+    import zarr
+
+    zarr.open_array(out, mode="r+")[r0:r1] = s
+    return r1 - r0
+
+
+def predict(estimator, source, client=None, *, max_rows=DEFAULT_BLOCK_ROWS, out=None):
     """Scores of every row of ``source`` in row order, computed on the workers.
 
     The fitted model is scattered to every worker once; each task reads its
-    block and returns its scores.  Equals
-    ``np.concatenate([estimator.predict(b.X) for b in source.blocks()])``.
+    rows and scores them.  Equals ``np.concatenate([estimator.predict(b.X)
+    for b in source.blocks()])``.
+
+    ``out``: a path; the scores are written there by the workers as a zarr
+    array (rows,) or (rows, outputs) float64, chunked by ``max_rows`` rows —
+    each task writes whole chunks, so no two tasks touch the same chunk —
+    nothing travels back to the client, and the path is returned.  The array
+    is written beside ``out`` and renamed into place when complete (e.g.
+    ``out=store.path + "/scores"`` keeps it inside the store directory).
     """
+    import os as _os
+    import shutil
+    import uuid
+
     source = _as_source(source)
     est = _without_source(estimator)
+    n = source.n_rows
+    step = int(max_rows)
+    ranges = [(a, min(a + step, n)) for a in range(0, n, step)]
     with get_client(client) as c:
         ref = _ship_source(c, source)
         model = c.scatter(est, broadcast=True, hash=False)
-        plan = source.plan(max_rows, split_groups=True)
-        if not plan:
-            return np.zeros(0)
-        parts = c.map(_predict_task, plan, ref=ref, est=model, pure=False)
-        out = c.gather(parts)
-    return np.concatenate(out, axis=0)
+        if out is None:
+            if not ranges:
+                return np.zeros(0)
+            parts = c.map(_predict_rows_task, ranges, ref=ref, est=model, out=None, pure=False)
+            return np.concatenate(c.gather(parts), axis=0)
+        import zarr
+
+        first = c.submit(_predict_rows_task, (0, min(1, n)), ref=ref, est=model, out=None, pure=False).result()
+        shape = (n,) + tuple(np.shape(first)[1:])
+        out = str(out)
+        tmp = f"{out}.{uuid.uuid4().hex}.partial"
+        zarr.create_array(store=tmp, shape=shape, chunks=(max(1, step),) + shape[1:], dtype="float64",
+                          fill_value=np.nan)
+        try:
+            parts = c.map(_predict_rows_task, ranges, ref=ref, est=model, out=tmp, pure=False)
+            written = sum(c.gather(parts))
+            if written != n:  # pragma: no cover - defensive
+                raise RuntimeError(f"wrote {written} of {n} scores")
+            if _os.path.exists(out):
+                shutil.rmtree(out)
+            _os.replace(tmp, out)
+        finally:
+            if _os.path.exists(tmp):
+                shutil.rmtree(tmp, ignore_errors=True)
+    return out
 
 
 def evaluate(estimator, source, client=None, *, k=10, metrics=None, max_rows=DEFAULT_BLOCK_ROWS,

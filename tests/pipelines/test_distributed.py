@@ -72,11 +72,17 @@ def test_fold_statistics_equal_local(client, store):
         np.testing.assert_allclose(b.B, a.B, rtol=1e-10, atol=1e-9)
 
 
-def test_predict_and_evaluate_equal_local(client, store):
+def test_predict_and_evaluate_equal_local(client, store, tmp_path):
     m = sr.RankRLS(alpha=2.0, solver="primal").fit(store)
     scores = srd.predict(m, store, client, max_rows=37)
     local = np.concatenate([m.predict(b.X) for b in store.blocks(max_rows=1000)])
     np.testing.assert_allclose(scores, local, rtol=1e-12)
+    import zarr
+
+    path = srd.predict(m, store, client, max_rows=50, out=str(tmp_path / "scores"))
+    arr = zarr.open_array(path, mode="r")
+    assert arr.chunks == (50,)
+    np.testing.assert_allclose(arr[:], local, rtol=1e-12)
     got = srd.evaluate(m, store, client, k=5, max_rows=37, split_every=2)
     want = evaluate(store, m, k=5)
     assert set(got) == set(want)
