@@ -1,0 +1,25 @@
+"""sr.plot.learning_curve writes the two panels of the paper's Figure 1."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import scipy.sparse as sp
+from conftest import ArrayTuples, random_tuples
+
+import streamrank as sr
+
+pytest.importorskip("matplotlib")
+
+
+def test_learning_curve_png(tmp_path):
+    Q, Dp, Dn = random_tuples(200, 8, 8, seed=1)
+    src = ArrayTuples(Q, sp.vstack([Dp, Dn]), np.c_[np.arange(200), np.arange(200), 200 + np.arange(200)])
+    m = sr.SparseSGDRanker(eta0=1.0, l1=0.01, shrink_every=5).fit(
+        src, n_steps=200, validation=random_tuples(40, 8, 8, seed=2), checkpoint_every=50)
+    out = tmp_path / "curve.png"
+    fig = sr.plot.learning_curve(m, out)
+    assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert len(fig.axes) == 2
+    assert len(fig.axes[0].lines) == 2 and len(fig.axes[1].lines) == 2  # sparse + refit
+    with pytest.raises(ValueError, match="history_"):
+        sr.plot.learning_curve(sr.SparseSGDRanker(), tmp_path / "x.png")
