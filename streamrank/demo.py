@@ -36,7 +36,8 @@ def _write_group_store(path: Path, *, n_rows, n_features, seed, nonlinear, chunk
     import streamrank as sr
     from streamrank.datasets.synthetic import letor_like_chunks
 
-    spec = dict(kind="groups", n_rows=n_rows, n_features=n_features, seed=seed, nonlinear=nonlinear)
+    spec = dict(kind="groups", n_rows=n_rows, n_features=n_features, seed=seed, nonlinear=nonlinear,
+                version=sr.__version__)
     if _store_matches(path, spec):
         return sr.GroupStore.open(path), 0.0
     t0 = time.perf_counter()
