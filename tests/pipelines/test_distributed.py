@@ -248,3 +248,19 @@ def test_cli_sgd_rounds_report_single_machine_quality(client, tmp_path, capsys):
     assert 0.0 <= r["tuple_error"] <= r["single_tuple_error"] + 0.1
     assert sr.load(tmp_path / "m").t_ == 600
     assert "one machine, same tuples" in capsys.readouterr().out
+
+
+def test_cli_sparse_kernel_and_cg(client, store, tmp_path, capsys):
+    for extra in (["--learner", "sparse-kernel", "--n-basis", "15", "--gamma", "0.1", "--seed", "2"],
+                  ["--learner", "rankrls", "--solver", "cg"]):
+        out = tmp_path / extra[1]
+        assert pdist.main(["--store", str(store.path), "--model", str(out), "--scheduler",
+                           client.scheduler.address, "--alpha", "0.5", "--max-rows", "60", *extra]) == 0
+        model = sr.load(out)
+        if extra[1] == "sparse-kernel":
+            ref = sr.KernelRankRLS(gamma=0.1, alpha=0.5, n_basis=15, random_state=2).fit(store)
+            np.testing.assert_allclose(model.dual_coef_, ref.dual_coef_, rtol=1e-8, atol=1e-10)
+        else:
+            ref = sr.RankRLS(alpha=0.5, solver="cg").fit(store, max_rows=60)
+            np.testing.assert_allclose(model.coef_, ref.coef_, rtol=1e-8, atol=1e-12)
+    assert capsys.readouterr().out.count("distributed ") == 2
