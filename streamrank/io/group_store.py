@@ -387,12 +387,16 @@ class GroupStore(BlockSource):
         Parameters
         ----------
         X : ndarray (rows, n_features) or scipy.sparse matrix
-            Features; stored as float32 (values outside the float32 range are refused).
+            Features (bool, integer or float); stored as float32.  Values
+            outside the float32 range, NaN and ±inf are refused, as are
+            strings, objects and complex numbers.
         y : array-like (rows,) or (rows, n_outputs)
             Scores, stored as float64.
         qid : array-like (rows,) of integer ids
             The rows of one query must be contiguous, and a query id already
-            in the store may not be appended again.
+            in the store may not be appended again (checked against the
+            committed ids, which a store keeps in memory: O(groups) per
+            append).
         batch_id : str, optional
             Identifier of the batch.  If the log already holds it, nothing is
             written and False is returned.

