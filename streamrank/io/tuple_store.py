@@ -179,6 +179,31 @@ class TupleSource:
     def __len__(self):
         return self.n_tuples
 
+    # ---------------------------------------------------------- public reads
+    def read_tuples(self, t0: int = 0, t1: int | None = None):
+        """``(tuples (k, 3) int64, magnitude (k,) float64)`` of tuples t0:t1 in file order."""
+        t0, t1 = self._range(t0, t1)
+        return self._read_tuples(t0, t1)
+
+    def matrices(self):
+        """``(Q, D)``: all query and item vectors as CSR (a store reads them once and caches them)."""
+        return self._matrices()
+
+    def take(self, t0: int = 0, t1: int | None = None) -> "TupleBatch":
+        """Tuples t0:t1 in file order as one :class:`TupleBatch` (e.g. a validation slice)."""
+        t0, t1 = self._range(t0, t1)
+        Q, D = self._matrices()
+        tup, mag = self._read_tuples(t0, t1)
+        return _make_batch(Q, D, tup, mag, np.arange(t0, t1, dtype=np.int64))
+
+    def _range(self, t0, t1):
+        n = self.n_tuples
+        t1 = n if t1 is None else int(t1)
+        t0 = int(t0)
+        if not 0 <= t0 <= t1 <= n:
+            raise IndexError(f"tuple range {t0}:{t1} is outside 0:{n}")
+        return t0, t1
+
     def batches(self, batch_size: int = 1024, shuffle_buffer: int = 100_000, random_state=0,
                 ) -> Iterator[TupleBatch]:
         """Yield :class:`TupleBatch` objects covering every tuple exactly once.

@@ -155,3 +155,23 @@ def test_dense_inputs_accepted():
     src = as_tuple_source(Q, D, [[0, 1, 2], [2, 3, 0]])
     b = next(iter(src.batches(batch_size=10, shuffle_buffer=0)))
     assert sp.issparse(b.Q) and b.D_pos.shape == (2, 2)
+
+
+def test_public_range_reads(tmp_path):
+    rng = np.random.default_rng(4)
+    Q, D, t = _data(rng, l_=25)
+    mag = rng.uniform(1, 2, 25)
+    ts = sr.TupleStore.create(tmp_path / "t.zarr", 6, 7)
+    ts.append(Q, D, t, magnitudes=mag)
+    for src in (ts, as_tuple_source(Q, D, t, mag)):
+        tup, m = src.read_tuples(3, 9)
+        np.testing.assert_array_equal(tup, t[3:9])
+        np.testing.assert_array_equal(m, mag[3:9])
+        b = src.take(5, 12)
+        np.testing.assert_array_equal(b.index, np.arange(5, 12))
+        np.testing.assert_array_equal(b.D_neg.toarray(), D[t[5:12, 2]].toarray().astype(np.float32))
+        Qm, Dm = src.matrices()
+        assert Qm.shape == (5, 6) and Dm.shape == (8, 7)
+        assert len(src.take()) == 25
+        with pytest.raises(IndexError, match="outside 0:25"):
+            src.read_tuples(20, 30)
