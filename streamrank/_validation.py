@@ -127,6 +127,8 @@ def check_X(
         check_finite(X, name)
     if X.shape[0] < min_rows:
         raise ValueError(f"{name} has {X.shape[0]} rows; at least {min_rows} needed")
+    if X.shape[1] == 0:  # nothing to learn from (scikit-learn's wording)
+        raise ValueError(f"{name} has 0 feature(s) (shape={X.shape}) while a minimum of 1 is required.")
     if n_features is not None and X.shape[1] != n_features:
         raise ValueError(
             f"{name} has {X.shape[1]} features, but {n_features} were expected "

@@ -1190,18 +1190,20 @@ def main(argv=None) -> int:
         args = parser.parse_args(argv)
     except SystemExit as exc:  # --help, --version, usage errors
         return int(exc.code or 0)
+    import warnings
+
+    saved_log = (list(log.handlers), log.level, log.propagate)
     _setup_logging(args)
     old = None
     try:
         old = signal.signal(signal.SIGTERM, _on_sigterm)
     except ValueError:  # not the main thread (e.g. called from a test thread)
         pass
-    import warnings
-
-    if not args.verbose:
-        warnings.simplefilter("ignore", category=RuntimeWarning)
     try:
-        return int(args.func(args) or 0)
+        with warnings.catch_warnings():
+            if not args.verbose:
+                warnings.simplefilter("ignore", category=RuntimeWarning)
+            return int(args.func(args) or 0)
     except KeyboardInterrupt:
         print(f"streamrank {args.command}: interrupted; nothing half-written was left (stores keep their "
               "last commit, models are written whole or not at all)", file=sys.stderr, flush=True)
@@ -1224,6 +1226,7 @@ def main(argv=None) -> int:
         print(f"streamrank {args.command}: error: {msg}{hint}", file=sys.stderr, flush=True)
         return code
     finally:
+        log.handlers[:], log.level, log.propagate = saved_log
         if old is not None:
             try:
                 signal.signal(signal.SIGTERM, old)
