@@ -76,10 +76,15 @@ class SparseW:
         if need > self.capacity:
             self.resize(need)
 
-    def fit_capacity(self) -> None:
-        """Shrink the table when it has become mostly empty (memory ∝ nnz)."""
-        if self.capacity > MIN_CAP and self.count < MIN_LOAD * self.capacity:
-            self.resize(_cap_for(self.count))
+    def fit_capacity(self, tight: bool = False) -> None:
+        """Shrink the table when it has become mostly empty (memory ∝ nnz).
+
+        ``tight``: resize to the smallest power of two under ``MAX_LOAD``.
+        """
+        if self.capacity > MIN_CAP and (tight or self.count < MIN_LOAD * self.capacity):
+            cap = _cap_for(self.count)
+            if cap != self.capacity:
+                self.resize(cap)
 
     def reserve_sweeps(self, n_steps: int, T: int) -> None:
         k = int(self.istate[K_.I_K])

@@ -236,6 +236,8 @@ class SparseSGDRanker(BaseRanker):
             self._steps(Q, Dp, Dn, refit=False)
             self._checkpoint(val, checkpoint_every, "sparse", self.t_)
         self._fit_steps = n_steps
+        self._W.flush()  # drop the entries shrunk to zero (exact), then a tight table
+        self._W.fit_capacity(tight=True)
         if self.refit:
             self._do_refit(tuple_source, None, val, checkpoint_every, batch_size, shuffle_buffer)
         return self
@@ -270,7 +272,7 @@ class SparseSGDRanker(BaseRanker):
             n_steps = p["refit_steps"] if p["refit_steps"] is not None else (self._fit_steps or self.t_)
         n_steps = check_int(n_steps, "n_steps", 0)
         W.flush()  # Omega = support of W after all pending shrinkage (exact)
-        W.fit_capacity()
+        W.fit_capacity(tight=True)
         if n_steps == 0:
             return self
         for Q, Dp, Dn in self._stream(tuple_source, n_steps, batch_size, shuffle_buffer,
