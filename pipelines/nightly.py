@@ -27,11 +27,11 @@ One run = one night::
    under the model trained without it, DESIGN §3.2 — no pass over history)
    and **validate** on a held-out slice — by default the newest day in the
    store (the last logged batch), or ``--validation STORE`` — with NDCG@10
-   and disagreement (SGD: tuple error on the newest day's tuples).  The default slice is also in the candidate's training
-   data (the current model has not seen it): use ``--validation`` for an
-   unbiased comparison.
+   and disagreement (SGD: tuple error on the newest day's tuples).  The
+   default slice is also in the candidate's training data (the current model
+   has not seen it): use ``--validation`` for an unbiased comparison.
 4. **Promote** the candidate if its NDCG@10 is not below the current model's
-   by more than ``--tolerance``: every version is written completely to
+   by more than ``--tolerance`` (SGD: tuple error not above it by more): every version is written completely to
    ``DIR/<version>/`` (a model loadable with ``sr.load``, plus
    ``version.json``: metrics, data range, parameters, λ-path scores) before
    the ``DIR/current`` pointer file (holding the version's directory name) is

@@ -25,7 +25,6 @@ from __future__ import annotations
 import copy
 
 import numpy as np
-import scipy.sparse as sp
 
 __all__ = ["fit_sgd_rounds", "average_models"]
 
@@ -43,8 +42,6 @@ def _shard_tuples(source, shard, n_shards, round_, steps):
 
 
 def _round_task(shard, ref, model, n_shards, round_, steps, step_batch):
-    from .sgd._base import check_tuples  # noqa: F401  (imports the learner on the worker)
-
     source = ref  # a TupleStore arrives as its path and reopens itself (TupleStore.__reduce__)
     ids = _shard_tuples(source, shard, n_shards, round_, steps)
     m = copy.deepcopy(model)

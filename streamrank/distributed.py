@@ -392,7 +392,6 @@ def _fit_kernel_sparse(est, source, client, *, max_rows, split_every):
     import scipy.sparse as sp
 
     from ._validation import check_X
-    from .rankrls._statistics import RankStatistics
 
     est._check_params()
     m = source.n_rows
@@ -421,8 +420,6 @@ def _fit_kernel_sparse(est, source, client, *, max_rows, split_every):
         parts = c.map(_kernel_stats_task, source.plan(max_rows, split_groups=True), ref=ref, est=proto,
                       basis=basis, n_outputs=source.n_outputs, pure=False)
         stats = tree_reduce(c, parts, split_every=split_every).result()
-    if not isinstance(stats, RankStatistics):  # pragma: no cover
-        raise TypeError("unexpected statistics type")
     return _kernel_fit_from_statistics(est, stats, Xb, source, max_rows)
 
 
