@@ -1,22 +1,25 @@
 """Throughput of ``GroupStore.blocks()`` against a raw zarr read, and peak memory.
 
-Three questions, answered in one run:
+Questions answered in one run (section numbers as printed):
 
 1. **Overhead** — rows/s and MB/s of ``store.blocks(max_rows)`` (with and
    without prefetch) against a raw read of the *same* zarr arrays over the
    *same* row ranges (``X[r0:r1]``, ``y[r0:r1]`` with ``zarr.open_array``),
-   timed alternately in the same process; prints the ratio (target >= 0.7).
+   timed back to back in rounds; prints the median ratio (target >= 0.7).
    MB counts the decompressed bytes of X and y delivered.
-2. **Memory** — peak RSS of a fresh process streaming stores of 10x, 20x and
-   40x the block budget (same budget): flat in the store size means memory
-   follows the block, not the data.  Run twice: with glibc's default malloc
-   (whose dynamic mmap threshold keeps freed ~10 MB block buffers in its
-   arenas, so RSS settles at a few blocks' worth) and with
-   ``MALLOC_MMAP_THRESHOLD_=1MiB`` (buffers go back to the OS: RSS is the
-   working set — block, decompressed chunks, the prefetched next block).
-4. **Overlap** — read + a per-block computation (X^T X) with and without
+2. **Overlap** — read + a per-block computation (X^T X) with and without
    prefetch, against raw reads + the same computation.
-3. **Codec** (``--codecs``) — read speed and size of blosc lz4+shuffle (the
+3. **CSR overhead** (``--sparse``) — section 1 on a CSR store (raw: indptr,
+   then indices and data).
+4. **Memory** — peak RSS (Linux VmHWM) of a fresh process streaming stores
+   of 10x, 20x and 40x the block budget (same budget): flat in the store
+   size means memory follows the block, not the data.  Run twice: with
+   glibc's default malloc (whose dynamic mmap threshold keeps freed ~10 MB
+   block buffers in its arenas, so RSS settles at a few blocks' worth plus
+   fragmentation) and with ``MALLOC_MMAP_THRESHOLD_=1MiB`` (buffers go back
+   to the OS: RSS is the working set — block, decompressed chunks, the
+   prefetched next block).
+5. **Codec** (``--codecs``) — read speed and size of blosc lz4+shuffle (the
    store default) against blosc zstd+shuffle on the same X.
 
 The data are random normal float32 features (incompressible: a worst case for
@@ -26,7 +29,7 @@ CPU-side overhead, not the disk.
 
     python benchmarks/stream_throughput.py              # 3,000,000 x 50, ~1 GB on disk
     python benchmarks/stream_throughput.py --smoke      # a few seconds
-    python benchmarks/stream_throughput.py --rows 5000000 --codecs
+    python benchmarks/stream_throughput.py --rows 5000000 --codecs --sparse
 """
 from __future__ import annotations
 
@@ -40,6 +43,7 @@ import tempfile
 import time
 
 import numpy as np
+import scipy.sparse as sp
 
 
 def write_store(path, n_rows, n_features, *, seed=0, batch_rows=250_000, sparse=False):
@@ -56,7 +60,10 @@ def write_store(path, n_rows, n_features, *, seed=0, batch_rows=250_000, sparse=
         sizes = sizes[sizes > 0]
         q = np.repeat(np.arange(qid, qid + len(sizes)), sizes)
         qid += len(sizes)
-        X = rng.standard_normal((k, n_features), dtype=np.float32)
+        if sparse:  # about 10% nonzeros per row, like hashed text features
+            X = sp.random(k, n_features, density=0.1, format="csr", dtype=np.float32, random_state=rng)
+        else:
+            X = rng.standard_normal((k, n_features), dtype=np.float32)
         y = rng.integers(0, 5, k).astype(np.float64)
         store.append(X, y, q, batch_id=f"batch-{r}")
         r += k
@@ -68,17 +75,34 @@ def _time_store(store, max_rows, prefetch):
     rows = nbytes = 0
     for b in store.blocks(max_rows=max_rows, prefetch=prefetch):
         rows += b.n_rows
-        nbytes += b.X.nbytes + b.y.nbytes
+        nbytes += _nbytes(b.X) + b.y.nbytes
     return time.perf_counter() - t0, rows, nbytes
 
 
+def _nbytes(X):
+    if sp.issparse(X):
+        return X.data.nbytes + X.indices.nbytes + X.indptr.nbytes
+    return X.nbytes
+
+
 def _time_raw(path, plan):
+    """The same row ranges read straight from the zarr arrays (CSR: indptr, then indices/data)."""
     import zarr
 
-    X = zarr.open_array(os.path.join(path, "X"), mode="r")
     y = zarr.open_array(os.path.join(path, "y"), mode="r")
     t0 = time.perf_counter()
     rows = nbytes = 0
+    if os.path.exists(os.path.join(path, "X", "indptr")):
+        ip = zarr.open_array(os.path.join(path, "X", "indptr"), mode="r")
+        ind = zarr.open_array(os.path.join(path, "X", "indices"), mode="r")
+        dat = zarr.open_array(os.path.join(path, "X", "data"), mode="r")
+        for r0, r1, _g0, _g1 in plan:
+            p = ip[r0 : r1 + 1]
+            a, c, b = ind[p[0] : p[-1]], dat[p[0] : p[-1]], y[r0:r1]
+            rows += r1 - r0
+            nbytes += p.nbytes + a.nbytes + c.nbytes + b.nbytes
+        return time.perf_counter() - t0, rows, nbytes
+    X = zarr.open_array(os.path.join(path, "X"), mode="r")
     for r0, r1, _g0, _g1 in plan:
         a, b = X[r0:r1], y[r0:r1]
         rows += r1 - r0
@@ -120,12 +144,12 @@ def bench_overlap(path, max_rows, repeat):
         best["raw zarr + compute"] = min(best["raw zarr + compute"], raw_then_compute())
         best["blocks(prefetch) + compute"] = min(best["blocks(prefetch) + compute"], blocks_compute(True))
         best["blocks(no prefetch) + compute"] = min(best["blocks(no prefetch) + compute"], blocks_compute(False))
-    print(f"\n4. read + per-block compute (float64 X^T X), {store.n_rows:,} rows, best of {repeat}")
+    print(f"\n2. read + per-block compute (float64 X^T X), {store.n_rows:,} rows, best of {repeat}")
     for name, t in best.items():
         print(f"   {name:<32}{t:8.3f} s{store.n_rows / t:14,.0f} rows/s  ratio to raw {best['raw zarr + compute'] / t:5.2f}")
 
 
-def bench_overhead(path, max_rows, repeat):
+def bench_overhead(path, max_rows, repeat, label="1"):
     """Best time of each reader, and the median of the per-round ratios.
 
     Each round times the three readers back to back (in a rotating order), so
@@ -149,7 +173,8 @@ def bench_overhead(path, max_rows, repeat):
             times[name].append(t)
             info[name] = (rows, nbytes)
     raw = np.asarray(times["raw zarr"])
-    print(f"\n1. block stream vs raw zarr read: {store.n_rows:,} rows x {store.n_features} float32, "
+    kind = f"CSR (nnz {store.nnz:,})" if store.sparse else "dense"
+    print(f"\n{label}. block stream vs raw zarr read: {store.n_rows:,} rows x {store.n_features} float32 {kind}, "
           f"max_rows={max_rows:,} ({len(plan)} blocks), {repeat} rounds")
     print(f"   {'reader':<22}{'best s':>9}{'rows/s':>14}{'MB/s':>9}{'median ratio':>14}{'ratio of bests':>16}")
     ratios = {}
@@ -196,7 +221,7 @@ def _vm_hwm():
 
 
 def bench_memory(workdir, n_features, max_rows, factors=(10, 20, 40)):
-    print(f"\n2. peak RSS of a fresh process streaming the store (block budget {max_rows:,} rows "
+    print(f"\n4. peak RSS of a fresh process streaming the store (block budget {max_rows:,} rows "
           f"= {max_rows * n_features * 4 / 1e6:.0f} MB of X)")
     print(f"   {'store rows':>12}{'x budget':>10}{'store MB':>10}{'RSS after open':>16}{'peak RSS':>10}"
           f"{'peak - open':>13}{'peak (mmap)':>16}{'- open':>13}")
@@ -232,7 +257,7 @@ def bench_codecs(workdir, n_rows, n_features, repeat):
     # a second, compressible variant: LETOR-like features quantised to 3 decimals in [0, 1]
     Xq = np.round(rng.random((n_rows, n_features), dtype=np.float32), 3)
     chunk = max(1024, (4 << 20) // (4 * n_features))
-    print(f"\n3. codecs, {n_rows:,} x {n_features} float32, chunks of {chunk:,} rows, best of {repeat}")
+    print(f"\n5. codecs, {n_rows:,} x {n_features} float32, chunks of {chunk:,} rows, best of {repeat}")
     print(f"   {'data':<18}{'codec':<22}{'MB on disk':>11}{'read MB/s':>11}")
     for label, data in (("normal(0, 1)", X), ("3-decimal [0, 1]", Xq)):
         speeds = {}
@@ -264,6 +289,8 @@ def main(argv=None):
     ap.add_argument("--mem-max-rows", type=int, default=50_000, help="block budget of the memory test")
     ap.add_argument("--repeat", type=int, default=7)
     ap.add_argument("--codecs", action="store_true", help="also compare lz4 and zstd")
+    ap.add_argument("--sparse", action="store_true",
+                    help="also measure a CSR store (10%% density, --features x 20 columns)")
     ap.add_argument("--dir", default=None, help="working directory (default: a temporary one)")
     ap.add_argument("--smoke", action="store_true", help="tiny sizes, runs in seconds")
     ap.add_argument("--_child", nargs=2, help=argparse.SUPPRESS)
@@ -284,6 +311,11 @@ def main(argv=None):
         ratios = bench_overhead(path, args.max_rows, args.repeat)
         bench_overlap(path, args.max_rows, max(1, args.repeat // 2))
         shutil.rmtree(path)
+        if args.sparse or args.smoke:
+            n_sp = max(args.rows // 3, 1000)
+            write_store(path, n_sp, args.features * 20, sparse=True)
+            bench_overhead(path, args.max_rows, args.repeat, label="3")
+            shutil.rmtree(path)
         bench_memory(workdir, args.features, args.mem_max_rows)
         if args.codecs or args.smoke:
             bench_codecs(workdir, min(args.rows, 1_000_000), args.features, args.repeat)
