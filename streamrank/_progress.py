@@ -107,7 +107,7 @@ class Progress:
             self._last = now
             self._line()
 
-    def _line(self, final: bool = False, ok: bool = True) -> None:
+    def _line(self, final: bool = False) -> None:
         dt = max(time.monotonic() - self._t0, 1e-9)
         rate = self.n / dt
         if self.total:
@@ -118,8 +118,7 @@ class Progress:
         else:
             done = f"{self.n:,} {self.unit}"
             tail = f" in {format_eta(dt)}" if final else ""
-        status = "" if ok else " (stopped)"
-        print(f"streamrank {self.desc}: {done}, {rate:,.0f} {self.unit}/s{tail}{status}",
+        print(f"streamrank {self.desc}: {done}, {rate:,.0f} {self.unit}/s{tail}",
               file=self.stream, flush=True)
 
     def close(self, ok: bool = True) -> None:
@@ -128,8 +127,8 @@ class Progress:
         self._closed = True
         if self._bar is not None:
             self._bar.close()
-        elif not self.quiet:
-            self._line(final=True, ok=ok)
+        elif not self.quiet and ok:  # after an error the error line says it all
+            self._line(final=True)
 
 
 class ProgressSource(BlockSource):

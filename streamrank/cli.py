@@ -278,6 +278,23 @@ def _replace_dir(tmp: Path, out: Path) -> None:
         os.replace(tmp, out)
 
 
+def _check_model_out(out) -> None:
+    """A model may replace a model, never a store or any other file (checked before and after fitting)."""
+    from .io.schema import StoreFormatError
+
+    out = Path(out)
+    if out.exists() and out.is_dir() and (out / "zarr.json").exists():
+        try:
+            kind = _kind_of(out)
+        except StoreFormatError:
+            kind = "other"
+        if kind != "model":
+            raise FileExistsError(f"{out} is a streamrank store or another zarr group; refusing to overwrite "
+                                  "it with a model (choose another --model)")
+    elif out.exists() and (out.is_file() or any(out.iterdir())):
+        raise FileExistsError(f"{out} exists and is not a streamrank model; refusing to overwrite it")
+
+
 def _save_model(model, out, cli_meta: dict) -> None:
     """``sr.save`` into a temporary directory, add the command's record, rename into place (atomic)."""
     import zarr
@@ -285,11 +302,7 @@ def _save_model(model, out, cli_meta: dict) -> None:
     from . import persistence
 
     out = Path(out)
-    if out.exists() and out.is_dir() and (out / "zarr.json").exists():
-        if _kind_of(out) != "model":
-            raise FileExistsError(f"{out} is a streamrank store; refusing to overwrite it with a model")
-    elif out.exists() and (out.is_file() or any(out.iterdir())):
-        raise FileExistsError(f"{out} exists and is not a streamrank model; refusing to overwrite it")
+    _check_model_out(out)
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = out.with_name(f".{out.name}.{uuid.uuid4().hex}.partial")
     try:
@@ -610,27 +623,36 @@ def _cv_record(res, learner) -> dict:
             "folds": res.folds, "greater_is_better": bool(res.greater_is_better), "learner": learner}
 
 
-def _run_cv(model, source, args, folds):
+def _run_cv(model, source, args, folds, check_only=False):
     if args.learner in ("cg", "sgd-bilinear", "sgd-pairwise"):
         raise Unsupported(f"cross-validation over --alphas is done from statistics and needs --learner "
                           f"rankrls, kernel or sparse-kernel; {args.learner} fits one --alpha "
                           f"(for {args.learner}, run fit once per value)")
     if args.learner == "sparse-kernel" and folds != "query":
         raise Unsupported("sparse-kernel cross-validation is leave-query-out only: use --cv query")
+    if check_only:
+        return None
     return model.cross_validate(source, alphas=args.alphas, folds=folds, scoring=args.scoring)
+
+
+def _preflight(args, cv_folds):
+    """Refuse what cannot work before any pass over the data."""
+    if cv_folds is not None:
+        _run_cv(None, None, args, cv_folds, check_only=True)
+    if getattr(args, "model", None):
+        _check_model_out(args.model)
 
 
 def _fit_model(args, *, cv_folds=None):
     """Fit (and cross-validate) per ``args``; returns (model, record dict)."""
     from ._progress import ProgressSource, ProgressTuples
 
+    _preflight(args, cv_folds)
     model = _estimator(args)
     record: dict = {"learner": args.learner, "store": os.path.abspath(args.store)}
     t0 = time.perf_counter()
     if args.learner == "sgd-bilinear":
         store = _open_store(args.store, want="tuple")
-        if cv_folds is not None:
-            _run_cv(model, None, args, cv_folds)
         steps = args.steps or store.n_tuples
         val = None
         if args.validation:
