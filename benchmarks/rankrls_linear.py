@@ -103,9 +103,12 @@ def dense_case(rows, n_features, group_size, workdir, max_rows, label):
         m = sr.RankRLS(alpha=1.0).fit(store, max_rows=max_rows)
         t_fit = time.perf_counter() - t
     alphas = 2.0 ** np.arange(-15, 16)
-    t = time.perf_counter()
-    m.path(alphas)
-    t_path = time.perf_counter() - t
+    t_path = np.inf
+    for _ in range(3):  # min of 3, each with a fresh eigendecomposition
+        m._eigen = None
+        t = time.perf_counter()
+        m.path(alphas)
+        t_path = min(t_path, time.perf_counter() - t)
     out = {"read": t_read, "fit": t_fit, "fit_peak_mib": mem.peak / 2**20,
            "fit_delta_mib": (mem.peak - mem.start) / 2**20, "path": t_path}
     if rows <= 2_000_000:
