@@ -191,7 +191,8 @@ def nightly_history(source, path=None, *, metrics=None, figsize=(8.0, 5.0), dpi=
         ax2.axvline(xi, color="0.8", lw=3, zorder=0)
     ax2.set_ylabel("chosen λ")
     ax2.set_xlabel("run")
-    labels = [str(r.get("version") or r.get("started", "")[:10]) for r in reports]
+    labels = [("up to date" if r.get("status") == "up-to-date" else str(r.get("version") or r.get("started", "")[:10]))
+              for r in reports]
     ax2.set_xticks(x)
     ax2.set_xticklabels(labels, rotation=45 if len(x) > 6 else 0, fontsize="small")
     ax2.grid(True, alpha=0.3)
