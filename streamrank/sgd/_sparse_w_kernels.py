@@ -1,17 +1,20 @@
 """Numba kernels of the sparse bilinear SGD ranker: a hash table for W.
 
 W (n_query_features x n_item_features) is held as an open-addressing hash
-table with linear probing, in three parallel arrays of capacity ``cap`` (a
-power of two):
+table with linear probing in ONE float64 array ``tab`` of ``2 * cap`` words
+(``cap`` a power of two).  Slot s is the 16-byte pair
 
-* ``keys``   int32 or int64, ``i * n_cols + j`` or ``EMPTY`` (-1);
-* ``vals``   float64, the value of W_ij *as of the sweep in* ``stamps``;
-* ``stamps`` int32, index k of the last shrinkage sweep applied to the entry.
+* ``tab.view(int64)[2s]``: ``(key << STAMP_BITS) | stamp`` or ``EMPTY`` (-1),
+  with ``key = i * n_cols + j`` and ``stamp`` the index k of the last
+  shrinkage sweep applied to the entry;
+* ``tab[2s + 1]``: the value of W_ij as of that sweep.
 
-Memory is proportional to nnz(W) (the caller keeps the load between about
-0.2 and ``max_load``).  Deleted entries are removed by backward-shift
-deletion, so there are no tombstones: an entry whose value becomes exactly
-zero disappears from the table.
+Key, stamp and value share a cache line, so a lookup costs one memory
+access (``n_rows * n_cols < 2**43``, ``stamp < 2**20``: the caller restarts
+the sweep counter before it gets there).  Memory is proportional to nnz(W)
+(the caller keeps the load between ``MIN_LOAD`` and ``max_load``).  Deleted
+entries are removed by backward-shift deletion, so there are no tombstones:
+an entry whose value becomes exactly zero disappears from the table.
 
 Cumulative L1 shrinkage (paper eq. 7 and Algorithm 1, step 4): every T steps
 every entry is soft-thresholded by ``thr_k = l1 * sum(eta_s, s = t-T+1..t)``.
@@ -21,9 +24,9 @@ so instead of sweeping the table the kernels keep the running sums
 (``w <- soft(w, S[K] - S[stamp])``).  Entries that reach zero without being
 touched are dropped by a flush of the whole table at a sweep once the table
 has doubled since the last flush (O(1) amortised per insertion, memory
-O(nnz)).  ``lazy=False`` runs the literal sweep of
-every entry instead; tests check the two against each other and against a
-dense numpy implementation of Algorithm 1.
+O(nnz)).  ``lazy=False`` runs the literal sweep of every entry instead;
+tests check the two against each other and against a dense numpy
+implementation of Algorithm 1.
 
 Every function here is a jitted function of arrays and scalars (CSR enters
 as ``indptr, indices, data``); state that must survive between calls lives
@@ -39,7 +42,7 @@ import numpy as np
 from streamrank._numba import jit
 
 __all__ = [
-    "EMPTY",
+    "EMPTY", "STAMP_BITS", "MAX_STAMP", "MAX_KEY",
     "I_T", "I_K", "I_COUNT", "I_UPDATES", "I_ACTIVE", "I_TREFIT", "I_FLUSHED", "N_ISTATE",
     "LR_INVSQRT", "LR_CONSTANT",
     "find_slot",
@@ -49,11 +52,16 @@ __all__ = [
     "sgd_steps",
     "threshold_all",
     "table_to_coo",
+    "table_entries",
     "score_rows",
     "table_values",
 ]
 
 EMPTY = -1
+STAMP_BITS = 20
+MAX_STAMP = (1 << STAMP_BITS) - 1
+MAX_KEY = (1 << (63 - STAMP_BITS)) - 1
+_SMASK = np.int64(MAX_STAMP)
 I_T, I_K, I_COUNT, I_UPDATES, I_ACTIVE, I_TREFIT, I_FLUSHED = 0, 1, 2, 3, 4, 5, 6
 N_ISTATE = 7
 LR_INVSQRT, LR_CONSTANT = 0, 1
@@ -87,99 +95,107 @@ def _soft(v, thr):
 
 
 @jit
-def find_slot(keys, key, shift, mask):
-    """Slot of ``key`` (>= 0), or ``-1 - s`` where ``s`` is the empty slot to insert at."""
+def _pack(key, stamp):
+    return (np.int64(key) << STAMP_BITS) | np.int64(stamp)
+
+
+@jit
+def find_slot(ik, key, shift, mask):
+    """Slot of ``key`` (>= 0), or ``-1 - s`` where ``s`` is the empty slot to insert at.
+
+    ``ik`` is ``tab.view(np.int64)``.
+    """
     s = _home(key, shift)
     while True:
-        k = keys[s]
-        if k == key:
-            return s
+        k = ik[2 * s]
         if k == EMPTY:
             return -1 - s
+        if (k >> STAMP_BITS) == key:
+            return s
         s = (s + 1) & mask
 
 
 @jit
-def _delete_slot(keys, vals, stamps, s, shift, mask):
+def _delete_slot(tab, ik, s, shift, mask):
     """Backward-shift deletion of the entry at slot ``s`` (linear probing)."""
     i = s
     j = s
     while True:
         j = (j + 1) & mask
-        k = keys[j]
+        k = ik[2 * j]
         if k == EMPTY:
             break
-        h = _home(k, shift)
+        h = _home(k >> STAMP_BITS, shift)
         # the entry at j may move into the hole i iff its home is not in (i, j] cyclically
         if i <= j:
             movable = h <= i or h > j
         else:
             movable = h <= i and h > j
         if movable:
-            keys[i] = k
-            vals[i] = vals[j]
-            stamps[i] = stamps[j]
+            ik[2 * i] = k
+            tab[2 * i + 1] = tab[2 * j + 1]
             i = j
-    keys[i] = EMPTY
-    vals[i] = 0.0
-    stamps[i] = 0
+    ik[2 * i] = EMPTY
+    tab[2 * i + 1] = 0.0
 
 
 @jit
-def delete_key(keys, vals, stamps, key):
+def delete_key(tab, key):
     """Remove ``key``; returns 1 if it was present, else 0."""
-    cap = keys.shape[0]
+    ik = tab.view(np.int64)
+    cap = tab.shape[0] // 2
     shift = _shift_of(cap)
-    s = find_slot(keys, key, shift, cap - 1)
+    s = find_slot(ik, key, shift, cap - 1)
     if s < 0:
         return 0
-    _delete_slot(keys, vals, stamps, s, shift, cap - 1)
+    _delete_slot(tab, ik, s, shift, cap - 1)
     return 1
 
 
 @jit
-def insert_keys(keys, vals, stamps, new_keys, new_vals, stamp):
-    """Set ``W[key] = val`` for each pair (adds new entries); returns entries added.
+def insert_keys(tab, new_keys, new_vals, stamps):
+    """Set ``W[key] = val`` (stamp ``stamps[n]``) for each key; returns entries added.
 
     The caller guarantees room (count + len(new_keys) < capacity).
     """
-    cap = keys.shape[0]
+    ik = tab.view(np.int64)
+    cap = tab.shape[0] // 2
     shift = _shift_of(cap)
     mask = cap - 1
     added = 0
     for n in range(new_keys.shape[0]):
-        s = find_slot(keys, new_keys[n], shift, mask)
+        key = np.int64(new_keys[n])
+        s = find_slot(ik, key, shift, mask)
         if s < 0:
             s = -1 - s
-            keys[s] = new_keys[n]
             added += 1
-        vals[s] = new_vals[n]
-        stamps[s] = stamp
+        ik[2 * s] = _pack(key, stamps[n])
+        tab[2 * s + 1] = new_vals[n]
     return added
 
 
 @jit
-def rehash(keys, vals, stamps, new_keys, new_vals, new_stamps):
-    """Move every entry into the (empty, larger or smaller) table ``new_*``."""
-    cap = new_keys.shape[0]
+def rehash(tab, new_tab):
+    """Move every entry into the (empty, larger or smaller) table ``new_tab``."""
+    ik = tab.view(np.int64)
+    nik = new_tab.view(np.int64)
+    cap = new_tab.shape[0] // 2
     shift = _shift_of(cap)
     mask = cap - 1
     n = 0
-    for s in range(keys.shape[0]):
-        k = keys[s]
+    for s in range(tab.shape[0] // 2):
+        k = ik[2 * s]
         if k == EMPTY:
             continue
-        t = find_slot(new_keys, k, shift, mask)
-        t = -1 - t
-        new_keys[t] = k
-        new_vals[t] = vals[s]
-        new_stamps[t] = stamps[s]
+        t = -1 - find_slot(nik, k >> STAMP_BITS, shift, mask)
+        nik[2 * t] = k
+        new_tab[2 * t + 1] = tab[2 * s + 1]
         n += 1
     return n
 
 
 @jit
-def threshold_all(keys, vals, stamps, S, K, thr, mode):
+def threshold_all(tab, S, K, thr, mode):
     """Shrink every entry and remove the zeros; returns the number removed.
 
     ``mode == 0``: bring every entry up to date, ``w <- soft(w, S[K] - S[stamp])``
@@ -189,12 +205,13 @@ def threshold_all(keys, vals, stamps, S, K, thr, mode):
     round the table: backward-shift deletion only moves not-yet-visited
     entries into the current hole, so no entry is shrunk twice.
     """
-    cap = keys.shape[0]
+    ik = tab.view(np.int64)
+    cap = tab.shape[0] // 2
     shift = _shift_of(cap)
     mask = cap - 1
     start = -1
     for s in range(cap):
-        if keys[s] == EMPTY:
+        if ik[2 * s] == EMPTY:
             start = s
             break
     if start < 0:
@@ -204,27 +221,28 @@ def threshold_all(keys, vals, stamps, S, K, thr, mode):
     n = 0
     s = (start + 1) & mask
     while n < cap - 1:
-        if keys[s] == EMPTY:
+        k = ik[2 * s]
+        if k == EMPTY:
             s = (s + 1) & mask
             n += 1
             continue
-        v = vals[s]
+        v = tab[2 * s + 1]
         if mode == 0:
-            st = stamps[s]
+            st = k & _SMASK
             if st != K:
                 v = _soft(v, SK - S[st])
         else:
             v = _soft(v, thr)
         if v == 0.0:
-            _delete_slot(keys, vals, stamps, s, shift, mask)
+            _delete_slot(tab, ik, s, shift, mask)
             removed += 1
             # an unvisited entry may now sit in slot s: look at s again
-            if keys[s] == EMPTY:
+            if ik[2 * s] == EMPTY:
                 s = (s + 1) & mask
                 n += 1
         else:
-            vals[s] = v
-            stamps[s] = K
+            tab[2 * s + 1] = v
+            ik[2 * s] = ((k >> STAMP_BITS) << STAMP_BITS) | K
             s = (s + 1) & mask
             n += 1
     return removed
@@ -260,10 +278,10 @@ def _merge_diff(pp, pi, px, mp, mi, mx, r, dj, dx):
 
 
 @jit
-def sgd_steps(keys, vals, stamps, S, istate, fstate,
+def sgd_steps(tab, S, istate, fstate,
               qp, qi, qx, pp, pi, px, mp, mi, mx,
               r0, r1, n_cols, eta0, lr_code, l1, T, lazy, refit, max_load,
-              slot_buf, dj, dx):
+              slot_buf, dj, dx, zero_buf):
     """One SGD step (Algorithm 1) per tuple row ``r0 <= r < r1``; returns the next row.
 
     Tuple r is (Q[r], D_pos[r], D_neg[r]).  With delta = d+ - d-, the margin is
@@ -280,9 +298,12 @@ def sgd_steps(keys, vals, stamps, S, istate, fstate,
 
     The kernel returns early (a row < r1) when the next tuple could push the
     load of the table above ``max_load``; the caller grows the table and calls
-    again.  The caller also keeps ``len(S) > K + (r1 - r0) // T + 1``.
+    again.  The caller also keeps ``len(S) > K + (r1 - r0) // T + 1`` and
+    ``K + (r1 - r0) // T + 1 <= MAX_STAMP``.  ``slot_buf`` and ``zero_buf``
+    hold at least nnz(q) * nnz(delta) entries, ``dj`` / ``dx`` nnz(delta).
     """
-    cap = keys.shape[0]
+    ik = tab.view(np.int64)
+    cap = tab.shape[0] // 2
     shift = _shift_of(cap)
     mask = cap - 1
     limit = np.int64(max_load * cap)
@@ -305,27 +326,33 @@ def sgd_steps(keys, vals, stamps, S, istate, fstate,
         else:
             eta = eta0
         K = istate[I_K]
+        SK = S[K]
         # margin q^T W (d+ - d-), bringing touched entries up to date
         s = 0.0
         m = 0
-        any_zero = False
+        nz = 0
         for a in range(q0, q1):
             base = np.int64(qi[a]) * n_cols
             qa = np.float64(qx[a])
+            acc = 0.0
             for b in range(nd):
                 key = base + dj[b]
-                sl = find_slot(keys, key, shift, mask)
+                sl = find_slot(ik, key, shift, mask)
                 slot_buf[m] = sl
                 m += 1
                 if sl >= 0:
-                    v = vals[sl]
-                    if lazy and stamps[sl] != K:
-                        v = _soft(v, S[K] - S[stamps[sl]])
-                        vals[sl] = v
-                        stamps[sl] = K
-                        if v == 0.0:
-                            any_zero = True
-                    s += qa * v * dx[b]
+                    v = tab[2 * sl + 1]
+                    if lazy:
+                        st = ik[2 * sl] & _SMASK
+                        if st != K:
+                            v = _soft(v, SK - S[st])
+                            tab[2 * sl + 1] = v
+                            ik[2 * sl] = _pack(key, K)
+                            if v == 0.0:
+                                zero_buf[nz] = key
+                                nz += 1
+                    acc += v * dx[b]
+            s += qa * acc
         if 1.0 - s > 0.0:
             istate[I_ACTIVE] += 1
             m = 0
@@ -336,61 +363,63 @@ def sgd_steps(keys, vals, stamps, S, istate, fstate,
                     sl = slot_buf[m]
                     m += 1
                     if sl >= 0:
-                        v = vals[sl] + g * dx[b]
-                        vals[sl] = v
-                        if v == 0.0:
-                            any_zero = True
+                        v = tab[2 * sl + 1] + g * dx[b]
+                        tab[2 * sl + 1] = v
+                        if v == 0.0 and not refit:
+                            zero_buf[nz] = base + dj[b]
+                            nz += 1
                         istate[I_UPDATES] += 1
                     elif not refit:
-                        key = base + dj[b]
-                        # an insertion earlier in this tuple may have taken the slot
-                        sl2 = -1 - find_slot(keys, key, shift, mask)
                         v = g * dx[b]
                         if v != 0.0:
-                            keys[sl2] = key
-                            vals[sl2] = v
-                            stamps[sl2] = K
+                            key = base + dj[b]
+                            ins = -1 - sl
+                            # an insertion earlier in this tuple may have taken the slot
+                            if ik[2 * ins] != EMPTY:
+                                ins = -1 - find_slot(ik, key, shift, mask)
+                            ik[2 * ins] = _pack(key, K)
+                            tab[2 * ins + 1] = v
                             istate[I_COUNT] += 1
                         istate[I_UPDATES] += 1
-        if any_zero and not refit:
-            for a in range(q0, q1):
-                base = np.int64(qi[a]) * n_cols
-                for b in range(nd):
-                    sl = find_slot(keys, base + dj[b], shift, mask)
-                    if sl >= 0 and vals[sl] == 0.0:
-                        _delete_slot(keys, vals, stamps, sl, shift, mask)
-                        istate[I_COUNT] -= 1
         if not refit:
+            for z in range(nz):
+                sl = find_slot(ik, zero_buf[z], shift, mask)
+                if sl >= 0 and tab[2 * sl + 1] == 0.0:
+                    _delete_slot(tab, ik, sl, shift, mask)
+                    istate[I_COUNT] -= 1
             fstate[0] += eta
             if tt % T == 0:
                 thr = l1 * fstate[0]
                 fstate[0] = 0.0
                 if lazy:
-                    S[K + 1] = S[K] + thr
+                    S[K + 1] = SK + thr
                     istate[I_K] = K + 1
                     # entries shrunk to zero but not touched since stay in the table
                     # until a flush; flushing whenever the table has doubled since the
                     # last flush keeps memory O(nnz) at O(1) amortised per insertion
                     if thr > 0.0 and istate[I_COUNT] >= 2 * istate[I_FLUSHED] + 64:
-                        removed = threshold_all(keys, vals, stamps, S, K + 1, 0.0, 0)
+                        removed = threshold_all(tab, S, K + 1, 0.0, 0)
                         istate[I_COUNT] -= removed
                         istate[I_FLUSHED] = istate[I_COUNT]
                 elif thr > 0.0:
-                    removed = threshold_all(keys, vals, stamps, S, K, thr, 1)
+                    removed = threshold_all(tab, S, K, thr, 1)
                     istate[I_COUNT] -= removed
         r += 1
     return r
 
 
 @jit
-def table_values(keys, vals, stamps, S, K):
+def table_values(tab, S, K):
     """Current (up-to-date) value of every slot (0 where empty); read-only."""
-    out = np.zeros(keys.shape[0], dtype=np.float64)
+    ik = tab.view(np.int64)
+    cap = tab.shape[0] // 2
+    out = np.zeros(cap, dtype=np.float64)
     SK = S[K]
-    for s in range(keys.shape[0]):
-        if keys[s] != EMPTY:
-            v = vals[s]
-            st = stamps[s]
+    for s in range(cap):
+        k = ik[2 * s]
+        if k != EMPTY:
+            v = tab[2 * s + 1]
+            st = k & _SMASK
             if st != K:
                 v = _soft(v, SK - S[st])
             out[s] = v
@@ -398,20 +427,45 @@ def table_values(keys, vals, stamps, S, K):
 
 
 @jit
-def table_to_coo(keys, vals, stamps, S, K, n_cols):
-    """(rows, cols, values) of the nonzero up-to-date entries; read-only."""
-    cur = table_values(keys, vals, stamps, S, K)
+def table_entries(tab):
+    """(keys, values, stamps) of the occupied slots as stored (pending shrinkage not applied)."""
+    ik = tab.view(np.int64)
+    cap = tab.shape[0] // 2
     n = 0
-    for s in range(keys.shape[0]):
-        if keys[s] != EMPTY and cur[s] != 0.0:
+    for s in range(cap):
+        if ik[2 * s] != EMPTY:
+            n += 1
+    keys = np.empty(n, dtype=np.int64)
+    vals = np.empty(n, dtype=np.float64)
+    stamps = np.empty(n, dtype=np.int64)
+    n = 0
+    for s in range(cap):
+        k = ik[2 * s]
+        if k != EMPTY:
+            keys[n] = k >> STAMP_BITS
+            stamps[n] = k & _SMASK
+            vals[n] = tab[2 * s + 1]
+            n += 1
+    return keys, vals, stamps
+
+
+@jit
+def table_to_coo(tab, S, K, n_cols):
+    """(rows, cols, values) of the nonzero up-to-date entries; read-only."""
+    ik = tab.view(np.int64)
+    cap = tab.shape[0] // 2
+    cur = table_values(tab, S, K)
+    n = 0
+    for s in range(cap):
+        if ik[2 * s] != EMPTY and cur[s] != 0.0:
             n += 1
     rows = np.empty(n, dtype=np.int64)
     cols = np.empty(n, dtype=np.int64)
     data = np.empty(n, dtype=np.float64)
     n = 0
-    for s in range(keys.shape[0]):
-        if keys[s] != EMPTY and cur[s] != 0.0:
-            k = np.int64(keys[s])
+    for s in range(cap):
+        if ik[2 * s] != EMPTY and cur[s] != 0.0:
+            k = ik[2 * s] >> STAMP_BITS
             rows[n] = k // n_cols
             cols[n] = k % n_cols
             data[n] = cur[s]
@@ -420,9 +474,10 @@ def table_to_coo(keys, vals, stamps, S, K, n_cols):
 
 
 @jit
-def score_rows(keys, vals, stamps, S, K, qp, qi, qx, dp, di, dx, n_cols, out):
+def score_rows(tab, S, K, qp, qi, qx, dp, di, dx, n_cols, out):
     """out[r] = q_r^T W d_r for row-aligned CSR Q, D, reading W with pending shrinkage."""
-    cap = keys.shape[0]
+    ik = tab.view(np.int64)
+    cap = tab.shape[0] // 2
     shift = _shift_of(cap)
     mask = cap - 1
     SK = S[K]
@@ -432,10 +487,10 @@ def score_rows(keys, vals, stamps, S, K, qp, qi, qx, dp, di, dx, n_cols, out):
             base = np.int64(qi[a]) * n_cols
             qa = np.float64(qx[a])
             for b in range(dp[r], dp[r + 1]):
-                sl = find_slot(keys, base + di[b], shift, mask)
+                sl = find_slot(ik, base + di[b], shift, mask)
                 if sl >= 0:
-                    v = vals[sl]
-                    st = stamps[sl]
+                    v = tab[2 * sl + 1]
+                    st = ik[2 * sl] & _SMASK
                     if st != K:
                         v = _soft(v, SK - S[st])
                     s += qa * v * np.float64(dx[b])

@@ -177,6 +177,7 @@ class SparseSGDRanker(BaseRanker):
         nd = np.diff(Dp.indptr) + np.diff(Dn.indptr)
         work = nq * nd
         slot_buf = np.empty(max(1, int(work.max())), dtype=np.int64)
+        zero_buf = np.empty(2 * max(1, int(work.max())), dtype=np.int64)
         dj = np.empty(max(1, int(nd.max())), dtype=np.int64)
         dx = np.empty(max(1, int(nd.max())), dtype=np.float64)
         lazy = bool(self._lazy) and not refit
@@ -184,11 +185,11 @@ class SparseSGDRanker(BaseRanker):
         while r < n:
             W.reserve_sweeps(n - r, p["T"])
             r_next = K_.sgd_steps(
-                W.keys, W.vals, W.stamps, W.S, W.istate, W.fstate,
+                W.tab, W.S, W.istate, W.fstate,
                 Q.indptr, Q.indices, Q.data, Dp.indptr, Dp.indices, Dp.data,
                 Dn.indptr, Dn.indices, Dn.data,
                 r, n, W.n_cols, p["eta0"], p["lr"], 0.0 if refit else p["l1"], p["T"],
-                lazy, refit, MAX_LOAD, slot_buf, dj, dx)
+                lazy, refit, MAX_LOAD, slot_buf, dj, dx, zero_buf)
             if r_next < n:
                 W.reserve(int(work[r_next]) + 1)
             r = r_next
@@ -339,9 +340,7 @@ class SparseSGDRanker(BaseRanker):
 
     @property
     def nnz_(self) -> int:
-        W = self._fitted()
-        cur = K_.table_values(W.keys, W.vals, W.stamps, W.S, int(W.istate[K_.I_K]))
-        return int(np.count_nonzero(cur))
+        return self._fitted().nnz()
 
     @property
     def density_(self) -> float:

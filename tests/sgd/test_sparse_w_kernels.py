@@ -11,81 +11,92 @@ from streamrank.sgd import _sparse_w_kernels as K
 from streamrank.sgd._table import SparseW
 
 
-def _table(cap, dtype=np.int64):
-    return (np.full(cap, K.EMPTY, dtype=dtype), np.zeros(cap), np.zeros(cap, dtype=np.int32))
+def _table(cap):
+    return SparseW._empty(cap)
 
 
-def _as_dict(keys, vals):
+def _keys(tab):
+    ik = tab.view(np.int64)[0::2]
+    return np.where(ik == K.EMPTY, K.EMPTY, ik >> K.STAMP_BITS)
+
+
+def _stamps(tab):
+    ik = tab.view(np.int64)[0::2]
+    return np.where(ik == K.EMPTY, 0, ik & K.MAX_STAMP)
+
+
+def _as_dict(tab):
+    keys = _keys(tab)
     occ = keys != K.EMPTY
-    return dict(zip(keys[occ].tolist(), vals[occ].tolist()))
+    return dict(zip(keys[occ].tolist(), tab[1::2][occ].tolist()))
 
 
-def _check_invariant(keys):
+def _check_invariant(tab):
     """Every key is reachable from its home slot without crossing an empty slot."""
+    keys = _keys(tab)
     cap = keys.shape[0]
     shift = K._shift_of(cap)
     for s in range(cap):
         if keys[s] == K.EMPTY:
             continue
-        assert K.find_slot(keys, keys[s], shift, cap - 1) == s
+        assert K.find_slot(tab.view(np.int64), keys[s], shift, cap - 1) == s
 
 
 @settings(max_examples=25, deadline=None)
 @given(ops=st.lists(st.tuples(st.booleans(), st.integers(0, 60)), max_size=120),
-       dtype=st.sampled_from([np.int32, np.int64]))
-def test_insert_delete_match_dict(ops, dtype):
+       big=st.booleans())
+def test_insert_delete_match_dict(ops, big):
     cap = 128  # small table: long probe chains and wrap-around
-    keys, vals, stamps = _table(cap, dtype)
+    tab = _table(cap)
+    off = K.MAX_KEY - 100 if big else 0  # the largest keys keep their bits next to the stamp
     ref = {}
     for n, (insert, key) in enumerate(ops):
+        key += off
         if insert:
-            added = K.insert_keys(keys, vals, stamps, np.array([key], dtype=dtype),
-                                  np.array([float(n + 1)]), 0)
+            added = K.insert_keys(tab, np.array([key]), np.array([float(n + 1)]), np.array([n % 7]))
             assert added == (key not in ref)
             ref[key] = float(n + 1)
         else:
-            assert K.delete_key(keys, vals, stamps, key) == (key in ref)
+            assert K.delete_key(tab, key) == (key in ref)
             ref.pop(key, None)
-        assert _as_dict(keys, vals) == ref
-    _check_invariant(keys)
+        assert _as_dict(tab) == ref
+    _check_invariant(tab)
 
 
 def test_dense_cluster_wraparound_and_deletion():
     cap = 16
-    keys, vals, stamps = _table(cap)
+    tab = _table(cap)
     ks = np.arange(100, 111, dtype=np.int64)  # 11 keys in 16 slots
-    K.insert_keys(keys, vals, stamps, ks, ks.astype(float), 0)
+    K.insert_keys(tab, ks, ks.astype(float), np.zeros(11, dtype=np.int64))
     for k in ks[::2]:
-        assert K.delete_key(keys, vals, stamps, k) == 1
-        _check_invariant(keys)
-    assert _as_dict(keys, vals) == {int(k): float(k) for k in ks[1::2]}
+        assert K.delete_key(tab, k) == 1
+        _check_invariant(tab)
+    assert _as_dict(tab) == {int(k): float(k) for k in ks[1::2]}
 
 
 @pytest.mark.parametrize("mode", [0, 1])
 def test_threshold_all_matches_soft_threshold(mode):
     rng = np.random.default_rng(0)
     cap = 64
-    keys, vals, stamps = _table(cap)
+    tab = _table(cap)
     ks = rng.choice(1000, size=40, replace=False).astype(np.int64)
     vs = rng.normal(size=40)
-    K.insert_keys(keys, vals, stamps, ks, vs, 0)
-    S = np.array([0.0, 0.3, 0.7])
     # mode 0: entries stamped at sweep 0 or 1 are brought to sweep 2
-    st_ = np.where(np.arange(cap) % 2 == 0, 0, 1).astype(np.int32)
-    stamps[:] = np.where(keys != K.EMPTY, st_, 0)
-    pending = {int(k): (S[2] - S[stamps[s]]) for s, k in enumerate(keys) if k != K.EMPTY}
-    before = _as_dict(keys, vals)
-    removed = K.threshold_all(keys, vals, stamps, S, 2, 0.5, mode)
+    K.insert_keys(tab, ks, vs, np.arange(40) % 2)
+    S = np.array([0.0, 0.3, 0.7])
+    pending = {int(k): (S[2] - S[i % 2]) for i, k in enumerate(ks)}
+    before = _as_dict(tab)
+    removed = K.threshold_all(tab, S, 2, 0.5, mode)
     thr = (lambda k: pending[k]) if mode == 0 else (lambda k: 0.5)
     expect = {k: float(np.sign(v) * max(abs(v) - thr(k), 0.0)) for k, v in before.items()}
     expect = {k: v for k, v in expect.items() if v != 0.0}
-    got = _as_dict(keys, vals)
+    got = _as_dict(tab)
     assert got.keys() == expect.keys()
     for k in got:
         assert got[k] == pytest.approx(expect[k], abs=1e-15)
     assert removed == len(before) - len(expect)
-    assert np.all(stamps[keys != K.EMPTY] == 2)
-    _check_invariant(keys)
+    assert np.all(_stamps(tab)[_keys(tab) != K.EMPTY] == 2)
+    _check_invariant(tab)
 
 
 def test_rehash_and_coo_and_score():
@@ -104,6 +115,7 @@ def test_rehash_and_coo_and_score():
     np.testing.assert_allclose(t.score(Q, D), np.asarray((Q @ W).multiply(D).sum(axis=1)).ravel(),
                                atol=1e-14)
     # pending shrinkage is applied on read, without changing the table
+    before = t.tab.copy()
     t.S[:2] = [0.0, 0.1]
     t.istate[K.I_K] = 1
     Ws = W.toarray()
@@ -111,6 +123,14 @@ def test_rehash_and_coo_and_score():
     np.testing.assert_allclose(t.to_csr().toarray(), Ws, atol=1e-15)
     np.testing.assert_allclose(t.score(Q, D), np.einsum("ri,ij,rj->r", Q.toarray(), Ws, D.toarray()),
                                atol=1e-14)
+    assert t.nnz() == np.count_nonzero(Ws)
+    np.testing.assert_array_equal(t.tab.view(np.int64), before.view(np.int64))
+    # state round trip keeps keys, values and stamps
+    attrs, arrays = t.state("p_")
+    t2 = SparseW.from_state(attrs, arrays, "p_")
+    np.testing.assert_array_equal(t2.to_csr().toarray(), t.to_csr().toarray())
+    with pytest.raises(ValueError, match="2\\*\\*43"):
+        SparseW(1 << 22, 1 << 22)
 
 
 def test_merge_diff():

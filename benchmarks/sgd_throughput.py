@@ -1,0 +1,173 @@
+"""Throughput of the sparse bilinear SGD ranker vs Vowpal Wabbit's bilinear emulation.
+
+Both learners see the same (q, d+, d-) tuples, one pass, single thread, in the
+same process:
+
+* streamrank: ``SparseSGDRanker.partial_fit`` (hinge, eta0/sqrt(t), lazy
+  cumulative L1, exact unhashed W in a hash table); batches of
+  ``--batch`` tuples already in memory as CSR;
+* Vowpal Wabbit (``pip install vowpalwabbit``, the ``bench`` extra): every
+  tuple is the example ``1 |q <q features> |d <d+ - d- features>`` with
+  ``-q qd`` (all q x d products: the bilinear form on hashed pairs),
+  ``--loss_function hinge``, ``-b`` bits of hash, ``--noconstant``; the
+  example strings are built before the clock starts, ``learn`` parses and
+  learns them (as the ``vw`` command line does from a file).  When
+  vowpalwabbit is not installed, a plain numpy/scipy dense-W SGD step is the
+  baseline instead.
+
+Rates are per CPU second of this process (``time.process_time``; both
+learners run single-threaded in this process), because the machine these
+figures were taken on is shared and wall time mostly measures the other jobs.
+Reported: tuples/s, hash-table updates/s (entries of W changed) and q x d
+products per tuple; the ratio streamrank / VW.  ``--rss`` also streams 10x
+more tuples and compares peak RSS (it must stay flat: memory is the model and
+one batch, never the stream).
+
+    python benchmarks/sgd_throughput.py                   # 20 Newsgroups tuples
+    python benchmarks/sgd_throughput.py --smoke           # a few seconds, synthetic
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+
+import numpy as np
+import scipy.sparse as sp
+
+
+def build_parser():
+    p = argparse.ArgumentParser(prog="benchmarks/sgd_throughput.py", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--tuples", type=int, default=50_000, help="tuples timed (one pass)")
+    p.add_argument("--batch", type=int, default=4096)
+    p.add_argument("--eta0", type=float, default=200.0)
+    p.add_argument("--l1", type=float, default=1e-4)
+    p.add_argument("--bits", type=int, default=20, help="VW hash bits (-b)")
+    p.add_argument("--limit", type=int, default=None, help="20NG documents per split (about)")
+    p.add_argument("--synthetic", action="store_true", help="random sparse vectors instead of 20NG")
+    p.add_argument("--rss", action="store_true", help="also stream 10x more tuples and compare peak RSS")
+    p.add_argument("--no-vw", action="store_true", help="skip Vowpal Wabbit")
+    p.add_argument("--smoke", action="store_true", help="tiny synthetic run, a few seconds")
+    return p
+
+
+def load_tuples(args):
+    if args.synthetic:
+        rng = np.random.default_rng(0)
+        n_docs, n_f = 2000, 2000
+        X = sp.random(n_docs, n_f, density=0.02, random_state=rng, format="csr")
+        X = sp.csr_matrix(X.multiply(1.0 / np.sqrt(X.multiply(X).sum(axis=1) + 1e-12)))
+        y = rng.integers(0, 20, n_docs)
+    else:
+        from streamrank.datasets.newsgroups import load_newsgroups
+
+        c = load_newsgroups(limit=args.limit)
+        X, y = c.X_train.astype(np.float64), c.y_train
+    from streamrank.datasets.tuples import class_tuples
+
+    t = class_tuples(y, y, args.tuples * (10 if args.rss else 1), same_set=True, random_state=0)
+    return X, t
+
+
+def run_streamrank(X, t, args, prebuild=True):
+    """``prebuild``: slice every batch before the clock starts (else stream them: flat memory)."""
+    import streamrank as sr
+
+    m = sr.SparseSGDRanker(eta0=args.eta0, l1=args.l1, refit=False)
+    w = t[:16]
+    sr.SparseSGDRanker().partial_fit(X[w[:, 0]], X[w[:, 1]], X[w[:, 2]])  # compile (cached)
+
+    def gen():
+        for a in range(0, len(t), args.batch):
+            yield X[t[a:a + args.batch, 0]], X[t[a:a + args.batch, 1]], X[t[a:a + args.batch, 2]]
+
+    batches = list(gen()) if prebuild else gen()
+    products = 0
+    t0, c0 = time.perf_counter(), time.process_time()
+    for Q, P, N in batches:
+        products += int(np.sum(np.diff(Q.indptr) * (np.diff(P.indptr) + np.diff(N.indptr))))
+        m.partial_fit(Q, P, N)
+    dt, cpu = time.perf_counter() - t0, time.process_time() - c0
+    return dict(seconds=dt, cpu=cpu, tuples_s=len(t) / cpu, updates_s=m.n_updates_ / cpu,
+                products=products / len(t), nnz=m.nnz_, mem_mb=m.memory_bytes_ / 1e6)
+
+
+def _vw_line(qi, qx, dj, dx):
+    q = " ".join(f"{i}:{v:.6g}" for i, v in zip(qi, qx))
+    d = " ".join(f"{j}:{v:.6g}" for j, v in zip(dj, dx) if v != 0)
+    return f"1 |q {q} |d {d}"
+
+
+def run_vw(X, t, args):
+    from vowpalwabbit import Workspace
+
+    lines = []
+    for a, b, c in t:
+        q = X[a]
+        delta = (X[b] - X[c]).tocsr()
+        lines.append(_vw_line(q.indices, q.data, delta.indices, delta.data))
+    vw = Workspace(f"--loss_function hinge -q qd -b {args.bits} --noconstant --quiet")
+    t0, c0 = time.perf_counter(), time.process_time()
+    for s in lines:
+        vw.learn(s)
+    dt, cpu = time.perf_counter() - t0, time.process_time() - c0
+    vw.finish()
+    return dict(seconds=dt, cpu=cpu, tuples_s=len(lines) / cpu)
+
+
+def run_numpy_dense(X, t, args, limit=2000):
+    """Plain numpy/scipy baseline: dense W, one hinge step per tuple (no L1)."""
+    n_f = X.shape[1]
+    W = np.eye(n_f)
+    t = t[:limit]
+    t0, c0 = time.perf_counter(), time.process_time()
+    for k, (a, b, c) in enumerate(t, start=1):
+        q = X[a]
+        delta = (X[b] - X[c]).tocsr()
+        margin = float(q.data @ W[np.ix_(q.indices, delta.indices)] @ delta.data)
+        if 1.0 - margin > 0:
+            W[np.ix_(q.indices, delta.indices)] += (args.eta0 / np.sqrt(k)) * np.outer(q.data, delta.data)
+    dt, cpu = time.perf_counter() - t0, time.process_time() - c0
+    return dict(seconds=dt, cpu=cpu, tuples_s=len(t) / cpu)
+
+
+def main(argv=None) -> int:
+    args = build_parser().parse_args(argv)
+    if args.smoke:
+        args.synthetic, args.tuples, args.batch = True, 3000, 1024
+    from streamrank._memory import PeakRSS
+
+    print("Note: figures taken on a 2-core machine shared with other engineers' jobs (single thread each).")
+    X, t_all = load_tuples(args)
+    t = t_all[:args.tuples]
+    print(f"{len(t):,} tuples over {X.shape[0]:,} documents, {X.shape[1]:,} features, "
+          f"{X.nnz / X.shape[0]:.0f} nonzeros per document")
+    sr_res = run_streamrank(X, t, args)
+    if args.rss:
+        with PeakRSS() as mem1:
+            run_streamrank(X, t, args, prebuild=False)
+    print(f"streamrank SparseSGDRanker: {sr_res['tuples_s']:,.0f} tuples/s, {sr_res['updates_s']:,.0f} "
+          f"W updates/s, {sr_res['products']:.0f} q x (d+ - d-) products per tuple, nnz(W) {sr_res['nnz']:,}, "
+          f"table {sr_res['mem_mb']:.1f} MB ({sr_res['cpu']:.2f} s CPU, {sr_res['seconds']:.1f} s wall)")
+    base = None
+    if not args.no_vw:
+        try:
+            base = ("Vowpal Wabbit -q qd hinge", run_vw(X, t, args))
+        except ImportError:
+            print("vowpalwabbit is not installed (pip install vowpalwabbit); numpy dense-W baseline instead")
+    if base is None:
+        base = ("numpy/scipy dense W", run_numpy_dense(X, t, args))
+    name, res = base
+    print(f"{name}: {res['tuples_s']:,.0f} tuples/s ({res['cpu']:.2f} s CPU, {res['seconds']:.1f} s wall)")
+    print(f"ratio streamrank / {name}: {sr_res['tuples_s'] / res['tuples_s']:.2f}x tuples/s")
+    if args.rss:
+        with PeakRSS() as mem10:
+            big = run_streamrank(X, t_all, args, prebuild=False)
+        print(f"peak RSS: {len(t):,} tuples {mem1.peak / 1e6:.0f} MB, {len(t_all):,} tuples {mem10.peak / 1e6:.0f} MB "
+              f"(W table {sr_res['mem_mb']:.1f} -> {big['mem_mb']:.1f} MB; batches streamed)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
