@@ -677,10 +677,8 @@ def _fit_model(args, *, cv_folds=None):
             elif args.learner in ("kernel", "sparse-kernel"):
                 model.fit(source, max_rows=args.max_rows) if args.learner == "sparse-kernel" else model.fit(source)
             elif args.learner == "sgd-pairwise":
-                kw = {}
-                if args.n_pairs:
-                    kw["n_pairs"] = args.n_pairs
-                model.fit(source, **kw)
+                model.fit(source, n_pairs=args.n_pairs, max_rows=args.max_rows, batch_size=args.batch_size)
+                record["pairs"] = int(model.t_)
             else:
                 model.fit(source, max_rows=args.max_rows)
         record.update(rows=store.n_rows, groups=store.n_groups, features=store.n_features)
@@ -1056,14 +1054,15 @@ def _learner_options(p, *, cv_option: bool):
     k.add_argument("--n-basis", type=int, default=256, help="sparse-kernel: basis rows (default 256)")
     s = p.add_argument_group("SGD (sgd-bilinear, sgd-pairwise)")
     s.add_argument("--eta0", type=_positive_float, default=None, help="step size C of eta_t = C/sqrt(t)")
-    s.add_argument("--l1", type=float, default=1e-5, help="L1 strength (default 1e-5)")
-    s.add_argument("--l2", type=float, default=0.0, help="sgd-pairwise: L2 strength")
-    s.add_argument("--loss", choices=("hinge", "logistic"), default="hinge", help="sgd-pairwise loss")
-    s.add_argument("--shrink-every", type=int, default=100, help="T: soft-threshold every T steps")
-    s.add_argument("--init", choices=("identity", "zeros"), default="identity", help="sgd-bilinear W_0")
+    s.add_argument("--l1", type=float, default=None, help="cumulative L1 strength (default: the learner's)")
+    s.add_argument("--l2", type=float, default=None, help="sgd-pairwise: L2 strength (default 0)")
+    s.add_argument("--loss", choices=("hinge", "logistic"), default=None, help="sgd-pairwise loss (default hinge)")
+    s.add_argument("--shrink-every", type=int, default=None, help="T: soft-threshold every T steps (default 100)")
+    s.add_argument("--init", choices=("identity", "zeros"), default=None, help="sgd-bilinear W_0 (default identity)")
     s.add_argument("--no-refit", action="store_true", help="sgd-bilinear: skip the refit on the support")
     s.add_argument("--steps", type=int, default=None, help="sgd-bilinear: SGD steps (default: one pass)")
-    s.add_argument("--n-pairs", type=int, default=None, help="sgd-pairwise: sampled pairs")
+    s.add_argument("--n-pairs", type=int, default=None,
+                   help="sgd-pairwise: pairs sampled within queries (default: one per row)")
     s.add_argument("--batch-size", type=int, default=1024)
     s.add_argument("--checkpoint-every", type=int, default=None,
                    help="sgd-bilinear: record history every N steps (default steps/20)")

@@ -68,6 +68,9 @@ EXTRA = {
     "sparse-kernel": {"check_fit2d_1sample":
                       "sparse RankRLS refuses n_basis larger than the rows ('n_basis=5 exceeds the number of "
                       "training rows (1)'); the check matches literal phrases"},
+    "sgd-pairwise": {"check_fit2d_1sample":
+                     "one row has no preference pair; the learner says 'no query group has two different "
+                     "scores; there is no preference pair to sample' instead of the literal phrases matched"},
     "cg": {"check_fit_score_takes_y":
            "the check calls partial_fit after fit; partial_fit continues the primal statistics, which a "
            "cg fit does not keep, so it raises NotImplementedError saying to refit with solver='primal'"},
@@ -81,6 +84,10 @@ def _learners():
         ("kernel", sr.KernelRankRLS(kernel="rbf", gamma=0.5, alpha=1.0)),
         ("sparse-kernel", sr.KernelRankRLS(kernel="rbf", gamma=0.5, alpha=1.0, n_basis=5, random_state=0)),
     ]
+    try:
+        out.append(("sgd-pairwise", sr.PairwiseSGDRanker(eta0=0.1, l1=1e-4)))
+    except (AttributeError, ImportError):  # pragma: no cover - learner not built
+        pass
     return out
 
 

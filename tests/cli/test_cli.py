@@ -201,6 +201,7 @@ def test_plot_regularization_path(rankrls_model, tmp_path):
     ("cg", ["--alpha", "4", "--tol", "1e-10"]),
     ("kernel", ["--gamma", "0.05", "--alpha", "1"]),
     ("sparse-kernel", ["--gamma", "0.05", "--n-basis", "60", "--alphas", "0.25,1,4", "--cv", "query"]),
+    ("sgd-pairwise", ["--eta0", "0.1", "--n-pairs", "3000", "--batch-size", "500"]),
 ])
 def test_other_learners(data, learner, opts, tmp_path):
     out = tmp_path / f"{learner}.zarr"
@@ -210,6 +211,11 @@ def test_other_learners(data, learner, opts, tmp_path):
     got = json.loads(ok(inproc("evaluate", "--model", out, "--store", data / "test.zarr", "--json")).stdout)
     assert got["metrics"]["ndcg@10"] == pytest.approx(sr.metrics.evaluate(store, m)["ndcg@10"].value, rel=1e-12)
     assert 0.3 < got["metrics"]["ndcg@10"] <= 1.0
+    if learner == "sgd-pairwise":   # the same pairs (seed 0) as the Python API
+        ref = sr.PairwiseSGDRanker(eta0=0.1).fit(sr.GroupStore.open(data / "train.zarr"), n_pairs=3000,
+                                                 max_rows=cli.DEFAULT_MAX_ROWS, batch_size=500)
+        np.testing.assert_array_equal(m.coef_, ref.coef_)
+        assert m.t_ == 3000
     if learner == "cg":   # the same model as the Python API
         ref = sr.RankRLS(alpha=4.0, solver="cg", tol=1e-10).fit(sr.GroupStore.open(data / "train.zarr"))
         np.testing.assert_allclose(m.coef_, ref.coef_, rtol=1e-8, atol=1e-10)
