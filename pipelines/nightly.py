@@ -274,7 +274,10 @@ def prune(models_dir, keep):
     removed = []
     for v in vs[:-keep]:
         if v != cur:
-            shutil.rmtree(Path(models_dir) / v, ignore_errors=True)
+            # rename first (atomic): a crash mid-delete leaves a hidden .partial that the next run removes
+            doomed = Path(models_dir) / f".{v}.{uuid.uuid4().hex}.partial"
+            os.replace(Path(models_dir) / v, doomed)
+            shutil.rmtree(doomed, ignore_errors=True)
             removed.append(v)
     return removed
 
