@@ -166,6 +166,7 @@ def print_table(rows, columns, title=None) -> None:
         print(title)
     left = [i == 0 or fmt == "s" for i, (_, _, fmt) in enumerate(columns)]
     head = "  ".join(h.ljust(w) if lf else h.rjust(w) for (_, h, _), w, lf in zip(columns, widths, left))
+    head = head.rstrip()
     print(head)
     print("-" * len(head))
     for c in cells:
