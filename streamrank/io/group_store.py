@@ -158,6 +158,8 @@ class GroupStore(BlockSource):
         import zarr
 
         n_features = _positive_int(n_features, "n_features")
+        if sparse:
+            _check_csr_width(n_features, "n_features")
         n_outputs = _positive_int(n_outputs, "n_outputs")
         if feature_names is not None:
             feature_names = [str(f) for f in feature_names]
@@ -596,6 +598,14 @@ def _positive_int(v, name):
     if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or int(v) < 1:
         raise ValueError(f"{name} must be a positive integer, got {v!r}")
     return int(v)
+
+
+def _check_csr_width(n, name):
+    """CSR column indices are stored as int32: a wider matrix would wrap around silently."""
+    if n > np.iinfo(np.int32).max:
+        raise ValueError(f"{name}={n} exceeds the int32 column indices of the store's CSR layout "
+                         f"(at most {np.iinfo(np.int32).max}); hash the features into fewer columns")
+    return n
 
 
 def _prepare_dir(p: Path, overwrite: bool):

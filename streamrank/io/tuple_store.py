@@ -31,7 +31,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from .._validation import check_finite
-from .group_store import _PRIVATE, _positive_int, _prepare_dir, writer_lock
+from .group_store import _PRIVATE, _check_csr_width, _positive_int, _prepare_dir, writer_lock
 from .schema import (
     FORMAT_VERSION,
     TUPLE_ARRAYS,
@@ -361,8 +361,8 @@ class TupleStore(TupleSource):
         """Create an empty tuple store and return it opened for appending."""
         import zarr
 
-        nq = _positive_int(n_query_features, "n_query_features")
-        nd = _positive_int(n_item_features, "n_item_features")
+        nq = _check_csr_width(_positive_int(n_query_features, "n_query_features"), "n_query_features")
+        nd = _check_csr_width(_positive_int(n_item_features, "n_item_features"), "n_item_features")
         p = Path(path)
         _prepare_dir(p, overwrite)
         root = zarr.open_group(store=zarr.storage.LocalStore(str(p)), mode="w")

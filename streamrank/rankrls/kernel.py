@@ -213,6 +213,8 @@ class KernelRankRLS(BaseRanker):
 
     def _fit_sparse(self, spec, source, max_rows):
         m = source.n_rows
+        if m < 1:
+            raise ValueError("X has 0 rows; at least 1 needed")
         self.n_outputs_ = source.n_outputs
         check_n_features(self, source.n_features, reset=True)
         if isinstance(self.basis, str):

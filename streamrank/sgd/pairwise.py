@@ -155,7 +155,9 @@ class PairwiseSGDRanker(BaseRanker):
         from ..io.sources import as_source
 
         self._params()
-        src = source if hasattr(source, "blocks") else as_source(source, y, qid)
+        src = as_source(source, y, qid)  # a BlockSource passes through (a dask array has .blocks too)
+        if src.n_rows == 0:
+            raise ValueError("empty input: X has 0 rows; at least two rows of one group are needed")
         self._v = None
         self._start(src.n_features)
         n_pairs = src.n_rows if n_pairs is None else check_int(n_pairs, "n_pairs", 0)
