@@ -169,8 +169,11 @@ class RankStatistics:
         s = group_weights(size, self.group_weight)
         row_group = np.repeat(np.arange(n_groups), local)
         d = (s * size)[row_group]                       # row weight s_g n_g
-        if not sparse and self.ties == "include" and rows:
-            self._add_dense_include(Phi, Y, gp, s, d, whole)
+        if not sparse and rows:
+            if self.ties == "include":
+                self._add_dense_include(Phi, Y, gp, s, d, whole)
+            else:
+                self._add_dense_exclude(Phi, Y, gp, s, d, size, whole)
             if not whole.all():
                 S = _k.group_sums(Phi, gp)
                 Sy = _k.group_sums(Y, gp)
@@ -255,6 +258,51 @@ class RankStatistics:
         sizes = local[whole]
         self.n_pairs += int(_pair_count(sizes).sum())
 
+    def _add_dense_exclude(self, Phi, Y, gp, s, d, size, whole):
+        """Fast path (dense, ties excluded): one GEMM of A = [√dG Φ, (d/√dG) Y] gives G's and B's
+        diagonal parts (dG_i = s_g (n_g - n_c(i)) for G, d_i = s_g n_g for B).
+
+        dG_i = 0 with d_i > 0 only in an all-tied group, which contributes
+        nothing at all (its rows and low-rank B part are dropped).
+        """
+        n, v = self.n_features, self.n_outputs
+        rows = Phi.shape[0]
+        cid, cgroup, csize = tie_classes(Y[:, 0], gp)
+        in_whole = whole[cgroup]
+        keep = in_whole & (csize > 1)                    # tied classes of whole groups
+        tied = keep[cid]
+        dG = d - np.where(tied, s[cgroup][cid] * csize[cid], 0.0)
+        sq = np.sqrt(np.maximum(dG, 0.0))
+        scaleY = np.zeros(rows)
+        np.divide(d, sq, out=scaleY, where=sq > 0)
+        A = np.empty((rows, n + v))
+        np.multiply(Phi, sq[:, None], out=A[:, :n])
+        np.multiply(Y, scaleY[:, None], out=A[:, n:])
+        AtA = A.T @ A
+        self._G += AtA[:n, :n]
+        self._B += AtA[:n, n:]
+        self._yLy += (d[:, None] * Y * Y).sum(axis=0)
+        S = _k.group_sums(Phi, gp)
+        Sy = _k.group_sums(Y, gp)
+        all_tied = np.zeros(len(s), dtype=bool)
+        all_tied[cgroup[keep & (csize == size[cgroup])]] = True   # groups whose rows all have dG = 0
+        w = np.where(whole, s, 0.0)
+        wB = np.where(all_tied, 0.0, w)
+        self._G -= _weighted_gram(S, w)
+        self._B -= _weighted_xty(S, wB, Sy)
+        self._yLy -= (w[:, None] * Sy * Sy).sum(axis=0)
+        if keep.any():
+            kept = np.flatnonzero(keep)
+            relabel = np.full(len(cgroup), -1, dtype=np.int64)
+            relabel[kept] = np.arange(kept.size)
+            r = np.flatnonzero(tied)
+            Sc = _k.id_sums(Phi[r], relabel[cid[r]], kept.size)
+            self._G += _weighted_gram(Sc, s[cgroup[kept]])
+            self.n_pairs -= int(_pair_count(csize[kept]).sum())
+        self.n_rows += rows
+        self.n_groups += int(whole.sum())
+        self.n_pairs += int(_pair_count(size[whole]).sum())
+
     def _add_pieces(self, Phi, Y, gp, S, Sy, size, whole, group_id):
         if not whole.all():
             if group_id is None:
@@ -265,7 +313,7 @@ class RankStatistics:
                 Sg = _dense_row(S, g)
                 self._add_open(int(gid[g]), int(b - a), int(size[g]), Sg, Sy[g].copy(), None)
                 if self.ties == "exclude" and b > a:
-                    piece = Phi[a:b]
+                    piece = Phi[a:b] if sp.issparse(Phi) else np.asarray(Phi[a:b], dtype=np.float64)
                     yv = Y[a:b, 0]
                     classes = {}
                     for val in np.unique(yv):
