@@ -125,6 +125,7 @@ def dense_case(rows, n_features, group_size, workdir, max_rows, label):
         print(f"[{label}] raw read {t_read:.2f} s | numpy GEMM XᵀX float32 {out['gemm32']:.2f} s, "
               f"float64 {out['gemm64']:.2f} s")
         print(f"[{label}] fit {t_fit:.2f} s = {t_fit / base:.2f} x max(read, GEMM32) (target <= 1.3), "
+              f"{t_fit / max(out['read'], out['gemm64']):.2f} x max(read, GEMM64: the float64 accumulation's floor), "
               f"peak RSS {out['fit_peak_mib']:.0f} MiB (+{out['fit_delta_mib']:.0f} MiB during fit)")
     else:
         print(f"[{label}] raw read {t_read:.2f} s | fit {t_fit:.2f} s = {t_fit / t_read:.2f} x read; "
