@@ -1,4 +1,8 @@
-"""Data-parallel SGD rounds for the bilinear ranker on a dask cluster (issue 6).
+"""Data-parallel SGD rounds for the SGD rankers on a dask cluster (issue 6).
+
+:class:`~streamrank.SparseSGDRanker` (bilinear, a TupleStore) and
+:class:`~streamrank.PairwiseSGDRanker` (linear, pairs sampled within the
+groups of a GroupStore) share the scheme below.
 
 Round r (of ``rounds``): the current model is scattered to the workers once;
 shard k of ``n_shards`` (a contiguous share of the tuple ids, read by the
@@ -47,14 +51,41 @@ def _round_task(shard, ref, model, n_shards, round_, steps, step_batch):
     m = copy.deepcopy(model)
     if ids.size == 0:
         return m
-    Q, D = source._matrices()
+    Q, D = source.matrices()
     lo, hi = int(ids.min()), int(ids.max()) + 1
-    tup, _ = source._read_tuples(lo, hi)
+    tup, _ = source.read_tuples(lo, hi)
     tup = tup[ids - lo]
     for a in range(0, len(tup), step_batch):
         t = tup[a:a + step_batch]
         m.partial_fit(Q[t[:, 0]], D[t[:, 1]], D[t[:, 2]])
     return m
+
+
+def _pairwise_round_task(shard, ref, model, n_shards, round_, steps, plan):
+    """Shard k owns planned blocks k, k + K, ...; round r samples ``steps`` pairs in its (r mod)-th block."""
+    mine = plan[shard::n_shards]
+    m = copy.deepcopy(model)
+    if not mine:
+        return m
+    block = ref.open().read_block(*mine[round_ % len(mine)])
+    m.partial_fit(block.X, block.y, block.row_qid(), n_pairs=steps)
+    return m
+
+
+def average_pairwise(models):
+    """Average of linear models that took the same number of steps from the same state.
+
+    ``w = mean_k w_k`` (a dense n-vector); the clock is the shards' common
+    ``t``; the pending L1 window (the same on every shard: it depends on t
+    only) is kept.
+    """
+    out = copy.deepcopy(models[0])
+    out._v = np.mean([m.coef_ for m in models], axis=0)
+    out._fstate = models[0]._fstate.copy()
+    out._fstate[0] = 1.0                     # coef_ = fstate[0] * v: the scale is folded into v
+    out._istate = models[0]._istate.copy()
+    out._istate[0] = max(m.t_ for m in models)
+    return out
 
 
 def average_models(models):
@@ -82,36 +113,53 @@ def average_models(models):
     return out
 
 
-def fit_sgd_rounds(estimator, tuple_source, client=None, *, rounds=10, steps_per_round=10_000, n_shards=None,
-                   batch_size=1024):
+def fit_sgd_rounds(estimator, source, client=None, *, rounds=10, steps_per_round=10_000, n_shards=None,
+                   batch_size=1024, max_rows=65_536):
     """Data-parallel rounds of SGD (see module doc); fits ``estimator`` in place and returns it.
 
+    ``source``: a TupleStore for :class:`~streamrank.SparseSGDRanker`, a
+    GroupStore (any BlockSource) for :class:`~streamrank.PairwiseSGDRanker`.
     ``n_shards`` defaults to the number of workers.  The model continues
     from its current state when it is already fitted (nightly resume).
     """
-    from .distributed import get_client
+    from .distributed import _as_source, _ship_source, get_client
 
     rounds = int(rounds)
     steps = int(steps_per_round)
     if rounds < 1 or steps < 1:
         raise ValueError(f"rounds and steps_per_round must be >= 1, got {rounds}, {steps}")
+    pairwise = hasattr(estimator, "partial_fit_pairs")
     with get_client(client) as c:
         k = int(n_shards) if n_shards else max(1, len(c.scheduler_info()["workers"]))
-        ref = tuple_source if hasattr(tuple_source, "path") else c.scatter(tuple_source, hash=False)
         model = estimator
-        if getattr(model, "_W", None) is None:  # start W₀ on the client (identity or zeros)
-            model._params()
-            model._start(int(tuple_source.n_query_features), int(tuple_source.n_item_features))
+        if pairwise:
+            source = _as_source(source)
+            ref = _ship_source(c, source)
+            plan = source.plan(max_rows)
+            if getattr(model, "_v", None) is None:
+                model._params()
+                model._start(source.n_features)
+        else:
+            ref = source if hasattr(source, "path") else c.scatter(source, hash=False)
+            if getattr(model, "_W", None) is None:  # start W₀ on the client (identity or zeros)
+                model._params()
+                model._start(int(source.n_query_features), int(source.n_item_features))
         history = []
         for r in range(rounds):
             mf = c.scatter(model, broadcast=True, hash=False)       # once per round
-            parts = c.map(_round_task, range(k), ref=ref, model=mf, n_shards=k, round_=r, steps=steps,
-                          step_batch=batch_size, pure=False)
+            if pairwise:
+                parts = c.map(_pairwise_round_task, range(k), ref=ref, model=mf, n_shards=k, round_=r,
+                              steps=steps, plan=plan, pure=False)
+            else:
+                parts = c.map(_round_task, range(k), ref=ref, model=mf, n_shards=k, round_=r, steps=steps,
+                              step_batch=batch_size, pure=False)
             shards = c.gather(parts)
-            model = average_models(shards) if k > 1 else shards[0]
-            history.append({"round": r, "t": model.t_, "nnz": model.nnz_})
+            if k == 1:
+                model = shards[0]
+            else:
+                model = average_pairwise(shards) if pairwise else average_models(shards)
+            history.append({"round": r, "t": model.t_,
+                            "nnz": int(np.count_nonzero(model.coef_)) if pairwise else model.nnz_})
     estimator.__dict__.update(model.__dict__)
     estimator.rounds_history_ = history
     return estimator
-
-

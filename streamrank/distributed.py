@@ -300,9 +300,11 @@ def fit(estimator, source, client=None, *, max_rows=DEFAULT_BLOCK_ROWS, split_ev
     rounds (``rounds=``, ``steps_per_round=``, ``n_shards=`` keywords; see
     :func:`fit_sgd_rounds`) — close to, not equal to, the single-machine run.
     """
-    if hasattr(source, "n_tuples") and hasattr(estimator, "partial_fit"):
+    if (hasattr(source, "n_tuples") and hasattr(estimator, "partial_fit")) or hasattr(estimator, "partial_fit_pairs"):
         from ._distributed_sgd import fit_sgd_rounds
 
+        if hasattr(estimator, "partial_fit_pairs"):
+            kwargs["max_rows"] = max_rows
         return fit_sgd_rounds(estimator, source, client, **kwargs)
     source = _as_source(source)
     if source.n_rows == 0:

@@ -264,3 +264,22 @@ def test_cli_sparse_kernel_and_cg(client, store, tmp_path, capsys):
             ref = sr.RankRLS(alpha=0.5, solver="cg").fit(store, max_rows=60)
             np.testing.assert_allclose(model.coef_, ref.coef_, rtol=1e-8, atol=1e-12)
     assert capsys.readouterr().out.count("distributed ") == 2
+
+
+def test_pairwise_sgd_rounds(client, store):
+    """One shard == sequential partial_fit on the same blocks; two shards: averaged, close in quality."""
+    kw = dict(eta0=0.05, l1=1e-4, shrink_every=10, random_state=4)
+    one = srd.fit(sr.PairwiseSGDRanker(**kw), store, client, rounds=3, steps_per_round=100, n_shards=1,
+                  max_rows=120)
+    local = sr.PairwiseSGDRanker(**kw)
+    plan = store.plan(120)
+    for r in range(3):
+        b = store.read_block(*plan[r % len(plan)])
+        local.partial_fit(b.X, b.y, b.row_qid(), n_pairs=100)
+    assert one.t_ == local.t_ == 300
+    np.testing.assert_allclose(one.coef_, local.coef_, rtol=1e-12, atol=1e-15)
+    two = srd.fit(sr.PairwiseSGDRanker(**kw), store, client, rounds=4, steps_per_round=150, max_rows=120)
+    assert two.t_ == 600 and len(two.rounds_history_) == 4
+    single = sr.PairwiseSGDRanker(**kw).fit(store, n_pairs=1200)
+    nd = {name: evaluate(store, m, k=10)["ndcg@10"].value for name, m in (("two", two), ("single", single))}
+    assert nd["two"] >= nd["single"] - 0.1, nd
