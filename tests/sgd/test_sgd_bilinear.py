@@ -294,3 +294,25 @@ def test_params_and_refit_name():
     sklearn_base = pytest.importorskip("sklearn.base")
     c = sklearn_base.clone(m)
     assert c.get_params() == m.get_params()
+
+
+def test_fit_from_tuplestore_equals_partial_fit_on_its_batches(tmp_path):
+    """A real zarr TupleStore (bounded shuffle buffer): fit == partial_fit over the same batches."""
+    rng = np.random.default_rng(0)
+    Q = sp.random(40, 9, density=0.3, random_state=rng, format="csr")
+    D = sp.random(60, 9, density=0.3, random_state=rng, format="csr")
+    tup = np.c_[rng.integers(0, 40, 500), rng.integers(0, 60, 500), rng.integers(0, 60, 500)]
+    store = sr.TupleStore.create(tmp_path / "t.zarr", 9, 9)
+    store.append(Q, D, tup)
+    kw = dict(eta0=1.0, l1=0.02, shrink_every=10, refit=False, random_state=5)
+    m = SparseSGDRanker(**kw).fit(store, n_steps=800, batch_size=64, shuffle_buffer=128)
+    p = SparseSGDRanker(**kw)
+    left = 800
+    for seed in (5, 6):  # pass p uses random_state + p
+        for b in store.batches(batch_size=64, shuffle_buffer=128, random_state=seed):
+            k = min(left, b.Q.shape[0])
+            if k:
+                p.partial_fit(b.Q[:k], b.D_pos[:k], b.D_neg[:k])
+            left -= k
+    assert m.t_ == p.t_ == 800
+    np.testing.assert_allclose(m.W_.toarray(), p.W_.toarray(), atol=1e-12)
