@@ -220,7 +220,7 @@ def _vm_hwm():
     return 0
 
 
-def bench_memory(workdir, n_features, max_rows, factors=(10, 20, 40)):
+def bench_memory(workdir, n_features, max_rows, factors=(10, 20, 40, 80)):
     print(f"\n4. peak RSS of a fresh process streaming the store (block budget {max_rows:,} rows "
           f"= {max_rows * n_features * 4 / 1e6:.0f} MB of X)")
     print(f"   {'store rows':>12}{'x budget':>10}{'store MB':>10}{'RSS after open':>16}{'peak RSS':>10}"

@@ -149,3 +149,69 @@ def test_sigkill_mid_append(tmp_path, sparse):
     assert _check_prefix(path, data, sparse) == k + 1
     # not asserted (timing-dependent), but recorded: how often the kill tore an append
     print(f"kills that left a torn tail: {killed_mid} of {len(delays)}")
+
+
+TUPLE_CHILD = textwrap.dedent(
+    """
+    import sys
+    sys.path.insert(0, {root!r})
+    import numpy as np, scipy.sparse as sp, streamrank as sr
+
+    def batch(i):
+        rng = np.random.default_rng(2000 + i)
+        Q = sp.random(200, 50, density=0.1, format="csr", random_state=rng)
+        D = sp.random(400, 60, density=0.1, format="csr", random_state=rng)
+        t = np.c_[rng.integers(0, 200, 20_000), rng.integers(0, 400, 20_000), rng.integers(0, 400, 20_000)]
+        return Q, D, t, rng.uniform(0.5, 2.0, 20_000)
+
+    if __name__ == "__main__":
+        ts = sr.TupleStore.open(sys.argv[1], mode="a")
+        print("ready", flush=True)
+        for i in range(int(sys.argv[2]), int(sys.argv[3])):
+            Q, D, t, m = batch(i)
+            ts.append(Q, D, t, magnitudes=m, batch_id=f"b{{i}}")
+        print("done", flush=True)
+    """
+)
+
+
+@pytest.mark.slow
+def test_sigkill_mid_tuple_append(tmp_path):
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    script = tmp_path / "tuple_child.py"
+    script.write_text(TUPLE_CHILD.format(root=root))
+    sys.path.insert(0, str(tmp_path))
+    try:
+        import importlib
+
+        import tuple_child
+
+        child = importlib.reload(tuple_child)
+    finally:
+        sys.path.remove(str(tmp_path))
+    path = str(tmp_path / "t.zarr")
+    sr.TupleStore.create(path, 50, 60)
+    proc = subprocess.Popen([sys.executable, str(script), path, "0", "10000"], stdout=subprocess.PIPE, text=True)
+    assert proc.stdout.readline().strip() == "ready"
+    time.sleep(float(np.random.default_rng(11).uniform(0.1, 0.4)))
+    proc.send_signal(signal.SIGKILL)
+    proc.wait(timeout=30)
+    proc.stdout.close()
+
+    ts = sr.TupleStore.open(path)
+    k = len(ts.log)
+    assert [e["batch_id"] for e in ts.log] == [f"b{i}" for i in range(k)]
+    assert ts.verify() == k and ts.n_tuples == 20_000 * k
+    w = sr.TupleStore.open(path, mode="a")
+    done = []
+    for i in range(k + 1):
+        Q, D, t, m = child.batch(i)
+        done.append(w.append(Q, D, t, magnitudes=m, batch_id=f"b{i}"))
+    assert done == [False] * k + [True]
+    ts = sr.TupleStore.open(path)
+    assert ts.verify() == k + 1
+    Q, D, t, m = child.batch(k)
+    b = ts.take(20_000 * k, 20_000 * (k + 1))
+    np.testing.assert_array_equal(b.tuples, t + [200 * k, 400 * k, 400 * k])
+    np.testing.assert_array_equal(b.magnitude, m)
+    np.testing.assert_array_equal(b.D_pos.toarray(), D[t[:, 1]].toarray().astype(np.float32))
