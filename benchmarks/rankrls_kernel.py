@@ -41,6 +41,15 @@ GAMMA = 0.01
 
 
 def _peak_gib() -> float:
+    """Peak RSS of this process in GiB: VmHWM of /proc/self/status (reset by exec, unlike ru_maxrss,
+    which on Linux keeps the parent's high-water mark in a child started by subprocess)."""
+    try:
+        with open("/proc/self/status") as fh:
+            for line in fh:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) / 2**20
+    except OSError:
+        pass
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20   # Linux: KiB
 
 
@@ -186,11 +195,11 @@ def main(argv=None):
             out = _worker_sparse(args["store"], args["r"], args["alpha"], args["test_rows"], args["block_rows"])
         print(json.dumps(out))
         return 0
-    sizes = a.sizes or ([300, 600] if a.smoke else [2000, 4000, 8000])
-    rows = a.rows or (20_000 if a.smoke else 1_000_000)
-    r = a.basis or (100 if a.smoke else 1000)
-    sub = 1000 if a.smoke else 8000
-    test_rows = 2000 if a.smoke else 4000
+    sizes = a.sizes or ([200, 400] if a.smoke else [2000, 4000, 8000])
+    rows = a.rows or (8_000 if a.smoke else 1_000_000)
+    r = a.basis or (50 if a.smoke else 1000)
+    sub = 600 if a.smoke else 8000
+    test_rows = 1000 if a.smoke else 4000
     print("note: figures depend on machine load; on a shared machine they are noisy")
     if a.only in (None, "dual"):
         bench_dual(sizes)
