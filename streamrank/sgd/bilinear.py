@@ -37,6 +37,7 @@ from ..base import BaseRanker, NotFittedError
 from ..persistence import register_model
 from . import _sparse_w_kernels as K_
 from ._base import (
+    _as_csr,
     check_choice,
     check_eta0,
     check_int,
@@ -218,13 +219,16 @@ class SparseSGDRanker(BaseRanker):
         random_state=)`` yielding objects with row-aligned CSR ``.Q``,
         ``.D_pos``, ``.D_neg`` (a :class:`~streamrank.TupleStore`); more steps
         than tuples make further passes.  ``validation=(Q, D_pos, D_neg)`` and
-        ``checkpoint_every=N`` record the tuple error, density and nnz of W
-        every N steps in ``history_``.
+        ``checkpoint_every=N`` (default with a validation set: ``n_steps // 20``)
+        record the tuple error, density and nnz of W every N steps in
+        ``history_`` (also through the refit phase).
         """
         self._params()
         n_steps = check_int(n_steps, "n_steps", 1)
         checkpoint_every = check_int(checkpoint_every, "checkpoint_every", 1, allow_none=True)
         val = self._check_validation(validation)
+        if val is not None and checkpoint_every is None:
+            checkpoint_every = max(1, n_steps // 20)
         self._W = None
         for Q, Dp, Dn in self._stream(tuple_source, n_steps, batch_size, shuffle_buffer,
                                       checkpoint_every):
@@ -359,7 +363,11 @@ class SparseSGDRanker(BaseRanker):
     def score(self, Q, D) -> np.ndarray:
         """``q_r^T W d_r`` for every row r of row-aligned Q and D."""
         W = self._fitted()
-        Q, D, _ = check_tuples(Q, D, D, self.n_query_features_, self.n_item_features_)
+        Q = _as_csr(Q, "Q", self.n_query_features_)
+        D = _as_csr(D, "D", self.n_item_features_)
+        if D.shape[0] != Q.shape[0]:
+            raise ValueError(f"D has {D.shape[0]} rows but Q has {Q.shape[0]}; score pairs row r of Q "
+                             "with row r of D")
         return W.score(Q, D)
 
     # --------------------------------------------------------- persistence

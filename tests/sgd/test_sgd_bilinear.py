@@ -267,8 +267,10 @@ def test_bad_tuples():
         m.partial_fit(sp.random(10, 5, density=0.3, format="csr"), Dp, Dn)
     with pytest.raises(ValueError, match="D_pos has 6 features"):
         m.partial_fit(Q, sp.random(10, 6, density=0.3, format="csr"), Dn)
-    with pytest.raises(ValueError, match="features"):
+    with pytest.raises(ValueError, match="D has 6 features"):
         m.score(Q, sp.random(10, 6, density=0.3, format="csr"))
+    with pytest.raises(ValueError, match="D has 9 rows but Q has 10"):
+        m.score(Q, Dp[:9])
     with pytest.raises(NotFittedError):
         SparseSGDRanker().score(Q, Dp)
     with pytest.raises(NotFittedError):
