@@ -14,9 +14,10 @@ reduced on the workers (no second pass).  ``--validation STORE`` evaluates
 the model on the workers (NDCG@10, disagreement).  The model is saved with
 ``sr.save(model, OUT)``; a summary line goes to stdout and ``--report FILE``
 writes the JSON report.  ``--learner sgd-bilinear`` reads a TupleStore and
-runs data-parallel rounds (``--rounds``, ``--steps-per-round``); with
-``--compare-single`` the report carries the tuple error of one machine taking
-the same steps.
+runs data-parallel rounds (``--rounds``, ``--steps-per-round``);
+``sgd-pairwise`` does the same with pairs sampled within the groups of the
+GroupStore's blocks.  With ``--compare-single`` the report carries the
+quality (tuple error / NDCG@10) of one machine taking as many steps.
 """
 from __future__ import annotations
 
@@ -45,10 +46,10 @@ def build_estimator(args):
     if args.learner == "sparse-kernel":
         return sr.KernelRankRLS(kernel=args.kernel, gamma=args.gamma, alpha=args.alpha, n_basis=args.n_basis,
                                 group_weight=args.group_weight, random_state=args.seed)
+    sgd = {k: v for k, v in (("eta0", args.eta0), ("l1", args.l1)) if v is not None}
     if args.learner == "sgd-bilinear":
-        return sr.SparseSGDRanker(eta0=args.eta0, l1=args.l1, refit=False)
-    raise NotImplementedError(f"--learner {args.learner}: PairwiseSGDRanker had not landed when this "
-                              "pipeline was written; use rankrls, sparse-kernel or sgd-bilinear")
+        return sr.SparseSGDRanker(refit=False, **sgd)
+    return sr.PairwiseSGDRanker(random_state=args.seed, **sgd)
 
 
 def _tuple_quality(model, store):
@@ -111,8 +112,10 @@ def run(args, out=None):
     from pipelines.nightly import select_alpha
 
     out = sys.stdout if out is None else out
-    if args.learner.startswith("sgd"):
+    if args.learner == "sgd-bilinear":
         return run_sgd(args, out)
+    if args.learner == "sgd-pairwise":
+        return run_pairwise(args, out)
     store = sr.GroupStore.open(args.store)
     est = build_estimator(args)
     report = {"store": str(args.store), "rows": store.n_rows, "groups": store.n_groups,
@@ -150,6 +153,40 @@ def run(args, out=None):
     return report
 
 
+def run_pairwise(args, out):
+    """PairwiseSGDRanker rounds over a GroupStore; NDCG@10 against one machine on as many pairs."""
+    from streamrank.metrics import evaluate
+
+    store = sr.GroupStore.open(args.store)
+    est = build_estimator(args)
+    steps = args.steps_per_round
+    report = {"store": str(args.store), "rows": store.n_rows, "learner": args.learner, "model": str(args.model),
+              "rounds": args.rounds, "steps_per_round": steps}
+    t0 = time.perf_counter()
+    with srd.get_client(args.scheduler, n_workers=args.workers) as client:
+        k = len(client.scheduler_info()["workers"])
+        srd.fit(est, store, client, rounds=args.rounds, steps_per_round=steps, n_shards=k,
+                max_rows=args.max_rows)
+        report.update(workers=k, fit_seconds=time.perf_counter() - t0, t=est.t_)
+        val = args.validation or store
+        report["ndcg@10"] = float(srd.evaluate(est, val, client, k=10, metrics=("ndcg",),
+                                               max_rows=args.max_rows)["ndcg@10"].value)
+    sr.save(est, args.model)
+    line = (f"distributed {args.learner}: {args.rounds} rounds x {k} shards x {steps} pairs in "
+            f"{report['fit_seconds']:.2f} s, ndcg@10 {report['ndcg@10']:.4f}")
+    if args.compare_single:
+        t1 = time.perf_counter()
+        single = build_estimator(args).fit(store, n_pairs=args.rounds * k * steps, max_rows=args.max_rows)
+        report["single_seconds"] = time.perf_counter() - t1
+        vsrc = sr.GroupStore.open(val) if isinstance(val, str) else val
+        report["single_ndcg@10"] = float(evaluate(vsrc, single, k=10, metrics=("ndcg",))["ndcg@10"].value)
+        line += f" (one machine, as many pairs: {report['single_ndcg@10']:.4f} in {report['single_seconds']:.2f} s)"
+    out.write(line + f" -> {args.model}\n")
+    if args.report:
+        Path(args.report).write_text(json.dumps(report, indent=1, sort_keys=True))
+    return report
+
+
 def build_parser():
     from pipelines.nightly import _parse_alphas
 
@@ -175,8 +212,9 @@ def build_parser():
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--rounds", type=int, default=10, help="sgd: averaging rounds")
     p.add_argument("--steps-per-round", type=int, default=10_000, help="sgd: steps per shard and round")
-    p.add_argument("--eta0", type=float, default=200.0, help="sgd: C of eta_t = C / sqrt(t)")
-    p.add_argument("--l1", type=float, default=1e-5, help="sgd: L1 strength")
+    p.add_argument("--eta0", type=float, default=None,
+                   help="sgd: C of eta_t = C / sqrt(t) (default: the learner's, 200 bilinear / 0.1 pairwise)")
+    p.add_argument("--l1", type=float, default=None, help="sgd: L1 strength (default: the learner's)")
     p.add_argument("--compare-single", action="store_true",
                    help="sgd: also run one machine on the same tuples and report both qualities")
     p.add_argument("--max-rows", type=int, default=srd.DEFAULT_BLOCK_ROWS, help="block budget (rows)")

@@ -12,7 +12,8 @@ One run = one night::
    own atomic append; the next run repairs the torn tail and redoes it).
    With ``--learner sgd-bilinear`` STORE is a :class:`~streamrank.TupleStore`
    and a DAYFILE is an ``.npz`` with ``Q``, ``D``, ``tuples`` (rows local to
-   the file) or a TupleStore.
+   the file) or a TupleStore.  ``sgd-pairwise`` uses a GroupStore like
+   RankRLS.
 2. **Update** the model incrementally: RankRLS keeps its statistics
    (G = XᵀLX, B = XᵀLY and the per-fold statistics of k-fold group CV) in the
    saved model; a night reads only the groups the base model has not seen
@@ -474,6 +475,16 @@ def update_sgd(store, base_model, seen, *, params=None, batch=4096):
     return model, {"new_tuples": n - seen, "t": model.t_, "nnz": model.nnz_}
 
 
+def update_pairwise(store, base_model, seen, *, params=None, max_rows=DEFAULT_BLOCK_ROWS):
+    """Resume PairwiseSGDRanker: ``partial_fit`` on each block of the new groups (pairs sampled within
+    groups, one pair per row; step counter, L1 window and sampling counter intact)."""
+    model = sr.PairwiseSGDRanker(**(params or {})) if base_model is None else base_model
+    new = GroupRange(store, seen, store.n_groups)
+    for block in new.blocks(max_rows=max_rows):
+        model.partial_fit(block.X, block.y, block.row_qid())
+    return model, {"new_rows": new.n_rows, "new_groups": new.n_groups, "t": model.t_}
+
+
 def validate_tuples(model, store, t0, t1):
     """Tuple error (fraction of tuples ranked wrongly or tied) on tuples t0:t1."""
     from streamrank.metrics import tuple_error
@@ -511,10 +522,7 @@ def run_night(store_path, new_files, models_dir, *, learner="rankrls", alphas=No
     out = sys.stdout if out is None else out
     if learner not in LEARNERS:
         raise ValueError(f"--learner must be one of {LEARNERS}, got {learner!r}")
-    if learner == "sgd-pairwise":
-        raise NotImplementedError("nightly learner 'sgd-pairwise' is not implemented yet (PairwiseSGDRanker "
-                                  "had not landed); use rankrls, sparse-kernel or sgd-bilinear")
-    tuples = learner.startswith("sgd")
+    tuples = learner == "sgd-bilinear"
     unit = "tuples" if tuples else "groups"
     from streamrank.rankrls.linear import DEFAULT_ALPHAS
 
@@ -569,6 +577,8 @@ def run_night(store_path, new_files, models_dir, *, learner="rankrls", alphas=No
         else:
             if learner == "rankrls":
                 model, sel = update_rankrls(store, base_model, seen, alphas, folds=folds, max_rows=max_rows)
+            elif learner == "sgd-pairwise":
+                model, sel = update_pairwise(store, base_model, seen, params=learner_params, max_rows=max_rows)
             else:
                 model, sel, extra = update_kernel(store, base_model, models_dir / base if base else None, seen,
                                                   alphas, folds=folds, max_rows=max_rows, params=learner_params)
@@ -724,8 +734,17 @@ def build_parser():
     p.add_argument("--n-basis", type=int, default=500, help="sparse-kernel: basis rows (fixed at the first night)")
     p.add_argument("--kernel", default="rbf", help="sparse-kernel: kernel name")
     p.add_argument("--gamma", type=float, default=1.0, help="sparse-kernel: kernel width")
-    p.add_argument("--seed", type=int, default=0, help="sparse-kernel: seed of the basis reservoir")
+    p.add_argument("--seed", type=int, default=0,
+                   help="sparse-kernel: seed of the basis reservoir; sgd-pairwise: seed of the pair sampling")
     return p
+
+
+def _learner_params(args):
+    if args.learner == "sparse-kernel":
+        return {"n_basis": args.n_basis, "kernel": args.kernel, "gamma": args.gamma, "random_state": args.seed}
+    if args.learner == "sgd-pairwise":
+        return {"random_state": args.seed}
+    return None
 
 
 def main(argv=None) -> int:
@@ -733,8 +752,7 @@ def main(argv=None) -> int:
     run_night(args.store, args.new, args.models, learner=args.learner, alphas=args.alphas, full=args.full,
               keep=args.keep, tolerance=args.tolerance, folds=args.folds, validation=args.validation,
               max_rows=args.max_rows, plot=not args.no_plot,
-              learner_params={"n_basis": args.n_basis, "kernel": args.kernel, "gamma": args.gamma,
-                              "random_state": args.seed})
+              learner_params=_learner_params(args))
     return 0
 
 

@@ -230,3 +230,19 @@ def test_sparse_kernel_nights_incremental_equals_scratch(tmp_path):
     folds = nightly.kernel_fold_statistics(m, s, 5)
     best, _, _ = nightly.select_alpha_kernel(folds, m._spec()(final.basis_), [0.1, 1.0, 10.0])
     assert best == final.alpha
+
+
+def test_sgd_pairwise_nights_resume(tmp_path):
+    store, models = tmp_path / "logs.zarr", tmp_path / "models"
+    for d in range(1, 5):
+        rep = nightly.run_night(store, [_day_file(tmp_path, d)], models, learner="sgd-pairwise", tolerance=1.0,
+                                plot=False, out=io.StringIO(), learner_params={"random_state": 5})
+        assert rep["status"] == "promoted" and "ndcg@10" in rep["metrics"]
+    final = sr.load(models / "current")
+    s = sr.GroupStore.open(store)
+    replay = sr.PairwiseSGDRanker(random_state=5)     # the same partial_fit calls in one process
+    for e in s.batches:
+        for b in nightly.GroupRange(s, *e["groups"]).blocks():
+            replay.partial_fit(b.X, b.y, b.row_qid())
+    assert final.t_ == replay.t_ == s.n_rows
+    np.testing.assert_allclose(final.coef_, replay.coef_, rtol=1e-12, atol=1e-15)
