@@ -68,8 +68,17 @@ class Progress:
         if not self.quiet and self.tty:
             from tqdm import tqdm
 
+            try:
+                cols, rows = os.get_terminal_size(self.stream.fileno())
+            except (AttributeError, OSError, ValueError):
+                cols = rows = 0
+            # a terminal reporting no size (a bare pty, some CI runners) would hide the bar
+            width = {"dynamic_ncols": True} if cols > 0 and rows > 0 else {"ncols": 100, "nrows": 20}
+            # block characters only where the stream can encode them (a C-locale session is ASCII)
+            enc = (getattr(self.stream, "encoding", None) or "").lower().replace("-", "")
             self._bar = tqdm(total=self.total, unit=" " + unit, desc=desc, file=self.stream,
-                             dynamic_ncols=True, unit_scale=True, leave=True)
+                             unit_scale=True, leave=True, ascii=None if enc.startswith("utf") else True,
+                             **width)
 
     def __enter__(self):
         return self

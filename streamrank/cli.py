@@ -1200,6 +1200,21 @@ def _setup_logging(args):
     log.propagate = False
 
 
+def _show_warning(args):
+    """Warnings as one ``streamrank: warning: ...`` line (none with --quiet; the source line with --verbose)."""
+    import warnings
+
+    default = warnings.showwarning
+
+    def show(message, category, filename, lineno, file=None, line=None):
+        if args.verbose:
+            return default(message, category, filename, lineno, file, line)
+        if not args.quiet:
+            print(f"streamrank: warning: {message}", file=sys.stderr, flush=True)
+
+    return show
+
+
 def _on_sigterm(signum, frame):
     raise _Terminated()
 
@@ -1224,6 +1239,7 @@ def main(argv=None) -> int:
         with warnings.catch_warnings():
             if not args.verbose:
                 warnings.simplefilter("ignore", category=RuntimeWarning)
+            warnings.showwarning = _show_warning(args)
             return int(args.func(args) or 0)
     except KeyboardInterrupt:
         print(f"streamrank {args.command}: interrupted; nothing half-written was left (stores keep their "

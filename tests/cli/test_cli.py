@@ -383,8 +383,8 @@ def test_grid_syntax():
 
 
 # ---------------------------------------------------------------- Ctrl-C
-def _interrupt_after_progress(argv, env, lines=2, timeout=120):
-    """Start the CLI, wait for ``lines`` progress lines on stderr, send SIGINT; return (rc, stderr)."""
+def _interrupt_after_progress(argv, env, lines=2, timeout=120, sig=signal.SIGINT):
+    """Start the CLI, wait for ``lines`` progress lines on stderr, send ``sig``; return (rc, stderr)."""
     e = dict(os.environ, STREAMRANK_PROGRESS_SECONDS="0", **env)
     proc = subprocess.Popen(_cmd() + [str(a) for a in argv], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             text=True, env=e)
@@ -397,7 +397,7 @@ def _interrupt_after_progress(argv, env, lines=2, timeout=120):
                 break
             seen.append(line)
             assert time.monotonic() - t0 < timeout
-        proc.send_signal(signal.SIGINT)
+        proc.send_signal(sig)
         out, err = proc.communicate(timeout=timeout)
     finally:
         if proc.poll() is None:
@@ -413,6 +413,9 @@ def test_sigint_during_fit_leaves_no_model(data, rankrls_model, tmp_path):
     assert rc == 130, err
     assert "interrupted" in err and "Traceback" not in err
     assert list(tmp_path.iterdir()) == []                     # no model, no temporary directory
+    rc, err = _interrupt_after_progress(argv + ["--model", tmp_path / "new.zarr"], slow, lines=1, sig=signal.SIGTERM)
+    assert rc == 143 and "terminated" in err, err
+    assert list(tmp_path.iterdir()) == []
     # over an existing model: the old one stays, whole
     shutil.copytree(rankrls_model, tmp_path / "old.zarr")
     rc, err = _interrupt_after_progress(argv + ["--model", tmp_path / "old.zarr"], slow)
@@ -438,3 +441,36 @@ def test_sigint_during_ingest_then_resume(tmp_path):
     assert a.n_rows == b.n_rows > n_part and a.n_groups == b.n_groups
     np.testing.assert_array_equal(np.concatenate([x.X for x in a.blocks()]), np.concatenate([x.X for x in b.blocks()]))
     np.testing.assert_array_equal(a.qid, b.qid)
+
+
+def test_tqdm_bar_on_a_terminal(data, rankrls_model, tmp_path):
+    """With stderr on a pseudo-terminal the progress is a tqdm bar (carriage returns, rate, 100%)."""
+    import pty
+
+    master, slave = pty.openpty()
+    try:
+        e = dict(os.environ)
+        e.pop("STREAMRANK_PROGRESS_SECONDS", None)
+        proc = subprocess.Popen(_cmd() + ["evaluate", "--model", str(data / "m.zarr"), "--store",
+                                          str(data / "test.zarr"), "--max-rows", "100"],
+                                stdout=subprocess.PIPE, stderr=slave, env=e)
+        os.close(slave)
+        slave = None
+        chunks = []
+        while True:
+            try:
+                b = os.read(master, 4096)
+            except OSError:       # EIO: the child closed the terminal
+                break
+            if not b:
+                break
+            chunks.append(b)
+        out, _ = proc.communicate(timeout=120)
+    finally:
+        os.close(master)
+        if slave is not None:
+            os.close(slave)
+    tty = b"".join(chunks).decode(errors="replace")
+    assert proc.returncode == 0, tty
+    assert "\r" in tty and "evaluate" in tty and "100%" in tty and "rows/s" in tty, tty
+    assert b"ndcg@10" in out
