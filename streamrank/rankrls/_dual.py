@@ -17,7 +17,10 @@ so ONE symmetric eigendecomposition (O(m³)) serves every λ (O(m² v) each,
 the paper's eq. (31) without the non-symmetric eigenproblem of LK) and needs
 neither K⁻¹ nor a positive definite K: a semidefinite kernel (e.g. the linear
 kernel with fewer features than rows) needs no diagonal shift.  Training
-predictions are ``F(λ) = (K B U)(Λ + λ)⁻¹ Uᵀ B y`` (one GEMM ``K B · U``).
+predictions are ``F(λ) = (K B U)(Λ + λ)⁻¹ Uᵀ B y``; ``K B U`` needs no m³ product:
+with ``B⁺`` the pseudo-inverse and E an orthonormal basis of null(B) (the
+group constants), ``I = B⁺B + EEᵀ`` gives ``K B U = B⁺ U Λ + E (Eᵀ K B) U``,
+O(q m²) for q groups — so the eigendecomposition is the only O(m³) step.
 
 Leave-query-out (the block form of eq. (33)).  With ``N = BKB + λI``,
 ``P = N⁻¹ = U (Λ+λ)⁻¹ Uᵀ``, ``c = P B y`` and a hold-out set H that is a union
@@ -67,15 +70,19 @@ class LaplacianRoot:
                     "ties='exclude' with several outputs: every output has its own tie classes and so "
                     "its own Laplacian; fit one model per output or use ties='include'")
             yy = yy[:, 0]
-            blocks = []
+            blocks, pinv, null = [], [], []
             for g in range(len(sizes)):
                 a, b = gp[g], gp[g + 1]
+                # the pair/size/query weight of the group uses its full size
                 Lg = laplacian_dense(np.array([0, b - a]), y=yy[a:b], group_weight=group_weight,
                                      ties="exclude")
-                # the pair/size/query weight of the group uses its full size
                 lam, V = np.linalg.eigh(Lg) if b > a else (np.zeros(0), np.zeros((0, 0)))
-                blocks.append((V * np.sqrt(np.maximum(lam, 0.0))) @ V.T)
-            self.blocks = blocks
+                lam = np.maximum(lam, 0.0)
+                pos = lam > (lam.max(initial=0.0) * max(b - a, 1) * np.finfo(float).eps * 100)
+                blocks.append((V * np.sqrt(lam)) @ V.T)
+                pinv.append((V[:, pos] / np.sqrt(lam[pos])) @ V[:, pos].T)
+                null.append(np.ascontiguousarray(V[:, ~pos]))
+            self.blocks, self.pinv_blocks, self.null_blocks = blocks, pinv, null
             self.scale = None
 
     def apply(self, M, *, inplace: bool = False) -> np.ndarray:
@@ -103,6 +110,60 @@ class LaplacianRoot:
                 a, b = gp[g], gp[g + 1]
                 out[a:b] = Bg @ M2[a:b]
         return out[:, 0] if one else out
+
+    def pinv_apply(self, M) -> np.ndarray:
+        """``B⁺ @ M`` in place on a C-ordered float64 (m, k) array M (B⁺ the pseudo-inverse)."""
+        gp = self.group_ptr
+        if self.blocks is None:
+            for g in range(len(self.sizes)):
+                a, b = gp[g], gp[g + 1]
+                if b <= a:
+                    continue
+                piece = M[a:b]
+                if self.scale[g] > 0:
+                    piece -= piece.mean(axis=0)
+                    piece *= 1.0 / self.scale[g]
+                else:
+                    piece[...] = 0.0
+        else:
+            for g, Pg in enumerate(self.pinv_blocks):
+                a, b = gp[g], gp[g + 1]
+                M[a:b] = Pg @ M[a:b]
+        return M
+
+    def null_cols(self, M) -> np.ndarray:
+        """``M E`` for M (k, m), E the orthonormal basis of null(B) (block-diagonal: one group's
+        constants with ties included), as a (k, q) array."""
+        gp = self.group_ptr
+        if self.blocks is None:
+            sizes = self.sizes
+            out = np.zeros((M.shape[0], len(sizes)))
+            nz = np.flatnonzero(sizes > 0)
+            if nz.size:
+                out[:, nz] = np.add.reduceat(M, gp[:-1][nz], axis=1) / np.sqrt(sizes[nz])
+            return out
+        parts = [M[:, gp[g]:gp[g + 1]] @ Ng for g, Ng in enumerate(self.null_blocks)]
+        return np.concatenate(parts, axis=1) if parts else np.zeros((M.shape[0], 0))
+
+    def null_expand_add(self, out, T) -> np.ndarray:
+        """``out += E T`` for T (q, k), in place on out (m, k)."""
+        gp = self.group_ptr
+        if self.blocks is None:
+            sizes = self.sizes
+            coef = T / np.sqrt(np.maximum(sizes, 1))[:, None]
+            for g in range(len(sizes)):
+                a, b = gp[g], gp[g + 1]
+                if b > a:
+                    out[a:b] += coef[g]
+            return out
+        q0 = 0
+        for g, Ng in enumerate(self.null_blocks):
+            a, b = gp[g], gp[g + 1]
+            k = Ng.shape[1]
+            if k:
+                out[a:b] += Ng @ T[q0:q0 + k]
+            q0 += k
+        return out
 
     def block(self, g) -> np.ndarray:
         """``B_g`` as a dense (n_g, n_g) array."""
@@ -134,18 +195,22 @@ class DualDecomposition:
 
     Parameters
     ----------
-    BK : (m, m) C-ordered ``B K`` (``root.apply(K, inplace=True)``; kept as ``KB = BKᵀ`` until the GEMM)
+    BK : (m, m) C-ordered ``B K`` (``root.apply(K, inplace=True)``), or a one-element list holding it
+        (the list is emptied, so that the buffer is freed before the eigendecomposition)
     y : (m, v) float64 targets
     root : :class:`LaplacianRoot`
     """
 
     def __init__(self, BK, y, root: LaplacianRoot):
         # BK = B K (m, m), C-ordered; the caller computed it in place of K (root.apply(K, inplace=True))
+        if isinstance(BK, list):
+            BK = BK.pop()
         m = BK.shape[0]
         self.m = m
         self.root = root
-        KB = BK.T                                # K B (K, B symmetric): an F-ordered view
-        BKB = root.apply(KB)                     # B K B, a new C-ordered array
+        BKB = root.apply(BK.T)                   # B (K B) = B K B, a new C-ordered array
+        C = root.null_cols(BK)                   # B K E  (m, q): what K B U needs beyond B K B
+        del BK
         # eigh reads only the lower triangle: the round-off asymmetry of B(KB) does not matter
         if m:
             lam, U = la.eigh(BKB, overwrite_a=True, check_finite=False, driver="evd")
@@ -160,8 +225,12 @@ class DualDecomposition:
         self.eigenvalues = np.maximum(lam, 0.0)
         self.U = np.ascontiguousarray(U)          # rows of U are gathered per hold-out set
         del U
-        self.KBU = KB @ self.U if m else np.zeros((0, 0))   # the one GEMM
-        del KB
+        # K B U without an m³ product: I = B⁺B + E Eᵀ (range and null space of B), so
+        # K B U = B⁺ (B K B U) + E (Eᵀ K B U) = B⁺ (U Λ) + E (Cᵀ U)     — O(q m²), q = dim null(B)
+        KBU = self.U * lam
+        root.pinv_apply(KBU)
+        root.null_expand_add(KBU, C.T @ self.U)
+        self.KBU = KBU
         self.z = self.U.T @ root.apply(y) if m else np.zeros((0, y.shape[1]))   # Uᵀ B y  (m, v)
 
     def _d(self, alpha):

@@ -201,9 +201,9 @@ class KernelRankRLS(BaseRanker):
         K = spec(X)
         if not spec.psd_by_construction:
             check_psd(K, name="kernel")
-        K = root.apply(K, inplace=True)          # B K, in the buffer of K
-        self._decomp = DualDecomposition(K, Y, root)
+        held = [root.apply(K, inplace=True)]     # B K, in the buffer of K, handed over (freed early)
         del K
+        self._decomp = DualDecomposition(held, Y, root)
         self._group_ptr = gp
         self._Y = Y
         self._mode = "dual"

@@ -103,8 +103,9 @@ class TransductiveRankRLS(BaseRanker):
         K = spec(X)
         if not spec.psd_by_construction:
             check_psd(K, name="kernel")
-        dec = DualDecomposition(root.apply(K, inplace=True), np.zeros((m, 1)), root)
+        held = [root.apply(K, inplace=True)]
         del K
+        dec = DualDecomposition(held, np.zeros((m, 1)), root)
         y0 = np.zeros((m, v))
         y0[:ml] = Yl
         V = np.arange(ml, m)

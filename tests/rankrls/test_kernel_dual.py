@@ -162,3 +162,23 @@ def test_bad_data(rng):
         sr.KernelRankRLS().predict(X)
     with pytest.raises(NotImplementedError, match="several outputs"):
         sr.KernelRankRLS(ties="exclude").fit(X, np.c_[y, y], qid)
+
+
+@pytest.mark.parametrize("group_weight", ["pair", "query", "size"])
+@pytest.mark.parametrize("ties", ["include", "exclude"])
+def test_laplacian_root_pieces(rng, group_weight, ties):
+    from streamrank.rankrls._dual import LaplacianRoot
+
+    X, y, qid, gp = make_groups(rng, n_groups=6, levels=2, max_size=5)   # singletons and all-tied groups
+    m = len(y)
+    root = LaplacianRoot(gp, y, group_weight=group_weight, ties=ties)
+    B = root.apply(np.eye(m))
+    L = laplacian_pairs(qid, y, group_weight, ties)
+    np.testing.assert_allclose(B, B.T, atol=1e-13)
+    np.testing.assert_allclose(B @ B, L, atol=1e-12)
+    Bp = root.pinv_apply(np.eye(m))
+    E = root.null_cols(np.eye(m))
+    np.testing.assert_allclose(E.T @ E, np.eye(E.shape[1]), atol=1e-12)
+    np.testing.assert_allclose(Bp @ B + E @ E.T, np.eye(m), atol=1e-12)   # range ⊕ null space
+    T = rng.normal(size=(E.shape[1], 3))
+    np.testing.assert_allclose(root.null_expand_add(np.zeros((m, 3)), T), E @ T, atol=1e-13)
