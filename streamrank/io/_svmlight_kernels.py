@@ -240,7 +240,8 @@ def parse_svmlight(buf, zero_based, max_index, max_abs, null_value, has_null, qi
                 return 9, row, nnz, line, line, i, qid_mode, max_col, n_slow
             i += 1
             col = idx - offset
-            if col < 0 or (max_index >= 0 and col > max_index):
+            # columns are stored in int32 (CSR indices): a larger one would wrap around
+            if col < 0 or col > 2147483646 or (max_index >= 0 and col > max_index):
                 return 6, row, nnz, line, line, i, qid_mode, max_col, n_slow
             if col <= prev:
                 return 5, row, nnz, line, line, i, qid_mode, max_col, n_slow

@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import gzip
 import os
+import zlib
 from typing import Iterator, NamedTuple
 
 import numpy as np
@@ -74,12 +75,20 @@ def open_text_bytes(source):
     return source, str(name), False
 
 
+def _read(f, n, name):
+    """``f.read(n)``; a truncated or corrupt gzip stream becomes a ValueError naming the file."""
+    try:
+        return f.read(n)
+    except (EOFError, gzip.BadGzipFile, zlib.error) as exc:
+        raise ValueError(f"{name}: corrupt or truncated gzip data ({exc})") from exc
+
+
 def _error(code, name, line_no, buf, pos):
     # the text of the offending line, for the message
     a = int(np.asarray(buf[:pos])[::-1].tobytes().find(b"\n")) if pos > 0 else -1
     start = pos - a if a >= 0 else 0
     end = bytes(buf[start:start + 200]).find(b"\n")
-    text = bytes(buf[start:start + (end if end >= 0 else 200)]).decode("latin-1").rstrip("\r")
+    text = bytes(buf[start:start + (end if end >= 0 else 200)]).decode("utf-8", "replace").rstrip("\r")
     if len(text) > 80:
         text = text[:77] + "..."
     return ValueError(f"{name}:{line_no}: {_k.ERRORS.get(code, 'parse error')}: {text!r}")
@@ -193,11 +202,11 @@ def iter_svmlight(source, *, n_features: int | None = None, dense: bool = True,
     pending = []  # parts (labels, qids, indptr, indices, values) of the last, maybe unfinished, query
     try:
         eof = False
-        nxt = f.read(chunk_bytes)
+        nxt = _read(f, chunk_bytes, fname)
         while not eof:
             data = nxt
             if data:
-                nxt = f.read(chunk_bytes)
+                nxt = _read(f, chunk_bytes, fname)
             eof = not nxt
             if eof:
                 # the last piece of text (may lack a final newline)
