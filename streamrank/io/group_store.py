@@ -267,6 +267,16 @@ class GroupStore(BlockSource):
             raise StoreFormatError(f"{self.path}: array 'group_ptr' ends at {int(self._gp_all[-1])} "
                                    f"but {self._rows} rows are committed; the store is corrupt")
 
+    def _reopen_arrays(self):
+        """Re-read the arrays' metadata (shapes) from disk."""
+        self._arrays = {name: self._root[name] for name in self._arrays}
+        self._X = self._arrays.get("X")
+        self._y = self._arrays["y"]
+        if self.sparse:
+            self._indptr = self._arrays["X/indptr"]
+            self._indices = self._arrays["X/indices"]
+            self._data = self._arrays["X/data"]
+
     def _needed_lengths(self, rows, groups, nnz):
         need = {"y": rows, "group_ptr": groups + 1, "qid": groups}
         if self.sparse:
@@ -415,6 +425,8 @@ class GroupStore(BlockSource):
         with writer_lock(self.path):
             if read_attrs(self.path).get("committed") != self._attrs.get("committed"):
                 self._load()  # another process committed since we opened
+            else:
+                self._reopen_arrays()  # a killed writer may have grown them since
             if batch_id is not None and any(e.get("batch_id") == batch_id for e in self._attrs["log"]):
                 logger.info("GroupStore %s: batch %r is already committed; skipped", self.path, batch_id)
                 return False

@@ -404,7 +404,7 @@ class TupleStore(TupleSource):
                                    f"(attribute {exc} missing or invalid)") from exc
         self._attrs = attrs
         store = zarr.storage.LocalStore(self.path, read_only=(self.mode == "r"))
-        root = zarr.open_group(store=store, mode="r" if self.mode == "r" else "r+")
+        root = self._root = zarr.open_group(store=store, mode="r" if self.mode == "r" else "r+")
         self._a = {}
         for name, (dtype, _nd) in TUPLE_ARRAYS.items():
             try:
@@ -520,6 +520,8 @@ class TupleStore(TupleSource):
         with writer_lock(self.path):
             if read_attrs(self.path).get("committed") != self._attrs.get("committed"):
                 self._load()
+            else:  # a killed writer may have grown the arrays since we opened
+                self._a = {name: self._root[name] for name in self._a}
             if batch_id is not None and any(e.get("batch_id") == batch_id for e in self._attrs["log"]):
                 logger.info("TupleStore %s: batch %r is already committed; skipped", self.path, batch_id)
                 return False

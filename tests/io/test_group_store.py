@@ -331,3 +331,22 @@ def test_shipped_to_workers_by_path_and_commit(tmp_path):
     ts = sr.TupleStore.create(tmp_path / "t.zarr", 2, 2)
     ts.append(np.eye(2), np.eye(2), [[0, 0, 1]])
     assert pickle.loads(pickle.dumps(ts)).n_tuples == 1
+
+
+def test_repair_sees_a_tail_torn_after_this_handle_opened(tmp_path):
+    """Writer A opened the store; writer B grew the arrays and died; A's append repairs."""
+    import zarr
+
+    p = tmp_path / "s.zarr"
+    sr.GroupStore.create(p, 2, chunk_rows=2)
+    a = sr.GroupStore.open(p, mode="a")
+    X = zarr.open_array(str(p / "X"), mode="r+")  # "writer B"
+    X.resize((11, 2))
+    X[0:11] = 9.0
+    assert a.append(np.ones((3, 2)), [1.0, 0, 1], [5, 5, 6])
+    assert zarr.open_array(str(p / "X"), mode="r").shape == (3, 2)
+    chunks = sorted(os.path.relpath(os.path.join(r, f), p / "X" / "c")
+                    for r, _d, fs in os.walk(p / "X" / "c") for f in fs)
+    assert chunks == ["0/0", "1/0"]  # B's chunks beyond the commit are gone
+    X_all, _, _ = _read_all(sr.GroupStore.open(p))
+    np.testing.assert_array_equal(X_all, np.ones((3, 2)))
