@@ -15,11 +15,12 @@ from typing import Iterator
 import numpy as np
 
 from ..io.svmlight import SvmlightChunk, iter_svmlight, open_text_bytes
+from ._paths import data_path
 
 __all__ = ["DATASETS", "CITATIONS", "DEFAULT_DIR", "letor_member", "open_letor", "iter_letor",
            "write_letor_store"]
 
-DEFAULT_DIR = "/work/shared/data/letor"
+DEFAULT_DIR = str(data_path("letor"))
 
 DATASETS = {
     "MQ2008": dict(archive="MQ2008_QueryLevelNorm.tar.gz", member="MQ2008/Fold{fold}/{split}.txt",

@@ -17,10 +17,11 @@ import numpy as np
 import scipy.sparse as sp
 
 from .text import l2_normalize
+from ._paths import data_path
 
 __all__ = ["CITATION", "DEFAULT_DIR", "read_idx", "load_mnist", "PixelData"]
 
-DEFAULT_DIR = "/work/shared/data/mnist"
+DEFAULT_DIR = str(data_path("mnist"))
 CITATION = ("Y. LeCun, C. Cortes and C. J. C. Burges. The MNIST database of handwritten digits "
             "(CC BY-SA 3.0); Y. LeCun et al., Gradient-based learning applied to document "
             "recognition, Proc. IEEE 86(11), 1998.")

@@ -19,10 +19,11 @@ import numpy as np
 import scipy.sparse as sp
 
 from .text import Vocabulary, tokenize
+from ._paths import data_path
 
 __all__ = ["CITATION", "DEFAULT_ARCHIVE", "TextCorpus", "read_newsgroups", "load_newsgroups", "message_text"]
 
-DEFAULT_ARCHIVE = "/work/shared/data/20newsgroups/20news-bydate.tar.gz"
+DEFAULT_ARCHIVE = str(data_path("20newsgroups", "20news-bydate.tar.gz"))
 CITATION = ("K. Lang. NewsWeeder: Learning to filter netnews. ICML 1995 "
             "(20 Newsgroups, 'bydate' version by J. Rennie).")
 

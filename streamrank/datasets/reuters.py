@@ -23,10 +23,11 @@ import numpy as np
 import scipy.sparse as sp
 
 from .text import Vocabulary, tokenize
+from ._paths import data_path
 
 __all__ = ["CITATION", "DEFAULT_ARCHIVE", "TopicData", "read_reuters", "load_reuters"]
 
-DEFAULT_ARCHIVE = "/work/shared/data/reuters21578/reuters21578.tar.gz"
+DEFAULT_ARCHIVE = str(data_path("reuters21578", "reuters21578.tar.gz"))
 CITATION = ("Reuters-21578, Distribution 1.0 (D. D. Lewis; Reuters Ltd. and Carnegie Group, Inc.), "
             "ModApte split; research use only.")
 

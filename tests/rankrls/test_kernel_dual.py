@@ -4,7 +4,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import scipy.sparse as sp
-from conftest import make_groups
+from rankrls_testdata import make_groups
 from kernel_reference import dual_objective_ref, dual_ref, kernel_ref, laplacian_pairs
 
 import streamrank as sr

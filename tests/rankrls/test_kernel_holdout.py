@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from conftest import make_groups
+from rankrls_testdata import make_groups
 from kernel_reference import dual_objective_ref, groups_of, kernel_ref, laplacian_pairs
 
 import streamrank as sr

@@ -4,7 +4,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import scipy.sparse as sp
-from conftest import make_groups
+from rankrls_testdata import make_groups
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from kernel_reference import groups_of, kernel_ref, laplacian_pairs, sparse_ref

@@ -5,9 +5,9 @@ import importlib.util
 import pathlib
 
 import pytest
+from recipes_testdata import DATA, need  # noqa: F401  (re-exported for fixtures)
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
-DATA = pathlib.Path("/work/shared/data")
 
 
 def _load(name):
@@ -20,10 +20,3 @@ def _load(name):
 @pytest.fixture
 def recipe():
     return _load
-
-
-def need(path):
-    p = DATA / path
-    if not p.exists():
-        pytest.skip(f"{p} is not available")
-    return p

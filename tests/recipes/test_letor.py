@@ -10,7 +10,7 @@ import pytest
 
 import streamrank as sr
 from streamrank.datasets import letor
-from conftest import need
+from recipes_testdata import need
 
 
 _TEXT = {}

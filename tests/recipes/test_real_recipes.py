@@ -6,7 +6,7 @@ import pytest
 
 import streamrank as sr
 from streamrank.datasets.tuples import check_class_tuples
-from conftest import need
+from recipes_testdata import need
 
 
 def _all_tuples(store):
@@ -61,7 +61,7 @@ def test_mnist_slice(tmp_path, recipe):
                                  "--test-tuples", "400"]) == 0
     tr, te, ytr, yte = _check_tuple_dir(out, 2000, 400, 784)
     assert ytr[0] == 5 and yte[0] == 7                                   # the well-known first labels
-    img = read_idx("/work/shared/data/mnist/train-images-idx3-ubyte.gz", limit=2)
+    img = read_idx(need("mnist/train-images-idx3-ubyte.gz"), limit=2)
     assert img.shape == (2, 28, 28) and img.dtype == np.uint8
     row = img[0].reshape(-1).astype(np.float64) / 255
     np.testing.assert_allclose(tr.Q[0].toarray().ravel(), row / np.linalg.norm(row), rtol=1e-6)
