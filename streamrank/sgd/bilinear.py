@@ -368,6 +368,8 @@ class SparseSGDRanker(BaseRanker):
         if D.shape[0] != Q.shape[0]:
             raise ValueError(f"D has {D.shape[0]} rows but Q has {Q.shape[0]}; score pairs row r of Q "
                              "with row r of D")
+        if Q.shape[0] == 0:
+            raise ValueError("empty batch: Q and D have 0 rows; at least one (q, d) row is needed")
         return W.score(Q, D)
 
     # --------------------------------------------------------- persistence
