@@ -177,11 +177,21 @@ def _progress(args, total=None, unit="rows", desc=None):
     return Progress(total, unit=unit, desc=desc or args.command, quiet=args.quiet)
 
 
+def _resolve_pointer(path) -> Path:
+    """A nightly ``DIR/current`` pointer file -> the version directory it names."""
+    p = Path(path)
+    if p.is_file() and p.name == "current":
+        target = p.read_text().strip()
+        if target:
+            return p.parent / target
+    return p
+
+
 def _kind_of(path) -> str:
     """'group', 'tuple', 'model' or raise (FileNotFoundError / StoreFormatError)."""
     from .io.schema import GROUP_FORMAT, TUPLE_FORMAT, StoreFormatError, read_attrs
 
-    p = Path(path)
+    p = _resolve_pointer(path)
     if not p.exists():
         raise FileNotFoundError(f"{p} does not exist")
     if p.is_file():
@@ -234,7 +244,7 @@ def _model_meta(path) -> dict:
     """The attributes of a saved model's zarr group (no model built)."""
     from .io.schema import read_attrs
 
-    return read_attrs(path)
+    return read_attrs(_resolve_pointer(path))
 
 
 def _dir_size(path) -> int:
@@ -537,7 +547,7 @@ def cmd_ingest(args) -> int:
 # --------------------------------------------------------------------- info
 def cmd_info(args) -> int:
     kind = _kind_of(args.path)
-    size = _dir_size(args.path)
+    size = _dir_size(_resolve_pointer(args.path))
     out: dict = {"path": str(args.path), "kind": kind, "size_on_disk": size}
     if kind == "model":
         meta = _model_meta(args.path)
@@ -639,6 +649,12 @@ def _preflight(args, cv_folds):
     """Refuse what cannot work before any pass over the data."""
     if cv_folds is not None:
         _run_cv(None, None, args, cv_folds, check_only=True)
+        from .rankrls.selection import _parse_scoring
+
+        try:
+            _parse_scoring(args.scoring)
+        except ValueError as exc:
+            raise UsageError(f"--scoring: {exc}") from None
     if getattr(args, "model", None):
         _check_model_out(args.model)
 
@@ -1035,8 +1051,9 @@ class _SetFlag(argparse.Action):
 def _learner_options(p, *, cv_option: bool):
     p.add_argument("--learner", required=True, choices=LEARNERS, metavar="LEARNER",
                    help="one of: " + ", ".join(LEARNERS))
-    p.add_argument("--alpha", type=_positive_float, default=1.0, action=_SetFlag,
-                   help="regularization λ (default 1)")
+    if cv_option:
+        p.add_argument("--alpha", type=_positive_float, default=1.0, action=_SetFlag,
+                       help="regularization λ (default 1)")
     p.add_argument("--max-rows", type=int, default=DEFAULT_MAX_ROWS, help="block budget in rows (default 65536)")
     p.add_argument("--scoring", default="squared",
                    help="CV score: squared (least-squares ranking loss, default), disagreement, ndcg@K")
@@ -1072,7 +1089,8 @@ def _learner_options(p, *, cv_option: bool):
 
 
 def build_parser() -> argparse.ArgumentParser:
-    top = _Parser(prog="streamrank", description=__doc__.split("\n\n")[0] + "\n\n" + "\n".join(
+    top = _Parser(prog="streamrank", description="streamrank: learning to rank from data that does not fit in "
+                  "memory.\n\n" + "\n".join(
         __doc__.split("::\n\n")[1].split("\n\n")[0].splitlines()),
         formatter_class=argparse.RawDescriptionHelpFormatter,
         epilog="exit codes: " + "; ".join(f"{k} {v}" for k, v in EXIT_CODES.items())

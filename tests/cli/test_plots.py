@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import importlib.util
 import io
+import json
 import sys
 from pathlib import Path
 
@@ -87,6 +88,19 @@ def test_nightly_history_png(tmp_path):
     rc = cli.main(["plot", "--model", str(models), "--out", str(tmp_path / "cli.png"), "-q",
                    "--width", "600", "--height", "300"])
     assert rc == 0 and _png(tmp_path / "cli.png") == (300, 600)
+    # the nightly 'current' pointer works wherever a model path is expected
+    import contextlib
+
+    def run(*argv):
+        out = io.StringIO()
+        with contextlib.redirect_stdout(out):
+            assert cli.main([str(a) for a in argv]) == 0
+        return json.loads(out.getvalue())
+
+    info = run("info", models / "current", "--json")
+    ev = run("evaluate", "--model", models / "current", "--store", store, "--json", "-q")
+    assert info["class"] == "RankRLS" and info["kind"] == "model"
+    assert 0 < ev["metrics"]["ndcg@10"] <= 1
 
 
 def test_nightly_history_errors(tmp_path):
