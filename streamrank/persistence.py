@@ -87,15 +87,36 @@ def save(model, path) -> None:
             "arrays": sorted(arrays),
         })
         if path.exists():
-            old = path.with_name(f".{path.name}.{uuid.uuid4().hex}.old")
-            os.replace(path, old)
-            os.replace(tmp, path)
-            shutil.rmtree(old, ignore_errors=True)
+            if _exchange(tmp, path):  # one atomic swap: ``path`` is never absent
+                shutil.rmtree(tmp, ignore_errors=True)
+            else:  # no renameat2: two renames; load() falls back to the ``.old`` copy in between
+                old = path.with_name(f".{path.name}.{uuid.uuid4().hex}.old")
+                os.replace(path, old)
+                os.replace(tmp, path)
+                shutil.rmtree(old, ignore_errors=True)
         else:
             os.replace(tmp, path)
     finally:
         if tmp.exists():
             shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _exchange(a: Path, b: Path) -> bool:
+    """Swap two directory entries atomically (Linux ``renameat2(RENAME_EXCHANGE)``); False if unsupported."""
+    try:
+        import ctypes
+
+        renameat2 = ctypes.CDLL(None, use_errno=True).renameat2
+    except (OSError, AttributeError):
+        return False
+    at_fdcwd, rename_exchange = -100, 2
+    return renameat2(at_fdcwd, os.fsencode(a), at_fdcwd, os.fsencode(b), rename_exchange) == 0
+
+
+def _replaced_copy(path: Path):
+    """The previous model of a save killed between its two renames (no renameat2), or None."""
+    old = sorted(path.parent.glob(f".{path.name}.*.old"), key=lambda p: p.stat().st_mtime)
+    return old[-1] if old else None
 
 
 def load(path):
@@ -116,7 +137,10 @@ def load(path):
         target = path.read_text().strip()
         path = path.parent / target
     if not path.exists():
-        raise FileNotFoundError(f"no model at {path}")
+        old = _replaced_copy(path) if path.parent.is_dir() else None
+        if old is None:
+            raise FileNotFoundError(f"no model at {path}")
+        path = old
     try:
         root = zarr.open_group(str(path), mode="r")
         meta = dict(root.attrs)

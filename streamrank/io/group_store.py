@@ -41,9 +41,11 @@ from .schema import (
     GROUP_ARRAYS_SPARSE,
     GROUP_FORMAT,
     BatchHasher,
+    CheckedArray,
     StoreFormatError,
     check_format,
     compressors,
+    open_array,
     read_attrs,
     remove_partial_files,
     rows_per_chunk,
@@ -230,7 +232,7 @@ class GroupStore(BlockSource):
         self._arrays = {}
         for name, (dtype, ndim) in spec.items():
             try:
-                arr = self._root[name]
+                arr = open_array(self._root, self.path, name)
             except KeyError:
                 raise StoreFormatError(f"{self.path}: array {name!r} is missing "
                                        f"({os.path.join(self.path, name, 'zarr.json')} not found)") from None
@@ -239,7 +241,7 @@ class GroupStore(BlockSource):
             if str(arr.dtype) != dtype:
                 raise StoreFormatError(f"{self.path}: array {name!r} has dtype {arr.dtype}, "
                                        f"expected {dtype}")
-            self._arrays[name] = arr
+            self._arrays[name] = CheckedArray(arr, self.path, name)
         need = self._needed_lengths(self._rows, self._groups, self._nnz)
         for name, length in need.items():
             have = self._arrays[name].shape[0]

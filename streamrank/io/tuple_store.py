@@ -37,9 +37,11 @@ from .schema import (
     TUPLE_ARRAYS,
     TUPLE_FORMAT,
     BatchHasher,
+    CheckedArray,
     StoreFormatError,
     check_format,
     compressors,
+    open_array,
     read_attrs,
     remove_partial_files,
     write_attrs,
@@ -408,12 +410,12 @@ class TupleStore(TupleSource):
         self._a = {}
         for name, (dtype, _nd) in TUPLE_ARRAYS.items():
             try:
-                arr = root[name]
+                arr = open_array(root, self.path, name)
             except KeyError:
                 raise StoreFormatError(f"{self.path}: array {name!r} is missing") from None
             if not isinstance(arr, zarr.Array) or str(arr.dtype) != dtype:
                 raise StoreFormatError(f"{self.path}: {name!r} is not a {dtype} array")
-            self._a[name] = arr
+            self._a[name] = CheckedArray(arr, self.path, name)
         for name, length in self._needed().items():
             if self._a[name].shape[0] < length:
                 raise StoreFormatError(f"{self.path}: array {name!r} has {self._a[name].shape[0]} "
