@@ -275,15 +275,58 @@ def _jsonable(obj):
     return obj
 
 
+class _SignalsDeferred:
+    """Hold SIGINT/SIGTERM back for a few system calls; re-raise them on exit (main thread only).
+
+    The Python-level handlers are swapped for ones that only record the signal
+    (a thread signal mask would not do: BLAS threads could take the signal).
+    """
+
+    def __enter__(self):
+        self._pending = []
+        self._old = {}
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            try:
+                self._old[sig] = signal.signal(sig, lambda s, f: self._pending.append(s))
+            except (ValueError, OSError):  # not the main thread
+                pass
+        return self
+
+    def __exit__(self, *exc):
+        for sig, handler in self._old.items():
+            signal.signal(sig, handler)
+        if self._pending and exc[0] is None:
+            sig = self._pending[0]
+            handler = self._old.get(sig)
+            if callable(handler):
+                handler(sig, None)
+            elif sig == signal.SIGINT:
+                raise KeyboardInterrupt
+        return False
+
+
 def _replace_dir(tmp: Path, out: Path) -> None:
-    """Move a complete directory ``tmp`` to ``out``, replacing an old one only once the new one is whole."""
+    """Move a complete directory ``tmp`` to ``out``, replacing an old one only once the new one is whole.
+
+    Replacing a directory takes two renames (old aside, new in); Ctrl-C is held
+    back between them, so an interrupt leaves the old or the new model at
+    ``out``, never neither.
+    """
     if out.exists() and not out.is_dir():
         raise FileExistsError(f"{out} exists and is not a directory; refusing to replace it")
     if out.exists():
         old = out.with_name(f".{out.name}.{uuid.uuid4().hex}.old")
-        os.replace(out, old)
-        os.replace(tmp, out)
-        shutil.rmtree(old, ignore_errors=True)
+        try:
+            with _SignalsDeferred():
+                os.replace(out, old)
+                try:
+                    os.replace(tmp, out)
+                except BaseException:
+                    os.replace(old, out)         # put the old model back
+                    raise
+        finally:
+            if old.exists() and out.exists():
+                shutil.rmtree(old, ignore_errors=True)
     else:
         os.replace(tmp, out)
 

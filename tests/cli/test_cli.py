@@ -474,3 +474,29 @@ def test_tqdm_bar_on_a_terminal(data, rankrls_model, tmp_path):
     assert proc.returncode == 0, tty
     assert "\r" in tty and "evaluate" in tty and "100%" in tty and "rows/s" in tty, tty
     assert b"ndcg@10" in out
+
+
+def test_model_swap_defers_ctrl_c(tmp_path):
+    """Replacing a model takes two renames; a Ctrl-C between them is held until both are done."""
+    (tmp_path / "out").mkdir()
+    (tmp_path / "out" / "old").write_text("old")
+    (tmp_path / "new").mkdir()
+    (tmp_path / "new" / "new").write_text("new")
+    real_replace = os.replace
+    calls = []
+
+    def replace_and_interrupt(a, b):
+        calls.append((a, b))
+        real_replace(a, b)
+        if len(calls) == 1:           # after moving the old model aside
+            os.kill(os.getpid(), signal.SIGINT)
+            time.sleep(0.05)
+
+    cli.os.replace = replace_and_interrupt
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            cli._replace_dir(tmp_path / "new", tmp_path / "out")
+    finally:
+        cli.os.replace = real_replace
+    assert len(calls) == 2 and (tmp_path / "out" / "new").read_text() == "new"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["out"]
