@@ -2,6 +2,9 @@
 
 Questions:
 
+0. Workers are started by ``sr.distributed.local_cluster``, which leaves
+   ``MALLOC_TRIM_THRESHOLD_`` unset; one run with dask's defaults (the nanny
+   sets it to 65536) shows what that costs.
 1. Speedup of ``sr.distributed.statistics`` (map over planned blocks, each
    worker reading its own blocks from the store, tree reduction) with 2
    worker processes against 1 (target >= 1.6x on a 2-core machine), and
@@ -69,15 +72,18 @@ def _fit_in_task(path, max_rows):
     return time.perf_counter() - t0, time.process_time() - c0
 
 
-def _time_cluster(n_workers, store, warm, max_rows, split_every):
+def _time_cluster(n_workers, store, warm, max_rows, split_every, tuned=True):
     import distributed
 
     import streamrank as sr
     from streamrank import distributed as srd
 
     est = sr.RankRLS(solver="primal")
-    with distributed.LocalCluster(n_workers=n_workers, threads_per_worker=1, processes=True,
-                                  dashboard_address=":0") as cl, distributed.Client(cl) as c:
+    # tuned: streamrank's local_cluster (MALLOC_TRIM_THRESHOLD_ unset); else dask's defaults
+    cluster = (srd.local_cluster(n_workers) if tuned else
+               distributed.LocalCluster(n_workers=n_workers, threads_per_worker=1, processes=True,
+                                        dashboard_address=":0"))
+    with cluster as cl, distributed.Client(cl) as c:
         srd.statistics(est, warm, c, max_rows=max_rows // 4, split_every=split_every)  # imports, numba cache
         before = _outgoing(c)
         cpu0 = c.run(time.process_time)
@@ -136,6 +142,8 @@ def main(argv=None) -> int:
             cpu_local = time.process_time() - c0
         t1, s1, w1, cpu1, in_task = _time_cluster(1, store, warm, args.max_rows, args.split_every)
         t2, s2, w2, cpu2, _ = _time_cluster(2, store, warm, args.max_rows, args.split_every)
+        # last: dask's nanny exports MALLOC_TRIM_THRESHOLD_ into this process's environment
+        t1d, _, _, cpu1d, _ = _time_cluster(1, store, warm, args.max_rows, args.split_every, tuned=False)
         to_client = _serialized_bytes(s2)
         est = sr.RankRLS(solver="primal")._fit_statistics(s2)
         diff = float(np.max(np.abs(est.coef_ - local.coef_)) / np.max(np.abs(local.coef_)))
@@ -148,11 +156,12 @@ def main(argv=None) -> int:
               f"(written in {t_write:.1f} s)")
         print(f"{'run':28s} {'seconds':>9s} {'Mrows/s':>8s} {'vs local':>9s}")
         for name, t in (("local fit (1 BLAS thread)", t_local), ("local fit inside 1 worker", in_task[0]),
-                        ("dask, 1 worker", t1), ("dask, 2 workers", t2)):
+                        ("dask, 1 worker", t1), ("dask, 2 workers", t2),
+                        ("dask defaults, 1 worker", t1d)):
             print(f"{name:28s} {t:9.2f} {store.n_rows / t / 1e6:8.2f} {t_local / t:8.2f}x")
         print(f"speedup 2 workers / 1 worker: {t1 / t2:.2f}x  (target >= 1.6x)")
         print(f"CPU seconds: local fit {cpu_local:.2f}; the same inside a worker {in_task[1]:.2f}; "
-              f"dask 1 worker {sum(cpu1):.2f}; 2 workers "
+              f"dask 1 worker {sum(cpu1):.2f} (with dask's MALLOC_TRIM_THRESHOLD_: {sum(cpu1d):.2f}); 2 workers "
               f"{' + '.join(f'{x:.2f}' for x in cpu2)} (load-independent view: the work is split "
               f"{min(cpu2) / max(max(cpu2), 1e-9):.2f} : 1 between the workers, overhead vs local "
               f"{sum(cpu2) / max(cpu_local, 1e-9):.2f}x)")

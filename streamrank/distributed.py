@@ -41,7 +41,8 @@ import numpy as np
 
 from .io.blocks import BlockSource
 
-__all__ = ["fit", "predict", "evaluate", "statistics", "fit_sgd_rounds", "SourceRef", "get_client", "tree_reduce"]
+__all__ = ["fit", "predict", "evaluate", "statistics", "fit_sgd_rounds", "SourceRef", "get_client", "local_cluster",
+           "tree_reduce"]
 
 DEFAULT_BLOCK_ROWS = 65_536
 DEFAULT_SPLIT_EVERY = 8
@@ -130,7 +131,7 @@ def get_client(client=None, *, n_workers=None):
     single-threaded worker processes, default one per core, shut down on
     exit).
     """
-    from distributed import Client, LocalCluster
+    from distributed import Client
 
     if client is not None and not isinstance(client, str):
         yield client
@@ -139,10 +140,32 @@ def get_client(client=None, *, n_workers=None):
         with Client(client) as c:
             yield c
         return
-    n = int(n_workers) if n_workers else max(1, os.cpu_count() or 1)
-    with LocalCluster(n_workers=n, threads_per_worker=1, processes=True, dashboard_address=":0") as cl, \
-            Client(cl) as c:
+    with local_cluster(n_workers) as cl, Client(cl) as c:
         yield c
+
+
+@contextlib.contextmanager
+def local_cluster(n_workers=None, **kwargs):
+    """A :class:`distributed.LocalCluster` of single-threaded worker processes, tuned for streaming.
+
+    dask's nanny sets ``MALLOC_TRIM_THRESHOLD_=65536`` in every worker before
+    it starts; any explicit value switches off glibc's dynamic mmap threshold,
+    so every block-sized buffer is mmapped and unmapped again and its pages
+    faulted in on every block: the same streaming fit then costs ~3x the CPU
+    of a plain process (``benchmarks/distributed_scaling.py`` measures it).
+    The clusters started here leave the variable unset.  For a cluster you
+    start yourself, set ``distributed.nanny.pre-spawn-environ.MALLOC_TRIM_THRESHOLD_``
+    to null in the dask config (and do not export the variable).
+    """
+    import dask
+    from distributed import LocalCluster
+
+    n = int(n_workers) if n_workers else max(1, os.cpu_count() or 1)
+    opts = dict(n_workers=n, threads_per_worker=1, processes=True, dashboard_address=":0")
+    opts.update(kwargs)
+    with dask.config.set({"distributed.nanny.pre-spawn-environ.MALLOC_TRIM_THRESHOLD_": None}):
+        with LocalCluster(**opts) as cl:
+            yield cl
 
 
 def _params_only(estimator):

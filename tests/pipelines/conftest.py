@@ -7,6 +7,8 @@ import pytest
 @pytest.fixture(scope="module")
 def client():
     distributed = pytest.importorskip("distributed")
-    with distributed.LocalCluster(n_workers=2, processes=True, threads_per_worker=1,
-                                  dashboard_address=":0") as cluster, distributed.Client(cluster) as c:
+    from streamrank.distributed import local_cluster
+
+    # LocalCluster(n_workers=2, processes=True, threads_per_worker=1), MALLOC_TRIM_THRESHOLD_ left unset
+    with local_cluster(2) as cluster, distributed.Client(cluster) as c:
         yield c
