@@ -84,7 +84,8 @@ def _time_cluster(n_workers, store, warm, max_rows, split_every, tuned=True):
                distributed.LocalCluster(n_workers=n_workers, threads_per_worker=1, processes=True,
                                         dashboard_address=":0"))
     with cluster as cl, distributed.Client(cl) as c:
-        srd.statistics(est, warm, c, max_rows=max_rows // 4, split_every=split_every)  # imports, numba cache
+        c.run(_fit_in_task, warm.path, 1_000)      # every worker: imports, numba kernels loaded
+        srd.statistics(est, warm, c, max_rows=1_000, split_every=split_every)
         before = _outgoing(c)
         cpu0 = c.run(time.process_time)
         t0 = time.perf_counter()
