@@ -69,10 +69,6 @@ def _alphas(alphas):
     return arr
 
 
-def _take_rows(X, idx):
-    return X[idx]
-
-
 class _SparseSolution:
     """``A(λ) = T (Λ + λ)⁻¹ z`` of sparse RankRLS (T = Z⁺ᵀ V, z = Vᵀ Z⁺ b)."""
 
