@@ -320,7 +320,7 @@ def update_rankrls(store, base_model, seen_groups, alphas, *, folds=DEFAULT_FOLD
 
     if base_model is not None and getattr(base_model, "fold_stats_", None) is None:
         raise ValueError("the current RankRLS model holds no fold statistics; run with --full once")
-    model = sr.RankRLS(**(params or {"solver": "primal"})) if base_model is None else base_model
+    model = sr.RankRLS(**dict(params or {}, solver="primal")) if base_model is None else base_model
     model.solver = "primal"
     new = GroupRange(store, seen_groups, store.n_groups)
     folds_now = None
@@ -576,7 +576,8 @@ def run_night(store_path, new_files, models_dir, *, learner="rankrls", alphas=No
             mk, higher = "tuple_error", False
         else:
             if learner == "rankrls":
-                model, sel = update_rankrls(store, base_model, seen, alphas, folds=folds, max_rows=max_rows)
+                model, sel = update_rankrls(store, base_model, seen, alphas, folds=folds, max_rows=max_rows,
+                                            params=learner_params)
             elif learner == "sgd-pairwise":
                 model, sel = update_pairwise(store, base_model, seen, params=learner_params, max_rows=max_rows)
             else:
@@ -731,6 +732,9 @@ def build_parser():
                    help="fixed validation store (default: the newest day)")
     p.add_argument("--max-rows", type=int, default=DEFAULT_BLOCK_ROWS, help="block budget (rows)")
     p.add_argument("--no-plot", action="store_true", help="do not write metrics.png")
+    p.add_argument("--group-weight", default="pair", choices=("pair", "query", "size"),
+                   help="rankrls: weight of each query's pairs (fixed at the first night)")
+    p.add_argument("--ties", default="include", choices=("include", "exclude"), help="rankrls: tied pairs")
     p.add_argument("--n-basis", type=int, default=500, help="sparse-kernel: basis rows (fixed at the first night)")
     p.add_argument("--kernel", default="rbf", help="sparse-kernel: kernel name")
     p.add_argument("--gamma", type=float, default=1.0, help="sparse-kernel: kernel width")
@@ -744,6 +748,8 @@ def _learner_params(args):
         return {"n_basis": args.n_basis, "kernel": args.kernel, "gamma": args.gamma, "random_state": args.seed}
     if args.learner == "sgd-pairwise":
         return {"random_state": args.seed}
+    if args.learner == "rankrls":
+        return {"group_weight": args.group_weight, "ties": args.ties}
     return None
 
 

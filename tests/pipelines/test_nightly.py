@@ -246,3 +246,21 @@ def test_sgd_pairwise_nights_resume(tmp_path):
             replay.partial_fit(b.X, b.y, b.row_qid())
     assert final.t_ == replay.t_ == s.n_rows
     np.testing.assert_allclose(final.coef_, replay.coef_, rtol=1e-12, atol=1e-15)
+
+
+def test_fixed_validation_store_and_group_weight(tmp_path):
+    from pipeline_data import make_store
+
+    store, models = tmp_path / "logs.zarr", tmp_path / "models"
+    val = make_store(tmp_path / "val.zarr", [50, 51])
+    for d in (1, 2):
+        assert nightly.main(["--store", str(store), "--new", str(_day_file(tmp_path, d)), "--models", str(models),
+                             "--alphas", "0.5,2", "--validation", str(val.path), "--group-weight", "query",
+                             "--ties", "exclude", "--no-plot"]) == 0
+    meta = nightly.read_version(models, "v0002")
+    assert meta["validation"] == {"store": str(val.path)} and meta["params"]["group_weight"] == "query"
+    final = sr.load(models / "current")
+    ref = sr.RankRLS(alpha=final.alpha, solver="primal", group_weight="query", ties="exclude")
+    np.testing.assert_allclose(final.coef_, ref.fit(sr.GroupStore.open(store)).coef_, rtol=1e-8)
+    want = sr.metrics.evaluate(val, final, k=10)["ndcg@10"].value
+    assert meta["metrics"]["ndcg@10"] == pytest.approx(want, rel=1e-12)
