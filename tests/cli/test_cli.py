@@ -136,6 +136,21 @@ def test_ingest_npz_and_zarr_copy(data, tmp_path):
     np.testing.assert_array_equal(last.X[-40:], X.astype(np.float32))
 
 
+def test_ingest_sparse_store_equals_dense(data, rankrls_model, tmp_path):
+    ok(inproc("ingest", TEST, "--store", tmp_path / "csr.zarr", "--limit", 300, "--sparse", "-q"))
+    a, b = sr.GroupStore.open(tmp_path / "csr.zarr"), sr.GroupStore.open(data / "test.zarr")
+    assert a.sparse and not b.sparse and a.n_rows == b.n_rows
+    Xa = sp.vstack([blk.X for blk in a.blocks()]).toarray()
+    np.testing.assert_array_equal(Xa, np.concatenate([blk.X for blk in b.blocks()]))
+    # a model trained on the dense store scores the CSR store identically (evaluate streams CSR blocks)
+    p = inproc("evaluate", "--model", rankrls_model, "--store", tmp_path / "csr.zarr", "--json")
+    q = inproc("evaluate", "--model", rankrls_model, "--store", data / "test.zarr", "--json")
+    got, want = json.loads(p.stdout)["metrics"], json.loads(q.stdout)["metrics"]
+    assert got.keys() == want.keys()
+    for k in got:
+        assert got[k] == pytest.approx(want[k], rel=1e-12)
+
+
 # ----------------------------------------------------------- fit and friends
 @pytest.fixture(scope="module")
 def rankrls_model(data):
