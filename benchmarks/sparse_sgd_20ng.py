@@ -115,10 +115,11 @@ def main(argv=None) -> int:
     rows = []
 
     def record(name, W, model=None, fit_s=0.0, peak=0):
-        s_pos = np.asarray((val[0] @ W).multiply(val[1]).sum(axis=1)).ravel() if W is not None else \
-            np.asarray(val[0].multiply(val[1]).sum(axis=1)).ravel()
-        s_neg = np.asarray((val[0] @ W).multiply(val[2]).sum(axis=1)).ravel() if W is not None else \
-            np.asarray(val[0].multiply(val[2]).sum(axis=1)).ravel()
+        if model is not None:  # hash-table scores: no (tuples x features) product is formed
+            s_pos, s_neg = model.score(val[0], val[1]), model.score(val[0], val[2])
+        else:  # W = I
+            s_pos = np.asarray(val[0].multiply(val[1]).sum(axis=1)).ravel()
+            s_neg = np.asarray(val[0].multiply(val[2]).sum(axis=1)).ravel()
         err = sr.metrics.tuple_error(s_pos, s_neg)
         mp = map_score(W, Xt, yt, X, y, args.map_queries, np.random.default_rng(args.seed + 2))
         nnz = n_f if W is None else W.nnz
