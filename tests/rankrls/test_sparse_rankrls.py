@@ -153,3 +153,19 @@ def test_sparse_bad_input(rng):
         sr.KernelRankRLS(n_basis=3).fit(X, y).leave_pair_out([[0, 1]])
     with pytest.raises(ValueError, match="not positive semidefinite"):
         sr.KernelRankRLS(kernel=lambda a, b: -(a @ b.T), n_basis=3).fit(X, y, qid)
+
+
+def test_sparse_from_a_group_store_equals_arrays(rng, tmp_path):
+    X, y, qid, _ = make_groups(rng, n_groups=8, n_features=3)
+    X = X.astype(np.float32)
+    store = sr.GroupStore.create(tmp_path / "s", n_features=3)
+    store.append(X, y, qid)
+    store = sr.GroupStore.open(tmp_path / "s")
+    kw = dict(gamma=0.5, alpha=0.3, n_basis=6, random_state=4, group_weight="size")
+    a = sr.KernelRankRLS(**kw).fit(store, max_rows=9)
+    b = sr.KernelRankRLS(**kw).fit(X, y, qid)
+    np.testing.assert_array_equal(a.basis_, b.basis_)
+    assert _rel(a.dual_coef_, b.dual_coef_) < 1e-10
+    assert _rel(a.leave_query_out(), b.leave_query_out()) < 1e-10
+    sr.save(a, tmp_path / "model")
+    np.testing.assert_array_equal(sr.load(tmp_path / "model").predict(X), a.predict(X))
