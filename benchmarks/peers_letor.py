@@ -93,6 +93,12 @@ def _group_sizes(qid):
     return np.diff(np.concatenate(([0], cut, [len(qid)])))
 
 
+def _group_index(qid):
+    """0, 0, 1, 1, 1, 2, ... — one id per contiguous group (XGBoost wants non-decreasing qid;
+    a LETOR fold concatenates files, so its query ids are contiguous but not sorted)."""
+    return np.concatenate(([0], np.cumsum(np.diff(qid) != 0))).astype(np.int64) if len(qid) else qid
+
+
 def _scores(y, s, qid):
     import streamrank as sr
 
@@ -209,7 +215,7 @@ def run_xgb(train, vali, test, objective, max_depths=(4, 6), n_estimators=500, l
                           learning_rate=learning_rate, max_depth=depth, n_jobs=threads,
                           eval_metric="ndcg@10", early_stopping_rounds=early_stopping, random_state=0)
         t0 = time.perf_counter()
-        m.fit(X, y, qid=q, eval_set=[(Xv, yv)], eval_qid=[qv], verbose=False)
+        m.fit(X, y, qid=_group_index(q), eval_set=[(Xv, yv)], eval_qid=[_group_index(qv)], verbose=False)
         fit_s = time.perf_counter() - t0
         v = float(sr.metrics.ndcg(yv, m.predict(Xv), qv, k=10))
         if best is None or v > best[0]:
