@@ -52,6 +52,13 @@ def _jsonable(obj):
     return obj
 
 
+def _codecs():
+    """zstd, then a CRC-32C of every chunk: a damaged model file fails to load instead of loading garbage."""
+    from zarr.codecs import Crc32cCodec, ZstdCodec
+
+    return (ZstdCodec(), Crc32cCodec())
+
+
 def save(model, path) -> None:
     """Write ``model`` to the zarr group at ``path`` (atomic replace)."""
     import zarr
@@ -70,13 +77,14 @@ def save(model, path) -> None:
                 g.attrs["format"] = "csr"
                 for part in ("indptr", "indices", "data"):
                     arr = np.ascontiguousarray(getattr(a, part))
-                    z = g.create_array(part, shape=arr.shape, dtype=arr.dtype,
+                    z = g.create_array(part, shape=arr.shape, dtype=arr.dtype, compressors=_codecs(),
                                        chunks=(max(1, min(arr.size, 1 << 22)),) if arr.ndim == 1 else arr.shape)
                     z[...] = arr
             else:
                 arr = np.ascontiguousarray(np.asarray(a))
                 chunks = tuple(max(1, s) for s in arr.shape) if arr.ndim else ()
-                z = root.create_array(name, shape=arr.shape, dtype=arr.dtype, chunks=chunks or None)
+                z = root.create_array(name, shape=arr.shape, dtype=arr.dtype, chunks=chunks or None,
+                                      compressors=_codecs())
                 z[...] = arr
         root.attrs.update({
             "streamrank": "model",
@@ -161,6 +169,10 @@ def load(path):
     for name in meta.get("arrays", []):
         try:
             node = root[name]
+            for a in (node.arrays() if isinstance(node, zarr.Group) else (("", node),)):
+                kind = np.dtype(a[1].dtype).kind
+                if kind not in "biuf":  # learned state is numbers; never decode objects
+                    raise ModelFormatError(f"dtype {a[1].dtype} is not numeric")
             if isinstance(node, zarr.Group):
                 shape = tuple(node.attrs["shape"])
                 arrays[name] = sp.csr_matrix(
@@ -169,8 +181,12 @@ def load(path):
                 arrays[name] = node[...]
         except Exception as exc:
             raise ModelFormatError(f"{path}: array {name!r} is missing or damaged: {exc}") from exc
-    model = cls(**meta.get("params", {}))
-    model._set_state(meta.get("state", {}), arrays)
+    try:
+        model = cls(**meta.get("params", {}))
+        model._set_state(meta.get("state", {}), arrays)
+    except (TypeError, KeyError, ValueError, IndexError) as exc:
+        raise ModelFormatError(f"{path}: the saved state of {cls.__name__} cannot be restored "
+                               f"({type(exc).__name__}: {exc})") from exc
     return model
 
 

@@ -271,7 +271,7 @@ class GroupStore(BlockSource):
 
     def _reopen_arrays(self):
         """Re-read the arrays' metadata (shapes) from disk."""
-        self._arrays = {name: self._root[name] for name in self._arrays}
+        self._arrays = {name: CheckedArray(self._root[name], self.path, name) for name in self._arrays}
         self._X = self._arrays.get("X")
         self._y = self._arrays["y"]
         if self.sparse:

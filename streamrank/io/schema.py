@@ -132,7 +132,12 @@ class CheckedArray:
         return getattr(self._arr, attr)
 
     def __setitem__(self, key, value):
-        self._arr[key] = value
+        try:  # a write into a partly filled chunk reads it first
+            self._arr[key] = value
+        except (MemoryError, KeyboardInterrupt, OSError):
+            raise
+        except Exception as exc:
+            raise StoreFormatError(self._damage(key, exc)) from exc
 
     def __getitem__(self, key):
         try:

@@ -523,7 +523,7 @@ class TupleStore(TupleSource):
             if read_attrs(self.path).get("committed") != self._attrs.get("committed"):
                 self._load()
             else:  # a killed writer may have grown the arrays since we opened
-                self._a = {name: self._root[name] for name in self._a}
+                self._a = {name: CheckedArray(self._root[name], self.path, name) for name in self._a}
             if batch_id is not None and any(e.get("batch_id") == batch_id for e in self._attrs["log"]):
                 logger.info("TupleStore %s: batch %r is already committed; skipped", self.path, batch_id)
                 return False
