@@ -111,3 +111,12 @@ def test_repro_jester_disagreement_matches_metric():
     got = mod.disagreement_all(y, P)
     want = [sr.metrics.disagreement(y, p) for p in P]
     np.testing.assert_allclose(got, want, rtol=1e-12)
+
+
+@pytest.mark.parametrize("name", ["peers_letor", "peers_sgd", "out_of_core", "repro_reuters", "repro_jester"])
+def test_help(name, capsys):
+    mod = _load(name)
+    with pytest.raises(SystemExit) as exc:
+        mod.main(["--help"])
+    assert exc.value.code == 0
+    assert "--smoke" in capsys.readouterr().out
