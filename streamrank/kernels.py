@@ -15,7 +15,8 @@ dense product (CSR), followed by an elementwise map done in place:
 
 The products are accumulated in float64 whatever the storage type of ``X``;
 the elementwise map after the product is one fused numba pass
-(:mod:`streamrank._kernel_kernels`).
+(:mod:`streamrank._kernel_kernels`) plus, for the Gaussian kernel, numpy's
+vectorised ``exp`` in place.
 """
 from __future__ import annotations
 
@@ -30,8 +31,9 @@ KERNELS = ("linear", "rbf", "poly")
 
 #: row chunk used when a kernel block would exceed this many entries
 _MAX_BLOCK_ENTRIES = 1 << 24
-#: blocks at least this large use the prange twin of the elementwise loop
-_PARALLEL_ENTRIES = 1 << 16
+#: blocks at least this large use the prange twin of the elementwise loop (smaller blocks: the
+#: serial loop, which does not compete with BLAS and the prefetch thread for the cores)
+_PARALLEL_ENTRIES = 1 << 24
 
 
 class KernelSpec:
@@ -161,7 +163,9 @@ def kernel_matrix(X, Z=None, *, kernel="rbf", gamma=1.0, degree=2, coef0=0.0) ->
         from . import _kernel_kernels as _kk
         nx = _sq_norms(X)
         nz = nx if same else _sq_norms(Z)
-        (_kk.rbf_from_dot_parallel if par else _kk.rbf_from_dot)(K, nx, nz, float(gamma), bool(same))
+        (_kk.rbf_exponent_from_dot_parallel if par else _kk.rbf_exponent_from_dot)(
+            K, nx, nz, float(gamma), bool(same))
+        np.exp(K, out=K)
     else:  # pragma: no cover - check_kernel guards
         raise ValueError(f"unknown kernel {kernel!r}")
     if same:  # exact symmetry (BLAS may round the two triangles differently)

@@ -12,12 +12,12 @@ def _rbf_np(D, nx, nz, gamma, same):
     d = np.maximum(d, 0.0)
     if same:
         np.fill_diagonal(d, 0.0)
-    return np.exp(-gamma * d)
+    return -gamma * d
 
 
 @pytest.mark.parametrize("shape", [(0, 0), (0, 3), (3, 0), (1, 1), (5, 7), (300, 300)])
-@pytest.mark.parametrize("fn", [kk.rbf_from_dot, kk.rbf_from_dot_parallel])
-def test_rbf_from_dot(rng, shape, fn):
+@pytest.mark.parametrize("fn", [kk.rbf_exponent_from_dot, kk.rbf_exponent_from_dot_parallel])
+def test_rbf_exponent_from_dot(rng, shape, fn):
     X = rng.normal(size=(shape[0], 4))
     Z = X if shape[0] == shape[1] else rng.normal(size=(shape[1], 4))
     same = Z is X
@@ -31,13 +31,13 @@ def test_rbf_from_dot(rng, shape, fn):
     fn(K, nx, nz, 0.7, same)
     np.testing.assert_allclose(K, ref, rtol=1e-13, atol=1e-15)
     if same and shape[0]:
-        np.testing.assert_array_equal(np.diag(K), 1.0)
+        np.testing.assert_array_equal(np.diag(K), 0.0)
 
 
 def test_rbf_clips_negative_distances():
     K = np.array([[10.0, 0.0]])
-    kk.rbf_from_dot(K, np.array([1.0]), np.array([1.0, 0.0]), 1.0, False)   # 1 + 1 - 20 < 0 -> 0
-    assert K[0, 0] == 1.0 and K[0, 1] == np.exp(-1.0)
+    kk.rbf_exponent_from_dot(K, np.array([1.0]), np.array([1.0, 0.0]), 1.0, False)   # 1 + 1 - 20 < 0 -> 0
+    assert K[0, 0] == 0.0 and K[0, 1] == -1.0
 
 
 @pytest.mark.parametrize("degree", [1, 2, 3])
@@ -55,8 +55,8 @@ def test_serial_equals_parallel_bitwise(rng):
     D = rng.normal(size=(257, 129))
     nx, nz = rng.random(257) * 3, rng.random(129) * 3
     a, b = D.copy(), D.copy()
-    kk.rbf_from_dot(a, nx, nz, 0.2, False)
-    kk.rbf_from_dot_parallel(b, nx, nz, 0.2, False)
+    kk.rbf_exponent_from_dot(a, nx, nz, 0.2, False)
+    kk.rbf_exponent_from_dot_parallel(b, nx, nz, 0.2, False)
     np.testing.assert_array_equal(a, b)
     a, b = D.copy(), D.copy()
     kk.poly_from_dot(a, 1.5, 1.0, 3)
