@@ -68,7 +68,7 @@ def open_text_bytes(source):
     seekable = getattr(source, "seekable", None)
     if seekable is not None and seekable():
         pos = source.tell()
-        magic = source.read(2)
+        magic = _read(source, 2, name)  # the source may itself be a (damaged) gzip stream
         source.seek(pos)
         if magic == b"\x1f\x8b":
             return gzip.GzipFile(fileobj=source, mode="rb"), str(name), True
