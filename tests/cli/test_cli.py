@@ -4,7 +4,7 @@ One train / test store is ingested per module (from the LETOR 4.0 archive in
 ``/work/shared/data/letor``, read straight from the tar.gz) and reused.  Every
 result printed or written by the CLI is compared with the same computation
 done in-process through the Python API.  Error cases check the documented
-exit codes (see ``streamrank/cli.py``) and that an error is one line.
+exit codes (see ``streamrank/cli/_common.py``) and that an error is one line.
 """
 from __future__ import annotations
 

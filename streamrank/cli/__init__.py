@@ -1,0 +1,75 @@
+"""The ``streamrank`` command line.
+
+::
+
+    streamrank ingest   SRC... --store PATH [--format letor|npz|zarr] [--batch-id ID]
+    streamrank info     PATH
+    streamrank fit      --store PATH --model OUT --learner LEARNER [options] [--alpha A | --alphas GRID --cv K]
+    streamrank evaluate --model M --store PATH [--metrics ndcg@10,disagreement,map,auc]
+    streamrank predict  --model M --store PATH --out SCORES.npy|SCORES.zarr
+    streamrank cv       --store PATH --learner LEARNER --alphas GRID --folds K|query
+    streamrank plot     --model M --out PNG
+
+Learners: ``rankrls`` (RankRLS, primal statistics), ``cg`` (RankRLS, conjugate
+gradient), ``kernel`` (KernelRankRLS, exact dual), ``sparse-kernel``
+(KernelRankRLS with ``--n-basis`` basis rows), ``sgd-bilinear``
+(SparseSGDRanker on a *tuple* store), ``sgd-pairwise`` (PairwiseSGDRanker).
+
+λ grids (``--alphas GRID``)
+---------------------------
+* a comma list ``0.01,0.1,1,10`` (items may be powers: ``2^-3,2^0,2^3``);
+* ``2^A:2^B[:STEP]`` — powers of two 2^A, 2^(A+STEP), …, 2^B (inclusive;
+  e.g. ``2^-15:2^15``, the papers' grid); ``10^A:10^B[:STEP]`` likewise;
+* ``LO:HI:N`` — N values spaced evenly on a log scale from LO to HI.
+
+Progress and messages
+---------------------
+Long operations (ingest, every pass of a fit, evaluate, predict) show a tqdm
+bar on a terminal and one plain log line every 10 s (``STREAMRANK_PROGRESS_SECONDS``)
+when stderr is not a terminal (cron).  ``--quiet`` silences progress and log
+messages (results still go to stdout); ``--verbose`` adds debug messages and
+the traceback of an error.
+
+Exit codes
+----------
+=====  ==================================================================
+0      success
+1      unexpected internal error (rerun with --verbose and report it)
+2      usage error: unknown option or learner, bad GRID, bad --out suffix
+3      a path given does not exist (store, model, source file, tar member)
+4      invalid data or format: not a streamrank store/model, newer format
+       version, corrupt file, parse error (file:line), wrong store kind
+5      cannot write: the output exists and is not replaceable, or another
+       process is appending to the store (one writer at a time)
+6      unsupported combination (e.g. --cv with --learner cg)
+130    interrupted (Ctrl-C / SIGINT; 143 for SIGTERM): nothing half-written
+       is left — models are written to a temporary directory and renamed,
+       store appends are atomic (an interrupted ingest resumes where it
+       stopped when run again: committed chunks are skipped by batch id)
+=====  ==================================================================
+
+Modules
+-------
+``_app`` parser, ``main``, error -> exit code; ``_grid`` the GRID syntax
+(``parse_grid``) and other argument types; ``_ingest`` ingest/info; ``_fit``
+fit/cv; ``_evaluate`` evaluate/predict; ``_plot`` plot; ``_stores`` opening
+stores and models; ``_atomic`` atomic model/score writes; ``_common`` exit
+codes and exceptions.
+"""
+from __future__ import annotations
+
+import os  # noqa: F401 - tests patch ``cli.os.replace`` to interrupt a model replacement
+import sys
+
+from ._app import build_parser, main
+from ._atomic import _replace_dir, _save_model  # noqa: F401
+from ._common import (DEFAULT_MAX_ROWS, EXIT_BUG, EXIT_CODES, EXIT_DATA, EXIT_NOT_FOUND,  # noqa: F401
+                      EXIT_OK, EXIT_SIGINT, EXIT_SIGTERM, EXIT_UNSUPPORTED, EXIT_USAGE, EXIT_WRITE, FORMATS,
+                      LEARNERS, METRICS, Unsupported, UsageError)
+from ._grid import parse_grid
+
+__all__ = ["main", "build_parser", "parse_grid", "EXIT_CODES"]
+
+
+def _console():  # pragma: no cover - the installed script calls main() and exits
+    sys.exit(main())

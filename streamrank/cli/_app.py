@@ -1,0 +1,324 @@
+"""The argument parser of ``streamrank`` and ``main``: logging, signals, one-line errors and exit codes."""
+from __future__ import annotations
+
+import argparse
+import logging
+import signal
+import sys
+import traceback
+
+from ._common import (DEFAULT_MAX_ROWS, EXIT_BUG, EXIT_CODES, EXIT_DATA, EXIT_NOT_FOUND, EXIT_SIGINT,
+                      EXIT_SIGTERM, EXIT_UNSUPPORTED, EXIT_USAGE, EXIT_WRITE, FORMATS, LEARNERS, Unsupported,
+                      UsageError, _Terminated, log)
+from ._evaluate import cmd_evaluate, cmd_predict
+from ._fit import cmd_cv, cmd_fit
+from ._grid import _folds_type, _grid_type, _positive_float
+from ._ingest import cmd_info, cmd_ingest
+from ._plot import cmd_plot
+
+
+EXAMPLES = {
+    "ingest": """examples:
+  streamrank ingest /data/MQ2008_QueryLevelNorm.tar.gz:MQ2008/Fold1/train.txt --store train.zarr
+  streamrank ingest day1.txt.gz day2.npz --store logs.zarr
+  streamrank ingest tuples_today.zarr --store tuples.zarr --format zarr
+
+SRC is LETOR/svmlight text (plain, .gz, or ARCHIVE.tar.gz:MEMBER), a .npz with
+arrays X, y, qid, or a zarr store (GroupStore, or a TupleStore — tuples for
+sgd-bilinear can only be ingested from a TupleStore, i.e. --format zarr).
+Each chunk is one atomic append with batch id ID#i (default ID: file name +
+hash of path, size, mtime): ingesting the same source again adds nothing, and
+an interrupted ingest continues where it stopped.""",
+    "info": """examples:
+  streamrank info train.zarr
+  streamrank info model.zarr --json""",
+    "fit": """examples:
+  streamrank fit --store train.zarr --model m.zarr --learner rankrls --alphas 2^-10:2^10 --cv 5
+  streamrank fit --store train.zarr --model m.zarr --learner cg --alpha 1 --tol 1e-8
+  streamrank fit --store train.zarr --model k.zarr --learner sparse-kernel --n-basis 500 --gamma 0.05
+  streamrank fit --store tuples.zarr --model w.zarr --learner sgd-bilinear --steps 100000 --l1 1e-5
+
+GRID: '0.1,1,10' | '2^-15:2^15[:STEP]' | '10^-3:10^3' | 'LO:HI:N' (log-spaced).
+--cv K chooses alpha by K-fold CV by query (or 'query': leave-one-query-out)
+from the learner's statistics (rankrls, kernel, sparse-kernel only).""",
+    "evaluate": """examples:
+  streamrank evaluate --model m.zarr --store test.zarr
+  streamrank evaluate --model m.zarr --store test.zarr --metrics ndcg@5,map,auc --json
+  streamrank evaluate --model w.zarr --store test_tuples.zarr     # tuple error""",
+    "predict": """examples:
+  streamrank predict --model m.zarr --store test.zarr --out scores.npy
+  streamrank predict --model m.zarr --store test.zarr --out scores.zarr   # + qid, group_ptr""",
+    "cv": """examples:
+  streamrank cv --store train.zarr --learner rankrls --alphas 2^-15:2^15 --folds 5
+  streamrank cv --store train.zarr --learner kernel --alphas 1e-3:1e3:7 --folds query --scoring ndcg@10 --plot path.png""",
+    "plot": """examples:
+  streamrank plot --model m.zarr --out path.png          # λ path of a model fitted with --alphas/--cv
+  streamrank plot --model w.zarr --out curve.png         # learning curve of an sgd model
+  streamrank plot --model nightly_models/ --out nights.png   # history of the nightly pipeline""",
+}
+
+
+def _common(p):
+    g = p.add_argument_group("output")
+    g.add_argument("-q", "--quiet", action="store_true", help="no progress or log messages (results still printed)")
+    g.add_argument("-v", "--verbose", action="store_true", help="debug messages; tracebacks on errors")
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message):  # one line + the usage hint, exit code 2
+        self.exit(EXIT_USAGE, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+
+class _SetFlag(argparse.Action):
+    """Store the value and remember that the option was given."""
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        setattr(namespace, self.dest, values)
+        setattr(namespace, self.dest + "_given", True)
+
+
+def _learner_options(p, *, cv_option: bool):
+    p.add_argument("--learner", required=True, choices=LEARNERS, metavar="LEARNER",
+                   help="one of: " + ", ".join(LEARNERS))
+    if cv_option:
+        p.add_argument("--alpha", type=_positive_float, default=1.0, action=_SetFlag,
+                       help="regularization λ (default 1)")
+    p.add_argument("--max-rows", type=int, default=DEFAULT_MAX_ROWS, help="block budget in rows (default 65536)")
+    p.add_argument("--scoring", default="squared",
+                   help="CV score: squared (least-squares ranking loss, default), disagreement, ndcg@K")
+    r = p.add_argument_group("RankRLS (rankrls, cg, kernel, sparse-kernel)")
+    r.add_argument("--group-weight", choices=("pair", "query", "size"), default="pair",
+                   help="weight of a query's pairs (default pair)")
+    r.add_argument("--ties", choices=("include", "exclude"), default="include")
+    r.add_argument("--tol", type=_positive_float, default=1e-6, help="cg: relative residual tolerance")
+    r.add_argument("--max-iter", type=int, default=None, help="cg: iteration limit")
+    k = p.add_argument_group("kernels (kernel, sparse-kernel)")
+    k.add_argument("--kernel", choices=("rbf", "linear", "poly"), default="rbf")
+    k.add_argument("--gamma", type=_positive_float, default=1.0)
+    k.add_argument("--degree", type=int, default=2)
+    k.add_argument("--coef0", type=float, default=0.0)
+    k.add_argument("--n-basis", type=int, default=256, help="sparse-kernel: basis rows (default 256)")
+    s = p.add_argument_group("SGD (sgd-bilinear, sgd-pairwise)")
+    s.add_argument("--eta0", type=_positive_float, default=None, help="step size C of eta_t = C/sqrt(t)")
+    s.add_argument("--l1", type=float, default=None, help="cumulative L1 strength (default: the learner's)")
+    s.add_argument("--l2", type=float, default=None, help="sgd-pairwise: L2 strength (default 0)")
+    s.add_argument("--loss", choices=("hinge", "logistic"), default=None, help="sgd-pairwise loss (default hinge)")
+    s.add_argument("--shrink-every", type=int, default=None, help="T: soft-threshold every T steps (default 100)")
+    s.add_argument("--init", choices=("identity", "zeros"), default=None, help="sgd-bilinear W_0 (default identity)")
+    s.add_argument("--no-refit", action="store_true", help="sgd-bilinear: skip the refit on the support")
+    s.add_argument("--steps", type=int, default=None, help="sgd-bilinear: SGD steps (default: one pass)")
+    s.add_argument("--n-pairs", type=int, default=None,
+                   help="sgd-pairwise: pairs sampled within queries (default: one per row)")
+    s.add_argument("--batch-size", type=int, default=1024)
+    s.add_argument("--checkpoint-every", type=int, default=None,
+                   help="sgd-bilinear: record history every N steps (default steps/20)")
+    s.add_argument("--validation", default=None, metavar="TUPLESTORE",
+                   help="sgd-bilinear: tuple store whose tuple error is recorded in the history")
+    p.add_argument("--seed", type=int, default=0, help="random seed (basis sample, tuple order)")
+
+
+def _synopsis() -> str:
+    """The usage lines at the top of the package docstring (``streamrank/cli/__init__.py``)."""
+    from . import __doc__ as doc
+
+    return "\n".join(doc.split("::\n\n")[1].split("\n\n")[0].splitlines())
+
+
+def build_parser() -> argparse.ArgumentParser:
+    top = _Parser(prog="streamrank", description="streamrank: learning to rank from data that does not fit in "
+                  "memory.\n\n" + _synopsis(),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog="exit codes: " + "; ".join(f"{k} {v}" for k, v in EXIT_CODES.items())
+        + "\nRun 'streamrank COMMAND --help' for each command's options and an example.")
+    top.add_argument("--version", action="version", version=_version())
+    sub = top.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
+    sub.required = True
+    fmt = argparse.RawDescriptionHelpFormatter
+
+    p = sub.add_parser("ingest", help="append LETOR text, .npz or zarr stores to a store", epilog=EXAMPLES["ingest"],
+                       formatter_class=fmt, description="Append data to a GroupStore (or TupleStore), atomically.")
+    p.add_argument("sources", nargs="+", metavar="SRC")
+    p.add_argument("--store", required=True, help="store to append to (created if missing)")
+    p.add_argument("--format", choices=FORMATS, default=None,
+                   help="letor (svmlight text), npz (X, y, qid) or zarr (a store); default: by the path")
+    p.add_argument("--batch-id", default=None, metavar="ID", help="batch id in the store's append log")
+    p.add_argument("--features", type=int, default=None, help="number of features (default: inferred)")
+    p.add_argument("--sparse", action="store_true", help="store X as CSR (new stores)")
+    p.add_argument("--limit", type=int, default=None, metavar="N", help="stop after about N rows (whole queries)")
+    p.add_argument("--chunk-mb", type=float, default=8.0, help="text parsed per append (MB, default 8)")
+    p.add_argument("--null-value", type=float, default=None, help="value for NULL features (LETOR 3.0)")
+    p.add_argument("--max-rows", type=int, default=DEFAULT_MAX_ROWS, help="rows per append when copying a store")
+    _common(p)
+    p.set_defaults(func=cmd_ingest)
+
+    p = sub.add_parser("info", help="describe a store or a saved model", epilog=EXAMPLES["info"], formatter_class=fmt,
+                       description="Rows, groups, features, size on disk, batches appended and format version "
+                                   "of a store; class, parameters and training record of a model.")
+    p.add_argument("path", metavar="PATH")
+    p.add_argument("--json", action="store_true", help="print JSON")
+    _common(p)
+    p.set_defaults(func=cmd_info)
+
+    p = sub.add_parser("fit", help="fit a learner on a store and save the model", epilog=EXAMPLES["fit"],
+                       formatter_class=fmt, description="Fit a learner on a store and save it with sr.save "
+                                                        "(atomic: the model appears complete or not at all).")
+    p.add_argument("--store", required=True)
+    p.add_argument("--model", required=True, metavar="OUT", help="where to save the model (a zarr directory)")
+    _learner_options(p, cv_option=True)
+    p.add_argument("--alphas", type=_grid_type, default=None, metavar="GRID", help="λ grid to choose from by CV")
+    p.add_argument("--cv", type=_folds_type, default=5, action=_SetFlag, metavar="K|query",
+                   help="folds by query for --alphas (default 5)")
+    _common(p)
+    p.set_defaults(func=cmd_fit, alpha_given=False, cv_given=False)
+
+    p = sub.add_parser("evaluate", help="ranking metrics of a model on a store", epilog=EXAMPLES["evaluate"],
+                       formatter_class=fmt, description="Stream a store through a model; print the mean "
+                                                        "metrics over queries (AUC: one global group).")
+    p.add_argument("--model", required=True, metavar="M")
+    p.add_argument("--store", required=True)
+    p.add_argument("--metrics", default="ndcg@10,disagreement,map", help="comma list of ndcg@K, disagreement, map, auc")
+    p.add_argument("--output", type=int, default=0, help="score column for multi-output stores")
+    p.add_argument("--max-rows", type=int, default=DEFAULT_MAX_ROWS)
+    p.add_argument("--json", action="store_true", help="print JSON")
+    _common(p)
+    p.set_defaults(func=cmd_evaluate)
+
+    p = sub.add_parser("predict", help="write the scores of every row of a store", epilog=EXAMPLES["predict"],
+                       formatter_class=fmt, description="Scores in store row order, float64, written atomically.")
+    p.add_argument("--model", required=True, metavar="M")
+    p.add_argument("--store", required=True)
+    p.add_argument("--out", required=True, metavar="SCORES", help="SCORES.npy or SCORES.zarr")
+    p.add_argument("--max-rows", type=int, default=DEFAULT_MAX_ROWS)
+    _common(p)
+    p.set_defaults(func=cmd_predict)
+
+    p = sub.add_parser("cv", help="cross-validate λ over a grid", epilog=EXAMPLES["cv"], formatter_class=fmt,
+                       description="Group cross-validation of a grid of λ from one pass of statistics; "
+                                   "prints the score of every λ and the best.")
+    p.add_argument("--store", required=True)
+    _learner_options(p, cv_option=False)
+    p.add_argument("--alphas", type=_grid_type, required=True, metavar="GRID")
+    p.add_argument("--folds", type=_folds_type, default=5, metavar="K|query", help="K folds by query, or 'query'")
+    p.add_argument("--model", default=None, metavar="OUT", help="also save the model refitted with the best λ")
+    p.add_argument("--json", default=None, metavar="FILE", help="write the scores as JSON")
+    p.add_argument("--plot", default=None, metavar="PNG", help="write the λ path plot")
+    _common(p)
+    p.set_defaults(func=cmd_cv)
+
+    p = sub.add_parser("plot", help="plot a λ path, learning curve or nightly history", epilog=EXAMPLES["plot"],
+                       formatter_class=fmt, description="Write a PNG (needs matplotlib: the plot extra).")
+    p.add_argument("--model", required=True, metavar="M", help="a saved model, or a nightly model directory")
+    p.add_argument("--out", required=True, metavar="PNG")
+    p.add_argument("--kind", choices=("auto", "path", "learning-curve", "curve", "nightly"), default="auto")
+    p.add_argument("--width", type=int, default=800, help="pixels (default 800)")
+    p.add_argument("--height", type=int, default=500, help="pixels (default 500)")
+    p.add_argument("--dpi", type=int, default=100)
+    _common(p)
+    p.set_defaults(func=cmd_plot)
+    return top
+
+
+def _version():
+    from .. import __version__
+
+    return f"streamrank {__version__}"
+
+
+# --------------------------------------------------------------------- main
+def _exit_code(exc) -> int:
+    from ..io.schema import StoreFormatError
+    from ..persistence import ModelFormatError
+
+    if isinstance(exc, UsageError):
+        return EXIT_USAGE
+    if isinstance(exc, Unsupported) or isinstance(exc, NotImplementedError):
+        return EXIT_UNSUPPORTED
+    if isinstance(exc, FileNotFoundError):
+        return EXIT_NOT_FOUND
+    if isinstance(exc, (FileExistsError, PermissionError, IsADirectoryError)):
+        return EXIT_WRITE
+    if isinstance(exc, RuntimeError) and "one writer at a time" in str(exc):
+        return EXIT_WRITE
+    if isinstance(exc, (StoreFormatError, ModelFormatError, ValueError, TypeError, KeyError, OSError)):
+        return EXIT_DATA
+    return EXIT_BUG
+
+
+def _setup_logging(args):
+    level = logging.ERROR if args.quiet else (logging.DEBUG if args.verbose else logging.INFO)
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(logging.Formatter("streamrank: %(message)s"))
+    log.handlers[:] = [handler]
+    log.setLevel(level)
+    log.propagate = False
+
+
+def _show_warning(args):
+    """Warnings as one ``streamrank: warning: ...`` line (none with --quiet; the source line with --verbose)."""
+    import warnings
+
+    default = warnings.showwarning
+
+    def show(message, category, filename, lineno, file=None, line=None):
+        if args.verbose:
+            return default(message, category, filename, lineno, file, line)
+        if not args.quiet:
+            print(f"streamrank: warning: {message}", file=sys.stderr, flush=True)
+
+    return show
+
+
+def _on_sigterm(signum, frame):
+    raise _Terminated()
+
+
+def main(argv=None) -> int:
+    """Run the command line; returns the exit code (the console script exits with it)."""
+    parser = build_parser()
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as exc:  # --help, --version, usage errors
+        return int(exc.code or 0)
+    import warnings
+
+    saved_log = (list(log.handlers), log.level, log.propagate)
+    _setup_logging(args)
+    old = None
+    try:
+        old = signal.signal(signal.SIGTERM, _on_sigterm)
+    except ValueError:  # not the main thread (e.g. called from a test thread)
+        pass
+    try:
+        with warnings.catch_warnings():
+            if not args.verbose:
+                warnings.simplefilter("ignore", category=RuntimeWarning)
+            warnings.showwarning = _show_warning(args)
+            return int(args.func(args) or 0)
+    except KeyboardInterrupt:
+        print(f"streamrank {args.command}: interrupted; nothing half-written was left (stores keep their "
+              "last commit, models are written whole or not at all)", file=sys.stderr, flush=True)
+        return EXIT_SIGINT
+    except _Terminated:
+        print(f"streamrank {args.command}: terminated (SIGTERM); nothing half-written was left",
+              file=sys.stderr, flush=True)
+        return EXIT_SIGTERM
+    except Exception as exc:  # noqa: BLE001 - every error becomes one line and an exit code
+        code = _exit_code(exc)
+        if args.verbose:
+            traceback.print_exc(file=sys.stderr)
+        msg = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        if isinstance(exc, KeyError):
+            msg = f"missing entry {msg}"
+        hint = {EXIT_BUG: f" [{type(exc).__name__}; unexpected: rerun with --verbose and report it]",
+                EXIT_NOT_FOUND: " (check the path)"}.get(code, "")
+        if code == EXIT_DATA and not args.verbose:
+            hint = " (--verbose for details)"
+        print(f"streamrank {args.command}: error: {msg}{hint}", file=sys.stderr, flush=True)
+        return code
+    finally:
+        log.handlers[:], log.level, log.propagate = saved_log
+        if old is not None:
+            try:
+                signal.signal(signal.SIGTERM, old)
+            except ValueError:
+                pass

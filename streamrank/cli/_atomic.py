@@ -1,0 +1,103 @@
+"""Atomic writes: a model or score directory appears whole or not at all (Ctrl-C held between renames)."""
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import uuid
+from pathlib import Path
+
+from ._stores import _jsonable, _kind_of
+
+
+class _SignalsDeferred:
+    """Hold SIGINT/SIGTERM back for a few system calls; re-raise them on exit (main thread only).
+
+    The Python-level handlers are swapped for ones that only record the signal
+    (a thread signal mask would not do: BLAS threads could take the signal).
+    """
+
+    def __enter__(self):
+        self._pending = []
+        self._old = {}
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            try:
+                self._old[sig] = signal.signal(sig, lambda s, f: self._pending.append(s))
+            except (ValueError, OSError):  # not the main thread
+                pass
+        return self
+
+    def __exit__(self, *exc):
+        for sig, handler in self._old.items():
+            signal.signal(sig, handler)
+        if self._pending and exc[0] is None:
+            sig = self._pending[0]
+            handler = self._old.get(sig)
+            if callable(handler):
+                handler(sig, None)
+            elif sig == signal.SIGINT:
+                raise KeyboardInterrupt
+        return False
+
+
+def _replace_dir(tmp: Path, out: Path) -> None:
+    """Move a complete directory ``tmp`` to ``out``, replacing an old one only once the new one is whole.
+
+    Replacing a directory takes two renames (old aside, new in); Ctrl-C is held
+    back between them, so an interrupt leaves the old or the new model at
+    ``out``, never neither.
+    """
+    if out.exists() and not out.is_dir():
+        raise FileExistsError(f"{out} exists and is not a directory; refusing to replace it")
+    if out.exists():
+        old = out.with_name(f".{out.name}.{uuid.uuid4().hex}.old")
+        try:
+            with _SignalsDeferred():
+                os.replace(out, old)
+                try:
+                    os.replace(tmp, out)
+                except BaseException:
+                    os.replace(old, out)         # put the old model back
+                    raise
+        finally:
+            if old.exists() and out.exists():
+                shutil.rmtree(old, ignore_errors=True)
+    else:
+        os.replace(tmp, out)
+
+
+def _check_model_out(out) -> None:
+    """A model may replace a model, never a store or any other file (checked before and after fitting)."""
+    from ..io.schema import StoreFormatError
+
+    out = Path(out)
+    if out.exists() and out.is_dir() and (out / "zarr.json").exists():
+        try:
+            kind = _kind_of(out)
+        except StoreFormatError:
+            kind = "other"
+        if kind != "model":
+            raise FileExistsError(f"{out} is a streamrank store or another zarr group; refusing to overwrite "
+                                  "it with a model (choose another --model)")
+    elif out.exists() and (out.is_file() or any(out.iterdir())):
+        raise FileExistsError(f"{out} exists and is not a streamrank model; refusing to overwrite it")
+
+
+def _save_model(model, out, cli_meta: dict) -> None:
+    """``sr.save`` into a temporary directory, add the command's record, rename into place (atomic)."""
+    import zarr
+
+    from .. import persistence
+
+    out = Path(out)
+    _check_model_out(out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out.with_name(f".{out.name}.{uuid.uuid4().hex}.partial")
+    try:
+        persistence.save(model, tmp)
+        root = zarr.open_group(str(tmp), mode="r+")
+        root.attrs["cli"] = _jsonable(cli_meta)
+        _replace_dir(tmp, out)
+    finally:
+        if tmp.exists():
+            shutil.rmtree(tmp, ignore_errors=True)

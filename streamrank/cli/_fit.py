@@ -1,0 +1,173 @@
+"""``streamrank fit`` and ``streamrank cv``: build the learner, fit or cross-validate it, save the model."""
+from __future__ import annotations
+
+import json
+import os
+import time
+
+from ._atomic import _check_model_out, _save_model
+from ._common import EXIT_OK, Unsupported, UsageError, _progress, _say
+from ._stores import _jsonable, _open_store
+
+
+def _estimator(args):
+    import streamrank as sr
+
+    L = args.learner
+    alpha = args.alpha
+    if L in ("rankrls", "cg"):
+        return sr.RankRLS(alpha=alpha, solver="primal" if L == "rankrls" else "cg",
+                          group_weight=args.group_weight, ties=args.ties, tol=args.tol, max_iter=args.max_iter)
+    if L in ("kernel", "sparse-kernel"):
+        return sr.KernelRankRLS(kernel=args.kernel, gamma=args.gamma, degree=args.degree, coef0=args.coef0,
+                                alpha=alpha, n_basis=args.n_basis if L == "sparse-kernel" else None,
+                                group_weight=args.group_weight, ties=args.ties, random_state=args.seed)
+    if L == "sgd-bilinear":
+        kw = dict(eta0=args.eta0, l1=args.l1, shrink_every=args.shrink_every, init=args.init,
+                  refit=not args.no_refit, random_state=args.seed)
+        return sr.SparseSGDRanker(**{k: v for k, v in kw.items() if v is not None})
+    try:
+        cls = sr.PairwiseSGDRanker
+    except (AttributeError, ImportError, ModuleNotFoundError):
+        raise Unsupported("--learner sgd-pairwise is not available in this streamrank build "
+                          "(streamrank.sgd.pairwise is missing)") from None
+    kw = dict(eta0=args.eta0, l1=args.l1, shrink_every=args.shrink_every, random_state=args.seed)
+    names = cls._get_param_names()
+    if "l2" in names:
+        kw["l2"] = args.l2
+    if "loss" in names:
+        kw["loss"] = args.loss
+    return cls(**{k: v for k, v in kw.items() if k in names and v is not None})
+
+
+def _cv_record(res, learner) -> dict:
+    return {"alphas": [float(a) for a in res.alphas], "scores": [float(s) for s in res.scores],
+            "best_alpha": float(res.best_alpha), "best_index": int(res.best_index), "scoring": res.scoring,
+            "folds": res.folds, "greater_is_better": bool(res.greater_is_better), "learner": learner}
+
+
+def _run_cv(model, source, args, folds, check_only=False):
+    if args.learner in ("cg", "sgd-bilinear", "sgd-pairwise"):
+        raise Unsupported(f"cross-validation over --alphas is done from statistics and needs --learner "
+                          f"rankrls, kernel or sparse-kernel; {args.learner} fits one --alpha "
+                          f"(for {args.learner}, run fit once per value)")
+    if args.learner == "sparse-kernel" and folds != "query":
+        raise Unsupported("sparse-kernel cross-validation is leave-query-out only: use --cv query")
+    if check_only:
+        return None
+    return model.cross_validate(source, alphas=args.alphas, folds=folds, scoring=args.scoring)
+
+
+def _preflight(args, cv_folds):
+    """Refuse what cannot work before any pass over the data."""
+    if cv_folds is not None:
+        _run_cv(None, None, args, cv_folds, check_only=True)
+        from ..rankrls.selection import _parse_scoring
+
+        try:
+            _parse_scoring(args.scoring)
+        except ValueError as exc:
+            raise UsageError(f"--scoring: {exc}") from None
+    if getattr(args, "model", None):
+        _check_model_out(args.model)
+
+
+def _fit_model(args, *, cv_folds=None):
+    """Fit (and cross-validate) per ``args``; returns (model, record dict)."""
+    from .._progress import ProgressSource, ProgressTuples
+
+    _preflight(args, cv_folds)
+    model = _estimator(args)
+    record: dict = {"learner": args.learner, "store": os.path.abspath(args.store)}
+    t0 = time.perf_counter()
+    if args.learner == "sgd-bilinear":
+        store = _open_store(args.store, want="tuple")
+        steps = args.steps or store.n_tuples
+        val = None
+        if args.validation:
+            vs = _open_store(args.validation, want="tuple")
+            tup, _ = vs._read_tuples(0, vs.n_tuples)
+            val = (vs.Q[tup[:, 0]], vs.D[tup[:, 1]], vs.D[tup[:, 2]])
+        every = args.checkpoint_every or max(1, steps // 20)
+        total = steps * (2 if model.refit else 1)
+        with _progress(args, total, unit="tuples", desc="fit sgd-bilinear") as bar:
+            model.fit(ProgressTuples(store, bar), n_steps=steps, validation=val, checkpoint_every=every,
+                      batch_size=args.batch_size)
+        record.update(tuples=store.n_tuples, steps=steps)
+    else:
+        store = _open_store(args.store, want="group")
+        with _progress(args, store.n_rows, desc=f"fit {args.learner}") as bar:
+            source = ProgressSource(store, bar)
+            if cv_folds is not None:
+                res = _run_cv(model, source, args, cv_folds)
+                record["cv"] = _cv_record(res, args.learner)
+                if args.learner in ("kernel", "sparse-kernel"):
+                    pass  # cross_validate refits with the best alpha
+            elif args.learner in ("kernel", "sparse-kernel"):
+                model.fit(source, max_rows=args.max_rows) if args.learner == "sparse-kernel" else model.fit(source)
+            elif args.learner == "sgd-pairwise":
+                model.fit(source, n_pairs=args.n_pairs, max_rows=args.max_rows, batch_size=args.batch_size)
+                record["pairs"] = int(model.t_)
+            else:
+                model.fit(source, max_rows=args.max_rows)
+        record.update(rows=store.n_rows, groups=store.n_groups, features=store.n_features)
+        if getattr(model, "cg_info_", None):
+            info = model.cg_info_
+            record["curve"] = {"x": list(range(1, len(info["residuals"]) + 1)), "y": info["residuals"],
+                               "xlabel": "CG iteration", "ylabel": "max relative residual", "log_y": True}
+    record["seconds"] = round(time.perf_counter() - t0, 3)
+    record["created"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+    record["params"] = model.get_params()
+    return model, record
+
+
+def cmd_fit(args) -> int:
+    if args.alphas is not None and args.alpha_given:
+        raise UsageError("give either --alpha A or --alphas GRID (with --cv), not both")
+    folds = args.cv if args.alphas is not None else None
+    if args.alphas is None and args.cv_given:
+        raise UsageError("--cv needs --alphas GRID (the values to choose from)")
+    model, record = _fit_model(args, cv_folds=folds)
+    record["command"] = "fit"
+    _save_model(model, args.model, record)
+    alpha = getattr(model, "alpha", None)
+    extra = ""
+    if "cv" in record:
+        cv = record["cv"]
+        how = "leave-one-query-out" if cv["folds"] == "query" else f"{cv['folds']}-fold"
+        extra = f"; chose alpha={cv['best_alpha']:.6g} by {how} CV ({cv['scoring']} " \
+                f"{cv['scores'][cv['best_index']]:.6g})"
+    elif alpha is not None:
+        extra = f"; alpha={alpha:.6g}"
+    n = f"{record['rows']:,} rows" if "rows" in record else f"{record.get('steps', 0):,} tuple steps"
+    _say(args, f"fitted {type(model).__name__} ({args.learner}) on {n} in {record['seconds']:.2f} s"
+               f"{extra}; saved to {args.model}")
+    return EXIT_OK
+
+
+# ----------------------------------------------------------------------- cv
+def cmd_cv(args) -> int:
+    args.alpha = float(args.alphas[0])
+    model, record = _fit_model(args, cv_folds=args.folds)
+    cv = record["cv"]
+    arrow = "higher" if cv["greater_is_better"] else "lower"
+    how = "leave-one-query-out" if cv["folds"] == "query" else f"{cv['folds']}-fold cross-validation by query"
+    _say(args, f"# {args.learner}: {how}, {cv['scoring']} ({arrow} is better)")
+    _say(args, f"{'alpha':>14}  {cv['scoring']:>14}")
+    for i, (a, s) in enumerate(zip(cv["alphas"], cv["scores"])):
+        mark = "  <- best" if i == cv["best_index"] else ""
+        _say(args, f"{a:>14.6g}  {s:>14.6g}{mark}")
+    _say(args, f"best alpha = {cv['best_alpha']:.6g}")
+    if args.json:
+        with open(args.json, "w") as fh:
+            json.dump(_jsonable(cv), fh, indent=1)
+    if args.model:
+        record["command"] = "cv"
+        _save_model(model, args.model, record)
+        _say(args, f"saved the model refitted with alpha={cv['best_alpha']:.6g} to {args.model}")
+    if args.plot:
+        from .. import _plot_selection
+
+        _plot_selection.regularization_path(cv, args.plot)
+        _say(args, f"wrote {args.plot}")
+    return EXIT_OK

@@ -1,0 +1,276 @@
+"""``streamrank ingest`` (LETOR text, .npz, zarr stores -> a store, atomic appends) and ``streamrank info``."""
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import numpy as np
+
+from ._common import EXIT_OK, _progress, _say
+from ._stores import _dir_size, _human, _jsonable, _kind_of, _load_model, _model_meta, _open_store, _resolve_pointer
+
+
+def _split_member(src: str):
+    """``archive.tar.gz:member`` -> (archive, member); other paths -> (src, None)."""
+    if os.path.exists(src):
+        return src, None
+    for ext in (".tar.gz:", ".tgz:", ".tar.bz2:", ".tar.xz:", ".tar:"):
+        i = src.find(ext)
+        if i >= 0:
+            return src[: i + len(ext) - 1], src[i + len(ext):]
+    return src, None
+
+
+def _detect_format(src: str, member) -> str:
+    p = Path(src)
+    if p.is_dir():
+        return "zarr"
+    if member is None and p.suffix == ".npz":
+        return "npz"
+    return "letor"
+
+
+def _default_batch_id(src, member, extra="") -> str:
+    import hashlib
+
+    st = os.stat(src)
+    key = f"{os.path.abspath(src)}|{member}|{st.st_size}|{st.st_mtime_ns}|{extra}"
+    return f"{Path(src).name}{':' + member if member else ''}@" + hashlib.sha256(key.encode()).hexdigest()[:12]
+
+
+def _open_group_target(path, n_features, *, sparse, n_outputs=1, feature_names=None):
+    from ..io.group_store import GroupStore
+
+    p = Path(path)
+    if p.exists() and (p / "zarr.json").exists():
+        store = _open_store(p, want="group")
+        store = GroupStore.open(p, mode="a")
+        if store.n_features != n_features:
+            raise ValueError(f"the source has {n_features} features but the store {p} holds {store.n_features}")
+        return store, False
+    if p.exists() and (p.is_file() or any(p.iterdir())):
+        raise FileExistsError(f"{p} exists and is not a streamrank store; choose another --store")
+    return GroupStore.create(p, n_features, sparse=sparse, n_outputs=n_outputs,
+                             feature_names=feature_names, overwrite=p.exists()), True
+
+
+def _ingest_letor(args, src, member, counts):
+    import tarfile
+
+    from ..io.svmlight import iter_svmlight, open_text_bytes
+
+    store = None
+    if Path(args.store).exists() and (Path(args.store) / "zarr.json").exists():
+        store, _ = _open_group_target(args.store, _open_store(args.store, want="group").n_features,
+                                      sparse=args.sparse)
+    n_features = store.n_features if store is not None else args.features
+    sparse = store.sparse if store is not None else args.sparse
+    tf = None
+    close = True
+    if member is not None or src.endswith((".tar.gz", ".tgz", ".tar", ".tar.bz2", ".tar.xz")):
+        if member is None:
+            raise ValueError(f"{src} is a tar archive: name the member as {src}:PATH/IN/ARCHIVE.txt")
+        tf = tarfile.open(src, "r:*")
+        try:
+            info = tf.getmember(member)
+        except KeyError:
+            names = [n for n in tf.getnames() if n.endswith(".txt")][:6]
+            tf.close()
+            raise FileNotFoundError(f"{src} has no member {member!r}; e.g. {names}") from None
+        f = tf.extractfile(info)
+        if f is None:
+            tf.close()
+            raise ValueError(f"{src}:{member} is not a regular file")
+        total, name = info.size, f"{src}:{member}"
+    else:
+        f, name, close = open_text_bytes(src)
+        total = None if isinstance(f, __import__("gzip").GzipFile) else os.path.getsize(src)
+    base_id = args.batch_id or _default_batch_id(src, member, f"{args.limit}|{args.chunk_mb}|{sparse}")
+    seen = 0
+    pos = 0
+    try:
+        with _progress(args, total, unit="B", desc=f"ingest {Path(name).name}") as bar:
+            chunks = iter_svmlight(f, n_features=n_features, dense=not sparse,
+                                   chunk_bytes=int(args.chunk_mb * 2**20), name=name,
+                                   null_value=args.null_value)
+            for i, (X, y, qid) in enumerate(chunks):
+                if qid is None:
+                    raise ValueError(f"{name}: LETOR lines must carry qid: (got a line without it)")
+                stop = False
+                if args.limit is not None and seen + len(y) >= args.limit:
+                    cut = max(args.limit - seen, 1)
+                    ends = np.flatnonzero(qid[cut:] != qid[cut - 1])
+                    cut = cut + int(ends[0]) if ends.size else len(qid)
+                    X, y, qid = X[:cut], y[:cut], qid[:cut]
+                    stop = True
+                if store is None:
+                    store, _ = _open_group_target(args.store, X.shape[1], sparse=sparse)
+                done = store.append(X, y, qid, batch_id=f"{base_id}#{i}")
+                counts["rows" if done else "skipped_rows"] += len(y)
+                counts["batches" if done else "skipped"] += 1
+                seen += len(y)
+                try:
+                    now = f.tell()
+                except (OSError, ValueError):
+                    now = pos
+                bar.update(max(now - pos, 0))
+                pos = now
+                if stop:
+                    break
+    finally:
+        if close:
+            f.close()
+        if tf is not None:
+            tf.close()
+    if store is None:
+        if n_features is None:
+            raise ValueError(f"{name}: no data lines (and --features not given); nothing to ingest")
+        _open_group_target(args.store, n_features, sparse=sparse)
+
+
+def _ingest_npz(args, src, counts):
+    import scipy.sparse as sp
+
+    try:
+        z = np.load(src, allow_pickle=False)
+    except Exception as exc:  # zipfile.BadZipFile, ValueError, OSError
+        raise ValueError(f"{src} is not a .npz archive of X, y, qid ({type(exc).__name__}); "
+                         "use --format letor for text") from None
+    with z:
+        if not hasattr(z, "files"):
+            raise ValueError(f"{src} is a .npy array, not a .npz archive with X, y, qid")
+        missing = [k for k in ("X", "y", "qid") if k not in z.files]
+        if missing:
+            raise ValueError(f"{src}: a .npz to ingest needs arrays X, y, qid; missing {missing}")
+        X, y, qid = z["X"], z["y"], z["qid"]
+    if args.sparse and not sp.issparse(X):
+        X = sp.csr_matrix(X)
+    n_out = 1 if np.ndim(y) == 1 else int(np.shape(y)[1])
+    store, _ = _open_group_target(args.store, int(np.shape(X)[1]), sparse=sp.issparse(X), n_outputs=n_out)
+    if store.sparse != sp.issparse(X):
+        X = sp.csr_matrix(X) if store.sparse else X.toarray()
+    with _progress(args, len(y), desc=f"ingest {Path(src).name}") as bar:
+        done = store.append(X, y, qid, batch_id=args.batch_id or _default_batch_id(src, None))
+        bar.update(len(y))
+    counts["rows" if done else "skipped_rows"] += len(y)
+    counts["batches" if done else "skipped"] += 1
+
+
+def _ingest_zarr(args, src, counts):
+    from ..io.tuple_store import TupleStore
+
+    kind = _kind_of(src)
+    if kind == "model":
+        raise ValueError(f"{src} is a saved model, not a store to ingest")
+    source = _open_store(src)
+    if kind == "group":
+        store, _ = _open_group_target(args.store, source.n_features, sparse=source.sparse,
+                                      n_outputs=source.n_outputs, feature_names=source.feature_names)
+        tag = source.batches[-1]["checksum"][-12:] if source.batches else "empty"
+        base_id = args.batch_id or f"{Path(src).name}@{tag}"
+        with _progress(args, source.n_rows, desc=f"ingest {Path(src).name}") as bar:
+            for i, block in enumerate(source.blocks(max_rows=args.max_rows)):
+                done = store.append(block.X, block.y, block.row_qid(), batch_id=f"{base_id}#{i}")
+                counts["rows" if done else "skipped_rows"] += block.n_rows
+                counts["batches" if done else "skipped"] += 1
+                bar.update(block.n_rows)
+        return
+    # a tuple store: copied in one atomic append
+    p = Path(args.store)
+    if p.exists() and (p / "zarr.json").exists():
+        _open_store(p, want="tuple")
+        target = TupleStore.open(p, mode="a")
+    elif p.exists() and (p.is_file() or any(p.iterdir())):
+        raise FileExistsError(f"{p} exists and is not a streamrank store; choose another --store")
+    else:
+        target = TupleStore.create(p, source.n_query_features, source.n_item_features, overwrite=p.exists())
+    tag = source.log[-1]["checksum"][-12:] if source.log else "empty"
+    with _progress(args, source.n_tuples, unit="tuples", desc=f"ingest {Path(src).name}") as bar:
+        tup, mag = source._read_tuples(0, source.n_tuples)
+        done = target.append(source.Q, source.D, tup, magnitudes=mag,
+                             batch_id=args.batch_id or f"{Path(src).name}@{tag}")
+        bar.update(source.n_tuples)
+    counts["tuples" if done else "skipped_tuples"] += source.n_tuples
+    counts["batches" if done else "skipped"] += 1
+
+
+def cmd_ingest(args) -> int:
+    counts = {"rows": 0, "skipped_rows": 0, "batches": 0, "skipped": 0, "tuples": 0, "skipped_tuples": 0}
+    for src in args.sources:
+        path, member = _split_member(src)
+        if not os.path.exists(path):
+            raise FileNotFoundError(f"source {path} does not exist")
+        fmt = args.format or _detect_format(path, member)
+        if fmt == "letor":
+            if Path(path).is_dir():
+                raise ValueError(f"{path} is a directory; --format letor reads a text, .gz or tar file")
+            _ingest_letor(args, path, member, counts)
+        elif fmt == "npz":
+            _ingest_npz(args, path, counts)
+        else:
+            if not Path(path).is_dir():
+                raise ValueError(f"{path} is not a zarr store (a directory); --format zarr copies a "
+                                 "GroupStore or TupleStore")
+            _ingest_zarr(args, path, counts)
+    store = _open_store(args.store)
+    if hasattr(store, "n_tuples"):
+        _say(args, f"ingested {counts['tuples']:,} tuples ({counts['batches']} batch(es), "
+                   f"{counts['skipped']} already in the store) into {args.store}: now {store.n_tuples:,} tuples")
+    else:
+        _say(args, f"ingested {counts['rows']:,} rows ({counts['batches']} batch(es), {counts['skipped']} "
+                   f"already in the store) into {args.store}: now {store.n_rows:,} rows, "
+                   f"{store.n_groups:,} groups, {store.n_features} features")
+    return EXIT_OK
+
+
+# --------------------------------------------------------------------- info
+def cmd_info(args) -> int:
+    kind = _kind_of(args.path)
+    size = _dir_size(_resolve_pointer(args.path))
+    out: dict = {"path": str(args.path), "kind": kind, "size_on_disk": size}
+    if kind == "model":
+        meta = _model_meta(args.path)
+        model = _load_model(args.path)
+        out.update(format_version=meta.get("format_version"), **{"class": meta.get("class")},
+                   params=meta.get("params"))
+        for attr in ("n_features_in_", "n_outputs_", "n_query_features_", "n_item_features_", "t_",
+                     "nnz_", "solver_", "n_iter_"):
+            try:
+                v = getattr(model, attr)
+            except Exception:
+                continue
+            out[attr] = _jsonable(v)
+        cli = meta.get("cli") or {}
+        if cli:
+            out["trained"] = {k: cli[k] for k in ("learner", "store", "rows", "groups", "seconds", "created")
+                              if k in cli}
+            if cli.get("cv"):
+                cv = cli["cv"]
+                out["cv"] = {"best_alpha": cv.get("best_alpha"), "scoring": cv.get("scoring"),
+                             "folds": cv.get("folds"), "n_alphas": len(cv.get("alphas", []))}
+    else:
+        store = _open_store(args.path)
+        log_ = store.log
+        out.update(format=store._attrs.get("format"), format_version=store.format_version,
+                   batches=len(log_), last_batch=(log_[-1].get("batch_id") if log_ else None),
+                   last_append=(log_[-1].get("time") if log_ else None), created=store._attrs.get("created"))
+        if kind == "group":
+            out.update(rows=store.n_rows, groups=store.n_groups, features=store.n_features,
+                       outputs=store.n_outputs, sparse=store.sparse, nnz=store.nnz)
+        else:
+            out.update(tuples=store.n_tuples, queries=store.n_queries, items=store.n_items,
+                       query_features=store.n_query_features, item_features=store.n_item_features)
+    if args.json:
+        print(json.dumps(_jsonable(out), indent=1, sort_keys=True))
+        return EXIT_OK
+    width = max(len(k) for k in out)
+    for k, v in out.items():
+        if k == "size_on_disk":
+            v = f"{_human(v)} ({v:,} bytes)"
+        elif isinstance(v, int) and not isinstance(v, bool):
+            v = f"{v:,}"
+        elif isinstance(v, (dict, list)):
+            v = json.dumps(_jsonable(v), sort_keys=True)
+        print(f"{k:<{width}}  {v}")
+    return EXIT_OK
