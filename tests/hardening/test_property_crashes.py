@@ -52,8 +52,8 @@ op = st.tuples(st.lists(st.integers(1, 9), min_size=1, max_size=6),     # group 
                st.integers(0, 6))                                          # writes before the crash
 
 
-@settings(max_examples=15, deadline=None, suppress_health_check=list(HealthCheck))
-@given(ops=st.lists(op, min_size=1, max_size=6), sparse=st.booleans(), budgets=st.lists(
+@settings(max_examples=8, deadline=None, suppress_health_check=list(HealthCheck))
+@given(ops=st.lists(op, min_size=1, max_size=5), sparse=st.booleans(), budgets=st.lists(
     st.integers(1, 60), min_size=1, max_size=3), n_features=st.integers(1, 4))
 def test_append_sequences_with_crashes(tmp_path_factory, ops, sparse, budgets, n_features):
     path = tmp_path_factory.mktemp("prop") / "s.zarr"
@@ -116,6 +116,6 @@ def test_append_sequences_with_crashes(tmp_path_factory, ops, sparse, budgets, n
         m = sr.RankRLS(alpha=0.5, solver="primal").fit(s, max_rows=budget)
         np.testing.assert_allclose(dense @ m.coef_, dense @ ref.coef_, rtol=1e-8,
                                    atol=1e-10 * max(1.0, np.abs(dense @ ref.coef_).max()))
-        s_scores = dense @ ref.coef_
-        assert sr.metrics.ndcg(s, ref, max_rows=budget) == sr.metrics.ndcg(y, s_scores.astype(np.float64), q) \
-            or np.isclose(sr.metrics.ndcg(s, ref, max_rows=budget), sr.metrics.ndcg(y, s_scores, q), rtol=1e-12)
+        # NaN (no query with a relevant item) must match too
+        np.testing.assert_allclose(sr.metrics.ndcg(s, ref, max_rows=budget), sr.metrics.ndcg(y, dense @ ref.coef_, q),
+                                   rtol=1e-12, equal_nan=True)
