@@ -149,23 +149,39 @@ def ingest(store_path, files, *, sparse=False):
     Returns one dict per file: ``batch_id``, ``file``, ``appended`` (False:
     already in the store), ``rows`` and ``groups`` ranges of the batch.
     """
+    def add(store, f, bid):
+        n_feat = store.n_features if store is not None else None
+        X, y, qid = read_day(f, n_features=n_feat, sparse=store.sparse if store is not None else sparse)
+        if store is None:
+            store = sr.GroupStore.create(Path(store_path), n_features=X.shape[1], sparse=sp.issparse(X),
+                                         n_outputs=1 if np.ndim(y) == 1 else np.shape(y)[1])
+        return store, store.append(X, y, qid, batch_id=bid)
+
+    return [{"batch_id": bid, "file": str(f), "appended": appended,
+             "rows": list(entry["rows"]), "groups": list(entry["groups"])}
+            for f, bid, appended, entry in _append_each(store_path, files, sr.GroupStore, "batches", add)]
+
+
+def _append_each(store_path, files, store_cls, log_attr, add):
+    """The idempotent loop of :func:`ingest` and :func:`ingest_tuples`: one append per file.
+
+    ``batch_id`` is the file's content hash; a file whose id is already in the
+    store's log (``getattr(store, log_attr)``) is skipped.  ``add(store, file,
+    batch_id) -> (store, appended)`` reads the file and appends it, creating
+    the store from the first file when ``store`` is None.  Returns
+    ``[(file, batch_id, appended, log entry)]``.
+    """
     out = []
     store_path = Path(store_path)
-    store = sr.GroupStore.open(store_path, mode="a") if (store_path / "zarr.json").exists() else None
+    store = store_cls.open(store_path, mode="a") if (store_path / "zarr.json").exists() else None
     for f in files:
         bid = content_hash(f)
-        if store is not None and any(e.get("batch_id") == bid for e in store.batches):
+        if store is not None and any(e.get("batch_id") == bid for e in getattr(store, log_attr)):
             appended = False
         else:
-            n_feat = store.n_features if store is not None else None
-            X, y, qid = read_day(f, n_features=n_feat, sparse=store.sparse if store is not None else sparse)
-            if store is None:
-                store = sr.GroupStore.create(store_path, n_features=X.shape[1], sparse=sp.issparse(X),
-                                             n_outputs=1 if np.ndim(y) == 1 else np.shape(y)[1])
-            appended = store.append(X, y, qid, batch_id=bid)
-        entry = next(e for e in store.batches if e.get("batch_id") == bid)
-        out.append({"batch_id": bid, "file": str(f), "appended": bool(appended),
-                    "rows": list(entry["rows"]), "groups": list(entry["groups"])})
+            store, appended = add(store, f, bid)
+        entry = next(e for e in getattr(store, log_attr) if e.get("batch_id") == bid)
+        out.append((f, bid, bool(appended), entry))
     return out
 
 
@@ -441,22 +457,15 @@ def read_tuple_day(path):
 
 def ingest_tuples(store_path, files):
     """Append each tuple day to a TupleStore (created from the first); idempotent by content hash."""
-    out = []
-    store_path = Path(store_path)
-    store = sr.TupleStore.open(store_path, mode="a") if (store_path / "zarr.json").exists() else None
-    for f in files:
-        bid = content_hash(f)
-        if store is not None and any(e.get("batch_id") == bid for e in store.log):
-            appended = False
-        else:
-            Q, D, tup, mag = read_tuple_day(f)
-            if store is None:
-                store = sr.TupleStore.create(store_path, Q.shape[1], D.shape[1])
-            appended = store.append(Q, D, tup, magnitudes=mag, batch_id=bid)
-        e = next(e for e in store.log if e.get("batch_id") == bid)
-        out.append({"batch_id": bid, "file": str(f), "appended": bool(appended), "tuples": list(e["tuples"]),
-                    "rows": list(e["tuples"])})
-    return out
+    def add(store, f, bid):
+        Q, D, tup, mag = read_tuple_day(f)
+        if store is None:
+            store = sr.TupleStore.create(Path(store_path), Q.shape[1], D.shape[1])
+        return store, store.append(Q, D, tup, magnitudes=mag, batch_id=bid)
+
+    return [{"batch_id": bid, "file": str(f), "appended": appended, "tuples": list(e["tuples"]),
+             "rows": list(e["tuples"])}
+            for f, bid, appended, e in _append_each(store_path, files, sr.TupleStore, "log", add)]
 
 
 def tuple_range(store, t0, t1):
@@ -699,19 +708,14 @@ def _plot(models_dir):
 
 # ------------------------------------------------------------------- CLI
 def _parse_alphas(text):
-    """``"a,b,c"`` or ``"2^-15:2^15"`` (powers of two, inclusive)."""
-    text = text.strip()
+    """``--alphas GRID``: :func:`streamrank.cli.parse_grid` (the ``streamrank`` command's syntax), plus
+    this pipeline's older ``LO:HI`` (powers of two 2^int(log2 LO) … 2^int(log2 HI))."""
+    from streamrank.cli import UsageError, parse_grid
+
     try:
-        if ":" in text:
-            lo, hi = text.split(":")
-            lo, hi = (int(s.split("^")[1]) if "^" in s else int(np.log2(float(s))) for s in (lo, hi))
-            return 2.0 ** np.arange(lo, hi + 1)
-        vals = np.asarray([float(s) for s in text.split(",") if s.strip()])
-    except (ValueError, IndexError):
-        raise argparse.ArgumentTypeError(f"--alphas: expected 'a,b,c' or '2^-15:2^15', got {text!r}") from None
-    if vals.size == 0 or np.any(~np.isfinite(vals)) or np.any(vals <= 0):
-        raise argparse.ArgumentTypeError(f"--alphas: every alpha must be a finite number > 0, got {text!r}")
-    return vals
+        return parse_grid(text, plain_range=True)
+    except UsageError as exc:
+        raise argparse.ArgumentTypeError(f"--alphas: {exc}") from None
 
 
 def build_parser():
@@ -723,7 +727,8 @@ def build_parser():
     p.add_argument("--models", required=True, metavar="DIR", help="model directory (versions + current)")
     p.add_argument("--learner", default="rankrls", choices=LEARNERS)
     p.add_argument("--alphas", type=_parse_alphas, default=None, metavar="GRID",
-                   help="λ grid: 'a,b,c' or '2^-15:2^15' (default 2^-15 … 2^15)")
+                   help="λ grid as for 'streamrank fit': 'a,b,c', '2^-15:2^15[:STEP]', 'LO:HI:N' "
+                        "(log-spaced), or 'LO:HI' (powers of two) (default 2^-15 … 2^15)")
     p.add_argument("--full", action="store_true", help="retrain from scratch on all data")
     p.add_argument("--keep", type=int, default=None, metavar="N", help="keep only the newest N versions")
     p.add_argument("--tolerance", type=float, default=0.005, help="allowed NDCG@10 drop for promotion")

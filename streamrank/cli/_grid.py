@@ -17,8 +17,31 @@ def _number(text: str) -> float:
     return float(t)
 
 
-def parse_grid(text: str) -> np.ndarray:
-    """Parse a λ grid: ``a,b,c`` | ``2^A:2^B[:STEP]`` | ``10^A:10^B[:STEP]`` | ``LO:HI:N`` (log-spaced)."""
+def _power_of_two_exponent(side: str) -> int:
+    """``2^E`` -> E (an integer); a plain number x -> int(log2 x) (truncated toward 0)."""
+    if "^" in side:
+        base, exp = side.split("^", 1)
+        if float(base) != 2.0:
+            raise ValueError
+        return int(exp)
+    x = float(side)
+    if not (math.isfinite(x) and x > 0):
+        raise ValueError
+    return int(np.log2(x))
+
+
+def parse_grid(text: str, *, plain_range: bool = False) -> np.ndarray:
+    """Parse a λ grid (the ``--alphas GRID`` of ``streamrank`` and of ``pipelines/nightly.py``).
+
+    * ``a,b,c`` — the values (items may be powers ``2^-3``);
+    * ``B^A:B^C[:STEP]`` — the powers B^A, B^(A+STEP), …, B^C (inclusive, same base B on both sides);
+    * ``LO:HI:N`` — N values log-spaced from LO to HI.
+
+    ``plain_range=True`` (``pipelines/nightly.py``, whose ``--alphas`` always took it) also accepts
+    ``LO:HI`` with no N and a plain number on at least one side: the powers of two
+    2^int(log2 LO) … 2^int(log2 HI) (a side may be ``2^E``).  The ``streamrank`` command refuses
+    ``LO:HI`` (how many values between would be a guess): there it is a usage error.
+    """
     s = str(text).strip()
     try:
         if ":" in s:
@@ -26,7 +49,10 @@ def parse_grid(text: str) -> np.ndarray:
             if len(parts) not in (2, 3):
                 raise ValueError
             a, b = parts[0].strip(), parts[1].strip()
-            if "^" in a and "^" in b:
+            if plain_range and len(parts) == 2 and not ("^" in a and "^" in b):
+                lo, hi = _power_of_two_exponent(a), _power_of_two_exponent(b)
+                vals = 2.0 ** np.arange(lo, hi + 1)
+            elif "^" in a and "^" in b:
                 ba, ea = a.split("^", 1)
                 bb, eb = b.split("^", 1)
                 if float(ba) != float(bb):
