@@ -129,6 +129,8 @@ class CheckedArray:
         self._arr, self._path, self._name = arr, str(path), name
 
     def __getattr__(self, attr):
+        if attr in ("_arr", "_path", "_name"):  # not set yet (copy / unpickle): no recursion
+            raise AttributeError(attr)
         return getattr(self._arr, attr)
 
     def __setitem__(self, key, value):
