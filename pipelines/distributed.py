@@ -86,8 +86,8 @@ def run_sgd(args, out):
     report["tuple_error"] = _tuple_quality(est, val)
     if args.compare_single:  # one machine, the same tuples in the same per-shard order, one after another
         single = build_estimator(args)
-        Q, D = store._matrices()
-        tup, _ = store._read_tuples(0, store.n_tuples)
+        Q, D = store.matrices()
+        tup, _ = store.read_tuples()
         t1 = time.perf_counter()
         for r in range(args.rounds):
             for shard in range(k):

@@ -439,7 +439,7 @@ def read_tuple_day(path):
     p = Path(path)
     if p.is_dir():
         ts = sr.TupleStore.open(p)
-        tup, mag = ts._read_tuples(0, ts.n_tuples)
+        tup, mag = ts.read_tuples()
         return ts.Q, ts.D, tup, mag
     with np.load(p, allow_pickle=False) as z:
         def mat(name):
@@ -470,9 +470,8 @@ def ingest_tuples(store_path, files):
 
 def tuple_range(store, t0, t1):
     """``(Q, D_pos, D_neg)`` of tuples t0:t1 of a TupleStore."""
-    Q, D = store._matrices()
-    tup, _ = store._read_tuples(int(t0), int(t1))
-    return Q[tup[:, 0]], D[tup[:, 1]], D[tup[:, 2]]
+    batch = store.take(int(t0), int(t1))
+    return batch.Q, batch.D_pos, batch.D_neg
 
 
 def update_sgd(store, base_model, seen, *, params=None, batch=4096):

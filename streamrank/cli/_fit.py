@@ -86,8 +86,8 @@ def _fit_model(args, *, cv_folds=None):
         val = None
         if args.validation:
             vs = _open_store(args.validation, want="tuple")
-            tup, _ = vs._read_tuples(0, vs.n_tuples)
-            val = (vs.Q[tup[:, 0]], vs.D[tup[:, 1]], vs.D[tup[:, 2]])
+            batch = vs.take()
+            val = (batch.Q, batch.D_pos, batch.D_neg)
         every = args.checkpoint_every or max(1, steps // 20)
         total = steps * (2 if model.refit else 1)
         with _progress(args, total, unit="tuples", desc="fit sgd-bilinear") as bar:

@@ -187,7 +187,7 @@ def _ingest_zarr(args, src, counts):
         target = TupleStore.create(p, source.n_query_features, source.n_item_features, overwrite=p.exists())
     tag = source.log[-1]["checksum"][-12:] if source.log else "empty"
     with _progress(args, source.n_tuples, unit="tuples", desc=f"ingest {Path(src).name}") as bar:
-        tup, mag = source._read_tuples(0, source.n_tuples)
+        tup, mag = source.read_tuples()
         done = target.append(source.Q, source.D, tup, magnitudes=mag,
                              batch_id=args.batch_id or f"{Path(src).name}@{tag}")
         bar.update(source.n_tuples)
