@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import numpy as np
 import scipy.sparse as sp
-from scipy.sparse.linalg import LinearOperator
 
 from .laplacian import group_weights
 from .rankrls import cg as _cg
@@ -83,7 +82,7 @@ def _diagonal_task(plan, ref, group_weight, ties):
     return _Partial(d, opens)
 
 
-class DistributedRankingOperator(LinearOperator):
+class DistributedRankingOperator(_cg._PassOperator):
     """``v -> (Xᵀ L X + alpha I) v`` with every pass mapped over a dask cluster."""
 
     def __init__(self, client, ref, plan, n_features, n_outputs, *, alpha, group_weight, ties, split_every):
@@ -112,21 +111,6 @@ class DistributedRankingOperator(LinearOperator):
                       group_weight=self.group_weight, ties=self.ties, pure=False)
         return self._reduce(parts)
 
-    def _matmat(self, V):
-        V = np.asarray(V, dtype=np.float64)
-        self.n_passes += 1
-        return self._pass(V) + self.alpha * V
-
-    def _matvec(self, v):
-        return self._matmat(np.asarray(v).reshape(-1, 1))[:, 0]
-
-    def _adjoint(self):
-        return self
-
-    def rhs(self):
-        self.n_passes += 1
-        return self._pass(None)
-
     def gram_diagonal(self):
         parts = self.client.map(_diagonal_task, self.plan, ref=self.ref, group_weight=self.group_weight,
                                 ties=self.ties, pure=False)
@@ -152,12 +136,6 @@ def fit_cg(estimator, source, client=None, *, max_rows=65_536, split_every=8, **
     for attr in ("coef_", "stats_", "fold_stats_", "n_iter_", "_eigen"):
         est.__dict__.pop(attr, None)
     y_1d = source.n_outputs == 1 and getattr(source, "y_ndim", 1) == 1
-    est._y_1d = bool(y_1d and W.shape[1] == 1)
-    est.coef_ = W[:, 0] if est._y_1d else W
-    est.solver_ = "cg"
-    est.n_iter_ = info["n_iter"]
-    est.cg_info_ = info
-    est.n_features_in_ = source.n_features
-    est.n_outputs_ = W.shape[1]
+    est._set_cg_solution(W, info, source, y_1d)
     est._train_source = source
     return est

@@ -162,7 +162,36 @@ def gram_diagonal(source, *, group_weight="pair", ties="include", max_rows=65_53
     return diag
 
 
-class RankingOperator(LinearOperator):
+class _PassOperator(LinearOperator):
+    """``V -> (Xᵀ L X + alpha I) V`` and ``rhs() = Xᵀ L Y`` from a subclass's ``_pass``.
+
+    ``_pass(V)`` returns ``Xᵀ L X V`` (``V=None``: ``Xᵀ L Y``), one pass over
+    the data: here (:class:`RankingOperator`) or mapped over a dask cluster
+    (:class:`streamrank._distributed_cg.DistributedRankingOperator`).
+    Subclasses set ``alpha`` and ``n_passes``.
+    """
+
+    def _pass(self, V):
+        raise NotImplementedError
+
+    def _matmat(self, V):
+        V = np.asarray(V, dtype=np.float64)
+        self.n_passes += 1
+        return self._pass(V) + self.alpha * V
+
+    def _matvec(self, v):
+        return self._matmat(np.asarray(v).reshape(-1, 1))[:, 0]
+
+    def _adjoint(self):
+        return self
+
+    def rhs(self):
+        """``Xᵀ L Y`` (n, v), one pass."""
+        self.n_passes += 1
+        return self._pass(None)
+
+
+class RankingOperator(_PassOperator):
     """``v -> (Xᵀ L X + alpha I) v`` where every product is one streaming pass over ``source``.
 
     ``n_passes`` counts the passes.  With ``ties="exclude"`` and several
@@ -179,23 +208,8 @@ class RankingOperator(LinearOperator):
         self.max_rows = max_rows
         self.n_passes = 0
 
-    def _matmat(self, V):
-        V = np.asarray(V, dtype=np.float64)
-        self.n_passes += 1
-        Z = laplacian_pass(self.source, V, group_weight=self.group_weight, ties=self.ties,
-                           max_rows=self.max_rows)
-        return Z + self.alpha * V
-
-    def _matvec(self, v):
-        return self._matmat(np.asarray(v).reshape(-1, 1))[:, 0]
-
-    def _adjoint(self):
-        return self
-
-    def rhs(self):
-        """``Xᵀ L Y`` (n, v), one pass."""
-        self.n_passes += 1
-        return laplacian_pass(self.source, None, group_weight=self.group_weight, ties=self.ties,
+    def _pass(self, V):
+        return laplacian_pass(self.source, V, group_weight=self.group_weight, ties=self.ties,
                               max_rows=self.max_rows)
 
 

@@ -195,15 +195,22 @@ class RankRLS(BaseRanker):
             W, info = solve_cg(source, alpha=check_alpha(self.alpha), group_weight=self.group_weight,
                                ties=self.ties, tol=self.tol, max_iter=self.max_iter, max_rows=max_rows,
                                callback=callback, validation=validation, patience=patience)
-            self._y_1d = bool(y_1d and W.shape[1] == 1)
-            self.coef_ = W[:, 0] if self._y_1d else W
-            self.solver_ = "cg"
-            self.n_iter_ = info["n_iter"]
-            self.cg_info_ = info
-            self.n_features_in_ = source.n_features
-            self.n_outputs_ = W.shape[1]
+            self._set_cg_solution(W, info, source, y_1d)
         self._train_source = source
         return self
+
+    def _set_cg_solution(self, W, info, source, y_1d):
+        """The learned state of a :func:`~streamrank.rankrls.cg.solve_cg` solution ``W`` (n, v).
+
+        Shared by :meth:`fit` and the cluster fit (``streamrank._distributed_cg.fit_cg``).
+        """
+        self._y_1d = bool(y_1d and W.shape[1] == 1)
+        self.coef_ = W[:, 0] if self._y_1d else W
+        self.solver_ = "cg"
+        self.n_iter_ = info["n_iter"]
+        self.cg_info_ = info
+        self.n_features_in_ = source.n_features
+        self.n_outputs_ = W.shape[1]
 
     def partial_fit(self, X, y=None, qid=None, *, max_rows=DEFAULT_BLOCK_ROWS):
         """Add new groups; the model equals ``fit`` on all data seen so far (primal only).
