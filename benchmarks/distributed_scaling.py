@@ -27,9 +27,7 @@ from __future__ import annotations
 
 import argparse
 import math
-import shutil
 import sys
-import tempfile
 import time
 from pathlib import Path
 
@@ -37,20 +35,8 @@ import numpy as np
 
 if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
-
-def _write_store(path, rows, n_features, group_size, seed=0, batch=250_000):
-    import streamrank as sr
-
-    rng = np.random.default_rng(seed)
-    w = rng.normal(size=n_features)
-    store = sr.GroupStore.create(path, n_features=n_features, overwrite=True)
-    for a in range(0, rows, batch):
-        b = min(a + batch, rows)
-        X = rng.normal(size=(b - a, n_features)).astype(np.float32)
-        y = X @ w + rng.normal(size=b - a)
-        store.append(X, y, np.arange(a, b) // group_size, batch_id=f"b{a}")
-    return sr.GroupStore.open(path)
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _common import scratch_dir, write_dense_store  # noqa: E402
 
 
 def _serialized_bytes(obj) -> int:
@@ -115,8 +101,7 @@ def main(argv=None) -> int:
 
     import streamrank as sr
 
-    tmp = Path(tempfile.mkdtemp(prefix="sr-dist-bench-"))
-    try:
+    with scratch_dir("sr-dist-bench-") as tmp:
         path = Path(args.store) if args.store else tmp / "store.zarr"
         t0 = time.perf_counter()
         store = None
@@ -125,9 +110,11 @@ def main(argv=None) -> int:
             if store.n_rows != args.rows or store.n_features != args.features:
                 store = None
         if store is None:
-            store = _write_store(path, args.rows, args.features, args.group_size)
+            store = write_dense_store(path, args.rows, args.features, args.group_size, batch=250_000,
+                                      batch_id_prefix="b")
         t_write = time.perf_counter() - t0
-        warm = _write_store(tmp / "warm.zarr", 4_000, args.features, args.group_size, seed=1)
+        warm = write_dense_store(tmp / "warm.zarr", 4_000, args.features, args.group_size, seed=1, batch=250_000,
+                                 batch_id_prefix="b")
         data_bytes = store.n_rows * (store.n_features * 4 + 8)
         n_blocks = len(store.plan(args.max_rows, split_groups=True))
 
@@ -182,8 +169,6 @@ def main(argv=None) -> int:
               f"per worker (I/O-bound if the store cannot deliver {workers * rate * (n * 4 + 8) / 1e9:.1f} GB/s), "
               f"reduction {levels} levels x {args.split_every} x {stat_bytes:,} B = {red_s:.2f} s; "
               f"client solve O(n^3)")
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
     return 0
 
 

@@ -31,20 +31,8 @@ from pathlib import Path
 import numpy as np
 import scipy.sparse as sp
 
-
-def _write_dense_store(path, rows, n_features, group_size, seed=0, batch=200_000):
-    import streamrank as sr
-
-    rng = np.random.default_rng(seed)
-    w = rng.normal(size=n_features)
-    store = sr.GroupStore.create(path, n_features=n_features, overwrite=True)
-    for a in range(0, rows, batch):
-        b = min(a + batch, rows)
-        X = rng.normal(size=(b - a, n_features)).astype(np.float32)
-        y = X @ w + rng.normal(size=b - a)
-        qid = np.arange(a, b) // group_size
-        store.append(X, y, qid)
-    return sr.GroupStore.open(path)
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _common import write_dense_store  # noqa: E402
 
 
 def _write_sparse_store(path, rows, n_features, nnz_per_row, group_size, seed=0, batch=100_000):
@@ -91,7 +79,7 @@ def dense_case(rows, n_features, group_size, workdir, max_rows, label):
 
     path = Path(workdir) / f"dense_{rows}"
     t = time.perf_counter()
-    store = _write_dense_store(path, rows, n_features, group_size)
+    store = write_dense_store(path, rows, n_features, group_size)
     print(f"[{label}] wrote store {rows:,} x {n_features} ({store.n_groups:,} groups) "
           f"in {time.perf_counter() - t:.1f} s")
     _raw_read(store, max_rows)  # warm the page cache and numba

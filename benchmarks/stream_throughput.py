@@ -39,11 +39,13 @@ import os
 import shutil
 import subprocess
 import sys
-import tempfile
 import time
 
 import numpy as np
 import scipy.sparse as sp
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from _common import scratch_dir  # noqa: E402
 
 
 def write_store(path, n_rows, n_features, *, seed=0, batch_rows=250_000, sparse=False):
@@ -300,8 +302,7 @@ def main(argv=None):
         return 0
     if args.smoke:
         args.rows, args.features, args.max_rows, args.mem_max_rows, args.repeat = 60_000, 10, 10_000, 5_000, 1
-    workdir = tempfile.mkdtemp(prefix="sr-bench-", dir=args.dir)
-    try:
+    with scratch_dir("sr-bench-", dir=args.dir) as workdir:
         path = os.path.join(workdir, "throughput.zarr")
         t0 = time.perf_counter()
         write_store(path, args.rows, args.features)
@@ -322,8 +323,6 @@ def main(argv=None):
         ok = ratios["blocks (prefetch)"] >= 0.7
         print(f"\nblocks(prefetch) / raw zarr = {ratios['blocks (prefetch)']:.2f} "
               f"({'meets' if ok else 'BELOW'} the 0.7 target)")
-    finally:
-        shutil.rmtree(workdir, ignore_errors=True)
     return 0
 
 
