@@ -310,15 +310,29 @@ def select_alpha(fold_stats, alphas):
     """
     from streamrank.rankrls._statistics import EigenPath
 
+    def fold_loss(G, B, st, alphas):
+        ep = EigenPath(G, B)
+        return st.loss(np.stack([ep.coef(a) for a in alphas]))
+
+    return _select_by_fold_loss(fold_stats, alphas, fold_loss)
+
+
+def _select_by_fold_loss(fold_stats, alphas, fold_loss):
+    """The k-fold selection shared by :func:`select_alpha` and :func:`select_alpha_kernel`.
+
+    ``total`` = the sum of the fold statistics; ``fold_loss(G − G_f, B − B_f,
+    fold f's statistics, alphas)`` is the (len(alphas), v) loss on fold f of
+    the model trained without it.  Score = summed loss / pairs, mean over
+    outputs; the best λ is the lowest non-NaN score.  Returns (best alpha,
+    scores, total).
+    """
     total = fold_stats[0].copy()
     for st in fold_stats[1:]:
         total.merge(st)
     alphas = np.asarray(alphas, dtype=np.float64)
     loss = np.zeros((len(alphas), total.n_outputs))
     for st in fold_stats:
-        ep = EigenPath(total.G - st.G, total.B - st.B)
-        W = np.stack([ep.coef(a) for a in alphas])
-        loss += st.loss(W)
+        loss += fold_loss(total.G - st.G, total.B - st.B, st, alphas)
     scores = (loss / max(total.n_pairs, 1)).mean(axis=1)
     best = int(np.argmin(np.where(np.isnan(scores), np.inf, scores)))
     return float(alphas[best]), scores, total
@@ -384,19 +398,10 @@ def select_alpha_kernel(fold_stats, K_RR, alphas):
     """
     import scipy.linalg
 
-    total = fold_stats[0].copy()
-    for st in fold_stats[1:]:
-        total.merge(st)
-    alphas = np.asarray(alphas, dtype=np.float64)
-    loss = np.zeros((len(alphas), total.n_outputs))
-    for st in fold_stats:
-        G, B = total.G - st.G, total.B - st.B
-        for i, a in enumerate(alphas):
-            A = scipy.linalg.lstsq(G + a * K_RR, B, check_finite=False)[0]
-            loss[i] += st.loss(A)
-    scores = (loss / max(total.n_pairs, 1)).mean(axis=1)
-    best = int(np.argmin(np.where(np.isnan(scores), np.inf, scores)))
-    return float(alphas[best]), scores, total
+    def fold_loss(G, B, st, alphas):
+        return np.stack([st.loss(scipy.linalg.lstsq(G + a * K_RR, B, check_finite=False)[0]) for a in alphas])
+
+    return _select_by_fold_loss(fold_stats, alphas, fold_loss)
 
 
 def update_kernel(store, base_model, base_dir, seen, alphas, *, folds=DEFAULT_FOLDS, max_rows=DEFAULT_BLOCK_ROWS,
