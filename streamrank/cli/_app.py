@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import argparse
+import errno
 import logging
 import signal
 import sys
@@ -239,6 +240,8 @@ def _exit_code(exc) -> int:
         return EXIT_WRITE
     if isinstance(exc, RuntimeError) and "one writer at a time" in str(exc):
         return EXIT_WRITE
+    if isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EDQUOT, errno.EROFS):
+        return EXIT_WRITE  # disk full / read-only: the data is fine, the output cannot be written
     if isinstance(exc, (StoreFormatError, ModelFormatError, ValueError, TypeError, KeyError, OSError)):
         return EXIT_DATA
     return EXIT_BUG

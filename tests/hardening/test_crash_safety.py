@@ -356,3 +356,21 @@ def test_disk_full_during_model_save_keeps_the_previous_model(small_disk):
     m = sr.load(small_disk / "model")
     assert m.alpha == 1.0 and np.array_equal(m.coef_, small.coef_)
     assert not [p for p in small_disk.iterdir() if p.name.endswith(".partial")]
+
+
+def test_cli_ingest_on_a_full_disk_exits_cannot_write(small_disk, tmp_path):
+    import io
+    from contextlib import redirect_stderr, redirect_stdout
+
+    from streamrank import cli
+
+    rng = np.random.default_rng(0)
+    day = tmp_path / "day.npz"   # incompressible, larger than the 3 MiB disk
+    np.savez(day, X=rng.normal(size=(20000, 64)), y=rng.normal(size=20000), qid=np.repeat(np.arange(2000), 10))
+    err = io.StringIO()
+    with redirect_stdout(io.StringIO()), redirect_stderr(err):
+        code = cli.main(["ingest", str(day), "--store", str(small_disk / "s.zarr"), "--quiet", "--max-rows", "4000"])
+    assert code == 5, err.getvalue()             # "cannot write", not "invalid data"
+    assert "No space left" in err.getvalue()
+    s = sr.GroupStore.open(small_disk / "s.zarr")
+    assert s.verify() == len(s.batches)
