@@ -1,7 +1,7 @@
 """LETOR text (MQ2008, OHSUMED, or any svmlight file with qid:) -> GroupStore, streaming.
 
 The known datasets are read straight from their distribution archives in
-``--data-dir`` (default /work/shared/data/letor; nothing is unpacked):
+``--data-dir`` (default ../shared/data/letor beside the checkout, or $STREAMRANK_DATA/letor; nothing is unpacked):
 
     python data_recipes/letor.py --dataset MQ2008 --fold 1 --split train --out mq2008_f1_train.zarr
     python data_recipes/letor.py --dataset OHSUMED --fold 2 --split test --out ohsumed_f2_test.zarr

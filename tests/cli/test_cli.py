@@ -1,7 +1,7 @@
 """The ``streamrank`` command line, driven as a user would: real subprocesses on a MQ2008 slice.
 
 One train / test store is ingested per module (from the LETOR 4.0 archive in
-``/work/shared/data/letor``, read straight from the tar.gz) and reused.  Every
+``../shared/data/letor`` beside the checkout, read straight from the tar.gz) and reused.  Every
 result printed or written by the CLI is compared with the same computation
 done in-process through the Python API.  Error cases check the documented
 exit codes (see ``streamrank/cli/_common.py``) and that an error is one line.
@@ -23,8 +23,9 @@ import scipy.sparse as sp
 
 import streamrank as sr
 from streamrank import cli
+from streamrank.datasets._paths import data_path
 
-ARCHIVE = Path("/work/shared/data/letor/MQ2008_QueryLevelNorm.tar.gz")
+ARCHIVE = data_path("letor", "MQ2008_QueryLevelNorm.tar.gz")
 TRAIN = f"{ARCHIVE}:MQ2008/Fold1/train.txt"
 TEST = f"{ARCHIVE}:MQ2008/Fold1/test.txt"
 SCRIPT = Path(sys.executable).parent / "streamrank"
