@@ -53,3 +53,17 @@ def store_tuple_factory(tmp_path):
         return sr.TupleStore.open(path)
 
     return make
+
+
+# Hypothesis: CI runs a fixed set of examples (derandomized) so a submission's
+# result does not depend on the draw; locally examples stay random to explore.
+import os as _os
+
+from hypothesis import settings as _hsettings
+
+_hsettings.register_profile("ci", derandomize=True, deadline=None, database=None, print_blob=True)
+_hsettings.register_profile("explore", deadline=None, max_examples=500)
+if _os.environ.get("CI"):
+    _hsettings.load_profile("ci")
+elif _os.environ.get("HYPOTHESIS_PROFILE"):
+    _hsettings.load_profile(_os.environ["HYPOTHESIS_PROFILE"])
