@@ -280,6 +280,8 @@ def learner_plan(args, smoke):
     for r in args.n_basis:
         plan.append((f"streamrank KernelRankRLS rbf r={r}", run_kernel, dict(n_basis=r), None, "ours"))
     plan.append(("streamrank PairwiseSGDRanker", run_sgd, dict(n_pairs=args.pairs), None, "ours"))
+    if args.only:
+        plan = [p for p in plan if any(o.lower() in p[0].lower() for o in args.only)]
     return plan
 
 
@@ -429,6 +431,8 @@ def build_parser():
     p.add_argument("--work-dir", default="/tmp/streamrank_bench", help="where synthetic stores are written")
     p.add_argument("--isolate", action=argparse.BooleanOptionalAction, default=True,
                    help="synthetic: run each learner in a fresh subprocess (default on)")
+    p.add_argument("--only", nargs="+", default=None, metavar="NAME",
+                   help="run only the learners whose name contains one of these (e.g. KernelRankRLS)")
     p.add_argument("--json", default=None, help="also write the results to this JSON file")
     return p
 
