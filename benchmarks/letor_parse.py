@@ -23,8 +23,9 @@ import tempfile
 import time
 
 import numpy as np
+from streamrank.datasets._paths import data_path
 
-DEFAULT_LETOR = "/work/shared/data/letor/MQ2008_QueryLevelNorm.tar.gz"
+DEFAULT_LETOR = str(data_path("letor", "MQ2008_QueryLevelNorm.tar.gz"))
 
 
 def write_synthetic(path, n_rows, n_features=46, seed=0):

@@ -50,6 +50,7 @@ import time
 from pathlib import Path
 
 import numpy as np
+from streamrank.datasets._paths import data_path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _bench_common import (environment, fmt_mib, measure, peer_available,  # noqa: E402
@@ -419,7 +420,7 @@ def build_parser():
     p.add_argument("--smoke", action="store_true", help="tiny data, seconds (for the test suite)")
     p.add_argument("--part", choices=("all", "mq2008", "synthetic"), default="all")
     p.add_argument("--folds", type=int, nargs="+", default=[1, 2, 3, 4, 5], help="MQ2008 folds (default 1..5)")
-    p.add_argument("--data-dir", default="/work/shared/data/letor", help="directory of MQ2008_QueryLevelNorm.tar.gz")
+    p.add_argument("--data-dir", default=str(data_path("letor")), help="directory of MQ2008_QueryLevelNorm.tar.gz")
     p.add_argument("--rows", type=int, default=1_000_000, help="synthetic training rows (default 1,000,000)")
     p.add_argument("--eval-rows", type=int, default=100_000, help="synthetic vali and test rows (default 100,000)")
     p.add_argument("--features", type=int, default=136, help="synthetic features (default 136)")

@@ -51,6 +51,7 @@ import zipfile
 from pathlib import Path
 
 import numpy as np
+from streamrank.datasets._paths import data_path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _bench_common import environment, print_environment, print_table  # noqa: E402
@@ -169,7 +170,7 @@ def build_parser():
     p = argparse.ArgumentParser(prog="benchmarks/repro_jester.py", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--smoke", action="store_true", help="few users, few parameters, seconds")
-    p.add_argument("--data", default="/work/shared/data/jester/jester-data-1.csv.zip")
+    p.add_argument("--data", default=str(data_path("jester", "jester-data-1.csv.zip")))
     p.add_argument("--test-users", type=int, default=300)
     p.add_argument("--holdout-users", type=int, default=100, help="users of the hold-out set for (γ, λ)")
     p.add_argument("--ref-users", type=int, default=300)

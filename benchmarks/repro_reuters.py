@@ -48,6 +48,7 @@ from collections import Counter
 from pathlib import Path
 
 import numpy as np
+from streamrank.datasets._paths import data_path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _bench_common import environment, print_environment, print_table  # noqa: E402
@@ -168,7 +169,7 @@ def build_parser():
     p = argparse.ArgumentParser(prog="benchmarks/repro_reuters.py", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--smoke", action="store_true", help="a slice of the archive, one repeat, seconds")
-    p.add_argument("--archive", default="/work/shared/data/reuters21578/reuters21578.tar.gz")
+    p.add_argument("--archive", default=str(data_path("reuters21578", "reuters21578.tar.gz")))
     p.add_argument("--train-size", type=int, default=500)
     p.add_argument("--folds", type=int, default=10, help="cross-validation folds for λ (default 10)")
     p.add_argument("--repeats", type=int, default=5, help="random training sets (default 5)")

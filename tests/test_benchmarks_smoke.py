@@ -4,7 +4,7 @@ The point is that the scripts do not rot: each ``main(["--smoke", ...])``
 must return 0, print its table, and report no failed learner.  Peers
 (xgboost, lightgbm, scikit-learn) are skipped with ``pytest.importorskip``
 when not installed; streamrank parts are never skipped.  Scripts that read
-the real datasets skip when ``/work/shared/data`` is not there.  No timing
+the real datasets skip when the real data directory (``../shared/data`` beside the checkout) is not there.  No timing
 is asserted.
 """
 from __future__ import annotations
@@ -14,9 +14,10 @@ import sys
 from pathlib import Path
 
 import pytest
+from streamrank.datasets._paths import data_dir
 
 BENCH = Path(__file__).resolve().parents[1] / "benchmarks"
-DATA = Path("/work/shared/data")
+DATA = data_dir()
 
 
 def _load(name):
