@@ -97,7 +97,7 @@ def _run_bilinear(args, out: Path):
 
     data = planted_bilinear(n_features=args.bilinear_dim, n_train=args.tuples, n_test=20_000,
                             random_state=args.seed)
-    model = sr.SparseSGDRanker(eta0=1.0, l1=1e-5, shrink_every=100, init="identity",
+    model = sr.SparseSGDRanker(eta0=3.0, l1=1e-4, shrink_every=100, init="identity",
                                refit=True, random_state=0)
     with PeakRSS() as mem:
         t0 = time.perf_counter()
