@@ -14,10 +14,16 @@ bounded buffer: tuples are read chunk by chunk (chunks in a random order), a
 buffer of ``shuffle_buffer`` tuples is kept, and each emitted batch takes
 ``batch_size`` uniformly chosen buffer slots which are refilled from the
 stream.  Memory is O(shuffle_buffer + chunk) tuples whatever the number of
-tuples in the store; ``Q`` and ``D`` themselves are read once and kept in
-memory (they are the small side: a tuple store holds far more tuples than
-vectors).  Every tuple is emitted exactly once per pass; the same
-``random_state`` gives the same batches.
+tuples in the store.  The rows of ``Q`` and ``D`` a batch needs are read
+through :class:`RowCache`: an LRU cache of decoded CSR row pieces (a run of
+consecutive rows: its slice of ``indptr`` and the matching ``indices`` /
+``data``) whose held bytes never exceed ``cache_bytes`` (default 64 MiB), so
+memory is also independent of the number of stored vectors.  When ``Q`` and
+``D`` together fit in ``cache_bytes`` (or were already read whole by
+:meth:`TupleSource.matrices`) they are read whole once instead — the fast
+path for small stores.  Both paths give bit-identical batches.  Every tuple
+is emitted exactly once per pass; the same ``random_state`` gives the same
+batches.
 """
 from __future__ import annotations
 
@@ -47,13 +53,16 @@ from .schema import (
     write_attrs,
 )
 
-__all__ = ["TupleBatch", "TupleSource", "TupleStore", "as_tuple_source"]
+__all__ = ["RowCache", "TupleBatch", "TupleSource", "TupleStore", "as_tuple_source"]
 
 logger = logging.getLogger("streamrank")
 
 _TUPLE_CHUNK = 1 << 17   # tuples per chunk: 131072 x 3 x 8 B = 3 MiB
 _NNZ_CHUNK = 1 << 20
 _INDPTR_CHUNK = 1 << 19
+_CACHE_BYTES = 64 << 20  # default byte budget of the row cache of TupleStore.batches / take
+_PIECE_ROWS = 4096       # most rows in one cached row piece
+_PIECES_PER_BUDGET = 16  # a piece aims at <= cache_bytes / 16 so the cache holds several
 
 
 @dataclass(frozen=True, eq=False)
@@ -191,12 +200,24 @@ class TupleSource:
         """``(Q, D)``: all query and item vectors as CSR (a store reads them once and caches them)."""
         return self._matrices()
 
-    def take(self, t0: int = 0, t1: int | None = None) -> "TupleBatch":
-        """Tuples t0:t1 in file order as one :class:`TupleBatch` (e.g. a validation slice)."""
+    def take(self, t0: int = 0, t1: int | None = None, *, cache_bytes: int = _CACHE_BYTES,
+             ) -> "TupleBatch":
+        """Tuples t0:t1 in file order as one :class:`TupleBatch` (e.g. a validation slice).
+
+        ``cache_bytes`` bounds the row cache as in :meth:`batches`.
+        """
         t0, t1 = self._range(t0, t1)
-        Q, D = self._matrices()
+        Q, D = self._row_readers(_check_cache_bytes(cache_bytes))
         tup, mag = self._read_tuples(t0, t1)
         return _make_batch(Q, D, tup, mag, np.arange(t0, t1, dtype=np.int64))
+
+    def _row_readers(self, cache_bytes: int):
+        """``(Q, D)``: objects indexed by an int row array giving CSR rows (``M[rows]``).
+
+        In-memory sources return their matrices; a store may return readers
+        that fetch only the requested rows (:class:`RowCache`).
+        """
+        return self._matrices()
 
     def _range(self, t0, t1):
         n = self.n_tuples
@@ -207,7 +228,7 @@ class TupleSource:
         return t0, t1
 
     def batches(self, batch_size: int = 1024, shuffle_buffer: int = 100_000, random_state=0,
-                ) -> Iterator[TupleBatch]:
+                *, cache_bytes: int = _CACHE_BYTES) -> Iterator[TupleBatch]:
         """Yield :class:`TupleBatch` objects covering every tuple exactly once.
 
         Parameters
@@ -219,12 +240,19 @@ class TupleSource:
             read chunks are visited in a random order as well.
         random_state : None, int or numpy Generator
             Seed: the same seed gives the same batches.
+        cache_bytes : int, default 64 MiB
+            Byte budget of the cache of decoded ``Q`` / ``D`` rows of a
+            :class:`TupleStore`: the bytes it holds never exceed it, whatever
+            the number of stored vectors.  ``Q`` and ``D`` smaller than the
+            budget together are read whole once (fast path).  The batches do
+            not depend on it.  In-memory sources ignore it.
         """
         batch_size = _positive_int(batch_size, "batch_size")
+        cache_bytes = _check_cache_bytes(cache_bytes)
         if isinstance(shuffle_buffer, bool) or int(shuffle_buffer) < 0:
             raise ValueError(f"shuffle_buffer must be an integer >= 0, got {shuffle_buffer!r}")
         shuffle_buffer = int(shuffle_buffer)
-        Q, D = self._matrices()
+        Q, D = self._row_readers(cache_bytes)
         n = self.n_tuples
         chunk = max(self._chunk_size(), batch_size)
         starts = np.arange(0, n, chunk, dtype=np.int64)
@@ -290,6 +318,118 @@ def _make_batch(Q, D, tup, mag, idx) -> TupleBatch:
     return TupleBatch(Q=Q[tup[:, 0]], D_pos=D[tup[:, 1]], D_neg=D[tup[:, 2]],
                       magnitude=np.ascontiguousarray(mag, dtype=np.float64), tuples=tup,
                       index=np.ascontiguousarray(idx))
+
+
+def _check_cache_bytes(cache_bytes):
+    if isinstance(cache_bytes, bool) or not isinstance(cache_bytes, (int, np.integer)) or cache_bytes < 0:
+        raise ValueError(f"cache_bytes must be an integer >= 0 (a byte budget), got {cache_bytes!r}")
+    return int(cache_bytes)
+
+
+class RowCache:
+    """LRU cache of decoded CSR row pieces of a store's ``Q`` and ``D``, bounded in bytes.
+
+    A piece is ``rows_per_piece[side]`` consecutive rows ``r0:r1`` (aligned:
+    ``r0`` is a multiple of it): ``indptr[r0:r1+1] - indptr[r0]`` (int64) and
+    ``indices`` / ``data`` of entries ``indptr[r0]:indptr[r1]``.  Its size is
+    ``8 (r1 - r0 + 1) + 8 nnz`` bytes.  Inserting a piece evicts the least
+    recently used ones until ``nbytes + size <= budget``; a piece larger than
+    the budget is used for the one request and not kept.  So ``nbytes`` (and
+    its high-water mark ``peak_nbytes``) never exceed ``budget``.
+
+    ``cache[side]`` is a reader: ``reader[rows]`` (int array, repeats allowed)
+    gives the same CSR matrix as ``M[rows]`` on the whole matrix ``M``.
+    """
+
+    def __init__(self, budget: int, read_piece, n_rows: dict, n_nnz: dict, n_features: dict):
+        from collections import OrderedDict
+
+        self.budget = int(budget)
+        self._read_piece = read_piece           # (side, r0, r1) -> (indptr, indices, data)
+        self._n_rows, self._n_features = dict(n_rows), dict(n_features)
+        self._lru = OrderedDict()
+        self.nbytes = self.peak_nbytes = 0
+        self.hits = self.misses = self.evictions = 0
+        self.rows_per_piece = {}
+        for side, rows in self._n_rows.items():
+            per_row = 8.0 + 8.0 * n_nnz[side] / max(rows, 1)
+            target = self.budget / _PIECES_PER_BUDGET
+            self.rows_per_piece[side] = int(max(1, min(_PIECE_ROWS, target // per_row)))
+
+    def info(self) -> dict:
+        """Counters: bytes held now and at most, budget, hits, misses, evictions, pieces held."""
+        return {"nbytes": self.nbytes, "peak_nbytes": self.peak_nbytes, "budget": self.budget,
+                "hits": self.hits, "misses": self.misses, "evictions": self.evictions,
+                "pieces": len(self._lru)}
+
+    def clear(self):
+        self._lru.clear()
+        self.nbytes = 0
+
+    def _piece(self, side, k):
+        key = (side, k)
+        got = self._lru.get(key)
+        if got is not None:
+            self._lru.move_to_end(key)
+            self.hits += 1
+            return got
+        self.misses += 1
+        p = self.rows_per_piece[side]
+        r0, r1 = k * p, min((k + 1) * p, self._n_rows[side])
+        piece = self._read_piece(side, r0, r1)
+        size = sum(a.nbytes for a in piece)
+        if size <= self.budget:
+            while self._lru and self.nbytes + size > self.budget:
+                _, old = self._lru.popitem(last=False)
+                self.nbytes -= sum(a.nbytes for a in old)
+                self.evictions += 1
+            self._lru[key] = piece
+            self.nbytes += size
+            self.peak_nbytes = max(self.peak_nbytes, self.nbytes)
+        return piece
+
+    def rows(self, side, rows):
+        """CSR of ``rows`` of ``side`` ("Q" or "D"), equal to ``M[rows]`` on the whole matrix."""
+        rows = np.asarray(rows, dtype=np.int64).reshape(-1)
+        n, nf = self._n_rows[side], self._n_features[side]
+        if rows.size and (rows.min() < 0 or rows.max() >= n):
+            raise IndexError(f"{side} row index out of range 0:{n}")
+        uniq, inverse = np.unique(rows, return_inverse=True)
+        p = self.rows_per_piece[side]
+        keys = uniq // p
+        bounds = np.flatnonzero(np.r_[True, keys[1:] != keys[:-1], True]) if uniq.size else [0]
+        lens, inds, dats = [], [], []
+        for a, b in zip(bounds[:-1], bounds[1:]):
+            k = int(keys[a])
+            ip, ind, dat = self._piece(side, k)
+            loc = uniq[a:b] - k * p
+            st, ln = ip[loc], ip[loc + 1] - ip[loc]
+            tot = int(ln.sum())
+            gather = np.repeat(st - (np.cumsum(ln) - ln), ln) + np.arange(tot, dtype=np.int64)
+            lens.append(ln)
+            inds.append(ind[gather])
+            dats.append(dat[gather])
+        ln = np.concatenate(lens) if lens else np.zeros(0, np.int64)
+        indptr = np.r_[np.int64(0), np.cumsum(ln, dtype=np.int64)]
+        ind = np.concatenate(inds) if inds else np.zeros(0, np.int32)
+        dat = np.concatenate(dats) if dats else np.zeros(0, np.float32)
+        sub = sp.csr_matrix((dat, ind, indptr), shape=(len(uniq), nf))
+        return sub[inverse.reshape(-1)]
+
+    def __getitem__(self, side):
+        return _RowReader(self, side)
+
+
+class _RowReader:
+    """``reader[rows]`` -> ``cache.rows(side, rows)``: what :func:`_make_batch` indexes."""
+
+    __slots__ = ("cache", "side")
+
+    def __init__(self, cache, side):
+        self.cache, self.side = cache, side
+
+    def __getitem__(self, rows):
+        return self.cache.rows(self.side, rows)
 
 
 class ArrayTupleSource(TupleSource):
@@ -421,6 +561,7 @@ class TupleStore(TupleSource):
                 raise StoreFormatError(f"{self.path}: array {name!r} has {self._a[name].shape[0]} "
                                        f"entries but {length} are committed; the store is corrupt")
         self._cache = None
+        self._row_cache = None
 
     def _needed(self, c=None):
         c = c or self._c
@@ -479,6 +620,34 @@ class TupleStore(TupleSource):
         if self._cache is None:
             self._cache = (self._read_csr("Q"), self._read_csr("D"))
         return self._cache
+
+    def _csr_nbytes(self):
+        c = self._c
+        return 8 * (c["q_rows"] + 1 + c["d_rows"] + 1) + 8 * (c["q_nnz"] + c["d_nnz"])
+
+    def _read_piece(self, side, r0, r1):
+        ip = np.asarray(self._a[f"{side}/indptr"][r0 : r1 + 1], dtype=np.int64)
+        z0, z1 = int(ip[0]), int(ip[-1])
+        ind = np.asarray(self._a[f"{side}/indices"][z0:z1]) if z1 > z0 else np.zeros(0, np.int32)
+        dat = np.asarray(self._a[f"{side}/data"][z0:z1]) if z1 > z0 else np.zeros(0, np.float32)
+        return ip - z0, ind, dat
+
+    def _row_readers(self, cache_bytes):
+        if self._cache is not None or self._csr_nbytes() <= cache_bytes:
+            return self._matrices()  # fast path: small (or already read whole)
+        rc = self._row_cache
+        if rc is None or rc.budget != cache_bytes:
+            c = self._c
+            rc = self._row_cache = RowCache(
+                cache_bytes, self._read_piece, {"Q": c["q_rows"], "D": c["d_rows"]},
+                {"Q": c["q_nnz"], "D": c["d_nnz"]},
+                {"Q": self.n_query_features, "D": self.n_item_features})
+        return rc["Q"], rc["D"]
+
+    def cache_info(self) -> dict | None:
+        """Counters of the row cache of the last :meth:`batches` / :meth:`take` that used it
+        (``nbytes``, ``peak_nbytes`` <= ``budget``, hits, misses, evictions), or None."""
+        return None if self._row_cache is None else self._row_cache.info()
 
     @property
     def Q(self) -> sp.csr_matrix:
@@ -595,7 +764,7 @@ class TupleStore(TupleSource):
             **{k: [c0[k], c1[k]] for k in _COUNTS},
         }]
         write_attrs(self.path, attrs)  # the commit point
-        self._attrs, self._c, self._cache = attrs, c1, None
+        self._attrs, self._c, self._cache, self._row_cache = attrs, c1, None, None
 
     def verify(self) -> int:
         """Recompute every batch's checksum from the stored arrays; see :meth:`GroupStore.verify`."""
@@ -624,4 +793,5 @@ def _reopen_tuples(path, counts):
     if any(counts[k] > ts._c[k] for k in _COUNTS):
         raise StoreFormatError(f"{path}: holds less than the snapshot being restored; the store was rewritten")
     ts._c = dict(counts)
+    ts._row_cache = None
     return ts

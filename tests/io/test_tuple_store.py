@@ -175,3 +175,91 @@ def test_public_range_reads(tmp_path):
         assert len(src.take()) == 25
         with pytest.raises(IndexError, match="outside 0:25"):
             src.read_tuples(20, 30)
+
+
+# ------------------------------------------------------- row cache (bounded memory)
+def _multi_store(tmp_path, rng, n_appends=3, n_q=40, n_d=60, l_=300):
+    ts = sr.TupleStore.create(tmp_path / "rc.zarr", 12, 15)
+    for _ in range(n_appends):
+        Q = sp.random(n_q, 12, density=0.3, format="csr", random_state=rng)
+        D = sp.random(n_d, 15, density=0.3, format="csr", random_state=rng)
+        Q = sp.vstack([Q, sp.csr_matrix((1, 12))]).tocsr()   # an empty row
+        t = np.c_[rng.integers(0, n_q + 1, l_), rng.integers(0, n_d, l_), rng.integers(0, n_d, l_)]
+        ts.append(Q, D, t)
+    return ts
+
+
+def _assert_same_batch(x, y):
+    assert np.array_equal(x.index, y.index) and np.array_equal(x.tuples, y.tuples)
+    np.testing.assert_array_equal(x.magnitude, y.magnitude)
+    for f in ("Q", "D_pos", "D_neg"):
+        m, n = getattr(x, f), getattr(y, f)
+        assert type(m) is type(n) and m.shape == n.shape
+        for arr in ("indptr", "indices", "data"):
+            u, v = getattr(m, arr), getattr(n, arr)
+            assert u.dtype == v.dtype and np.array_equal(u, v), (f, arr)
+
+
+@pytest.mark.parametrize("cache_bytes", [0, 300, 5000])
+@pytest.mark.parametrize("shuffle_buffer", [0, 50])
+def test_row_cache_batches_equal_whole_matrix_path(tmp_path, cache_bytes, shuffle_buffer):
+    ts = _multi_store(tmp_path, np.random.default_rng(5), l_=60)
+    whole = sr.TupleStore.open(ts.path)
+    assert whole._csr_nbytes() <= 64 << 20   # the default budget takes the whole-matrix path
+    ref = list(whole.batches(batch_size=29, shuffle_buffer=shuffle_buffer, random_state=11))
+    assert whole.cache_info() is None
+    small = sr.TupleStore.open(ts.path)
+    got = list(small.batches(batch_size=29, shuffle_buffer=shuffle_buffer, random_state=11,
+                             cache_bytes=cache_bytes))
+    assert small._cache is None   # Q and D were never read whole
+    assert len(got) == len(ref)
+    for x, y in zip(ref, got):
+        _assert_same_batch(x, y)
+    _assert_same_batch(whole.take(13, 150), small.take(13, 150, cache_bytes=cache_bytes))
+    assert small.cache_info()["peak_nbytes"] <= cache_bytes
+
+
+def test_row_cache_memory_bounded_by_budget(tmp_path):
+    ts = _multi_store(tmp_path, np.random.default_rng(6), n_appends=4, n_q=150, n_d=250, l_=50)
+    ro = sr.TupleStore.open(ts.path)
+    budget = 4096
+    assert ro._csr_nbytes() > 10 * budget   # Q and D are much larger than the budget
+    Q, D = sr.TupleStore.open(ts.path).matrices()
+    t, _ = ro.read_tuples()
+    peak = 0
+    n = 0
+    for b in ro.batches(batch_size=40, shuffle_buffer=100, random_state=2, cache_bytes=budget):
+        info = ro.cache_info()
+        assert info["nbytes"] <= budget and info["peak_nbytes"] <= budget
+        peak = max(peak, info["nbytes"])
+        assert (b.Q != Q[t[b.index, 0]]).nnz == 0 and (b.D_neg != D[t[b.index, 2]]).nnz == 0
+        n += len(b)
+    info = ro.cache_info()
+    assert n == ro.n_tuples and ro._cache is None
+    assert peak > budget // 2                      # the cache was used ...
+    assert info["evictions"] > 0                    # ... and had to evict
+    # the held bytes are the real bytes of the held pieces
+    held = sum(a.nbytes for piece in ro._row_cache._lru.values() for a in piece)
+    assert held == info["nbytes"] <= budget
+
+
+def test_row_cache_bad_budget(tmp_path):
+    ts = _multi_store(tmp_path, np.random.default_rng(7), n_appends=1)
+    for bad in (-1, 1.5, True, "64M"):
+        with pytest.raises(ValueError, match="cache_bytes"):
+            next(ts.batches(cache_bytes=bad))
+        with pytest.raises(ValueError, match="cache_bytes"):
+            ts.take(0, 3, cache_bytes=bad)
+
+
+def test_row_cache_sees_appends(tmp_path):
+    rng = np.random.default_rng(8)
+    ts = _multi_store(tmp_path, rng, n_appends=1)
+    first = list(ts.batches(batch_size=40, shuffle_buffer=0, cache_bytes=100))
+    Q2 = sp.random(5, 12, density=0.5, format="csr", random_state=rng)
+    D2 = sp.random(5, 15, density=0.5, format="csr", random_state=rng)
+    ts.append(Q2, D2, [[4, 4, 0], [0, 1, 2]])
+    b = ts.take(ts.n_tuples - 2, cache_bytes=100)
+    Q, D = sr.TupleStore.open(ts.path).matrices()
+    assert (b.Q != Q[b.tuples[:, 0]]).nnz == 0 and (b.D_pos != D[b.tuples[:, 1]]).nnz == 0
+    assert (b.Q[0] != Q2[4].astype(np.float32)).nnz == 0 and len(first) > 0
