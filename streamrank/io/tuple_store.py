@@ -61,8 +61,8 @@ _TUPLE_CHUNK = 1 << 17   # tuples per chunk: 131072 x 3 x 8 B = 3 MiB
 _NNZ_CHUNK = 1 << 20
 _INDPTR_CHUNK = 1 << 19
 _CACHE_BYTES = 64 << 20  # default byte budget of the row cache of TupleStore.batches / take
-_PIECE_ROWS = 4096       # most rows in one cached row piece
-_PIECES_PER_BUDGET = 16  # a piece aims at <= cache_bytes / 16 so the cache holds several
+_PIECE_ROWS = 1 << 16   # most rows in one cached row piece
+_PIECES_PER_BUDGET = 4   # a piece aims at <= cache_bytes / 4 so the cache holds several
 
 
 @dataclass(frozen=True, eq=False)
@@ -398,17 +398,20 @@ class RowCache:
         p = self.rows_per_piece[side]
         keys = uniq // p
         bounds = np.flatnonzero(np.r_[True, keys[1:] != keys[:-1], True]) if uniq.size else [0]
-        lens, inds, dats = [], [], []
-        for a, b in zip(bounds[:-1], bounds[1:]):
+        segs = list(zip(bounds[:-1], bounds[1:]))
+        # cached pieces first: a scan over more pieces than the cache holds then
+        # evicts only pieces this request does not need (no LRU thrash)
+        order = sorted(range(len(segs)), key=lambda j: (side, int(keys[segs[j][0]])) not in self._lru)
+        lens, inds, dats = [None] * len(segs), [None] * len(segs), [None] * len(segs)
+        for j in order:
+            a, b = segs[j]
             k = int(keys[a])
             ip, ind, dat = self._piece(side, k)
             loc = uniq[a:b] - k * p
             st, ln = ip[loc], ip[loc + 1] - ip[loc]
             tot = int(ln.sum())
             gather = np.repeat(st - (np.cumsum(ln) - ln), ln) + np.arange(tot, dtype=np.int64)
-            lens.append(ln)
-            inds.append(ind[gather])
-            dats.append(dat[gather])
+            lens[j], inds[j], dats[j] = ln, ind[gather], dat[gather]
         ln = np.concatenate(lens) if lens else np.zeros(0, np.int64)
         indptr = np.r_[np.int64(0), np.cumsum(ln, dtype=np.int64)]
         ind = np.concatenate(inds) if inds else np.zeros(0, np.int32)
