@@ -4,7 +4,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import scipy.sparse as sp
-from conftest import ArrayTuples, random_tuples
+from sgd_testdata import ArrayTuples, random_tuples
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
