@@ -32,6 +32,7 @@ hash of path, size, mtime): ingesting the same source again adds nothing, and
 an interrupted ingest continues where it stopped.""",
     "info": """examples:
   streamrank info train.zarr
+  streamrank info train.zarr --verify
   streamrank info model.zarr --json""",
     "fit": """examples:
   streamrank fit --store train.zarr --model m.zarr --learner rankrls --alphas 2^-10:2^10 --cv 5
@@ -157,6 +158,9 @@ def build_parser() -> argparse.ArgumentParser:
                                    "of a store; class, parameters and training record of a model.")
     p.add_argument("path", metavar="PATH")
     p.add_argument("--json", action="store_true", help="print JSON")
+    p.add_argument("--verify", action="store_true",
+                   help="re-read every committed batch of a store and check it against its logged checksum "
+                        "(catches damaged or deleted chunk files; exit 4 naming the batch if one does not match)")
     _common(p)
     p.set_defaults(func=cmd_info)
 

@@ -261,6 +261,8 @@ def cmd_info(args) -> int:
         else:
             out.update(tuples=store.n_tuples, queries=store.n_queries, items=store.n_items,
                        query_features=store.n_query_features, item_features=store.n_item_features)
+        if getattr(args, "verify", False):
+            out["verified_batches"] = store.verify()
     if args.json:
         print(json.dumps(_jsonable(out), indent=1, sort_keys=True))
         return EXIT_OK
