@@ -408,7 +408,6 @@ def update_kernel(store, base_model, base_dir, seen, alphas, *, folds=DEFAULT_FO
                   params=None):
     """Sparse KernelRankRLS: basis fixed at the first (or --full) night; fold statistics of Φ kept beside
     the model; a night adds only the new groups' statistics.  Returns (model, selection, arrays to save)."""
-    from streamrank.distributed import _kernel_fit_from_statistics
     from streamrank.rankrls._statistics import RankStatistics
 
     if base_model is None:
@@ -428,7 +427,7 @@ def update_kernel(store, base_model, base_dir, seen, alphas, *, folds=DEFAULT_FO
                 a.merge(b)
     best, scores, total = select_alpha_kernel(fold_stats, model._spec()(model.basis_), alphas)
     model.alpha = best
-    _kernel_fit_from_statistics(model, total, model.basis_, store, max_rows)
+    model._fit_statistics(total, model.basis_, store, max_rows)
     arrays = {"n_folds": np.array(len(fold_stats))}
     for f, st in enumerate(fold_stats):
         arrays.update(st.to_arrays(f"fold{f}_"))

@@ -445,32 +445,7 @@ def _fit_kernel_sparse(est, source, client, *, max_rows, split_every):
         parts = c.map(_kernel_stats_task, source.plan(max_rows, split_groups=True), ref=ref, est=proto,
                       basis=basis, n_outputs=source.n_outputs, pure=False)
         stats = tree_reduce(c, parts, split_every=split_every).result()
-    return _kernel_fit_from_statistics(est, stats, Xb, source, max_rows)
-
-
-def _kernel_fit_from_statistics(est, stats, Xb, source, max_rows):
-    """Finish a sparse KernelRankRLS from summed basis statistics (what ``_fit_sparse`` does after its pass).
-
-    To move into :mod:`streamrank.rankrls.kernel` as ``KernelRankRLS._fit_statistics``
-    (asked of its owner); kept here so the distributed and nightly paths share it.
-    """
-    from ._validation import check_n_features
-    from .rankrls.kernel import _SparseSolution
-
-    stats.check_complete()
-    spec = est._check_params()
-    for attr in ("dual_coef_", "_decomp", "_sparse", "_lpo_cache", "_train_source"):
-        est.__dict__.pop(attr, None)
-    est.n_outputs_ = stats.n_outputs
-    check_n_features(est, source.n_features, reset=True)
-    est._sparse = _SparseSolution(stats.G, stats.B, spec(Xb))
-    est._one_d = source.n_outputs == 1 and getattr(source, "y_ndim", 1) == 1
-    est._mode = "sparse"
-    est._train_source = (source, max_rows)
-    est.basis_ = Xb
-    est.dual_coef_ = est._y_out(est._sparse.coef(est.alpha))
-    est.n_groups_ = stats.n_groups
-    return est
+    return est._fit_statistics(stats, Xb, source, max_rows)
 
 
 def _predict_rows_task(rows, ref, est, out):

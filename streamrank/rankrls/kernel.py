@@ -238,13 +238,29 @@ class KernelRankRLS(BaseRanker):
                             group_offset=block.group_offset, group_id=gid)
             if len(ys) < 1:
                 ys.append(np.ndim(block.y))
+        return self._fit_statistics(stats, Xb, source, max_rows, one_d=bool(ys and ys[0] == 1))
+
+    def _fit_statistics(self, stats, basis, source, max_rows, *, one_d=None):
+        """Finish sparse RankRLS from summed basis statistics (DESIGN §3.5).
+
+        ``stats`` holds K_RM L K_MR and K_RM L Y (any sum of per-block
+        :class:`RankStatistics`, e.g. reduced on dask workers or added night
+        by night); ``basis`` is X_R.  Solves A = (K_RM L K_MR + λ K_RR)⁻¹ K_RM L y
+        through the eigendecomposition that serves every λ.
+        """
         stats.check_complete()
-        K_RR = spec(Xb)
-        self._sparse = _SparseSolution(stats.G, stats.B, K_RR)
-        self._one_d = bool(ys and ys[0] == 1)
+        spec = self._check_params()
+        for attr in ("dual_coef_", "_decomp", "_sparse", "_lpo_cache", "_train_source"):
+            self.__dict__.pop(attr, None)
+        self.n_outputs_ = stats.n_outputs
+        check_n_features(self, source.n_features, reset=True)
+        self._sparse = _SparseSolution(stats.G, stats.B, spec(basis))
+        if one_d is None:
+            one_d = source.n_outputs == 1 and getattr(source, "y_ndim", 1) == 1
+        self._one_d = bool(one_d)
         self._mode = "sparse"
         self._train_source = (source, max_rows)
-        self.basis_ = Xb
+        self.basis_ = basis
         self.dual_coef_ = self._y_out(self._sparse.coef(self.alpha))
         self.n_groups_ = stats.n_groups
         return self
