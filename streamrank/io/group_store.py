@@ -43,11 +43,12 @@ from .schema import (
     BatchHasher,
     CheckedArray,
     StoreFormatError,
+    append_csr,
     check_format,
+    cut_torn_tail,
     compressors,
     open_array,
     read_attrs,
-    remove_partial_files,
     rows_per_chunk,
     write_attrs,
 )
@@ -480,12 +481,7 @@ class GroupStore(BlockSource):
         """
         if self.mode != "a":
             raise PermissionError(f"{self.path} is open read-only")
-        fixes = remove_partial_files(self.path)
-        for name, length in self._needed_lengths(self._rows, self._groups, self._nnz).items():
-            arr = self._arrays[name]
-            if arr.shape[0] > length:
-                arr.resize((length,) + tuple(arr.shape[1:]))
-                fixes += 1
+        fixes = cut_torn_tail(self.path, self._arrays, self._needed_lengths(self._rows, self._groups, self._nnz))
         if fixes:
             logger.warning("GroupStore %s: repaired a torn append (%d fix(es)); the store is at "
                            "its last commit (%d rows)", self.path, fixes, self._rows)
@@ -498,23 +494,7 @@ class GroupStore(BlockSource):
         h = BatchHasher()
         a = self._arrays
         if self.sparse:
-            nnz = int(X.indptr[-1])
-            z1 = z0 + nnz
-            indices = np.ascontiguousarray(X.indices, dtype=np.int32)
-            data = np.ascontiguousarray(X.data[:nnz], dtype=np.float32)
-            indices = indices[:nnz]
-            row_nnz = np.diff(X.indptr).astype(np.int64)
-            h.update("X.indices", indices)
-            h.update("X.data", data)
-            h.update("X.row_nnz", row_nnz)
-            if nnz:
-                a["X/indices"].resize((z1,))
-                a["X/indices"][z0:z1] = indices
-                a["X/data"].resize((z1,))
-                a["X/data"][z0:z1] = data
-            if k:
-                a["X/indptr"].resize((m1 + 1,))
-                a["X/indptr"][m0 + 1 : m1 + 1] = z0 + np.cumsum(row_nnz)
+            _, z1 = append_csr(a, "X", X, m0, z0, h)
         else:
             z1 = z0
             h.update("X", X)

@@ -64,6 +64,9 @@ __all__ = [
     "open_array",
     "check_format",
     "remove_partial_files",
+    "cut_torn_tail",
+    "hash_csr_rows",
+    "append_csr",
 ]
 
 GROUP_FORMAT = "streamrank.group_store"
@@ -234,6 +237,51 @@ def remove_partial_files(path) -> int:
                 except FileNotFoundError:
                     pass
     return n
+
+
+def cut_torn_tail(path, arrays: dict, needed: dict) -> int:
+    """First step of every append: bring a store back to its last commit.
+
+    Removes a killed writer's ``*.partial`` files and shrinks every array in
+    ``arrays`` that is longer than ``needed[name]`` (the committed length).
+    Returns the number of fixes.
+    """
+    fixes = remove_partial_files(path)
+    for name, length in needed.items():
+        arr = arrays[name]
+        if arr.shape[0] > length:
+            arr.resize((length,) + tuple(arr.shape[1:]))
+            fixes += 1
+    return fixes
+
+
+def hash_csr_rows(hasher, name: str, indptr, indices, data) -> None:
+    """Feed a run of CSR rows to ``hasher`` the way appends log it (indices, data, row nnz)."""
+    hasher.update(f"{name}.indices", np.ascontiguousarray(indices, dtype=np.int32))
+    hasher.update(f"{name}.data", np.ascontiguousarray(data, dtype=np.float32))
+    hasher.update(f"{name}.row_nnz", np.diff(indptr).astype(np.int64))
+
+
+def append_csr(arrays: dict, name: str, M, r0: int, z0: int, hasher) -> tuple[int, int]:
+    """Write CSR rows ``M`` past the committed ``r0`` rows / ``z0`` nonzeros of ``name/*``.
+
+    Hashes them first (see :func:`hash_csr_rows`); returns the new ``(rows, nnz)``.
+    Nothing here commits: the caller writes the commit record last.
+    """
+    nnz = int(M.indptr[-1])
+    indices = np.ascontiguousarray(M.indices[:nnz], dtype=np.int32)
+    data = np.ascontiguousarray(M.data[:nnz], dtype=np.float32)
+    hash_csr_rows(hasher, name, M.indptr, indices, data)
+    if nnz:
+        arrays[f"{name}/indices"].resize((z0 + nnz,))
+        arrays[f"{name}/indices"][z0 : z0 + nnz] = indices
+        arrays[f"{name}/data"].resize((z0 + nnz,))
+        arrays[f"{name}/data"][z0 : z0 + nnz] = data
+    r1 = r0 + M.shape[0]
+    if M.shape[0]:
+        arrays[f"{name}/indptr"].resize((r1 + 1,))
+        arrays[f"{name}/indptr"][r0 + 1 : r1 + 1] = z0 + np.cumsum(np.diff(M.indptr).astype(np.int64))
+    return r1, z0 + nnz
 
 
 class BatchHasher:

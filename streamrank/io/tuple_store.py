@@ -45,11 +45,13 @@ from .schema import (
     BatchHasher,
     CheckedArray,
     StoreFormatError,
+    append_csr,
     check_format,
+    cut_torn_tail,
+    hash_csr_rows,
     compressors,
     open_array,
     read_attrs,
-    remove_partial_files,
     write_attrs,
 )
 
@@ -714,37 +716,14 @@ class TupleStore(TupleSource):
         return True
 
     def _repair(self):
-        fixes = remove_partial_files(self.path)
-        for name, length in self._needed().items():
-            arr = self._a[name]
-            if arr.shape[0] > length:
-                arr.resize((length,) + tuple(arr.shape[1:]))
-                fixes += 1
+        fixes = cut_torn_tail(self.path, self._a, self._needed())
         if fixes:
             logger.warning("TupleStore %s: repaired a torn append (%d fix(es))", self.path, fixes)
         return fixes
 
     def _write_csr(self, side, M, h):
         lo = side.lower()
-        r0, z0 = self._c[f"{lo}_rows"], self._c[f"{lo}_nnz"]
-        nnz = int(M.indptr[-1])
-        indices = np.ascontiguousarray(M.indices[:nnz], dtype=np.int32)
-        data = np.ascontiguousarray(M.data[:nnz], dtype=np.float32)
-        row_nnz = np.diff(M.indptr).astype(np.int64)
-        h.update(f"{side}.indices", indices)
-        h.update(f"{side}.data", data)
-        h.update(f"{side}.row_nnz", row_nnz)
-        a = self._a
-        if nnz:
-            a[f"{side}/indices"].resize((z0 + nnz,))
-            a[f"{side}/indices"][z0 : z0 + nnz] = indices
-            a[f"{side}/data"].resize((z0 + nnz,))
-            a[f"{side}/data"][z0 : z0 + nnz] = data
-        if M.shape[0]:
-            r1 = r0 + M.shape[0]
-            a[f"{side}/indptr"].resize((r1 + 1,))
-            a[f"{side}/indptr"][r0 + 1 : r1 + 1] = z0 + np.cumsum(row_nnz)
-        return r0 + M.shape[0], z0 + nnz
+        return append_csr(self._a, side, M, self._c[f"{lo}_rows"], self._c[f"{lo}_nnz"], h)
 
     def _write(self, Q, D, t, m, batch_id):
         c0 = dict(self._c)
@@ -771,15 +750,11 @@ class TupleStore(TupleSource):
 
     def verify(self) -> int:
         """Recompute every batch's checksum from the stored arrays; see :meth:`GroupStore.verify`."""
-        Q, D = self._matrices()
-        for e in self._attrs["log"]:
+        for e in self._attrs["log"]:  # batch by batch: memory follows the largest batch, not the store
             h = BatchHasher()
-            for side, M in (("Q", Q), ("D", D)):
+            for side in ("Q", "D"):
                 r0, r1 = e[f"{side.lower()}_rows"]
-                part = M[r0:r1]
-                h.update(f"{side}.indices", part.indices.astype(np.int32))
-                h.update(f"{side}.data", part.data.astype(np.float32))
-                h.update(f"{side}.row_nnz", np.diff(part.indptr).astype(np.int64))
+                hash_csr_rows(h, side, *self._read_piece(side, r0, r1))
             l0, l1 = e["tuples"]
             for a in range(l0, max(l1, l0 + 1), _TUPLE_CHUNK):
                 tup, mag = self._read_tuples(a, min(a + _TUPLE_CHUNK, l1))
