@@ -15,6 +15,7 @@ streamrank learners, never imported from the file.
 """
 from __future__ import annotations
 
+import glob
 import json
 import os
 import shutil
@@ -66,7 +67,7 @@ def save(model, path) -> None:
     attrs, arrays = model._get_state()
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{uuid.uuid4().hex}.partial")
+    tmp = _sibling(path, "partial")
     try:
         root = zarr.open_group(str(tmp), mode="w")
         for name, a in arrays.items():
@@ -98,15 +99,50 @@ def save(model, path) -> None:
             if _exchange(tmp, path):  # one atomic swap: ``path`` is never absent
                 shutil.rmtree(tmp, ignore_errors=True)
             else:  # no renameat2: two renames; load() falls back to the ``.old`` copy in between
-                old = path.with_name(f".{path.name}.{uuid.uuid4().hex}.old")
+                old = _sibling(path, "old")
                 os.replace(path, old)
                 os.replace(tmp, path)
                 shutil.rmtree(old, ignore_errors=True)
         else:
             os.replace(tmp, path)
+        _sweep_leftovers(path)
     finally:
         if tmp.exists():
             shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _sibling(path: Path, kind: str) -> Path:
+    """``.<name>.<pid>-<random>.<kind>``: the writer's pid tells a crashed save from a running one."""
+    return path.with_name(f".{path.name}.{os.getpid()}-{uuid.uuid4().hex}.{kind}")
+
+
+def _writer_alive(leftover: Path) -> bool:
+    """True unless the pid in a leftover's name is certainly dead (unknown names count as alive)."""
+    tag = leftover.name.rsplit(".", 2)[-2]
+    pid = tag.split("-", 1)[0]
+    if "-" not in tag or not pid.isdigit():
+        return True
+    try:
+        os.kill(int(pid), 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's live process
+        return True
+    return True
+
+
+def _sweep_leftovers(path: Path) -> None:
+    """Remove what saves killed earlier left beside ``path``.
+
+    Runs after a successful save, so ``path`` holds a complete model: a
+    ``.partial`` directory or an ``.old`` copy whose writer process is dead
+    can never be needed again.  Leftovers of live writers (a concurrent save)
+    and of unknown naming are kept.
+    """
+    for kind in ("partial", "old"):
+        for leftover in path.parent.glob(f".{glob.escape(path.name)}.*.{kind}"):
+            if not _writer_alive(leftover):
+                shutil.rmtree(leftover, ignore_errors=True)
 
 
 def _exchange(a: Path, b: Path) -> bool:

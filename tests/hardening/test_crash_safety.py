@@ -374,3 +374,18 @@ def test_cli_ingest_on_a_full_disk_exits_cannot_write(small_disk, tmp_path):
     assert "No space left" in err.getvalue()
     s = sr.GroupStore.open(small_disk / "s.zarr")
     assert s.verify() == len(s.batches)
+
+
+def test_next_save_removes_what_killed_saves_left(tmp_path):
+    """A save killed between its renames leaves an ``.old`` copy; the next good save sweeps it away."""
+    proc = _spawn(FALLBACK, tmp_path / "model")
+    proc.wait(timeout=120)
+    assert proc.returncode == -signal.SIGKILL
+    left = [p.name for p in tmp_path.iterdir() if p.is_dir() and p.name != "model"]
+    assert any(n.endswith(".old") for n in left), left
+    live = tmp_path / f".model.{os.getpid()}-feed.partial"  # a save running right now in this process
+    live.mkdir()
+    X = np.random.default_rng(1).normal(size=(30, 3))
+    sr.save(sr.RankRLS(alpha=7.0).fit(X, X[:, 0], np.repeat(np.arange(3), 10)), tmp_path / "model")
+    assert sorted(p.name for p in tmp_path.iterdir() if p.is_dir()) == sorted(["model", live.name])
+    assert sr.load(tmp_path / "model").alpha == 7.0
