@@ -48,7 +48,7 @@ def build_estimator(args):
                                 group_weight=args.group_weight, random_state=args.seed)
     sgd = {k: v for k, v in (("eta0", args.eta0), ("l1", args.l1)) if v is not None}
     if args.learner == "sgd-bilinear":
-        return sr.SparseSGDRanker(refit=False, **sgd)
+        return sr.SparseSGDRanker(refit=bool(getattr(args, "refit", False)), **sgd)
     return sr.PairwiseSGDRanker(random_state=args.seed, **sgd)
 
 
@@ -69,7 +69,7 @@ def _tuple_quality(model, store):
 
 def run_sgd(args, out):
     """Data-parallel SGD rounds; quality against one machine taking the same number of steps."""
-    from streamrank._distributed_sgd import _shard_tuples
+    from streamrank._distributed_sgd import _refit_round_task, _round_task
 
     store = sr.TupleStore.open(args.store)
     est = build_estimator(args)
@@ -80,21 +80,23 @@ def run_sgd(args, out):
     with srd.get_client(args.scheduler, n_workers=args.workers) as client:
         k = len(client.scheduler_info()["workers"])
         srd.fit(est, store, client, rounds=args.rounds, steps_per_round=steps, n_shards=k)
-    report.update(workers=k, fit_seconds=time.perf_counter() - t0, t=est.t_, nnz=est.nnz_)
+    report.update(workers=k, fit_seconds=time.perf_counter() - t0, t=est.t_, nnz=est.nnz_, refit=bool(est.refit),
+                  refit_t=est.refit_t_)
     sr.save(est, args.model)
     val = sr.TupleStore.open(args.validation) if args.validation else store
     report["tuple_error"] = _tuple_quality(est, val)
     if args.compare_single:  # one machine, the same tuples in the same per-shard order, one after another
         single = build_estimator(args)
-        Q, D = store.matrices()
-        tup, _ = store.read_tuples()
+        single._params()
+        single._start(int(store.n_query_features), int(store.n_item_features))
         t1 = time.perf_counter()
         for r in range(args.rounds):
-            for shard in range(k):
-                ids = _shard_tuples(store, shard, k, r, steps)
-                for a in range(0, len(ids), 4096):
-                    t = tup[ids[a:a + 4096]]
-                    single.partial_fit(Q[t[:, 0]], D[t[:, 1]], D[t[:, 2]])
+            for shard in range(k):      # the round task itself, run here shard after shard (bounded reads)
+                single = _round_task(shard, store, single, k, r, steps, 4096)
+        if single.refit:
+            for r in range(args.rounds):
+                for shard in range(k):
+                    single = _refit_round_task(shard, store, single, k, r, steps, 4096)
         report["single_seconds"] = time.perf_counter() - t1
         report["single_tuple_error"] = _tuple_quality(single, val)
     line = (f"distributed {args.learner}: {args.rounds} rounds x {k} shards x {steps} steps in "
@@ -215,6 +217,8 @@ def build_parser():
     p.add_argument("--eta0", type=float, default=None,
                    help="sgd: C of eta_t = C / sqrt(t) (default: the learner's, 200 bilinear / 0.1 pairwise)")
     p.add_argument("--l1", type=float, default=None, help="sgd: L1 strength (default: the learner's)")
+    p.add_argument("--refit", action="store_true",
+                   help="sgd-bilinear: refit rounds after the main rounds (SGD without L1 on the support of W)")
     p.add_argument("--compare-single", action="store_true",
                    help="sgd: also run one machine on the same tuples and report both qualities")
     p.add_argument("--max-rows", type=int, default=srd.DEFAULT_BLOCK_ROWS, help="block budget (rows)")

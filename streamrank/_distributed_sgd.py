@@ -20,9 +20,23 @@ formed.  The averaged model's clock is ``t₀ + steps_per_round`` (every shard
 took that many steps from the same t₀, so their pending-shrinkage
 accumulators agree); the shrinkage bookkeeping restarts from the flushed
 average.  With one shard a round is exactly ``partial_fit`` on the same
-tuples (tested).  This is parameter mixing (Zinkevich et al. 2010; McDonald et
-al. 2010): quality is reported against the single-machine run on the same
-number of tuples, not claimed equal.
+tuples (tested).
+
+*Refit* (eq. 8, when the bilinear learner's ``refit`` flag is set): further
+rounds in the same way, each shard running the learner's ``refit`` (SGD
+without L1 restricted to the support Ω of W, step size continuing at
+``t + t_refit``) on its tuples; all shards start from the same flushed W, so
+they share Ω and the average keeps it.  One shard and one refit round over
+the tuples in store order is exactly ``model.refit(store, n_steps,
+shuffle_buffer=0)`` (tested).
+
+*Bounded reads*: a worker reads its tuples in pieces of one store chunk and
+the ``Q`` / ``D`` rows they need through the store's byte-bounded row cache
+(``cache_bytes``), never the whole matrices.
+
+This is parameter mixing (Zinkevich et al. 2010; McDonald et al. 2010):
+quality is reported against the single-machine run on the same number of
+tuples, not claimed equal.
 """
 from __future__ import annotations
 
@@ -30,7 +44,11 @@ import copy
 
 import numpy as np
 
+from .io.tuple_store import _CACHE_BYTES
+
 __all__ = ["fit_sgd_rounds", "average_models"]
+
+_REFIT_PIECE = 16_384   # tuples per ``refit`` call of a refit round (each call flushes W once)
 
 
 def _shard_tuples(source, shard, n_shards, round_, steps):
@@ -45,19 +63,79 @@ def _shard_tuples(source, shard, n_shards, round_, steps):
     return a + pos
 
 
-def _round_task(shard, ref, model, n_shards, round_, steps, step_batch):
+def _shard_segments(n, shard, n_shards, round_, steps):
+    """The ids of :func:`_shard_tuples` as contiguous ranges ``[(t0, t1), ...]`` in step order.
+
+    The shard's share ``a:b`` is visited cyclically from position
+    ``round_ * steps mod (b - a)``; a range ends where the cycle wraps, so the
+    list holds at most ``steps // (b - a) + 2`` ranges (no id array of the
+    shard's size is ever formed).
+    """
+    a = shard * n // n_shards
+    b = (shard + 1) * n // n_shards
+    size = b - a
+    if size == 0 or steps <= 0:
+        return []
+    out = []
+    pos = (round_ * steps) % size
+    left = int(steps)
+    while left > 0:
+        run = min(left, size - pos)
+        out.append((a + pos, a + pos + run))
+        left -= run
+        pos = 0
+    return out
+
+
+def _shard_batches(source, segments, step_batch, cache_bytes):
+    """``(Q, D_pos, D_neg)`` row-aligned CSR batches of the tuples in ``segments``, in order.
+
+    Bounded reads: tuples come in pieces of at most one store chunk
+    (``source._chunk_size()``), and the ``Q`` / ``D`` rows they need through
+    the source's row readers (a :class:`~streamrank.io.tuple_store.RowCache`
+    of at most ``cache_bytes`` for a store; the matrices themselves for an
+    in-memory source) — peak memory does not grow with the number of tuples
+    or stored vectors.
+    """
+    Q, D = source._row_readers(int(cache_bytes))
+    piece = max(int(source._chunk_size()), int(step_batch))
+    for t0, t1 in segments:
+        for c0 in range(t0, t1, piece):
+            tup, _ = source.read_tuples(c0, min(c0 + piece, t1))
+            for a in range(0, len(tup), step_batch):
+                t = tup[a:a + step_batch]
+                yield Q[t[:, 0]], D[t[:, 1]], D[t[:, 2]]
+
+
+def _round_task(shard, ref, model, n_shards, round_, steps, step_batch, cache_bytes=_CACHE_BYTES):
+    """Shard ``shard``'s ``steps`` steps of Algorithm 1 (``partial_fit``) from the round's model."""
     source = ref  # a TupleStore arrives as its path and reopens itself (TupleStore.__reduce__)
-    ids = _shard_tuples(source, shard, n_shards, round_, steps)
     m = copy.deepcopy(model)
-    if ids.size == 0:
-        return m
-    Q, D = source.matrices()
-    lo, hi = int(ids.min()), int(ids.max()) + 1
-    tup, _ = source.read_tuples(lo, hi)
-    tup = tup[ids - lo]
-    for a in range(0, len(tup), step_batch):
-        t = tup[a:a + step_batch]
-        m.partial_fit(Q[t[:, 0]], D[t[:, 1]], D[t[:, 2]])
+    for Q, Dp, Dn in _shard_batches(source, _shard_segments(source.n_tuples, shard, n_shards, round_, steps),
+                                    step_batch, cache_bytes):
+        m.partial_fit(Q, Dp, Dn)
+    return m
+
+
+def _refit_round_task(shard, ref, model, n_shards, round_, steps, step_batch, cache_bytes=_CACHE_BYTES):
+    """Shard ``shard``'s ``steps`` refit steps (eq. 8: no L1, support of W fixed) from the round's model.
+
+    Runs the learner's own public ``refit`` on the shard's tuples in order
+    (an in-memory tuple source per piece, ``shuffle_buffer=0``), so with one
+    shard a refit round is exactly ``model.refit`` on the same tuples.
+    """
+    import scipy.sparse as sp
+
+    from .io.tuple_store import TupleSource
+
+    source = ref
+    m = copy.deepcopy(model)
+    for Q, Dp, Dn in _shard_batches(source, _shard_segments(source.n_tuples, shard, n_shards, round_, steps),
+                                    max(int(step_batch), _REFIT_PIECE), cache_bytes):
+        k = Q.shape[0]
+        local = np.stack([np.arange(k), np.arange(k), k + np.arange(k)], axis=1)
+        piece = TupleSource.from_arrays(Q, sp.vstack([Dp, Dn], format="csr"), local)
+        m.refit(piece, n_steps=k, batch_size=step_batch, shuffle_buffer=0)
     return m
 
 
@@ -89,7 +167,14 @@ def average_pairwise(models):
 
 
 def average_models(models):
-    """Sparse-aware average of bilinear models that started the round from the same state."""
+    """Sparse-aware average of bilinear models that started the round from the same state.
+
+    ``W = (1/k) Σ_s W_s`` as a CSR sum (support = union of the shards'
+    supports); the clocks ``t`` and ``t_refit`` are the shards' common ones
+    (their maximum: a shard without tuples did not move).  In a refit round
+    every shard updates only entries of the common support Ω, so the average
+    keeps Ω (an entry can leave it only by averaging to exactly 0.0).
+    """
     from .sgd import _sparse_w_kernels as K_
     from .sgd._table import SparseW
 
@@ -104,6 +189,7 @@ def average_models(models):
     new = SparseW(old.n_rows, old.n_cols, capacity=max(1, W.nnz))
     new.istate[:] = old.istate
     new.istate[K_.I_T] = max(int(m._fitted().istate[K_.I_T]) for m in models)
+    new.istate[K_.I_TREFIT] = max(int(m._fitted().istate[K_.I_TREFIT]) for m in models)
     new.istate[K_.I_UPDATES] = sum(int(m._fitted().istate[K_.I_UPDATES]) for m in models)
     new.istate[K_.I_K] = 0
     new.istate[K_.I_COUNT] = 0
@@ -114,13 +200,25 @@ def average_models(models):
 
 
 def fit_sgd_rounds(estimator, source, client=None, *, rounds=10, steps_per_round=10_000, n_shards=None,
-                   batch_size=1024, max_rows=65_536):
+                   batch_size=1024, max_rows=65_536, refit_rounds=None, refit_steps_per_round=None,
+                   cache_bytes=_CACHE_BYTES):
     """Data-parallel rounds of SGD (see module doc); fits ``estimator`` in place and returns it.
 
     ``source``: a TupleStore for :class:`~streamrank.SparseSGDRanker`, a
     GroupStore (any BlockSource) for :class:`~streamrank.PairwiseSGDRanker`.
     ``n_shards`` defaults to the number of workers.  The model continues
     from its current state when it is already fitted (nightly resume).
+
+    Bilinear refit (eq. 8): when the estimator's ``refit`` flag is true,
+    ``refit_rounds`` (default ``rounds``) rounds of ``refit_steps_per_round``
+    (default ``steps_per_round``; with the learner's ``refit_steps`` set,
+    ``ceil(refit_steps / refit_rounds)``) refit steps per shard follow, in
+    the same data-parallel way: the support Ω of W is fixed after the main
+    phase's pending shrinkage (each shard flushes the same W), every shard runs
+    the learner's ``refit`` (SGD without L1 on Ω) over the tuples of the
+    main round of the same number, and the client averages (Ω is kept).
+    ``rounds_history_`` records both phases.  ``cache_bytes`` bounds each
+    worker's cache of decoded Q/D rows (see ``TupleStore.batches``).
     """
     from .distributed import _as_source, _ship_source, get_client
 
@@ -129,6 +227,16 @@ def fit_sgd_rounds(estimator, source, client=None, *, rounds=10, steps_per_round
     if rounds < 1 or steps < 1:
         raise ValueError(f"rounds and steps_per_round must be >= 1, got {rounds}, {steps}")
     pairwise = hasattr(estimator, "partial_fit_pairs")
+    refit = (not pairwise) and bool(getattr(estimator, "refit", False))
+    if refit:
+        refit_rounds = rounds if refit_rounds is None else int(refit_rounds)
+        if refit_steps_per_round is None:
+            rs = estimator._params().get("refit_steps")
+            refit_steps_per_round = steps if rs is None else -(-int(rs) // max(refit_rounds, 1))
+        refit_steps_per_round = int(refit_steps_per_round)
+        if refit_rounds < 0 or refit_steps_per_round < 0:
+            raise ValueError(f"refit_rounds and refit_steps_per_round must be >= 0, got {refit_rounds}, "
+                             f"{refit_steps_per_round}")
     with get_client(client) as c:
         k = int(n_shards) if n_shards else max(1, len(c.scheduler_info()["workers"]))
         model = estimator
@@ -145,21 +253,28 @@ def fit_sgd_rounds(estimator, source, client=None, *, rounds=10, steps_per_round
                 model._params()
                 model._start(int(source.n_query_features), int(source.n_item_features))
         history = []
-        for r in range(rounds):
+        phases = [("sgd", r, steps) for r in range(rounds)]
+        if refit and refit_steps_per_round:
+            phases += [("refit", r, refit_steps_per_round) for r in range(refit_rounds)]
+        for phase, r, n_steps in phases:
             mf = c.scatter(model, broadcast=True, hash=False)       # once per round
             if pairwise:
                 parts = c.map(_pairwise_round_task, range(k), ref=ref, model=mf, n_shards=k, round_=r,
-                              steps=steps, plan=plan, pure=False)
+                              steps=n_steps, plan=plan, pure=False)
             else:
-                parts = c.map(_round_task, range(k), ref=ref, model=mf, n_shards=k, round_=r, steps=steps,
-                              step_batch=batch_size, pure=False)
+                task = _round_task if phase == "sgd" else _refit_round_task
+                parts = c.map(task, range(k), ref=ref, model=mf, n_shards=k, round_=r, steps=n_steps,
+                              step_batch=batch_size, cache_bytes=cache_bytes, pure=False)
             shards = c.gather(parts)
             if k == 1:
                 model = shards[0]
             else:
                 model = average_pairwise(shards) if pairwise else average_models(shards)
-            history.append({"round": r, "t": model.t_,
-                            "nnz": int(np.count_nonzero(model.coef_)) if pairwise else model.nnz_})
+            rec = {"round": r, "t": model.t_,
+                   "nnz": int(np.count_nonzero(model.coef_)) if pairwise else model.nnz_}
+            if not pairwise:
+                rec.update(phase=phase, refit_t=model.refit_t_)
+            history.append(rec)
     estimator.__dict__.update(model.__dict__)
     estimator.rounds_history_ = history
     return estimator

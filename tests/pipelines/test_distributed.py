@@ -294,3 +294,83 @@ def test_cli_sgd_pairwise(client, store, tmp_path):
     r = json.loads(rep.read_text())
     assert r["t"] == 300 and 0 <= r["ndcg@10"] <= 1 and 0 <= r["single_ndcg@10"] <= 1
     assert sr.load(tmp_path / "m").t_ == 300
+
+
+def test_sgd_round_reads_tuples_and_rows_in_bounded_pieces(tmp_path):
+    """A round task never reads Q/D whole: rows come through a small row cache, same W as whole matrices."""
+    from streamrank._distributed_sgd import _round_task, _shard_segments, _shard_tuples
+
+    ts, Q, D, tup = _tuple_store(tmp_path / "t.zarr", n_queries=400, n_items=800, n_tuples=2000)
+    for n, k, r, steps in [(2000, 2, 3, 700), (7, 2, 5, 9), (2000, 3, 0, 5000)]:
+        segs = _shard_segments(n, 1, k, r, steps)
+        ids = np.concatenate([np.arange(a, b) for a, b in segs])
+        np.testing.assert_array_equal(ids, _shard_tuples(type("S", (), {"n_tuples": n})(), 1, k, r, steps))
+    kw = dict(eta0=0.5, l1=1e-3, shrink_every=10, refit=False)
+    fresh = sr.TupleStore.open(ts.path)
+    small = _round_task(1, fresh, sr.SparseSGDRanker(**kw), 2, 1, 1500, 64, cache_bytes=8192)
+    assert fresh._cache is None                                   # Q and D were never read whole
+    info = fresh.cache_info()
+    assert info is not None and 0 < info["peak_nbytes"] <= 8192 and info["misses"] > 0
+    whole = _round_task(1, ts, sr.SparseSGDRanker(**kw), 2, 1, 1500, 64)   # the fast path (whole matrices)
+    assert small.t_ == whole.t_ == 1500
+    np.testing.assert_array_equal(small.W_.toarray(), whole.W_.toarray())
+
+
+def test_sgd_refit_rounds_one_shard_equal_local_refit(client, tmp_path):
+    """Refit rounds: one shard, one refit round over the tuples in store order == model.refit locally."""
+    ts, Q, D, tup = _tuple_store(tmp_path / "t.zarr", n_tuples=600)
+    kw = dict(eta0=0.5, l1=1e-3, shrink_every=10, refit=True)
+    dist = srd.fit(sr.SparseSGDRanker(**kw), ts, client, rounds=2, steps_per_round=300, n_shards=1,
+                   batch_size=64, refit_rounds=1, refit_steps_per_round=600, cache_bytes=4096)
+    local = sr.SparseSGDRanker(**kw)
+    for a in range(0, 600, 64):
+        tt = tup[a:a + 64]
+        local.partial_fit(Q[tt[:, 0]], D[tt[:, 1]], D[tt[:, 2]])
+    support = set(zip(*sr.SparseSGDRanker(**kw).partial_fit(Q[tup[:, 0]], D[tup[:, 1]], D[tup[:, 2]])
+                      .W_.nonzero()))
+    local.refit(ts, n_steps=600, batch_size=64, shuffle_buffer=0)
+    assert dist.t_ == local.t_ == 600 and dist.refit_t_ == local.refit_t_ == 600
+    np.testing.assert_allclose(dist.W_.toarray(), local.W_.toarray(), rtol=1e-12, atol=1e-15)
+    assert set(zip(*dist.W_.nonzero())) <= support
+    assert [h["phase"] for h in dist.rounds_history_] == ["sgd", "sgd", "refit"]
+
+
+def test_sgd_refit_rounds_two_workers_keep_support_and_quality(client, tmp_path):
+    ts, Q, D, tup = _tuple_store(tmp_path / "t.zarr")
+    kw = dict(eta0=0.5, l1=1e-3, shrink_every=10)
+    main = srd.fit(sr.SparseSGDRanker(refit=False, **kw), ts, client, rounds=3, steps_per_round=500,
+                   batch_size=128)
+    dist = srd.fit(sr.SparseSGDRanker(refit=True, **kw), ts, client, rounds=3, steps_per_round=500,
+                   batch_size=128)
+    assert len(client.scheduler_info()["workers"]) == 2
+    assert dist.t_ == main.t_ == 1500 and dist.refit_t_ == 1500          # 3 refit rounds x 500 steps
+    # the support is fixed by the main phase; averaging refit rounds keeps it
+    assert set(zip(*dist.W_.nonzero())) == set(zip(*main.W_.nonzero()))
+    assert not np.allclose(dist.W_.toarray(), main.W_.toarray())
+    # one machine on the same tuples (shard after shard): main phase then refit
+    from streamrank._distributed_sgd import _refit_round_task, _round_task
+
+    single = sr.SparseSGDRanker(refit=True, **kw)
+    single._params()
+    single._start(30, 30)
+    for task in (_round_task, _refit_round_task):
+        for r in range(3):
+            for shard in range(2):
+                single = task(shard, ts, single, 2, r, 500, 128)
+    err = {name: sr.metrics.tuple_error(m.score(Q[tup[:, 0]], D[tup[:, 1]]), m.score(Q[tup[:, 0]], D[tup[:, 2]]))
+           for name, m in (("dist", dist), ("single", single), ("main", main))}
+    assert err["dist"] <= err["single"] + 0.05, err
+    assert err["dist"] <= err["main"] + 0.02, err
+
+
+def test_cli_sgd_refit(client, tmp_path):
+    ts, Q, D, tup = _tuple_store(tmp_path / "t.zarr", n_tuples=1200)
+    rep = tmp_path / "r.json"
+    assert pdist.main(["--store", str(ts.path), "--model", str(tmp_path / "m"), "--scheduler",
+                       client.scheduler.address, "--learner", "sgd-bilinear", "--rounds", "2",
+                       "--steps-per-round", "200", "--eta0", "0.5", "--l1", "1e-3", "--refit", "--compare-single",
+                       "--report", str(rep)]) == 0
+    r = json.loads(rep.read_text())
+    assert r["refit"] and r["refit_t"] == 400 and r["t"] == 400
+    assert r["tuple_error"] <= r["single_tuple_error"] + 0.1
+    assert sr.load(tmp_path / "m").refit_t_ == 400
