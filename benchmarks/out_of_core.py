@@ -9,12 +9,26 @@ chunk — the 10⁸-row store is ~20 GB on disk) goes through
 * ``RankRLS`` primal (one pass accumulating XᵀLX, XᵀLy; λ fixed),
 * sparse ``KernelRankRLS`` rbf, r = 500 basis rows (reservoir pass +
   statistics pass),
-* ``PairwiseSGDRanker`` on as many sampled within-group pairs as there are rows,
+* ``PairwiseSGDRanker`` on as many sampled within-group pairs as there are rows
+  (``--sgd-pairs N`` caps that number; the table then says so),
 
 each in a fresh subprocess, so "peak RSS" is that process's lifetime maximum
 (interpreter, imports, buffers, model).  Reported: wall time, rows/s, ratio
-to the raw read, peak RSS, and NDCG@10 / disagreement on a 100,000-row test
-store from the same hidden model (to show the fit is a real one).
+to the raw read, peak RSS, the 1-minute load average before / after the
+learner (the machine may be shared: a figure taken under load says so), the
+store's O(groups) metadata held in memory (``group_ptr`` + ``qid``, 16 bytes
+a group), and NDCG@10 / disagreement on a 100,000-row test store from the
+same hidden model (to show the fit is a real one).
+
+Memory and the C allocator: the blocks are ~20 MB arrays allocated by zarr's
+decode threads and the prefetch thread and freed by the consumer; glibc's
+per-thread arenas and its *dynamic* mmap threshold (raised to the size of
+every large block freed, so later blocks come from the arenas) make RSS
+creep for the first few dozen blocks before it levels off.
+``--malloc tuned`` runs the learners with ``MALLOC_MMAP_THRESHOLD_=1 MiB``
+(which also switches the dynamic threshold off) and ``MALLOC_ARENA_MAX=2``
+so that large buffers go back to the OS on free; ``default`` leaves glibc
+alone (see README, "Scale").
 
 Usage::
 
@@ -30,6 +44,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import shutil
 import sys
 import time
@@ -41,6 +56,17 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _bench_common import environment, fmt_mib, measure, print_environment, print_table  # noqa: E402
 
 N_FEATURES = 50
+
+#: glibc settings of ``--malloc tuned`` (environment of the learner subprocesses)
+MALLOC_TUNED = {"MALLOC_MMAP_THRESHOLD_": str(1 << 20), "MALLOC_ARENA_MAX": "2"}
+
+
+def _load() -> float:
+    """1-minute load average (nan where the OS has none)."""
+    try:
+        return os.getloadavg()[0]
+    except (OSError, AttributeError):  # pragma: no cover
+        return float("nan")
 
 
 def _du(path) -> int:
@@ -69,17 +95,18 @@ def _evaluate(model, test_path, max_rows):
     return float(res["ndcg@10"].value), float(res["disagreement"].value)
 
 
-def run_learner(name, path, test_path, max_rows, n_basis):
+def run_learner(name, path, test_path, max_rows, n_basis, sgd_pairs=None):
     """One learner on one store (run in its own process); returns figures."""
     import streamrank as sr
 
     store = sr.GroupStore.open(path)
+    meta = int(store.group_ptr.nbytes + store.qid.nbytes)     # O(groups), held for the whole run
     t0 = time.perf_counter()
     if name == "read":
         n = 0
         for b in store.blocks(max_rows=max_rows):
             n += b.n_rows
-        return dict(fit_s=time.perf_counter() - t0, rows=n)
+        return dict(fit_s=time.perf_counter() - t0, rows=n, meta=meta)
     if name == "rankrls":
         model = sr.RankRLS(alpha=1.0, solver="primal").fit(store, max_rows=max_rows)
     elif name == "kernel":
@@ -87,12 +114,16 @@ def run_learner(name, path, test_path, max_rows, n_basis):
                                  random_state=0).fit(store, max_rows=max_rows)
     elif name == "sgd":
         model = sr.PairwiseSGDRanker(eta0=0.1, l1=0.0, l2=1e-6, loss="hinge", random_state=0)
-        model.fit(store, n_pairs=store.n_rows)
+        pairs = store.n_rows if sgd_pairs is None else min(int(sgd_pairs), store.n_rows)
+        model.fit(store, n_pairs=pairs)
     else:  # pragma: no cover
         raise ValueError(name)
     fit_s = time.perf_counter() - t0
     nd, dis = _evaluate(model, test_path, max_rows) if test_path else (float("nan"), float("nan"))
-    return dict(fit_s=fit_s, rows=store.n_rows, ndcg=nd, disagreement=dis)
+    out = dict(fit_s=fit_s, rows=store.n_rows, ndcg=nd, disagreement=dis, meta=meta)
+    if name == "sgd":
+        out["pairs"] = pairs
+    return out
 
 
 LEARNERS = [("read", "raw read of every block (baseline)"),
@@ -102,6 +133,7 @@ LEARNERS = [("read", "raw read of every block (baseline)"),
 
 COLUMNS = [("learner", "learner", "s"), ("rows", "rows", ",d"), ("fit_s", "wall s", ".2f"),
            ("rows_s", "rows/s", ",.0f"), ("vs_read", "x read", ".2f"), ("peak", "peak RSS", fmt_mib),
+           ("meta", "groups meta", fmt_mib), ("load", "load before/after", "s"),
            ("ndcg", "NDCG@10", ".4f"), ("disagreement", "disagr.", ".4f"), ("note", "note", "s")]
 
 
@@ -119,6 +151,11 @@ def build_parser():
     p.add_argument("--clean", action="store_true", help="delete the stores afterwards")
     p.add_argument("--isolate", action=argparse.BooleanOptionalAction, default=True,
                    help="each learner in a fresh subprocess (default on; off in --smoke)")
+    p.add_argument("--sgd-pairs", type=int, default=None,
+                   help="cap the sampled pairs of the SGD ranker (default: as many pairs as rows)")
+    p.add_argument("--malloc", choices=("default", "tuned"), default="default",
+                   help="glibc allocator of the learner subprocesses: default, or tuned = "
+                        "MALLOC_MMAP_THRESHOLD_=1MiB MALLOC_ARENA_MAX=2 (see the module docstring)")
     p.add_argument("--json", default=None, help="also write the results to this JSON file")
     return p
 
@@ -135,6 +172,13 @@ def main(argv=None) -> int:
         work = work / "smoke"
     work.mkdir(parents=True, exist_ok=True)
     env = environment(peers=())
+    if args.malloc == "tuned":
+        if not isolate:
+            print("--malloc tuned applies to the learner subprocesses only (ignored with --no-isolate / --smoke)")
+        os.environ.update(MALLOC_TUNED)    # read by glibc at start-up of each spawned learner
+        env["malloc"] = " ".join(f"{k}={v}" for k, v in MALLOC_TUNED.items())
+    else:
+        env["malloc"] = "glibc default"
     print_environment(env)
     print("command: python benchmarks/out_of_core.py " + " ".join(argv if argv is not None else sys.argv[1:]))
     free = shutil.disk_usage(work).free
@@ -157,20 +201,29 @@ def main(argv=None) -> int:
             if key not in args.learners:
                 continue
             label = label.format(r=n_basis)
-            print(f"  {n:,}: {label} ...", flush=True)
+            load0 = _load()
+            print(f"  {n:,}: {label} ... (load {load0:.1f}, {time.strftime('%H:%M:%S', time.gmtime())} UTC)",
+                  flush=True)
             try:
                 out, wall, peak = measure(run_learner, key, str(path), None if key == "read" else str(test_path),
-                                          max_rows, n_basis, isolate=isolate)
+                                          max_rows, n_basis, args.sgd_pairs, isolate=isolate)
             except Exception as exc:
                 msg = str(exc).strip().splitlines()
                 rows.append(dict(learner=f"{label} [{n:,}]", rows=n, note=f"FAILED: {msg[0] if msg else exc}"))
                 continue
             if key == "read":
                 base = out["fit_s"]
-            r = dict(learner=f"{label} [{n:,}]", rows=n, fit_s=out["fit_s"], rows_s=n / out["fit_s"],
+            note = f"store {size_b / 2**30:.2f} GiB" if key == "read" else ""
+            work_rows = n
+            if key == "sgd" and out.get("pairs", n) != n:
+                work_rows = out["pairs"]
+                note = f"{work_rows:,} pairs (capped), rows/s = pairs/s"
+            r = dict(learner=f"{label} [{n:,}]", rows=n, fit_s=out["fit_s"], rows_s=work_rows / out["fit_s"],
                      vs_read=out["fit_s"] / base if base else None, peak=peak, ndcg=out.get("ndcg"),
-                     disagreement=out.get("disagreement"), note="" if key != "read" else
-                     f"store {size_b / 2**30:.2f} GiB")
+                     disagreement=out.get("disagreement"), meta=out.get("meta"),
+                     load=f"{load0:.1f}/{_load():.1f}", note=note)
+            print(f"    {out['fit_s']:.1f} s, {r['rows_s']:,.0f} rows/s, peak {fmt_mib(peak)}, load {r['load']}",
+                  flush=True)
             rows.append(r)
             results.append(dict(r, key=key, size=n))
     print_table(rows, COLUMNS, title=f"Out of core: {N_FEATURES} features, block budget {max_rows:,} rows, "

@@ -200,7 +200,7 @@ def run_sgd(train, vali, test, n_pairs, eta0s=(0.01, 0.1, 1.0), seed=0):
 
 
 def run_xgb(train, vali, test, objective, max_depths=(4, 6), n_estimators=500, learning_rate=0.1,
-            early_stopping=30, threads=2):
+            early_stopping=30, threads=2, max_bin=256):
     import xgboost as xgb
 
     t0 = time.perf_counter()
@@ -213,7 +213,7 @@ def run_xgb(train, vali, test, objective, max_depths=(4, 6), n_estimators=500, l
     best = None
     for depth in max_depths:
         m = xgb.XGBRanker(objective=objective, tree_method="hist", n_estimators=n_estimators,
-                          learning_rate=learning_rate, max_depth=depth, n_jobs=threads,
+                          learning_rate=learning_rate, max_depth=depth, n_jobs=threads, max_bin=max_bin,
                           eval_metric="ndcg@10", early_stopping_rounds=early_stopping, random_state=0)
         t0 = time.perf_counter()
         m.fit(X, y, qid=_group_index(q), eval_set=[(Xv, yv)], eval_qid=[_group_index(qv)], verbose=False)
@@ -228,7 +228,7 @@ def run_xgb(train, vali, test, objective, max_depths=(4, 6), n_estimators=500, l
 
 
 def run_lgbm(train, vali, test, num_leaves=(15, 63), n_estimators=500, learning_rate=0.1,
-             early_stopping=30, threads=2):
+             early_stopping=30, threads=2, max_bin=255):
     import lightgbm as lgb
 
     t0 = time.perf_counter()
@@ -241,7 +241,7 @@ def run_lgbm(train, vali, test, num_leaves=(15, 63), n_estimators=500, learning_
     best = None
     for leaves in num_leaves:
         m = lgb.LGBMRanker(objective="lambdarank", n_estimators=n_estimators, learning_rate=learning_rate,
-                           num_leaves=leaves, n_jobs=threads, random_state=0, verbose=-1)
+                           num_leaves=leaves, n_jobs=threads, max_bin=max_bin, random_state=0, verbose=-1)
         t0 = time.perf_counter()
         ev = (dict(eval_X=(Xv,), eval_y=(yv.astype(np.int32),)) if "eval_X" in _fit_params(m)
               else dict(eval_set=[(Xv, yv.astype(np.int32))]))
@@ -265,7 +265,9 @@ def _fit_params(model):
 
 def learner_plan(args, smoke):
     """(name, function, kwargs, peer module or None, kind) for every learner."""
-    d = dict(threads=args.threads)
+    d = dict(threads=args.threads, learning_rate=args.lr, early_stopping=args.early_stopping)
+    if args.max_bin is not None:
+        d["max_bin"] = args.max_bin
     n_est = 5 if smoke else args.trees
     plan = [
         ("XGBoost rank:pairwise", run_xgb,
@@ -391,9 +393,9 @@ def part_synthetic(args, smoke):
     if not smoke:  # keep the big runs affordable: one tree configuration per peer
         for name, fn, kw, peer, kind in plan:
             if fn is run_xgb:
-                kw["max_depths"] = (6,)
+                kw["max_depths"] = (args.depth,)
             if fn is run_lgbm:
-                kw["num_leaves"] = (63,)
+                kw["num_leaves"] = (args.leaves,)
             if fn is run_kernel:
                 kw["gamma_factors"] = (0.5, 2.0)
     base = Path(args.work_dir)
@@ -429,6 +431,13 @@ def build_parser():
     p.add_argument("--pairs", type=int, default=1_000_000, help="pairs for PairwiseSGDRanker")
     p.add_argument("--trees", type=int, default=500, help="max boosting rounds (early stopping on vali)")
     p.add_argument("--threads", type=int, default=2, help="threads of the peers")
+    p.add_argument("--lr", type=float, default=0.1, help="learning rate of the boosted peers (default 0.1)")
+    p.add_argument("--early-stopping", type=int, default=30,
+                   help="boosting rounds without vali NDCG@10 improvement before stopping (default 30)")
+    p.add_argument("--max-bin", type=int, default=None,
+                   help="histogram bins of XGBoost and LightGBM (default: their own, 256 / 255)")
+    p.add_argument("--depth", type=int, default=6, help="synthetic: XGBoost max_depth (default 6)")
+    p.add_argument("--leaves", type=int, default=63, help="synthetic: LightGBM num_leaves (default 63)")
     p.add_argument("--work-dir", default="/tmp/streamrank_bench", help="where synthetic stores are written")
     p.add_argument("--isolate", action=argparse.BooleanOptionalAction, default=True,
                    help="synthetic: run each learner in a fresh subprocess (default on)")
