@@ -224,10 +224,9 @@ class RankRLS(BaseRanker):
         self._check_source(source)
         if not hasattr(self, "stats_"):
             if hasattr(self, "coef_"):
-                raise NotImplementedError(
-                    "partial_fit continues a primal fit; this model was fitted with solver='cg' "
-                    "(no statistics kept). Refit with solver='primal'."
-                )
+                from .cg_selection import PARTIAL_FIT_MESSAGE
+
+                raise NotImplementedError(PARTIAL_FIT_MESSAGE)
             if self._resolve_solver(source) != "primal":
                 raise NotImplementedError(
                     f"partial_fit needs the primal solver (dense X, n_features <= {PRIMAL_MAX_FEATURES}); "
@@ -299,12 +298,21 @@ class RankRLS(BaseRanker):
             self._eigen = ep
         return ep
 
-    def path(self, alphas=None) -> np.ndarray:
-        """Coefficients for every alpha without another pass: (len(alphas), n_features[, n_outputs]).
+    def path(self, alphas=None, *, source=None, max_rows=DEFAULT_BLOCK_ROWS) -> np.ndarray:
+        """Coefficients for every alpha: (len(alphas), n_features[, n_outputs]).
 
-        One eigendecomposition of G, then O(n² v) per alpha (DESIGN §3.2).
+        Primal: without another pass — one eigendecomposition of G, then
+        O(n² v) per alpha (DESIGN §3.2).  cg: warm-started CG per alpha over
+        the training data (or ``source``; required after loading), i.e.
+        passes over the data per alpha — see
+        :func:`streamrank.rankrls.cg_selection.path_of_model`.
         Default grid 2⁻¹⁵ … 2¹⁵.
         """
+        self._check_fitted()
+        if getattr(self, "solver_", None) == "cg":
+            from .cg_selection import path_of_model
+
+            return path_of_model(self, alphas, source, max_rows)
         self._check_stats("path")
         alphas = DEFAULT_ALPHAS if alphas is None else np.atleast_1d(np.asarray(alphas, dtype=np.float64))
         for a in alphas:
@@ -324,18 +332,33 @@ class RankRLS(BaseRanker):
         """
         from .selection import leave_query_out
 
+        self._check_fitted()
+        if getattr(self, "solver_", None) == "cg":
+            from .cg_selection import LEAVE_QUERY_OUT_MESSAGE
+
+            raise NotImplementedError(LEAVE_QUERY_OUT_MESSAGE)
         self._check_stats("leave_query_out")
         return leave_query_out(self, self._source_for(source), alpha=alpha, max_rows=max_rows)
 
     def cross_validate(self, source=None, alphas=None, folds=5, scoring="squared", *,
                        max_rows=DEFAULT_BLOCK_ROWS):
-        """Choose alpha by group cross-validation and refit with it (no extra pass for the refit).
+        """Choose alpha by group cross-validation and refit with it.
 
-        See :func:`streamrank.rankrls.selection.cross_validate`.  Returns a
+        Primal: from per-fold statistics, no extra pass for the refit
+        (:func:`streamrank.rankrls.selection.cross_validate`).  A source that
+        resolves to ``solver="cg"``: k folds only, warm-started CG per fold
+        and alpha plus one refit — passes over the data per fold and alpha
+        (:func:`streamrank.rankrls.cg_selection.cross_validate_cg`).  Returns a
         :class:`~streamrank.rankrls.selection.CVResult`.
         """
         from .selection import cross_validate
 
+        self._check_params()
+        src = self._source_for(source)
+        if self._resolve_solver(src) == "cg":  # k-fold by warm-started CG solves (cg_selection)
+            from .cg_selection import cross_validate_cg
+
+            return cross_validate_cg(self, src, alphas=alphas, folds=folds, scoring=scoring, max_rows=max_rows)
         return cross_validate(self, source, alphas=alphas, folds=folds, scoring=scoring, max_rows=max_rows)
 
     def fit_edges(self, X, edges, magnitudes=None, cost="magnitude"):
