@@ -19,8 +19,26 @@ checks that it agrees with ``scipy.sparse.linalg.cg`` on the same operator.
 A group cut across blocks (``split_groups=True``; one global group of many
 rows) is handled exactly: its pieces add ``s_g n_g X_pᵀ u_p`` at once and
 keep ``S_g = Σ_p X_pᵀ 1`` and ``t_g = Σ_p 1ᵀ u_p`` (O(n) per open group)
-until the last piece subtracts ``s_g S_g t_gᵀ``.  With ``ties="exclude"``
-split groups are not supported (NotImplementedError).
+until the last piece subtracts ``s_g S_g t_gᵀ``.
+
+``ties="exclude"`` on a split group (e.g. ``qid=None``, one global group over
+many blocks) is exact too.  With the tie classes c of the group (rows of
+equal target; DESIGN §3.1), ``n_c(i)`` the size of row i's class and
+``T_c = 1_cᵀ u``,
+
+    (L u)_i = s_g [ (n_g − n_c(i)) u_i − 1ᵀu + T_{c(i)} ]      (classes with n_c > 1;
+                                                            for n_c = 1 the two terms cancel)
+
+The class sizes of the split groups are known before the first product from
+a :class:`TieTable` (built once per operator: one pass over the split groups'
+pieces).  During a pass each piece adds its row-local part
+``s_g (n_g − n_c(i)) X_pᵀ u_p`` and its class sums ``T_c`` (O(classes)
+numbers); when the group's last piece is seen the low-rank part
+``s_g Σ_c S_c T_c`` (``S_c = X_gᵀ 1_c``) is added — from the cached class
+feature sums S_c when (tied classes × n) fits :data:`TIE_CACHE_ENTRIES`
+(one pass per product, the usual case: graded or binary targets), else by a
+second sweep over the split groups' pieces, ``Z += X_pᵀ (s_g T_{c(i)})_i``
+(two passes over those rows per product, memory O(n + classes)).
 """
 from __future__ import annotations
 
@@ -31,7 +49,11 @@ from scipy.sparse.linalg import LinearOperator
 from ..laplacian import apply_laplacian, group_weights, tie_classes
 from ._statistics import _id_sums, _indicator
 
-__all__ = ["RankingOperator", "laplacian_pass", "gram_diagonal", "solve_cg", "validation_loss"]
+__all__ = ["RankingOperator", "TieTable", "laplacian_pass", "gram_diagonal", "solve_cg", "validation_loss",
+           "TIE_CACHE_ENTRIES"]
+
+#: floats of cached class feature sums S_c of split groups (ties="exclude"): 8M = 64 MiB
+TIE_CACHE_ENTRIES = 1 << 23
 
 
 def _block_Y(block, n_outputs):
@@ -48,12 +70,183 @@ def _xtu(X, U):
     return np.asarray(X.T @ U, dtype=np.float64)
 
 
+def _class_sums(X, ids, n_ids):
+    """(n_ids, n) dense float64 feature sums of the rows of each id."""
+    if n_ids == 0:
+        return np.zeros((0, X.shape[1]))
+    S = _id_sums(X if sp.issparse(X) else np.asarray(X, dtype=np.float64), ids, n_ids)
+    return np.asarray(S.toarray() if sp.issparse(S) else S, dtype=np.float64)
+
+
+def _col_outputs(k, v):
+    """Output whose tie classes column j of a (rows, k) product uses."""
+    if v == 1:
+        return np.zeros(k, dtype=np.int64)
+    if k == v:
+        return np.arange(v)
+    raise NotImplementedError("ties='exclude' with several outputs: one Laplacian per output; "
+                              "apply it to one column per output")
+
+
+def _is_piece(block):
+    """True for a block that is one piece of one split group (``plan`` never mixes pieces and groups)."""
+    return block.n_groups == 1 and (block.group_offset[0] != 0 or block.group_size[0] != block.n_rows)
+
+
+def _max_group_rows(source):
+    gp = getattr(source, "group_ptr", None)
+    if gp is None:          # a one-block view of whole groups (streamrank._distributed_cg)
+        return 0
+    return int(np.diff(gp).max()) if len(gp) > 1 else 0
+
+
+class TieTable:
+    """Tie classes of the groups cut across blocks (``ties="exclude"``, split groups), DESIGN §3.1.
+
+    ``groups[gid][o] = (vals, cnt, tied, S)`` for output o: the sorted
+    distinct targets of the group, their counts, the index of each value among
+    the tied classes (count > 1; −1 otherwise) and ``S`` the (tied classes, n)
+    class feature sums ``1_cᵀ X`` — or None when they do not fit
+    ``cache_entries`` (a pass then needs a second sweep over the pieces).
+    Built by :meth:`build` in one pass over the split groups' pieces (two when
+    the sums are only cacheable once the untied values are dropped).
+    """
+
+    def __init__(self, n_features, n_outputs, max_rows):
+        self.n_features = n_features
+        self.n_outputs = n_outputs
+        self.max_rows = max_rows
+        self.groups = {}
+        self.cached = True
+        self.n_passes = 0
+
+    @classmethod
+    def for_source(cls, source, max_rows, cache_entries=None):
+        """The table of ``source`` cut at ``max_rows``, or None when no group is split."""
+        if _max_group_rows(source) <= max_rows:
+            return None
+        return cls.build(source, max_rows, cache_entries)
+
+    @classmethod
+    def build(cls, source, max_rows, cache_entries=None):
+        n, v = source.n_features, source.n_outputs
+        cache_entries = TIE_CACHE_ENTRIES if cache_entries is None else int(cache_entries)
+        tab = cls(n, v, max_rows)
+        tab.n_passes = 1
+        acc = {}
+        stored = 0
+        cache = cache_entries > 0
+        for block in source.blocks(max_rows=max_rows, split_groups=True):
+            if not _is_piece(block):
+                continue
+            gid = int(block.group_start)
+            Y = _block_Y(block, v)
+            ent = acc.setdefault(gid, [[np.zeros(0), np.zeros(0, np.int64), np.zeros((0, n))]
+                                       for _ in range(v)])
+            for o in range(v):
+                vp, inv, cp = np.unique(Y[:, o], return_inverse=True, return_counts=True)
+                vals, cnt, S = ent[o]
+                allv = np.union1d(vals, vp)
+                io, ip = np.searchsorted(allv, vals), np.searchsorted(allv, vp)
+                c2 = np.zeros(len(allv), np.int64)
+                c2[io] += cnt
+                c2[ip] += cp
+                S2 = None
+                if cache:
+                    S2 = np.zeros((len(allv), n))
+                    S2[io] += S
+                    S2[ip] += _class_sums(block.X, inv.ravel(), len(vp))
+                    stored += (len(allv) - len(vals)) * n
+                ent[o] = [allv, c2, S2]
+            if cache and stored > cache_entries:       # too many distinct values: keep counts only
+                cache = False
+                for e in acc.values():
+                    for t in e:
+                        t[2] = None
+        n_tied = 0
+        for gid, ent in acc.items():
+            out = []
+            for vals, cnt, S in ent:
+                keep = cnt > 1
+                tied = np.full(len(vals), -1, dtype=np.int64)
+                tied[keep] = np.arange(int(keep.sum()))
+                n_tied += int(keep.sum())
+                out.append([vals, cnt, tied, None if S is None else np.ascontiguousarray(S[keep])])
+            tab.groups[gid] = out
+        tab.cached = cache
+        if n_tied == 0:
+            for ent in tab.groups.values():
+                for t in ent:
+                    t[3] = np.zeros((0, n))
+            tab.cached = True
+        elif not cache and n_tied * n <= cache_entries:       # second pass: sums of tied classes only
+            for gid, ent in tab.groups.items():
+                for t in ent:
+                    t[3] = np.zeros((int((t[2] >= 0).sum()), n))
+            tab.n_passes = 2
+            for block in source.blocks(max_rows=max_rows, split_groups=True):
+                if not _is_piece(block) or int(block.group_start) not in tab.groups:
+                    continue
+                Y = _block_Y(block, v)
+                for o, (vals, cnt, tied, S) in enumerate(tab.groups[int(block.group_start)]):
+                    c = tied[np.searchsorted(vals, Y[:, o])]
+                    r = np.flatnonzero(c >= 0)
+                    if r.size:
+                        S += _class_sums(block.X[r], c[r], S.shape[0])
+            tab.cached = True
+        return tab
+
+    def rows(self, block, Y, o):
+        """(class index among the group's tied classes or −1, n_c or 0) of every row of a piece."""
+        vals, cnt, tied, _ = self.groups[int(block.group_start)][o]
+        pos = np.searchsorted(vals, Y[:, o])
+        if np.any(pos >= len(vals)) or np.any(vals[np.minimum(pos, len(vals) - 1)] != Y[:, o]):
+            raise ValueError("a split group's targets changed between passes (tie table out of date)")
+        c = tied[pos]
+        return c, np.where(c >= 0, cnt[pos], 0)
+
+    def n_tied(self, gid, o):
+        return int((self.groups[gid][o][2] >= 0).sum())
+
+    def class_term(self, gid, s, T, outs):
+        """``s Σ_c S_c T_c`` (n, k) for the class sums T (list over columns) of a completed group."""
+        Z = np.zeros((self.n_features, len(T)))
+        for j, o in enumerate(outs):
+            S = self.groups[gid][o][3]
+            if S.shape[0]:
+                Z[:, j] = s * (S.T @ T[j])
+        return Z
+
+    def diagonal_term(self, group_weight, o=0):
+        """``Σ_g s_g Σ_c S_c²`` over the tied classes of output o (zero when the sums are not cached)."""
+        d = np.zeros(self.n_features)
+        for gid, ent in self.groups.items():
+            vals, cnt, tied, S = ent[o]
+            if S is not None and S.shape[0]:
+                size = int(cnt.sum())
+                s = float(group_weights(np.array([size]), group_weight)[0])
+                d += s * (S * S).sum(axis=0)
+        return d
+
+
 class _Open:
-    """Running sums of groups cut across blocks."""
+    """Running sums of groups cut across blocks (and their class sums T_c, ties="exclude")."""
 
     def __init__(self, group_weight):
         self.group_weight = group_weight
         self.groups = {}
+        self.class_sums = {}
+        self.tie_done = []
+
+    def add_classes(self, gid, c, U, table, outs):
+        """Accumulate T_c = Σ_{i in c} U_ij per column j (c: tied class index per row, −1 untied)."""
+        Ts = self.class_sums.get(gid)
+        if Ts is None:
+            Ts = self.class_sums[gid] = [np.zeros(table.n_tied(gid, o)) for o in outs]
+        for j, o in enumerate(outs):
+            r = c[o] >= 0
+            if r.any():
+                Ts[j] += np.bincount(c[o][r], weights=U[r, j], minlength=len(Ts[j]))
 
     def add(self, gid, rows, size, S, t):
         st = self.groups.get(gid)
@@ -65,6 +258,9 @@ class _Open:
         if st[0] == size:
             del self.groups[gid]
             s = float(group_weights(np.array([size]), self.group_weight)[0])
+            Ts = self.class_sums.pop(gid, None)
+            if Ts is not None:
+                self.tie_done.append((gid, s, Ts))
             return s, st[2], st[3]
         return None
 
@@ -73,62 +269,109 @@ class _Open:
             raise ValueError(f"{len(self.groups)} split group(s) were not seen completely in a pass")
 
 
-def _block_apply(block, U, Y, group_weight, ties, opens):
+def _piece_classes(block, Y, table, outs):
+    """Per output used: (class index or −1, n_c or 0) of the piece's rows."""
+    return {int(o): table.rows(block, Y, int(o)) for o in np.unique(outs)}
+
+
+def _block_apply(block, U, Y, group_weight, ties, opens, ties_table=None):
     """(L U)_B for the block's rows, with the pieces of split groups handled by ``opens``.
 
     Returns (LU, closes) where closes is a list of (s, S_g, t_g) of groups
     completed by this block (their low-rank part is still to be subtracted).
+    With ``ties="exclude"`` a piece also needs ``ties_table``; its class
+    sums go to ``opens`` (``opens.tie_done`` lists completed groups).
     """
     gp = block.group_ptr
     local = np.diff(gp)
     whole = (block.group_offset == 0) & (block.group_size == local)
-    yy = None
-    if ties == "exclude":
-        if not whole.all():
-            raise NotImplementedError("solver='cg' with ties='exclude' cannot handle a group cut across "
-                                      "blocks; raise max_rows above the largest group or use ties='include'")
-        if Y.shape[1] == 1:
-            yy = Y[:, 0]
-        elif U.shape[1] == Y.shape[1]:
-            yy = Y
-        else:
-            raise NotImplementedError("ties='exclude' with several outputs: one Laplacian per output; "
-                                      "apply it to one column per output")
-    LU = apply_laplacian(U, gp, y=yy, group_weight=group_weight, ties=ties, group_size=block.group_size)
     closes = []
-    if not whole.all():
-        s = group_weights(block.group_size, group_weight)
-        gid = block.group_start + np.arange(block.n_groups)
-        for g in np.flatnonzero(~whole):
-            a, b = gp[g], gp[g + 1]
-            LU[a:b] = s[g] * block.group_size[g] * U[a:b]
-            done = opens.add(int(gid[g]), int(b - a), int(block.group_size[g]),
-                             _col_sum(block.X[a:b]), U[a:b].sum(axis=0))
-            if done is not None:
-                closes.append(done)
+    if whole.all():
+        yy = None
+        if ties == "exclude":
+            _col_outputs(U.shape[1], Y.shape[1])
+            yy = Y[:, 0] if Y.shape[1] == 1 else Y
+        LU = apply_laplacian(U, gp, y=yy, group_weight=group_weight, ties=ties, group_size=block.group_size)
+        return LU, closes
+    # one piece of one split group (BlockSource.plan never mixes pieces with other groups)
+    size = int(block.group_size[0])
+    gid = int(block.group_start)
+    s = float(group_weights(np.array([size]), group_weight)[0])
+    LU = s * size * np.asarray(U, dtype=np.float64)
+    if ties == "exclude":
+        if ties_table is None:
+            raise NotImplementedError("ties='exclude' on a group cut across blocks needs the tie classes of the "
+                                      "whole group (cg.TieTable); build one with TieTable.for_source")
+        outs = _col_outputs(U.shape[1], Y.shape[1])
+        cls = _piece_classes(block, Y, ties_table, outs)
+        for j, o in enumerate(outs):
+            LU[:, j] -= s * cls[int(o)][1] * U[:, j]
+        opens.add_classes(gid, {o: cls[o][0] for o in cls}, U, ties_table, [int(o) for o in outs])
+    done = opens.add(gid, block.n_rows, size, _col_sum(block.X), U.sum(axis=0))
+    if done is not None:
+        closes.append(done)
     return LU, closes
 
 
-def laplacian_pass(source, V=None, *, group_weight="pair", ties="include", max_rows=65_536):
-    """One pass: ``Xᵀ L X V`` for V (n, k), or ``Xᵀ L Y`` when V is None.  Returns (n, k) float64."""
+def _ties_table(source, ties, max_rows, ties_table):
+    if ties != "exclude" or ties_table is not None:
+        return ties_table
+    return TieTable.for_source(source, max_rows)
+
+
+def laplacian_pass(source, V=None, *, group_weight="pair", ties="include", max_rows=65_536, ties_table=None):
+    """One pass: ``Xᵀ L X V`` for V (n, k), or ``Xᵀ L Y`` when V is None.  Returns (n, k) float64.
+
+    ``ties_table``: the :class:`TieTable` of ``source`` at ``max_rows``
+    (ties="exclude" with split groups; built here — one more pass — when omitted).
+    """
     n, v = source.n_features, source.n_outputs
     k = v if V is None else V.shape[1]
+    table = _ties_table(source, ties, max_rows, ties_table)
     Z = np.zeros((n, k))
     opens = _Open(group_weight)
+    deferred = {}
     for block in source.blocks(max_rows=max_rows, split_groups=True):
         Y = _block_Y(block, v)
         U = Y if V is None else np.asarray(block.X @ V, dtype=np.float64)
-        LU, closes = _block_apply(block, U, Y, group_weight, ties, opens)
+        LU, closes = _block_apply(block, U, Y, group_weight, ties, opens, table)
         Z += _xtu(block.X, LU)
         for s, S, t in closes:
             Z -= s * np.outer(S, t)
+        for gid, s, Ts in opens.tie_done:
+            outs = [int(o) for o in _col_outputs(k, v)]
+            if table.cached:
+                Z += table.class_term(gid, s, Ts, outs)
+            else:
+                deferred[gid] = (s, Ts, outs)
+        opens.tie_done.clear()
     opens.check()
+    if deferred:  # class sums too many to cache: Z += X_pᵀ (s T_{c(i)})_i over the pieces again
+        for block in source.blocks(max_rows=max_rows, split_groups=True):
+            if not _is_piece(block) or int(block.group_start) not in deferred:
+                continue
+            s, Ts, outs = deferred[int(block.group_start)]
+            Y = _block_Y(block, v)
+            cls = _piece_classes(block, Y, table, np.asarray(outs))
+            R = np.zeros((block.n_rows, k))
+            for j, o in enumerate(outs):
+                c = cls[o][0]
+                r = c >= 0
+                R[r, j] = s * Ts[j][c[r]]
+            Z += _xtu(block.X, R)
     return Z
 
 
-def gram_diagonal(source, *, group_weight="pair", ties="include", max_rows=65_536):
-    """diag(Xᵀ L X) in one pass (Jacobi preconditioner), O(n) memory."""
+def gram_diagonal(source, *, group_weight="pair", ties="include", max_rows=65_536, ties_table=None):
+    """diag(Xᵀ L X) in one pass (Jacobi preconditioner), O(n) memory.
+
+    With ``ties="exclude"`` the tie classes of output 0 are used.  For a split
+    group whose class sums are not cached (:class:`TieTable`) the
+    non-negative term ``s_g Σ_c (S_c)_j²`` is left out: a valid (smaller,
+    still positive with alpha) preconditioner, not the exact diagonal.
+    """
     n, v = source.n_features, source.n_outputs
+    table = _ties_table(source, ties, max_rows, ties_table)
     diag = np.zeros(n)
     opens = _Open(group_weight)
     for block in source.blocks(max_rows=max_rows, split_groups=True):
@@ -139,11 +382,16 @@ def gram_diagonal(source, *, group_weight="pair", ties="include", max_rows=65_53
         rg = np.repeat(np.arange(block.n_groups), local)
         d = (s * block.group_size)[rg]
         X2 = X.multiply(X) if sp.issparse(X) else np.asarray(X, dtype=np.float64) ** 2
+        if ties == "exclude" and block.n_rows and not whole.all():
+            if table is None:
+                raise NotImplementedError("ties='exclude' on a group cut across blocks needs its TieTable")
+            _, nc = table.rows(block, _block_Y(block, v), 0)
+            d = d - s[0] * nc
         diag += np.asarray(X2.T @ d, dtype=np.float64).ravel()
         S = _indicator(rg, block.n_groups) @ X
         S2 = S.multiply(S) if sp.issparse(S) else np.asarray(S) ** 2
         diag -= np.asarray(S2.T @ np.where(whole, s, 0.0), dtype=np.float64).ravel()
-        if ties == "exclude" and block.n_rows:
+        if ties == "exclude" and block.n_rows and whole.all():
             Y = _block_Y(block, v)
             cid, cg_, cs = tie_classes(Y[:, 0], gp)
             keep = whole[cg_] & (cs > 1)
@@ -159,6 +407,8 @@ def gram_diagonal(source, *, group_weight="pair", ties="include", max_rows=65_53
             if done is not None:
                 diag -= done[0] * done[1] ** 2
     opens.check()
+    if table is not None:
+        diag += table.diagonal_term(group_weight)
     return diag
 
 
@@ -195,7 +445,11 @@ class RankingOperator(_PassOperator):
     """``v -> (Xᵀ L X + alpha I) v`` where every product is one streaming pass over ``source``.
 
     ``n_passes`` counts the passes.  With ``ties="exclude"`` and several
-    outputs, ``matmat`` applies output j's Laplacian to column j.
+    outputs, ``matmat`` applies output j's Laplacian to column j.  With
+    ``ties="exclude"`` and a group larger than ``max_rows`` (split across
+    blocks) the operator first builds the group's :class:`TieTable` (one or two
+    passes, once; counted in ``n_passes``); ``alpha`` may be changed between
+    products (regularization path).
     """
 
     def __init__(self, source, *, alpha=0.0, group_weight="pair", ties="include", max_rows=65_536):
@@ -207,44 +461,85 @@ class RankingOperator(_PassOperator):
         self.ties = ties
         self.max_rows = max_rows
         self.n_passes = 0
+        self._table = None
+        self._table_built = False
+
+    def ties_table(self):
+        """The :class:`TieTable` of the split groups (ties="exclude"), or None."""
+        if not self._table_built:
+            self._table = _ties_table(self.source, self.ties, self.max_rows, None)
+            self._table_built = True
+            if self._table is not None:
+                self.n_passes += self._table.n_passes
+        return self._table
 
     def _pass(self, V):
+        table = self.ties_table()
+        if table is not None and not table.cached:
+            self.n_passes += 1          # the second sweep over the split groups' pieces
         return laplacian_pass(self.source, V, group_weight=self.group_weight, ties=self.ties,
-                              max_rows=self.max_rows)
+                              max_rows=self.max_rows, ties_table=table)
+
+    def gram_diagonal(self):
+        """diag(XᵀLX), one pass (not counted: :func:`solve_cg` counts it)."""
+        return gram_diagonal(self.source, group_weight=self.group_weight, ties=self.ties,
+                             max_rows=self.max_rows, ties_table=self.ties_table())
 
 
-def validation_loss(source, W, *, group_weight="pair", ties="include", max_rows=65_536):
-    """Held-out least-squares ranking loss ``(y - Xw)ᵀ L (y - Xw)`` per output (v,), one pass."""
+def validation_loss(source, W, *, group_weight="pair", ties="include", max_rows=65_536, ties_table=None):
+    """Held-out least-squares ranking loss ``(y - Xw)ᵀ L (y - Xw)`` per output (v,), one pass.
+
+    A split group with ``ties="exclude"`` uses its tie class counts
+    (``ties_table``, built here when omitted:
+    ``TieTable.for_source(source, max_rows, cache_entries=0)``):
+    ``rᵀL_g r = s_g [Σ_i (n_g − n_c(i)) r_i² − (1ᵀr)² + Σ_c (1_cᵀr)²]``.
+    """
     v = source.n_outputs
-    tot = np.zeros(W.shape[1])
+    W = np.asarray(W, dtype=np.float64).reshape(source.n_features, -1)
+    k = W.shape[1]
+    table = ties_table
+    if ties == "exclude" and table is None:
+        table = TieTable.for_source(source, max_rows, cache_entries=0)
+    tot = np.zeros(k)
     opens = {}
+    csums = {}
     for block in source.blocks(max_rows=max_rows, split_groups=True):
         Y = _block_Y(block, v)
+        outs = _col_outputs(k, v) if ties == "exclude" else None
         R = Y - np.asarray(block.X @ W, dtype=np.float64)
         gp = block.group_ptr
-        local = np.diff(gp)
-        whole = (block.group_offset == 0) & (block.group_size == local)
-        if ties == "exclude" and not whole.all():
-            raise NotImplementedError("validation with ties='exclude' needs whole groups per block")
-        LR = apply_laplacian(R, gp, y=(Y if ties == "exclude" else None), group_weight=group_weight,
-                             ties=ties, group_size=block.group_size)
-        s = group_weights(block.group_size, group_weight)
-        gid = block.group_start + np.arange(block.n_groups)
-        for g in np.flatnonzero(~whole):
-            a, b = gp[g], gp[g + 1]
-            LR[a:b] = s[g] * block.group_size[g] * R[a:b]
-            st = opens.setdefault(int(gid[g]), [0, 0.0])
-            st[0] += b - a
-            st[1] = st[1] + R[a:b].sum(axis=0)
-            if st[0] == block.group_size[g]:
-                tot -= s[g] * st[1] ** 2
-                del opens[int(gid[g])]
-        tot += (R * LR).sum(axis=0)
+        if not _is_piece(block):
+            LR = apply_laplacian(R, gp, y=(Y if ties == "exclude" else None), group_weight=group_weight,
+                                 ties=ties, group_size=block.group_size)
+            tot += (R * LR).sum(axis=0)
+            continue
+        size = int(block.group_size[0])
+        gid = int(block.group_start)
+        s = float(group_weights(np.array([size]), group_weight)[0])
+        d = np.full((block.n_rows, k), s * size)
+        if ties == "exclude":
+            cls = _piece_classes(block, Y, table, outs)
+            Ts = csums.setdefault(gid, [np.zeros(table.n_tied(gid, int(o))) for o in outs])
+            for j, o in enumerate(outs):
+                c, nc = cls[int(o)]
+                d[:, j] -= s * nc
+                r = c >= 0
+                Ts[j] += np.bincount(c[r], weights=R[r, j], minlength=len(Ts[j]))
+        tot += (d * R * R).sum(axis=0)
+        st = opens.setdefault(gid, [0, 0.0])
+        st[0] += block.n_rows
+        st[1] = st[1] + R.sum(axis=0)
+        if st[0] == size:
+            tot -= s * st[1] ** 2
+            del opens[gid]
+            for j, T in enumerate(csums.pop(gid, ())):
+                tot[j] += s * float(T @ T)
     return tot
 
 
 def solve_cg(source, *, alpha, group_weight="pair", ties="include", tol=1e-6, max_iter=None,
-             max_rows=65_536, callback=None, validation=None, patience=5, x0=None, _operator=None):
+             max_rows=65_536, callback=None, validation=None, patience=5, x0=None, _operator=None,
+             _rhs=None, _diag=None):
     """Jacobi-preconditioned CG for ``(XᵀLX + alpha I) W = XᵀLY``, all outputs at once.
 
     Parameters
@@ -258,6 +553,7 @@ def solve_cg(source, *, alpha, group_weight="pair", ties="include", tol=1e-6, ma
         ranking loss (mean over outputs) is computed (one more pass) and the
         iteration stops when it has not improved for ``patience`` iterations;
         the best iterate is returned.
+    x0 : optional (n,) or (n, v) starting point (warm start; one more pass for its residual)
 
     Returns
     -------
@@ -273,10 +569,15 @@ def solve_cg(source, *, alpha, group_weight="pair", ties="include", tol=1e-6, ma
         source, alpha=alpha, group_weight=group_weight, ties=ties, max_rows=max_rows)
     if validation is not None and validation.n_features != n:
         raise ValueError(f"validation has {validation.n_features} features; the training source has {n}")
-    B = op.rhs()
-    Mdiag = (op.gram_diagonal() if _operator is not None else
-             gram_diagonal(source, group_weight=group_weight, ties=ties, max_rows=max_rows)) + alpha
-    op.n_passes += 1
+    # _rhs, _diag: XᵀLY and diag(XᵀLX) of an earlier solve on the same data (path, cross-validation)
+    B = op.rhs() if _rhs is None else _rhs
+    if _diag is None:
+        _diag = op.gram_diagonal()
+        op.n_passes += 1
+    Mdiag = _diag + alpha
+    vtable = None
+    if validation is not None and ties == "exclude":
+        vtable = TieTable.for_source(validation, max_rows, cache_entries=0)
     Minv = 1.0 / np.maximum(Mdiag, alpha)[:, None]
     max_iter = int(min(10 * n, 1000)) if max_iter is None else int(max_iter)
     v = B.shape[1]
@@ -307,7 +608,7 @@ def solve_cg(source, *, alpha, group_weight="pair", ties="include", tol=1e-6, ma
             break
         if validation is not None:
             vl = float(np.mean(validation_loss(validation, W, group_weight=group_weight, ties=ties,
-                                               max_rows=max_rows)))
+                                               max_rows=max_rows, ties_table=vtable)))
             info["validation_losses"].append(vl)
             if vl < best[0]:
                 best = (vl, W.copy(), it)
