@@ -38,7 +38,10 @@ from __future__ import annotations
 import numpy as np
 import scipy.sparse as sp
 
+import scipy.linalg.blas as _blas
+
 from .. import _laplacian_kernels as _k
+from . import _statistics_kernels as _sk
 from ..laplacian import check_group_weight, check_ties, group_weights, tie_classes
 
 __all__ = ["RankStatistics", "block_statistics", "EigenPath"]
@@ -89,6 +92,9 @@ class RankStatistics:
         self.n_rows = 0
         self.n_groups = 0
         self.n_pairs = 0
+        # pending upper triangle of [G B; Bᵀ diag] (dense SYRK path), added on read
+        self._acc = None
+        self._work = None
         # open (split) groups: gid -> [rows_seen, n_g, S (n,), Sy (v,)]
         self._open = {}
         # their tie classes: gid -> {y value: [count, S_c (n,), M_c (n, n)]}
@@ -97,15 +103,65 @@ class RankStatistics:
     # ------------------------------------------------------------ properties
     @property
     def G(self) -> np.ndarray:
+        self._flush()
         return self._G
 
     @property
     def B(self) -> np.ndarray:
+        self._flush()
         return self._B
 
     @property
     def yLy(self) -> np.ndarray:
+        self._flush()
         return self._yLy
+
+    # ------------------------------------------------------------ workspace
+    def workspace(self, rows: int) -> np.ndarray:
+        """The reused float64 buffer A (rows, n + v), C-contiguous, of the dense SYRK path.
+
+        A caller that computes Φ itself (e.g. kernel columns k(X_B, X_R)) may
+        write Φ into ``A[:, :n]`` and pass that view as ``Phi`` to
+        :meth:`add_block`: it is then scaled in place, never copied.  The
+        block must hold whole groups.  The buffer is freed when G, B or yLy
+        is read.
+        """
+        rows = int(rows)
+        w = self._work
+        if w is None or w.shape[0] < rows:
+            w = np.empty((max(rows, 1), self.n_features + self.n_outputs))
+            self._work = w
+        return w[:rows]
+
+    def _is_workspace(self, Phi) -> bool:
+        w = self._work
+        if w is None or not isinstance(Phi, np.ndarray) or Phi.dtype != np.float64 or Phi.shape[0] == 0:
+            return False
+        return (Phi.__array_interface__["data"][0] == w.__array_interface__["data"][0]
+                and Phi.strides == w.strides and Phi.shape[1] == self.n_features)
+
+    def _release_workspace(self):
+        self._work = None
+
+    def _accumulator(self) -> np.ndarray:
+        if self._acc is None:
+            k = self.n_features + self.n_outputs
+            self._acc = np.zeros((k, k), order="F")
+        return self._acc
+
+    def _flush(self):
+        """Add the pending SYRK accumulator (upper triangle) into G, B, yLy; free the workspace."""
+        self._work = None
+        acc = self._acc
+        if acc is None:
+            return
+        self._acc = None
+        n = self.n_features
+        U = np.triu(acc)
+        S = U + np.triu(U, 1).T
+        self._G += S[:n, :n]
+        self._B += S[:n, n:]
+        self._yLy += np.diag(S[n:, n:])
 
     @property
     def is_complete(self) -> bool:
@@ -170,13 +226,13 @@ class RankStatistics:
         row_group = np.repeat(np.arange(n_groups), local)
         d = (s * size)[row_group]                       # row weight s_g n_g
         if not sparse and rows:
-            if self.ties == "include":
-                self._add_dense_include(Phi, Y, gp, s, d, whole)
-            else:
-                self._add_dense_exclude(Phi, Y, gp, s, d, size, whole)
+            in_place = self._is_workspace(Phi)
+            if not in_place and Phi.dtype not in (np.float32, np.float64):
+                Phi = Phi.astype(np.float64)
+            S, Sy = self._add_dense(Phi, Y, gp, s, d, size, whole, in_place)
             if not whole.all():
-                S = _k.group_sums(Phi, gp)
-                Sy = _k.group_sums(Y, gp)
+                if in_place:   # the workspace now holds the scaled rows; pieces need Φ itself
+                    raise ValueError("a block built in the workspace must hold whole groups only")
                 self._add_pieces(Phi, Y, gp, S, Sy, size, whole, group_id)
             return self
         if not sparse and Phi.dtype != np.float64:
@@ -220,88 +276,86 @@ class RankStatistics:
         self._add_pieces(Phi, Y, gp, S, Sy, size, whole, group_id)
         return self
 
-    def _add_dense_include(self, Phi, Y, gp, s, d, whole):
-        """Fast path (dense, ties included): one GEMM of A = [√d Φ, √d Y] gives G, B, yLy.
+    def _add_dense(self, Phi, Y, gp, s, d, size, whole, in_place):
+        """Dense fast path: one SYRK of A = [sx ∘ Φ | sy ∘ Y] (float64) per block.
 
-        The row weight d_i = s_g n_g is constant inside a group, so the group
-        sums T_g of A are √d_g [S_g, S_y,g] and the low-rank part
-        s_g [S_g; S_y,g][S_g; S_y,g]ᵀ = T_g T_gᵀ / n_g.
+        ties="include": sx = sy = √d (d_i = s_g n_g), so AᵀA holds the
+        diagonal parts of G, B and yLy at once.  ties="exclude": sx = √dG with
+        dG_i = s_g (n_g - n_c(i)) and sy = d / √dG, so the Φ-Φ and Φ-Y blocks
+        are G's and B's diagonal parts; the Y-Y block is corrected to d Y²
+        here.  An all-tied group (dG = 0 on every row) contributes nothing at
+        all and is skipped.  The per-group sums T = [S, S_y] (one pass with
+        the scaling, :mod:`._statistics_kernels`) give the low-rank part
+        -Σ_g s_g T_g T_gᵀ as a second, small SYRK.  Both update the upper
+        triangle of one (n + v)² accumulator, symmetrized once when G, B or
+        yLy is read.  A is the reused workspace (see :meth:`workspace`);
+        ``in_place``: Φ is already in its first n columns.
         """
         n, v = self.n_features, self.n_outputs
         rows = Phi.shape[0]
-        A = np.empty((rows, n + v))
-        c = d[0]
-        if np.all(d == c):
-            A[:, :n] = Phi
-            A[:, n:] = Y
-            AtA = A.T @ A
-            AtA *= c
-            T = _k.group_sums(A, gp)
-            T *= np.sqrt(c)
+        n_groups = gp.shape[0] - 1
+        A = self.workspace(rows)
+        T = np.empty((n_groups, n + v))
+        corr = None
+        dead = None
+        if self.ties == "include":
+            c = d[0]
+            if in_place and np.all(d == c):
+                _sk.group_sums_into(A, n, Y, gp, T)
+                alpha = float(c)
+            else:
+                sq = np.sqrt(d)
+                if in_place:
+                    _sk.scale_in_place(A, n, Y, sq, sq, gp, T)
+                else:
+                    _sk.fill_scaled(Phi, Y, sq, sq, gp, A, T)
+                alpha = 1.0
         else:
-            sd = np.sqrt(d)[:, None]
-            np.multiply(Phi, sd, out=A[:, :n])
-            np.multiply(Y, sd, out=A[:, n:])
-            AtA = A.T @ A
-            T = _k.group_sums(A, gp)
-        local = np.diff(gp)
-        wl = np.zeros(local.shape[0])
-        ok = whole & (local > 0) & (s > 0)
-        wl[ok] = 1.0 / local[ok]
-        Tw = T * np.sqrt(wl)[:, None]
-        AtA -= Tw.T @ Tw
-        self._G += AtA[:n, :n]
-        self._B += AtA[:n, n:]
-        self._yLy += np.diag(AtA[n:, n:])
-        self.n_rows += rows
-        self.n_groups += int(whole.sum())
-        sizes = local[whole]
-        self.n_pairs += int(_pair_count(sizes).sum())
-
-    def _add_dense_exclude(self, Phi, Y, gp, s, d, size, whole):
-        """Fast path (dense, ties excluded): one GEMM of A = [√dG Φ, (d/√dG) Y] gives G's and B's
-        diagonal parts (dG_i = s_g (n_g - n_c(i)) for G, d_i = s_g n_g for B).
-
-        dG_i = 0 with d_i > 0 only in an all-tied group, which contributes
-        nothing at all (its rows and low-rank B part are dropped).
-        """
-        n, v = self.n_features, self.n_outputs
-        rows = Phi.shape[0]
-        cid, cgroup, csize = tie_classes(Y[:, 0], gp)
-        in_whole = whole[cgroup]
-        keep = in_whole & (csize > 1)                    # tied classes of whole groups
-        tied = keep[cid]
-        dG = d - np.where(tied, s[cgroup][cid] * csize[cid], 0.0)
-        sq = np.sqrt(np.maximum(dG, 0.0))
-        scaleY = np.zeros(rows)
-        np.divide(d, sq, out=scaleY, where=sq > 0)
-        A = np.empty((rows, n + v))
-        np.multiply(Phi, sq[:, None], out=A[:, :n])
-        np.multiply(Y, scaleY[:, None], out=A[:, n:])
-        AtA = A.T @ A
-        self._G += AtA[:n, :n]
-        self._B += AtA[:n, n:]
-        self._yLy += (d[:, None] * Y * Y).sum(axis=0)
-        S = _k.group_sums(Phi, gp)
-        Sy = _k.group_sums(Y, gp)
-        all_tied = np.zeros(len(s), dtype=bool)
-        all_tied[cgroup[keep & (csize == size[cgroup])]] = True   # groups whose rows all have dG = 0
+            cid, cgroup, csize = tie_classes(Y[:, 0], gp)
+            in_whole = whole[cgroup]
+            keep = in_whole & (csize > 1)                    # tied classes of whole groups
+            dead_g = np.zeros(n_groups, dtype=bool)          # all-tied whole groups
+            dead_g[cgroup[keep & (csize == size[cgroup])]] = True
+            tied = keep[cid]
+            dG = d - np.where(tied, s[cgroup][cid] * csize[cid], 0.0)
+            sx = np.sqrt(np.maximum(dG, 0.0))
+            sy = np.zeros(rows)
+            np.divide(d, sx, out=sy, where=sx > 0)
+            dead = dead_g[np.repeat(np.arange(n_groups), np.diff(gp))]
+            # the SYRK's Y-Y block is Σ sy² Y²; the cost wants Σ d Y² (live rows only)
+            corr = ((np.where(dead, 0.0, d) - sy * sy)[:, None] * Y * Y).sum(axis=0)
+            if in_place:
+                _sk.scale_in_place(A, n, Y, sx, sy, gp, T)
+            else:
+                _sk.fill_scaled(Phi, Y, sx, sy, gp, A, T)
+            alpha = 1.0
+        acc = self._accumulator()
+        if rows:
+            _syrk(alpha, A, acc)
         w = np.where(whole, s, 0.0)
-        wB = np.where(all_tied, 0.0, w)
-        self._G -= _weighted_gram(S, w)
-        self._B -= _weighted_xty(S, wB, Sy)
-        self._yLy -= (w[:, None] * Sy * Sy).sum(axis=0)
-        if keep.any():
-            kept = np.flatnonzero(keep)
-            relabel = np.full(len(cgroup), -1, dtype=np.int64)
-            relabel[kept] = np.arange(kept.size)
-            r = np.flatnonzero(tied)
-            Sc = _k.id_sums(Phi[r], relabel[cid[r]], kept.size)
-            self._G += _weighted_gram(Sc, s[cgroup[kept]])
-            self.n_pairs -= int(_pair_count(csize[kept]).sum())
+        if dead is not None:
+            w[dead_g] = 0.0
+        if np.any(w > 0):
+            Tw = T * np.sqrt(w)[:, None]
+            _syrk(-1.0, Tw, acc)
+        if corr is not None:
+            self._yLy += corr
+            if keep.any():                                   # + Σ_c s_g S_c S_cᵀ over tied classes
+                kk = keep & ~dead_g[cgroup]
+                if kk.any():
+                    kept = np.flatnonzero(kk)
+                    relabel = np.full(len(cgroup), -1, dtype=np.int64)
+                    relabel[kept] = np.arange(kept.size)
+                    r = np.flatnonzero(kk[cid])
+                    # unscaled Φ of the tied rows (in place, A holds sx ∘ Φ with sx > 0 on live rows)
+                    P = A[r, :n] / sx[r][:, None] if in_place else Phi[r]
+                    Sc = _k.id_sums(P, relabel[cid[r]], kept.size)
+                    self._G += _weighted_gram(Sc, s[cgroup[kept]])
+                self.n_pairs -= int(_pair_count(csize[keep]).sum())
         self.n_rows += rows
         self.n_groups += int(whole.sum())
         self.n_pairs += int(_pair_count(size[whole]).sum())
+        return T[:, :n], T[:, n:]
 
     def _add_pieces(self, Phi, Y, gp, S, Sy, size, whole, group_id):
         if not whole.all():
@@ -371,6 +425,7 @@ class RankStatistics:
             raise TypeError(f"can only merge RankStatistics, got {type(other).__name__}")
         mine = (self.n_features, self.n_outputs, self.group_weight, self.ties)
         theirs = (other.n_features, other.n_outputs, other.group_weight, other.ties)
+        other._flush()
         if mine != theirs:
             raise ValueError(
                 f"cannot merge statistics with (n_features, n_outputs, group_weight, ties) = {theirs} "
@@ -408,18 +463,18 @@ class RankStatistics:
         W = np.asarray(W, dtype=np.float64)
         if W.ndim == 1:
             W = W[:, None]
-        quad = np.einsum("...iv,ij,...jv->...v", W, self._G, W)
-        lin = np.einsum("...iv,iv->...v", W, self._B)
-        return quad - 2.0 * lin + self._yLy
+        quad = np.einsum("...iv,ij,...jv->...v", W, self.G, W)
+        lin = np.einsum("...iv,iv->...v", W, self.B)
+        return quad - 2.0 * lin + self.yLy
 
     # ----------------------------------------------------------- persistence
     def to_arrays(self, prefix: str = "") -> dict:
         """Arrays for :mod:`streamrank.persistence` (complete statistics only)."""
         self.check_complete()
         return {
-            f"{prefix}G": self._G,
-            f"{prefix}B": self._B,
-            f"{prefix}yLy": self._yLy,
+            f"{prefix}G": self.G,
+            f"{prefix}B": self.B,
+            f"{prefix}yLy": self.yLy,
             f"{prefix}counts": np.array([self.n_rows, self.n_groups, self.n_pairs], dtype=np.int64),
         }
 
@@ -441,6 +496,20 @@ class RankStatistics:
 
 
 # ------------------------------------------------------------------ helpers
+def _syrk(alpha, A, acc):
+    """acc (F-ordered, upper triangle) += alpha AᵀA for a C-contiguous float64 A (rows, k): BLAS dsyrk.
+
+    Aᵀ is then Fortran-contiguous, so no copy is made.
+    """
+    if A.shape[0] == 0:
+        return
+    if not A.flags.c_contiguous:
+        A = np.ascontiguousarray(A)
+    out = _blas.dsyrk(alpha, A.T, beta=1.0, c=acc, trans=0, lower=0, overwrite_c=1)
+    if out is not acc:  # pragma: no cover - f2py copied (acc not F-contiguous)
+        acc[...] = out
+
+
 def _weighted_gram(A, d):
     """Aᵀ diag(d) A as a dense float64 (n, n) array; d >= 0."""
     if sp.issparse(A):

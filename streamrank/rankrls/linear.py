@@ -138,8 +138,12 @@ class RankRLS(BaseRanker):
     def _accumulate(self, source, max_rows, stats=None) -> RankStatistics:
         if stats is None:
             stats = self._new_statistics(source.n_features, source.n_outputs)
+        part = self._new_statistics(source.n_features, source.n_outputs)   # reuses its SYRK workspace
         for block in source.blocks(max_rows=max_rows, split_groups=True):
-            stats.merge(self._statistics_of_block(block))
+            gid = block.group_start + np.arange(block.n_groups, dtype=np.int64)
+            part.add_block(block.X, block.y, block.group_ptr, group_size=block.group_size,
+                           group_offset=block.group_offset, group_id=gid)
+        stats.merge(part)
         stats.check_complete()
         return stats
 
