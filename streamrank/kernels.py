@@ -63,9 +63,9 @@ class KernelSpec:
             return self.coef0 >= 0
         return False
 
-    def __call__(self, X, Z=None):
+    def __call__(self, X, Z=None, *, out=None):
         return kernel_matrix(X, Z, kernel=self.kernel, gamma=self.gamma,
-                             degree=self.degree, coef0=self.coef0)
+                             degree=self.degree, coef0=self.coef0, out=out)
 
     def diag(self, X):
         return kernel_diag(X, kernel=self.kernel, gamma=self.gamma,
@@ -113,13 +113,16 @@ def _as64(X):
     return np.asarray(X, dtype=np.float64)
 
 
-def _dot(X, Z) -> np.ndarray:
-    """X Zᵀ as a dense float64 C-contiguous array (BLAS for dense, scipy for CSR)."""
+def _dot(X, Z, out=None) -> np.ndarray:
+    """X Zᵀ as a dense float64 array (BLAS for dense, scipy for CSR), C-contiguous or written into ``out``."""
     X = _as64(X)
     Z = _as64(Z)
     xs, zs = sp.issparse(X), sp.issparse(Z)
     if not xs and not zs:
-        return X @ Z.T
+        return X @ Z.T if out is None else np.matmul(X, Z.T, out=out)
+    if out is not None:
+        out[...] = _dot(X, Z)
+        return out
     if xs and not zs:
         return np.ascontiguousarray(X @ Z.T)
     if not xs and zs:
@@ -132,11 +135,14 @@ def _dot(X, Z) -> np.ndarray:
     return np.asarray((X @ Z.T).toarray())
 
 
-def kernel_matrix(X, Z=None, *, kernel="rbf", gamma=1.0, degree=2, coef0=0.0) -> np.ndarray:
+def kernel_matrix(X, Z=None, *, kernel="rbf", gamma=1.0, degree=2, coef0=0.0, out=None) -> np.ndarray:
     """Kernel block ``K[i, j] = k(X[i], Z[j])`` (float64, shape (len(X), len(Z))).
 
     ``Z=None`` means ``Z = X`` (then the result is exactly symmetric and, for
-    the Gaussian kernel, exactly 1 on the diagonal).
+    the Gaussian kernel, exactly 1 on the diagonal).  ``out``: a float64
+    (len(X), len(Z)) array with unit column stride (e.g. the first columns of
+    a wider buffer, such as :meth:`RankStatistics.workspace`) that receives
+    the block instead of a new array; it is returned.
     """
     same = Z is None
     if same:
@@ -144,6 +150,11 @@ def kernel_matrix(X, Z=None, *, kernel="rbf", gamma=1.0, degree=2, coef0=0.0) ->
     if X.shape[1] != Z.shape[1]:
         raise ValueError(f"X has {X.shape[1]} features but the kernel's second argument has "
                          f"{Z.shape[1]}; they must match")
+    if out is not None:
+        if (not isinstance(out, np.ndarray) or out.dtype != np.float64 or out.shape != (X.shape[0], Z.shape[0])
+                or (out.size and out.strides[1] != 8) or not out.flags.writeable):
+            raise ValueError(f"out must be a writeable float64 array of shape {(X.shape[0], Z.shape[0])} "
+                             "with unit column stride")
     if callable(kernel):
         K = np.asarray(kernel(X, Z), dtype=np.float64)
         if K.shape != (X.shape[0], Z.shape[0]):
@@ -151,8 +162,11 @@ def kernel_matrix(X, Z=None, *, kernel="rbf", gamma=1.0, degree=2, coef0=0.0) ->
                              f"{(X.shape[0], Z.shape[0])} = (len(X), len(Z))")
         if not np.isfinite(K).all():
             raise ValueError("callable kernel returned NaN or infinity")
+        if out is not None:
+            out[...] = K
+            return out
         return np.ascontiguousarray(K)
-    K = np.ascontiguousarray(_dot(X, Z), dtype=np.float64)
+    K = np.ascontiguousarray(_dot(X, Z), dtype=np.float64) if out is None else _dot(X, Z, out=out)
     par = K.size >= _PARALLEL_ENTRIES
     if kernel == "linear":
         pass
@@ -169,6 +183,9 @@ def kernel_matrix(X, Z=None, *, kernel="rbf", gamma=1.0, degree=2, coef0=0.0) ->
     else:  # pragma: no cover - check_kernel guards
         raise ValueError(f"unknown kernel {kernel!r}")
     if same:  # exact symmetry (BLAS may round the two triangles differently)
+        if out is not None:
+            out[...] = 0.5 * (K + K.T)
+            return out
         K = 0.5 * (K + K.T)
     return K
 

@@ -232,7 +232,8 @@ class KernelRankRLS(BaseRanker):
         stats = RankStatistics(r, v, group_weight=self.group_weight, ties=self.ties)
         ys = []
         for block in source.blocks(max_rows=max_rows, split_groups=True):
-            Phi = spec(block.X, Xb)
+            # whole groups: Φ = k(X_B, X_R) goes straight into the statistics' SYRK workspace (no copy)
+            Phi = spec(block.X, Xb, out=None if block.is_split else stats.workspace(block.n_rows)[:, :r])
             gid = block.group_start + np.arange(block.n_groups, dtype=np.int64)
             stats.add_block(Phi, block.y, block.group_ptr, group_size=block.group_size,
                             group_offset=block.group_offset, group_id=gid)

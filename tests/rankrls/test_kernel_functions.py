@@ -89,3 +89,23 @@ def test_bad_kernel_parameters(kw, match):
 def test_feature_mismatch(rng):
     with pytest.raises(ValueError, match="features"):
         kernel_matrix(rng.normal(size=(3, 2)), rng.normal(size=(3, 4)), kernel="linear")
+
+
+@pytest.mark.parametrize("kernel,params", KERNELS + [(lambda A, B: np.asarray(
+    (A @ B.T).toarray() if sp.issparse(A) and sp.issparse(B) else A @ B.T) ** 2, {})])
+@pytest.mark.parametrize("layout", ["dense", "csr"])
+def test_kernel_matrix_into_out_view(rng, kernel, params, layout):
+    """out= (the first columns of a wider buffer, as RankStatistics.workspace gives) = a fresh block."""
+    X, Z = _data(rng, np.float32, sparse=layout == "csr")
+    W = np.full((7, 6), np.nan)
+    got = kernel_matrix(X, Z, kernel=kernel, out=W[:, :4], **params)
+    assert got.base is W or got is W[:, :4] or np.shares_memory(got, W)
+    np.testing.assert_array_equal(W[:, :4], kernel_matrix(X, Z, kernel=kernel, **params))
+    assert np.isnan(W[:, 4:]).all()
+    W2 = np.full((7, 9), np.nan)
+    kernel_matrix(X, None, kernel=kernel, out=W2[:, :7], **params)
+    np.testing.assert_array_equal(W2[:, :7], kernel_matrix(X, None, kernel=kernel, **params))
+    with pytest.raises(ValueError, match="out must be"):
+        kernel_matrix(X, Z, kernel=kernel, out=np.zeros((7, 5)), **params)
+    with pytest.raises(ValueError, match="out must be"):
+        kernel_matrix(X, Z, kernel=kernel, out=np.zeros((4, 7)).T, **params)
