@@ -32,6 +32,16 @@ carry no function), and ``Z⁺ G Z⁺ᵀ = V Λ Vᵀ``:
 
 The sparse model is a primal RankRLS on the r₊ features ψ(x) = Z⁺ k(X_R, x),
 so leave-query-out takes one more streaming pass (Woodbury per group).
+
+Saved models (``sr.save``) keep what the λ path and the hold-out formulas
+need, and ``sr.load`` recomputes the decomposition lazily, once, on the first
+call that needs it: the dual saves the training targets and the group
+structure beside the basis rows (= the training rows) and redoes the O(m³)
+eigendecomposition; the sparse model saves its r × r statistics
+``K_RM L K_MR`` and ``K_RM L y`` and redoes the O(r³) step (its
+leave-query-out streams the training data again, so it takes ``source=``).
+These are extra arrays of the same model format version: files written
+before them still load (predict works; path and hold-outs ask for a refit).
 """
 from __future__ import annotations
 
@@ -166,7 +176,7 @@ class KernelRankRLS(BaseRanker):
             if y is None:
                 raise ValueError("fit(X, y, qid): y is required when X is an array")
             source = None
-        for attr in ("dual_coef_", "_decomp", "_sparse", "_lpo_cache", "_train_source"):
+        for attr in _FITTED_STATE:
             if hasattr(self, attr):
                 delattr(self, attr)
         if self.n_basis is None and isinstance(self.basis, str):
@@ -193,13 +203,7 @@ class KernelRankRLS(BaseRanker):
         self._one_d = y.ndim == 1
         Y = y.reshape(m, -1)
         self.n_outputs_ = Y.shape[1]
-        root = LaplacianRoot(gp, Y, group_weight=self.group_weight, ties=self.ties)
-        K = spec(X)
-        if not spec.psd_by_construction:
-            check_psd(K, name="kernel")
-        held = [root.apply(K, inplace=True)]     # B K, in the buffer of K, handed over (freed early)
-        del K
-        self._decomp = DualDecomposition(held, Y, root)
+        self._decomp = _dual_decomposition(spec, X, Y, gp, self.group_weight, self.ties, check=True)
         self._group_ptr = gp
         self._Y = Y
         self._mode = "dual"
@@ -251,16 +255,18 @@ class KernelRankRLS(BaseRanker):
         """
         stats.check_complete()
         spec = self._check_params()
-        for attr in ("dual_coef_", "_decomp", "_sparse", "_lpo_cache", "_train_source"):
+        for attr in _FITTED_STATE:
             self.__dict__.pop(attr, None)
         self.n_outputs_ = stats.n_outputs
         check_n_features(self, source.n_features, reset=True)
-        self._sparse = _SparseSolution(stats.G, stats.B, spec(basis))
+        self._sparse_stats = (np.array(stats.G, dtype=np.float64), np.array(stats.B, dtype=np.float64))
+        self._sparse = _SparseSolution(*self._sparse_stats, spec(basis))
         if one_d is None:
             one_d = source.n_outputs == 1 and getattr(source, "y_ndim", 1) == 1
         self._one_d = bool(one_d)
         self._mode = "sparse"
         self._train_source = (source, max_rows)
+        self._max_rows = int(max_rows)
         self.basis_ = basis
         self.dual_coef_ = self._y_out(self._sparse.coef(self.alpha))
         self.n_groups_ = stats.n_groups
@@ -275,13 +281,21 @@ class KernelRankRLS(BaseRanker):
         return kernel_rows(self._spec(), X, self.basis_, A)
 
     def _solver(self):
-        if getattr(self, "_mode", None) == "dual" and hasattr(self, "_decomp"):
+        """The decomposition behind path and hold-outs; recomputed once after ``sr.load``."""
+        mode = getattr(self, "_mode", None)
+        if mode == "dual":
+            if getattr(self, "_decomp", None) is None:     # loaded: O(m³) once
+                self._decomp = _dual_decomposition(self._spec(), self.basis_, self._Y, self._group_ptr,
+                                                   self.group_weight, self.ties, check=False)
             return self._decomp
-        if getattr(self, "_mode", None) == "sparse" and hasattr(self, "_sparse"):
+        if mode == "sparse":
+            if getattr(self, "_sparse", None) is None:     # loaded: O(r³) once
+                self._sparse = _SparseSolution(*self._sparse_stats, self._spec()(self.basis_))
             return self._sparse
         self._check_fitted("dual_coef_")
-        raise ValueError("this model was loaded from disk: the decomposition behind path / hold-out "
-                         "formulas is not saved; refit to use them")
+        raise ValueError("this model was loaded from a file written without its training targets / "
+                         "statistics (an older streamrank): path and hold-out formulas need them; refit "
+                         "(and save again) to use them")
 
     def path(self, alphas=None):
         """Dual coefficients for every λ in ``alphas`` (default 2⁻¹⁵ … 2¹⁵) from the one decomposition.
@@ -316,10 +330,15 @@ class KernelRankRLS(BaseRanker):
         return self._y_out(self._sparse_lqo(alpha, source))
 
     def _sparse_lqo(self, alpha, source):
+        max_rows = getattr(self, "_max_rows", None) or max(256, (1 << 22) // max(self.basis_.shape[0], 1))
         if source is None:
+            if getattr(self, "_train_source", None) is None:
+                raise ValueError("leave_query_out of a sparse model streams its training data again; this "
+                                 "model was loaded from disk, so pass source= (the training source)")
             source, max_rows = self._train_source
-        else:
-            max_rows = self._train_source[1]
+        elif not isinstance(source, BlockSource):
+            raise TypeError(f"source must be a block source (sr.as_source(X, y, qid), a GroupStore); got "
+                            f"{type(source).__name__}")
         if source.n_groups < 2:
             raise ValueError("leave_query_out needs at least 2 query groups; the model was trained "
                              "on one group")
@@ -407,13 +426,17 @@ class KernelRankRLS(BaseRanker):
                 self.fit(*source)
             else:
                 self.fit(source)
-        elif not hasattr(self, "_decomp") and not hasattr(self, "_sparse"):
-            raise ValueError("cross_validate(source=None) needs a fitted model; pass the training data")
+        elif getattr(self, "_mode", None) not in ("dual", "sparse"):
+            self._check_fitted("dual_coef_")
+            self._solver()                      # the error of a model loaded without its decomposition data
         self._solver()
         if self._mode == "dual":
             gp = self._group_ptr
             Y = self._Y
         else:
+            if getattr(self, "_train_source", None) is None:
+                raise ValueError("cross_validate of a sparse model streams its training data; this model was "
+                                 "loaded from disk, so pass source= (it is refitted on it)")
             src = self._train_source[0]
             gp = src.group_ptr
             Y = None
@@ -548,15 +571,63 @@ class KernelRankRLS(BaseRanker):
         basis = self.basis_
         arrays = {"basis_": basis if sp.issparse(basis) else np.asarray(basis),
                   "dual_coef_": np.asarray(self.dual_coef_)}
+        # what path / hold-outs need after loading (extra arrays; see the module docstring)
+        if self._mode == "dual":
+            arrays["train_y"] = np.asarray(self._Y, dtype=np.float64)
+            arrays["train_group_ptr"] = np.asarray(self._group_ptr, dtype=np.int64)
+            arrays["train_group_qid"] = np.asarray(self._group_qid, dtype=np.int64)
+        elif self._mode == "sparse":
+            arrays["stats_G"], arrays["stats_B"] = self._sparse_stats
+            attrs["max_rows"] = int(self._max_rows)
+            attrs["n_groups_"] = int(self.n_groups_)
         return attrs, arrays
 
     def _set_state(self, attrs, arrays):
         self.n_features_in_ = int(attrs["n_features_in_"])
         self.n_outputs_ = int(attrs["n_outputs_"])
         self._one_d = bool(attrs["one_d"])
-        self._mode = attrs.get("mode", "dual") + "-loaded"
+        mode = attrs.get("mode", "dual")
         self.basis_ = arrays["basis_"]
         self.dual_coef_ = np.asarray(arrays["dual_coef_"], dtype=np.float64)
+        if mode == "dual" and "train_y" in arrays:
+            self._Y = np.asarray(arrays["train_y"], dtype=np.float64)
+            self._group_ptr = np.asarray(arrays["train_group_ptr"], dtype=np.int64)
+            self._group_qid = np.asarray(arrays["train_group_qid"], dtype=np.int64)
+            m = self.basis_.shape[0]
+            if self._Y.shape != (m, self.n_outputs_) or self._group_ptr[0] != 0 or self._group_ptr[-1] != m:
+                raise ValueError(f"train_y {self._Y.shape} / train_group_ptr do not match the {m} basis rows")
+            self._mode = "dual"                 # the decomposition is recomputed on first use (_solver)
+        elif mode == "sparse" and "stats_G" in arrays:
+            G = np.asarray(arrays["stats_G"], dtype=np.float64)
+            B = np.asarray(arrays["stats_B"], dtype=np.float64)
+            r = self.basis_.shape[0]
+            if G.shape != (r, r) or B.shape != (r, self.n_outputs_):
+                raise ValueError(f"stats_G {G.shape} / stats_B {B.shape} do not match the {r} basis rows")
+            self._sparse_stats = (G, B)
+            self._max_rows = int(attrs.get("max_rows", 0)) or None
+            if "n_groups_" in attrs:
+                self.n_groups_ = int(attrs["n_groups_"])
+            self._mode = "sparse"
+        else:
+            self._mode = mode + "-loaded"       # written before these arrays existed: predict only
+
+
+_FITTED_STATE = ("dual_coef_", "_decomp", "_sparse", "_sparse_stats", "_lpo_cache", "_train_source")
+
+
+def _dual_decomposition(spec, X, Y, gp, group_weight, ties, *, check):
+    """The one O(m³) step of the dual: ``BKB = U Λ Uᵀ`` (see :mod:`streamrank.rankrls._dual`).
+
+    ``check``: test that a kernel not PSD by construction is PSD on X (fit;
+    a loaded model was checked when it was fitted).
+    """
+    root = LaplacianRoot(gp, Y, group_weight=group_weight, ties=ties)
+    K = spec(X)
+    if check and not spec.psd_by_construction:
+        check_psd(K, name="kernel")
+    held = [root.apply(K, inplace=True)]     # B K, in the buffer of K, handed over (freed early)
+    del K
+    return DualDecomposition(held, Y, root)
 
 
 def _read_all(source):
