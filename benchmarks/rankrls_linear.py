@@ -22,6 +22,7 @@ Usage::
 from __future__ import annotations
 
 import argparse
+import os
 import shutil
 import sys
 import tempfile
@@ -55,12 +56,13 @@ def _write_sparse_store(path, rows, n_features, nnz_per_row, group_size, seed=0,
     return sr.GroupStore.open(path)
 
 
-def _raw_read(store, max_rows):
+def _raw_read(store, max_rows, cpu=False):
     t = time.perf_counter()
+    c = time.process_time()
     s = 0.0
     for b in store.blocks(max_rows=max_rows, split_groups=True):
         s += float(b.y[0]) if b.n_rows else 0.0
-    return time.perf_counter() - t
+    return (time.perf_counter() - t, time.process_time() - c) if cpu else time.perf_counter() - t
 
 
 def _raw_pass_sparse(store, max_rows, v):
@@ -73,7 +75,7 @@ def _raw_pass_sparse(store, max_rows, v):
     return time.perf_counter() - t
 
 
-def dense_case(rows, n_features, group_size, workdir, max_rows, label):
+def dense_case(rows, n_features, group_size, workdir, max_rows, label, repeat=3):
     import streamrank as sr
     from streamrank._memory import PeakRSS
 
@@ -85,11 +87,20 @@ def dense_case(rows, n_features, group_size, workdir, max_rows, label):
     _raw_read(store, max_rows)  # warm the page cache and numba
     sr.RankRLS().fit(sr.as_source(np.zeros((40, n_features), np.float32), np.arange(40.0),
                                   np.repeat(np.arange(2), 20)))
-    t_read = min(_raw_read(store, max_rows) for _ in range(2))
+    reads = [_raw_read(store, max_rows, cpu=True) for _ in range(repeat)]
+    t_read, c_read = min(r[0] for r in reads), min(r[1] for r in reads)
     with PeakRSS() as mem:
         t = time.perf_counter()
+        c = time.process_time()
         m = sr.RankRLS(alpha=1.0).fit(store, max_rows=max_rows)
         t_fit = time.perf_counter() - t
+        c_fit = time.process_time() - c
+    for _ in range(repeat - 1):   # min of `repeat` fits, as for the read (the machine may be shared)
+        t = time.perf_counter()
+        c = time.process_time()
+        sr.RankRLS(alpha=1.0).fit(store, max_rows=max_rows)
+        t_fit = min(t_fit, time.perf_counter() - t)
+        c_fit = min(c_fit, time.process_time() - c)
     alphas = 2.0 ** np.arange(-15, 16)
     t_path = np.inf
     for _ in range(3):  # min of 3, each with a fresh eigendecomposition
@@ -97,17 +108,19 @@ def dense_case(rows, n_features, group_size, workdir, max_rows, label):
         t = time.perf_counter()
         m.path(alphas)
         t_path = min(t_path, time.perf_counter() - t)
-    out = {"read": t_read, "fit": t_fit, "fit_peak_mib": mem.peak / 2**20,
+    out = {"read": t_read, "fit": t_fit, "read_cpu": c_read, "fit_cpu": c_fit, "fit_peak_mib": mem.peak / 2**20,
            "fit_delta_mib": (mem.peak - mem.start) / 2**20, "path": t_path}
     if rows <= 2_000_000:
         X = np.concatenate([b.X for b in store.blocks(max_rows=max_rows, prefetch=False)])
-        t = time.perf_counter()
-        X.T @ X
-        out["gemm32"] = time.perf_counter() - t
         X64 = X.astype(np.float64)
-        t = time.perf_counter()
-        X64.T @ X64
-        out["gemm64"] = time.perf_counter() - t
+        out["gemm32"] = out["gemm64"] = np.inf
+        for _ in range(repeat):
+            t = time.perf_counter()
+            X.T @ X
+            out["gemm32"] = min(out["gemm32"], time.perf_counter() - t)
+            t = time.perf_counter()
+            X64.T @ X64
+            out["gemm64"] = min(out["gemm64"], time.perf_counter() - t)
         del X, X64
         base = max(out["read"], out["gemm32"])
         print(f"[{label}] raw read {t_read:.2f} s | numpy GEMM XᵀX float32 {out['gemm32']:.2f} s, "
@@ -115,6 +128,8 @@ def dense_case(rows, n_features, group_size, workdir, max_rows, label):
         print(f"[{label}] fit {t_fit:.2f} s = {t_fit / base:.2f} x max(read, GEMM32) (target <= 1.3), "
               f"{t_fit / max(out['read'], out['gemm64']):.2f} x max(read, GEMM64: the float64 accumulation's floor), "
               f"peak RSS {out['fit_peak_mib']:.0f} MiB (+{out['fit_delta_mib']:.0f} MiB during fit)")
+        print(f"[{label}] CPU seconds (all threads): read {c_read:.2f}, fit {c_fit:.2f}; "
+              f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores (min of {repeat} runs each)")
     else:
         print(f"[{label}] raw read {t_read:.2f} s | fit {t_fit:.2f} s = {t_fit / t_read:.2f} x read; "
               f"peak RSS {out['fit_peak_mib']:.0f} MiB (+{out['fit_delta_mib']:.0f} MiB during fit; target < 1024)")
@@ -166,6 +181,7 @@ def main(argv=None):
     p.add_argument("--features", type=int, default=50)
     p.add_argument("--group-size", type=int, default=20)
     p.add_argument("--max-rows", type=int, default=65_536, help="block budget")
+    p.add_argument("--repeat", type=int, default=3, help="dense: times are the min of this many runs")
     p.add_argument("--big", action="store_true", help="also 10,000,000 rows (peak RSS)")
     p.add_argument("--big-rows", type=int, default=10_000_000)
     p.add_argument("--cg", action="store_true", help="also cg on hashed sparse features")
@@ -180,9 +196,9 @@ def main(argv=None):
     workdir.mkdir(parents=True, exist_ok=True)
     try:
         if not a.skip_dense:
-            dense_case(a.rows, a.features, a.group_size, workdir, a.max_rows, "dense")
+            dense_case(a.rows, a.features, a.group_size, workdir, a.max_rows, "dense", repeat=a.repeat)
         if a.big or a.smoke:
-            dense_case(a.big_rows, a.features, a.group_size, workdir, a.max_rows, "big")
+            dense_case(a.big_rows, a.features, a.group_size, workdir, a.max_rows, "big", repeat=1)
         if a.cg or a.smoke:
             nfeat = 2**20 if not a.smoke else 2**14
             cg_case(a.cg_rows, nfeat, 50, a.group_size, workdir, a.max_rows, "cg",
