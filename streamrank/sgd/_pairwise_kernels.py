@@ -3,12 +3,31 @@
 The weight vector is held as ``w = a * v`` (a scalar times a vector), so the
 L2 decay ``w <- (1 - eta l2) w`` of every step costs O(1) (only ``a``
 changes) and the gradient step touches only the nonzeros of ``x+ - x-``.
-Every T steps the cumulative L1 threshold ``l1 * sum(eta_k)`` (the same
-soft threshold as the bilinear ranker, eq. 7 of Chen et al. 2010) is
-applied to every weight, ``v <- soft(v, thr / a)`` -- O(n_features) once per
-T steps.
 
-State arrays owned by the learner: ``fstate = [a, window]``, ``istate = [t]``.
+Two L1 rules (``l1_rule``):
+
+* ``L1_CUMULATIVE`` -- the cumulative penalty of Tsuruoka, Tsujii & Ananiadou
+  (ACL 2009, Fig. 2), as in scikit-learn's ``SGDClassifier``: the total
+  penalty one weight could have received so far is ``u_t = l1 * sum_{k<=t}
+  eta_k``; ``q_j`` is the (signed) penalty weight j actually received.  After
+  the gradient step of t, every weight j touched by ``x+ - x-`` becomes::
+
+      w_j > 0:  w_j <- max(0, w_j - (u_t + q_j))
+      w_j < 0:  w_j <- min(0, w_j + (u_t - q_j))
+      q_j    <- q_j + (w_j(new) - w_j(old))
+
+  so a weight leaves zero only when its gradients since it last sat at zero
+  outweigh the whole penalty accumulated meanwhile -- the noise of the
+  stochastic gradient is not enough.  O(nnz(x+ - x-)) per step.
+* ``L1_WINDOW`` -- the paper's rule (Chen et al. 2010, eq. 7 and Algorithm 1
+  step 4): every T steps every weight is soft-thresholded by the threshold
+  of that window, ``l1 * sum(eta_k, k = t-T+1..t)`` -- O(n_features) once
+  per T steps.  Each window starts from scratch, so a weight whose gradient
+  is pure noise survives whenever its walk over T steps (~ sqrt(T) eta)
+  exceeds ``l1 T eta``.
+
+State arrays owned by the learner: ``fstate = [a, window, u]``, ``istate =
+[t]``, ``qv`` (n_features, float64: the ``q_j`` of the cumulative rule).
 """
 from __future__ import annotations
 
@@ -16,11 +35,50 @@ import numpy as np
 
 from streamrank._numba import jit
 
-from ._sparse_w_kernels import _merge_diff, _soft
-
-__all__ = ["pairwise_steps", "LOSS_HINGE", "LOSS_LOGISTIC"]
+__all__ = ["pairwise_steps", "merge_diff", "soft", "LOSS_HINGE", "LOSS_LOGISTIC",
+           "L1_CUMULATIVE", "L1_WINDOW"]
 
 LOSS_HINGE, LOSS_LOGISTIC = 0, 1
+L1_CUMULATIVE, L1_WINDOW = 0, 1
+
+
+@jit
+def soft(v, thr):
+    """Soft threshold (Chen et al. eq. 7): sign(v) * max(|v| - thr, 0)."""
+    if v > thr:
+        return v - thr
+    if v < -thr:
+        return v + thr
+    return 0.0
+
+
+@jit
+def merge_diff(pp, pi, px, mp, mi, mx, r, dj, dx):
+    """Row r of X_pos minus row r of X_neg (sorted CSR rows) into (dj, dx); exact zeros dropped."""
+    a = pp[r]
+    a1 = pp[r + 1]
+    b = mp[r]
+    b1 = mp[r + 1]
+    n = 0
+    while a < a1 or b < b1:
+        if b >= b1 or (a < a1 and pi[a] < mi[b]):
+            j = pi[a]
+            v = np.float64(px[a])
+            a += 1
+        elif a >= a1 or mi[b] < pi[a]:
+            j = mi[b]
+            v = -np.float64(mx[b])
+            b += 1
+        else:
+            j = pi[a]
+            v = np.float64(px[a]) - np.float64(mx[b])
+            a += 1
+            b += 1
+        if v != 0.0:
+            dj[n] = j
+            dx[n] = v
+            n += 1
+    return n
 
 
 @jit
@@ -32,17 +90,18 @@ def _renormalize(v, fstate):
 
 
 @jit
-def pairwise_steps(v, fstate, istate, pp, pi, px, mp, mi, mx,
-                   eta0, lr_code, l1, l2, T, loss, dj, dx):
+def pairwise_steps(v, fstate, istate, qv, pp, pi, px, mp, mi, mx,
+                   eta0, lr_code, l1, l2, T, loss, l1_rule, dj, dx):
     """One SGD step per pair row r: (X_pos[r], X_neg[r]), in order.
 
     margin ``m = w . delta`` with ``delta = x+ - x-``; ``g = 1`` if ``m < 1``
     (hinge) or ``g = 1 / (1 + exp(m))`` (logistic); then
-    ``w <- (1 - eta l2) w + eta g delta``.  ``eta_t = eta0 / sqrt(t)`` or ``eta0``.
+    ``w <- (1 - eta l2) w + eta g delta``, then the L1 rule (module doc).
+    ``eta_t = eta0 / sqrt(t)`` or ``eta0``.
     """
     n = pp.shape[0] - 1
     for r in range(n):
-        nd = _merge_diff(pp, pi, px, mp, mi, mx, r, dj, dx)
+        nd = merge_diff(pp, pi, px, mp, mi, mx, r, dj, dx)
         istate[0] += 1
         t = istate[0]
         if lr_code == 0:
@@ -74,13 +133,30 @@ def pairwise_steps(v, fstate, istate, pp, pi, px, mp, mi, mx,
             c = eta * g / a
             for b in range(nd):
                 v[dj[b]] += c * dx[b]
-        if a < 1e-100:
-            _renormalize(v, fstate)
-        fstate[1] += eta
-        if t % T == 0:
-            thr = l1 * fstate[1]
-            fstate[1] = 0.0
-            if thr > 0.0:
+        if l1_rule == 0:
+            if l1 > 0.0:
+                fstate[2] += l1 * eta
+                u = fstate[2]
+                for b in range(nd):
+                    j = dj[b]
+                    z = v[j]
+                    if z > 0.0:
+                        nv = z - (u + qv[j]) / a
+                        v[j] = nv if nv > 0.0 else 0.0
+                    elif z < 0.0:
+                        nv = z + (u - qv[j]) / a
+                        v[j] = nv if nv < 0.0 else 0.0
+                    qv[j] += a * (v[j] - z)
+            if a < 1e-100:
                 _renormalize(v, fstate)
-                for k in range(v.shape[0]):
-                    v[k] = _soft(v[k], thr)
+        else:
+            if a < 1e-100:
+                _renormalize(v, fstate)
+            fstate[1] += eta
+            if t % T == 0:
+                thr = l1 * fstate[1]
+                fstate[1] = 0.0
+                if thr > 0.0:
+                    _renormalize(v, fstate)
+                    for k in range(v.shape[0]):
+                        v[k] = soft(v[k], thr)

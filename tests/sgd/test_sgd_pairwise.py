@@ -1,4 +1,8 @@
-"""PairwiseSGDRanker against the literal numpy pairwise SGD; sampling, streaming, persistence."""
+"""PairwiseSGDRanker against the literal numpy pairwise SGD; sampling, streaming, persistence.
+
+The reference ``sgd_reference.pairwise_sgd`` is the paper's window rule (``l1_rule="window"``);
+the default cumulative rule is tested in ``test_sgd_pairwise_l1.py``.
+"""
 from __future__ import annotations
 
 import numpy as np
@@ -42,7 +46,7 @@ def test_steps_match_reference(kw, sparse):
     X, _, _ = _data(sparse=sparse)
     pairs = _pairs(X.shape[0], 500)
     Xd = X.toarray() if sparse else X
-    m = PairwiseSGDRanker(**kw).partial_fit_pairs(X[pairs[:, 0]], X[pairs[:, 1]])
+    m = PairwiseSGDRanker(**kw, l1_rule="window").partial_fit_pairs(X[pairs[:, 0]], X[pairs[:, 1]])
     kw2 = {k: v for k, v in kw.items() if k != "shrink_every"}
     w, t, _ = ref.pairwise_sgd(Xd, pairs, T=kw["shrink_every"], **kw2)
     np.testing.assert_allclose(m.coef_, w, rtol=1e-10, atol=1e-12)
@@ -69,7 +73,8 @@ def test_chunked_pairs_equal_single_call(cuts):
 
 def test_partial_fit_samples_pairs_within_groups():
     X, y, qid = _data(seed=4)
-    m = PairwiseSGDRanker(eta0=0.3, l1=0.01, shrink_every=5, random_state=7).partial_fit(X, y, qid, n_pairs=600)
+    m = PairwiseSGDRanker(eta0=0.3, l1=0.01, shrink_every=5, l1_rule="window",
+                          random_state=7).partial_fit(X, y, qid, n_pairs=600)
     # the same pairs from pairs_from_groups with the documented seed
     rng = np.random.default_rng(np.random.SeedSequence([7, 0]))
     batches = list(sr.pairs_from_groups(sr.as_source(X, y, qid), 600, random_state=rng, shuffle=True,
