@@ -32,17 +32,21 @@ problem removes H's rows and columns of N), the block-inverse formula
 
 i.e. O(m |H| + |H|³) per hold-out set from the stored ``U``, ``KBU``, Λ.
 
-Leave-pair-out for object ranking (one group, ties included; §3.4, eqs.
-(35)–(39)) lives in :func:`leave_pair_out`.
+Leave-pair-out for object ranking (one group; §3.4, eqs. (35)–(39)) lives in
+:func:`leave_pair_out` (ties included) and :class:`LeavePairOutExcludeTies`.
+Every group weighting is exact: with qid=None the weight s is one constant of
+the whole Laplacian, and retraining on m − 2 rows uses ``s' = s(m − 2)``,
+so the stored matrices are built with s' (a rescaling, no approximation).
 """
 from __future__ import annotations
 
 import numpy as np
 import scipy.linalg as la
 
-from ..laplacian import group_weights, laplacian_dense
+from ..laplacian import group_weights, laplacian_dense, tie_classes
 
-__all__ = ["LaplacianRoot", "DualDecomposition", "LeavePairOut", "leave_pair_out", "check_psd"]
+__all__ = ["LaplacianRoot", "DualDecomposition", "LeavePairOut", "LeavePairOutExcludeTies", "leave_pair_out",
+           "check_psd"]
 
 #: hold-out sets smaller than this are stacked by size (leave-query-out)
 _BATCH_BELOW = 64
@@ -397,3 +401,147 @@ class LeavePairOut:
         Mw = np.eye(3)[None] - sp_ * BQB                               # I − B'ᵀQB'
         corr = QB_U @ np.linalg.solve(Mw, sp_ * BQLy)
         return sp_ * (QLy_U + corr)
+
+
+class LeavePairOutExcludeTies:
+    """Exact leave-pair-out for object ranking with tied pairs excluded (one group, one output).
+
+    With ties excluded, holding out U = {i, j} does not only remove two rows:
+    the degree of every remaining row k becomes ``(m − 2) − n'_c(k)`` where
+    ``n'_c(k)`` is the size of k's tie class after the removal — it drops by
+    one for the rows of i's class and of j's class.  That diagonal change has
+    the rank of those classes, so it is *not* a low-rank update of the full
+    problem; but it depends on the pair only through its two tie classes
+    (a, b).  So for each pair of classes met in the request (one for binary
+    labels' positive–negative pairs), with T the number of tied classes:
+
+        D_ab = (m − 2) − n_c(k) + [k ∈ a] + [k ∈ b]   (tied k; m − 2 for untied k)
+        Q_ab = (s' D_ab + λ K⁻¹)⁻¹ = (s' K D_ab + λ I)⁻¹ K     — one O(m³) solve
+
+    and the rest of the remaining Laplacian is of rank T + 3,
+
+        L̃ = s' (D_ab − W S Wᵀ),   W = [1_Ū, 1_{c_1∖U} … 1_{c_T∖U}, e_i, e_j],
+        S = diag(1, −1, …, −1, D_ab,ii, D_ab,jj)
+
+    (the last two columns zero rows i, j: Lemma 2 of the 2009 paper pads the
+    held-out rows).  Woodbury, exactly as eq. (38) with B of rank T + 3:
+
+        f_Ū(X_U) = (Q L̃ y)_U + (QW)_U (I − s' S WᵀQW)⁻¹ s' S Wᵀ Q L̃ y,
+
+    where W = W₀ + E_U R (W₀ the class indicators, fixed per class pair), so
+    every pair costs O(T²) from ``Q W₀``, ``W₀ᵀ Q W₀``, ``Q D y`` — the matrices
+    (39) extended by one column per tied class.  With T = 0 (no ties) this
+    is :class:`LeavePairOut`.  Cost: one O(m³) solve per distinct pair of tie
+    classes among the requested pairs (only the last one is kept, O(m²)
+    memory), then O(T²) per pair.
+    """
+
+    def __init__(self, K, y, alpha, *, group_weight="pair"):
+        m = K.shape[0]
+        y = np.asarray(y, dtype=np.float64).reshape(m, -1)
+        if y.shape[1] != 1:
+            raise NotImplementedError("leave-pair-out with ties excluded needs one output (each output has "
+                                      "its own tie classes)")
+        if m < 3:
+            raise ValueError(f"leave-pair-out needs at least 3 training rows, the model has {m}")
+        self.m = m
+        self.K = K
+        self.y = y
+        self.alpha = float(alpha)
+        self.s = float(group_weights(np.array([m - 2]), group_weight)[0])
+        cid, _, csize = tie_classes(y[:, 0], np.array([0, m]))
+        tied = csize >= 2
+        index = np.full(len(csize), -1, dtype=np.int64)
+        index[tied] = np.arange(int(tied.sum()))
+        self.tc = index[cid]                                   # tied class of each row, −1 if untied
+        self.T = int(tied.sum())
+        self.base = np.where(self.tc >= 0, (m - 2) - csize[cid], m - 2).astype(np.float64)
+        W0 = np.zeros((m, self.T + 1))
+        W0[:, 0] = 1.0
+        r = np.flatnonzero(self.tc >= 0)
+        W0[r, 1 + self.tc[r]] = 1.0
+        self.W0 = W0
+        self.W0y = W0.T @ y                                     # (T+1, v)
+        self._key = None
+
+    def _factor(self, key):
+        if self._key == key:
+            return self._fac
+        self._key, self._fac = None, None
+        a, b = key
+        D = self.base.copy()
+        for c in (a, b):
+            if c >= 0:
+                D[self.tc == c] += 1.0
+        M = self.s * (self.K * D[None, :])
+        M[np.diag_indices(self.m)] += self.alpha
+        Q = la.solve(M, self.K, overwrite_a=True, check_finite=False)      # (s'KD + λI)⁻¹ K
+        Q += Q.T
+        Q *= 0.5
+        P0 = Q @ self.W0                                                   # Q W₀   (m, T+1)
+        h = Q @ (D[:, None] * self.y)                                      # Q D y  (m, v)
+        self._fac = (D, Q, P0, self.W0.T @ P0, h, self.W0.T @ h)
+        self._key = key
+        return self._fac
+
+    def __call__(self, pairs, chunk: int | None = None) -> np.ndarray:
+        pairs = np.asarray(pairs, dtype=np.int64)
+        out = np.empty((pairs.shape[0], 2, self.y.shape[1]))
+        if pairs.shape[0] == 0:
+            return out
+        a = self.tc[pairs[:, 0]]
+        b = self.tc[pairs[:, 1]]
+        keys = np.stack([np.minimum(a, b), np.maximum(a, b)], axis=1)
+        uk, inv = np.unique(keys, axis=0, return_inverse=True)
+        r = self.T + 3
+        chunk = chunk or max(1, (1 << 22) // (r * r))
+        for k, key in enumerate(uk):
+            sel = np.flatnonzero(inv.ravel() == k)
+            fac = self._factor((int(key[0]), int(key[1])))
+            for c0 in range(0, sel.size, chunk):
+                idx = sel[c0:c0 + chunk]
+                out[idx] = self._chunk(pairs[idx], fac)
+        return out
+
+    def _chunk(self, pairs, fac):
+        D, Q, P0, G0, h, W0h = fac
+        s_, T, y = self.s, self.T, self.y
+        r = T + 3
+        i, j = pairs[:, 0], pairs[:, 1]
+        P = pairs.shape[0]
+        rows = np.arange(P)
+        R = np.zeros((P, 2, r))                  # W = W₀ + E_U R
+        R[:, :, 0] = -1.0                        # 1_Ū = 1 − e_i − e_j
+        for u, idx in ((0, i), (1, j)):
+            t = self.tc[idx]
+            has = t >= 0
+            R[rows[has], u, 1 + t[has]] = -1.0   # 1_{c∖U} = 1_c − [i ∈ c] e_i − [j ∈ c] e_j
+        R[:, 0, T + 1] = 1.0
+        R[:, 1, T + 2] = 1.0
+        P0U = np.zeros((P, 2, r))                # E_Uᵀ Q W₀, padded to r columns
+        P0U[:, 0, :T + 1] = P0[i]
+        P0U[:, 1, :T + 1] = P0[j]
+        QUU = np.empty((P, 2, 2))
+        QUU[:, 0, 0] = Q[i, i]
+        QUU[:, 1, 1] = Q[j, j]
+        QUU[:, 0, 1] = QUU[:, 1, 0] = Q[i, j]
+        Rt = R.transpose(0, 2, 1)
+        QW_U = P0U + QUU @ R                                       # (QW)_U      (P, 2, r)
+        WQW = Rt @ P0U + P0U.transpose(0, 2, 1) @ R + Rt @ QUU @ R
+        WQW[:, :T + 1, :T + 1] += G0                               # WᵀQW        (P, r, r)
+        S = np.empty((P, r))
+        S[:, 0] = 1.0
+        S[:, 1:T + 1] = -1.0
+        S[:, T + 1] = D[i]
+        S[:, T + 2] = D[j]
+        hU = np.stack([h[i], h[j]], axis=1)                         # (Q D y)_U   (P, 2, v)
+        yU = np.stack([y[i], y[j]], axis=1)
+        Wy = Rt @ yU                                                # Wᵀ y        (P, r, v)
+        Wy[:, :T + 1] += self.W0y
+        WQDy = Rt @ hU                                              # Wᵀ Q D y
+        WQDy[:, :T + 1] += W0h
+        SWy = S[:, :, None] * Wy
+        gU = s_ * (hU - QW_U @ SWy)                                  # (Q L̃ y)_U
+        Wg = s_ * (WQDy - WQW @ SWy)                                 # Wᵀ Q L̃ y
+        M = np.eye(r)[None] - s_ * S[:, :, None] * WQW
+        return gU + QW_U @ np.linalg.solve(M, s_ * S[:, :, None] * Wg)

@@ -8,7 +8,7 @@ solved through one symmetric eigendecomposition of ``L^{1/2} K L^{1/2}``
 (see :mod:`streamrank.rankrls._dual`): every λ of :meth:`KernelRankRLS.path`
 costs O(m² v), leave-query-out (eq. (33)) O(m |U| + |U|³) per query, and
 leave-pair-out for object ranking (§3.4, eqs. (35)–(39)) O(1) per pair after
-one O(m³) Cholesky.  A semidefinite kernel needs no diagonal shift (no K⁻¹ is
+one O(m³) Cholesky (ties excluded: one O(m³) solve per pair of tie classes).  A semidefinite kernel needs no diagonal shift (no K⁻¹ is
 ever formed); a kernel that is not PSD on the data raises ``ValueError``.
 
 Sparse mode (``n_basis=r``; §3.5 of the 2009 paper, eq. (41), the sparse
@@ -64,7 +64,7 @@ from ..io.blocks import BlockSource, vstack_X
 from ..kernels import check_kernel, kernel_rows
 from ..laplacian import check_group_weight, check_ties
 from ..persistence import register_model
-from ._dual import DualDecomposition, LaplacianRoot, LeavePairOut, check_psd
+from ._dual import DualDecomposition, LaplacianRoot, LeavePairOut, LeavePairOutExcludeTies, check_psd
 from ._statistics import RankStatistics
 
 __all__ = ["KernelRankRLS"]
@@ -366,8 +366,18 @@ class KernelRankRLS(BaseRanker):
     def leave_pair_out(self, pairs, alpha=None):
         """Exact leave-pair-out predictions (f_i, f_j) for each pair (i, j) (2009 paper §3.4).
 
-        Object ranking only: a dual model trained on one group (``qid=None``)
-        with ties included.  Returns (pairs, 2) or (pairs, 2, n_outputs).
+        Object ranking only: a dual model trained on one group (``qid=None``).
+        Every ``group_weight`` is exact: the weight is one constant of the
+        whole Laplacian, and the stored matrices use the weight of the m − 2
+        remaining rows that retraining would use.  Ties included: one O(m³)
+        Cholesky per λ, then O(1) per pair (eqs. (35)–(39)).  Ties excluded:
+        removing two rows also lowers the degree of every row tied with
+        either of them — a change of the rank of their tie classes, not a
+        low-rank update — so one O(m³) solve per distinct pair of tie classes
+        met in ``pairs`` (one for the positive–negative pairs of binary
+        labels), then O(T²) per pair with T tied classes
+        (:class:`~streamrank.rankrls._dual.LeavePairOutExcludeTies`).
+        Returns (pairs, 2) or (pairs, 2, n_outputs).
         """
         alpha = self.alpha if alpha is None else check_alpha(alpha, "alpha")
         self._solver()
@@ -378,8 +388,6 @@ class KernelRankRLS(BaseRanker):
             raise ValueError(
                 f"leave_pair_out is for object ranking (one group, qid=None); this model was trained "
                 f"with {n_groups} query groups — use leave_query_out")
-        if self.ties != "include":
-            raise ValueError("leave_pair_out needs ties='include' (cost (21) of the 2009 paper, §3.4)")
         m = self.basis_.shape[0]
         P = np.asarray(pairs)
         if P.ndim != 2 or P.shape[1] != 2 or P.dtype.kind not in "iu":
@@ -394,8 +402,9 @@ class KernelRankRLS(BaseRanker):
         lpo = getattr(self, "_lpo_cache", None)
         if lpo is None or lpo.alpha != alpha:      # one O(m³) step per λ, then O(1) per pair
             self._lpo_cache = None
-            lpo = self._lpo_cache = LeavePairOut(self._spec()(self.basis_), self._Y, alpha,
-                                                 group_weight=self.group_weight)
+            cls = LeavePairOut if self.ties == "include" else LeavePairOutExcludeTies
+            lpo = self._lpo_cache = cls(self._spec()(self.basis_), self._Y, alpha,
+                                        group_weight=self.group_weight)
         out = lpo(P)
         return out[:, :, 0] if self._one_d else out
 

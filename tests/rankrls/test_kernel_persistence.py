@@ -54,9 +54,10 @@ def test_loaded_dual_multi_output_and_reloaded_twice(rng, tmp_path):
 
 
 @pytest.mark.parametrize("gw", ["pair", "query", "size"])
-def test_loaded_object_ranking_leave_pair_out(gw, rng, tmp_path):
-    X, y, _, _ = make_groups(rng, n_groups=3, n_features=3, min_size=4)
-    m = sr.KernelRankRLS(alpha=0.2, gamma=0.5, group_weight=gw).fit(X, y)
+@pytest.mark.parametrize("ties", ["include", "exclude"])
+def test_loaded_object_ranking_leave_pair_out(gw, ties, rng, tmp_path):
+    X, y, _, _ = make_groups(rng, n_groups=3, n_features=3, min_size=4, levels=3)
+    m = sr.KernelRankRLS(alpha=0.2, gamma=0.5, group_weight=gw, ties=ties).fit(X, y)
     m2 = _roundtrip(m, tmp_path / "m")
     iu, ju = np.triu_indices(len(y), 1)
     pairs = np.stack([iu, ju], axis=1)
