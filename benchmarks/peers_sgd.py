@@ -9,14 +9,32 @@ not fit in memory.  Each pair enters once with a random sign (label ±1), so
 both learners take one hinge step per pair.
 
 ``PairwiseSGDRanker.partial_fit(X, y, qid)`` gets the same chunks of
-queries.  Reported for a few L1 strengths (the same λ scale in both: the
-penalty of step t is λ η_t): NDCG@10 and disagreement on a test set, wall
-time, and the model's sparsity (nonzero weights, and how many of the
-informative features are among them).  One reference row trains
+queries.  Reported for a few L1 strengths: NDCG@10 and disagreement on a
+test set, wall time, and the model's sparsity (nonzero weights, and how many
+of the informative features are among them).  One reference row trains
 ``SGDClassifier.fit`` on all pairs at once (in memory) to show what the
-chunking costs it: scikit-learn restarts its cumulative-L1 bookkeeping at
-every ``partial_fit`` call (``_plain_sgd`` allocates ``q`` and ``u`` per
-call), streamrank keeps the shrinkage state across calls.
+chunking costs it.
+
+Equal settings.  Both minimise ``mean hinge + λ ||w||_1`` with the same
+η_t = η₀/√t, the same step (``w += η_t (x⁺ − x⁻)`` when the margin is < 1)
+and the same L1 rule: streamrank's default ``l1_rule="cumulative"`` is the
+cumulative penalty of Tsuruoka et al. (2009) that scikit-learn implements
+(``alpha`` = λ: scikit-learn adds ``alpha·η_t`` to its ``u`` per step, as
+streamrank adds ``l1·η_t``); on the same pairs in one call the two give the
+same weights to 1e-9 (``tests/sgd/test_sgd_pairwise_l1.py``).  The one
+difference left is the chunking: scikit-learn restarts ``u`` and ``q`` at
+every ``partial_fit`` call (``_plain_sgd`` allocates them per call), which
+forgives each weight the penalty it owes at every chunk; streamrank
+continues them, so its chunked model is the one-call model.
+
+A third row, ``l1_rule="window"``, is the sparse-SGD paper's rule (soft
+threshold of every weight by λ Σ η over each window of T = 100 steps, Chen
+et al. 2010 eq. 7), which earlier versions used for this learner: the same
+λ per step, but a noise weight survives whenever its walk over one window
+(~√T η) beats λ T η, so it is far less sparse than the L1 minimiser.
+``--lp-pairs N`` solves the exact minimiser of ``mean hinge + λ ||w||_1``
+on the first N pairs (a linear program, HiGHS; minutes for N = 20,000) and
+runs both rules on the same pairs in one pass, to show which is faithful.
 
 Data: synthetic LETOR-like groups (``streamrank.datasets.synthetic``,
 linear hidden model) on ``--informative`` features, plus ``--noise``
@@ -26,6 +44,7 @@ Usage::
 
     python benchmarks/peers_sgd.py --smoke
     python benchmarks/peers_sgd.py                    # 200,000 rows, 20 + 180 features
+    python benchmarks/peers_sgd.py --l1 0.01 0.1 --lp-pairs 20000   # + exact minimiser (minutes)
 """
 from __future__ import annotations
 
@@ -120,11 +139,11 @@ def run_sklearn(train, test, l1, eta0, chunk_rows, pairs_per_row, informative, c
     return out
 
 
-def run_streamrank(train, test, l1, eta0, chunk_rows, pairs_per_row, informative, seed=0):
+def run_streamrank(train, test, l1, eta0, chunk_rows, pairs_per_row, informative, seed=0, l1_rule="cumulative"):
     import streamrank as sr
 
     X, y, q = train
-    model = sr.PairwiseSGDRanker(eta0=eta0, l1=l1, l2=0.0, loss="hinge", random_state=seed)
+    model = sr.PairwiseSGDRanker(eta0=eta0, l1=l1, l2=0.0, loss="hinge", random_state=seed, l1_rule=l1_rule)
     t0 = time.perf_counter()
     for Xc, yc, qc in _chunks(X, y, q, chunk_rows):
         try:
@@ -158,13 +177,50 @@ def build_parser():
     p.add_argument("--l1", type=float, nargs="+", default=[0.0, 1e-4, 1e-3, 1e-2], help="L1 strengths")
     p.add_argument("--eta0", type=float, default=0.05)
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--lp-pairs", type=int, default=0,
+                   help="also solve the exact L1 minimiser on this many training pairs (0: skip)")
     return p
+
+
+def lp_check(train, l1s, eta0, n_pairs, informative, seed=0):
+    """Exact minimiser of mean hinge + λ||w||_1 on n_pairs sampled pairs vs both SGD rules (one pass)."""
+    import scipy.sparse as sp
+    from scipy.optimize import linprog
+
+    import streamrank as sr
+
+    X, y, q = train
+    D, lab = _pairs(X, y, q, n_pairs, np.random.default_rng([seed, 5]))
+    Dp = D * lab[:, None]  # x+ - x-
+    n, f = Dp.shape
+    A = sp.hstack([sp.csr_matrix(-Dp), sp.csr_matrix(Dp), -sp.eye(n)]).tocsr()
+    rows = []
+    for l1 in l1s:
+        def obj(w):
+            return float(np.mean(np.maximum(0.0, 1.0 - Dp @ w)) + l1 * np.abs(w).sum())
+
+        t0 = time.perf_counter()
+        res = linprog(np.concatenate([np.full(2 * f, l1), np.full(n, 1.0 / n)]), A_ub=A, b_ub=-np.ones(n),
+                      bounds=(0, None), method="highs")
+        w = res.x[:f] - res.x[f:2 * f]
+        w[np.abs(w) <= 1e-9] = 0.0
+        lp_s = time.perf_counter() - t0
+        rows.append(dict(method="exact minimiser (LP)", l1=l1, objective=obj(w), **_sparsity(w, informative),
+                         s=lp_s))
+        for rule in ("cumulative", "window"):
+            t0 = time.perf_counter()
+            m = sr.PairwiseSGDRanker(eta0=eta0, l1=l1, l1_rule=rule).partial_fit_pairs(Dp, np.zeros_like(Dp))
+            rows.append(dict(method=f"PairwiseSGDRanker l1_rule={rule!r}, one pass", l1=l1,
+                             objective=obj(m.coef_), **_sparsity(m.coef_, informative),
+                             s=time.perf_counter() - t0))
+    return rows
 
 
 def main(argv=None) -> int:
     args = build_parser().parse_args(argv)
     if args.smoke:
         args.rows, args.test_rows, args.noise, args.chunk_rows, args.l1 = 3_000, 1_000, 30, 1_000, [1e-3]
+        args.lp_pairs = min(args.lp_pairs, 300)
     env = environment(peers=("sklearn",))
     print_environment(env)
     print("command: python benchmarks/peers_sgd.py " + " ".join(argv if argv is not None else sys.argv[1:]))
@@ -179,7 +235,9 @@ def main(argv=None) -> int:
     rows = []
     have_sk = peer_available("sklearn")
     for l1 in args.l1:
-        plan = [("streamrank PairwiseSGDRanker partial_fit", run_streamrank, {}, True)]
+        plan = [("streamrank PairwiseSGDRanker partial_fit", run_streamrank, {}, True),
+                ("streamrank partial_fit, l1_rule='window' (paper eq. 7, T=100)", run_streamrank,
+                 dict(l1_rule="window"), True)]
         if have_sk:
             plan += [("sklearn SGDClassifier partial_fit", run_sklearn, dict(chunked=True), True),
                      ("sklearn SGDClassifier fit, all pairs in memory", run_sklearn, dict(chunked=False), True)]
@@ -196,6 +254,12 @@ def main(argv=None) -> int:
         print("scikit-learn is not installed: only streamrank ran")
     print_table(rows, COLUMNS, title="Pairwise hinge SGD with L1, trained chunk by chunk (test set "
                                      f"{args.test_rows:,} rows; peak RSS above start, in-process)")
+    if args.lp_pairs:
+        lp_rows = lp_check(train, [l for l in args.l1 if l > 0], args.eta0, args.lp_pairs, args.informative,
+                           args.seed)
+        print_table(lp_rows, [("l1", "L1 λ", "g"), ("method", "model", "s"), ("objective", "mean hinge + λ|w|₁", ".5f"),
+                              ("nnz", "nonzero w", "d"), ("hit", "informative kept", "d"), ("s", "s", ".1f")],
+                    title=f"Which L1 rule minimises the objective? {args.lp_pairs:,} training pairs")
     return 0
 
 
