@@ -435,10 +435,9 @@ class KernelRankRLS(BaseRanker):
                 self.fit(*source)
             else:
                 self.fit(source)
-        elif getattr(self, "_mode", None) not in ("dual", "sparse"):
-            self._check_fitted("dual_coef_")
-            self._solver()                      # the error of a model loaded without its decomposition data
-        self._solver()
+        elif not hasattr(self, "dual_coef_"):
+            raise ValueError("cross_validate(source=None) needs a fitted model; pass the training data")
+        self._solver()        # recomputed after sr.load; an error for files saved without the training data
         if self._mode == "dual":
             gp = self._group_ptr
             Y = self._Y

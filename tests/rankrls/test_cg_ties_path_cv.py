@@ -237,3 +237,17 @@ def test_cg_kfold_bad_input(rng):
         m.cross_validate(sr.as_source(X, y, qid), [1.0], folds=1)
     with pytest.raises(ValueError, match="alphas"):
         m.cross_validate(sr.as_source(X, y, qid), [-1.0], folds=2)
+
+
+def test_validation_source_with_split_group_and_ties_excluded(rng):
+    """Early stopping reads a held-out global group in pieces; its losses are the exact held-out losses."""
+    X, y = _ties_data(rng, n=30)
+    Xv, yv = _ties_data(rng, n=17)
+    seen = []
+    m = sr.RankRLS(alpha=0.1, solver="cg", ties="exclude", tol=1e-14, max_iter=6)
+    m.fit(X, y, None, max_rows=4, validation=sr.as_source(Xv, yv), patience=50,
+          callback=lambda it, r, W: seen.append(W.copy()))
+    losses = m.cg_info_["validation_losses"]
+    assert len(losses) == len(seen) == m.n_iter_
+    for W, lv in zip(seen, losses):
+        assert np.isclose(lv, brute_loss(Xv @ W, yv, [0, 17], ties="exclude"), rtol=1e-10)
