@@ -18,8 +18,19 @@ in float64, whatever the dtype of Φ.  With ``ties="exclude"`` the tie class c
 of row i changes the row weight of G to s_g (n_g - n_c(i)) and adds
 ``Σ_c s_g S_c S_cᵀ``; B and yLy do not change (a tied pair has y_i - y_j = 0,
 so it contributes nothing to them).  Several outputs with ``ties="exclude"``
-would need one G per output (each output has its own tie classes): not
-supported, a :class:`NotImplementedError` says so.
+need one G per output (each output has its own tie classes): with
+``per_output=True`` G is a stack (v, n, n) accumulated output by output
+(one SYRK per output and block); otherwise a :class:`NotImplementedError`
+says so.
+
+Dense blocks take one BLAS SYRK per block: a fused numba pass
+(:mod:`._statistics_kernels`) writes ``A = [√d Φ | √d Y]`` (float64) into a
+reused workspace and the group sums, and ``dsyrk`` adds AᵀA — the diagonal
+parts of G, B and yLy at once, half the flops of a GEMM — and, as a second
+small SYRK of the weighted group sums, the low-rank part into the upper
+triangle of one (n + v)² accumulator, symmetrized once when G, B or yLy is
+read.  A caller computing Φ itself (kernel columns) can write it straight into
+the workspace (:meth:`RankStatistics.workspace`).
 
 A group cut across blocks (``Block.group_size``/``group_offset``, only with
 ``split_groups=True``, e.g. one global group of millions of rows) adds its
@@ -63,28 +74,42 @@ class RankStatistics:
         Columns of Y.
     group_weight : {"pair", "query", "size"}
     ties : {"include", "exclude"}
+    per_output : bool
+        Allow ``ties="exclude"`` with several outputs: output k then has its
+        own Laplacian L_k (its own tie classes), so its own G_k = ΦᵀL_kΦ, and
+        ``G`` is a stack (v, n, n).  B and yLy need no change (L_k y_k = L y_k:
+        a tied pair adds y_i - y_j = 0).  Off (default), that combination
+        raises :class:`NotImplementedError`, for callers that expect one
+        (n, n) G.  Without ties="exclude" or with one output it changes nothing.
 
     Attributes
     ----------
-    G : (n, n) float64          B : (n, v) float64 (always 2-D)
+    G : (n, n) float64, or (v, n, n) with per-output Grams (:attr:`per_output`)
+    B : (n, v) float64 (always 2-D)
     yLy : (v,) float64          n_rows, n_groups, n_pairs : int
         ``n_pairs`` counts the pairs in the cost (untied pairs with
-        ``ties="exclude"``), ``n_groups`` complete groups.
+        ``ties="exclude"``; summed over the outputs with per-output Grams,
+        see :attr:`pairs_per_output`), ``n_groups`` complete groups.
     """
 
-    def __init__(self, n_features, n_outputs=1, *, group_weight="pair", ties="include"):
+    def __init__(self, n_features, n_outputs=1, *, group_weight="pair", ties="include", per_output=False):
         self.n_features = int(n_features)
         self.n_outputs = int(n_outputs)
         if self.n_features < 0 or self.n_outputs < 1:
             raise ValueError(f"need n_features >= 0 and n_outputs >= 1, got {n_features}, {n_outputs}")
         self.group_weight = check_group_weight(group_weight)
         self.ties = check_ties(ties)
+        self._parts = None
         if self.ties == "exclude" and self.n_outputs > 1:
-            raise NotImplementedError(
-                f"ties='exclude' with {self.n_outputs} outputs: every output has its own tie classes and "
-                "so its own G; use solver='cg' (which handles it), fit one model per output column, or use "
-                "ties='include'"
-            )
+            if not per_output:
+                raise NotImplementedError(
+                    f"ties='exclude' with {self.n_outputs} outputs: every output has its own tie classes and "
+                    "so its own G; this solver needs one shared G (linear RankRLS's primal solver and "
+                    "solver='cg' handle it), so fit one model per output column or use ties='include'"
+                )
+            # one single-output accumulator per output (each with its own tie classes)
+            self._parts = [RankStatistics(n_features, 1, group_weight=group_weight, ties=ties)
+                           for _ in range(self.n_outputs)]
         n, v = self.n_features, self.n_outputs
         self._G = np.zeros((n, n))
         self._B = np.zeros((n, v))
@@ -102,19 +127,46 @@ class RankStatistics:
 
     # ------------------------------------------------------------ properties
     @property
+    def per_output(self) -> bool:
+        """True when every output has its own G (ties="exclude" with several outputs)."""
+        return self._parts is not None
+
+    @property
     def G(self) -> np.ndarray:
+        if self._parts is not None:
+            return np.stack([p.G for p in self._parts])
         self._flush()
         return self._G
 
+    def gram(self, k: int) -> np.ndarray:
+        """G of output k (the shared G unless :attr:`per_output`)."""
+        return self._parts[k].G if self._parts is not None else self.G
+
     @property
     def B(self) -> np.ndarray:
+        if self._parts is not None:
+            return np.hstack([p.B for p in self._parts])
         self._flush()
         return self._B
 
     @property
     def yLy(self) -> np.ndarray:
+        if self._parts is not None:
+            return np.concatenate([p.yLy for p in self._parts])
         self._flush()
         return self._yLy
+
+    @property
+    def pairs_per_output(self) -> np.ndarray:
+        """(v,) pairs in the cost of each output."""
+        if self._parts is not None:
+            return np.array([p.n_pairs for p in self._parts], dtype=np.int64)
+        return np.full(self.n_outputs, self.n_pairs, dtype=np.int64)
+
+    def _sync_counts(self):
+        p0 = self._parts[0]
+        self.n_rows, self.n_groups = p0.n_rows, p0.n_groups
+        self.n_pairs = int(sum(p.n_pairs for p in self._parts))
 
     # ------------------------------------------------------------ workspace
     def workspace(self, rows: int) -> np.ndarray:
@@ -126,6 +178,8 @@ class RankStatistics:
         block must hold whole groups.  The buffer is freed when G, B or yLy
         is read.
         """
+        if self._parts is not None:
+            raise NotImplementedError("workspace(): per-output statistics scale Φ once per output; pass Φ itself")
         rows = int(rows)
         w = self._work
         if w is None or w.shape[0] < rows:
@@ -166,9 +220,13 @@ class RankStatistics:
     @property
     def is_complete(self) -> bool:
         """True when no group is waiting for more of its pieces."""
+        if self._parts is not None:
+            return self._parts[0].is_complete
         return not self._open
 
     def check_complete(self):
+        if self._parts is not None:
+            return self._parts[0].check_complete()
         if self._open:
             gid, st = next(iter(self._open.items()))
             raise ValueError(
@@ -177,7 +235,8 @@ class RankStatistics:
             )
 
     def copy(self) -> "RankStatistics":
-        out = RankStatistics(self.n_features, self.n_outputs, group_weight=self.group_weight, ties=self.ties)
+        out = RankStatistics(self.n_features, self.n_outputs, group_weight=self.group_weight, ties=self.ties,
+                             per_output=self.per_output)
         out.merge(self)
         return out
 
@@ -213,6 +272,16 @@ class RankStatistics:
         Y = np.asarray(Y, dtype=np.float64).reshape(rows, -1) if rows else np.zeros((0, self.n_outputs))
         if Y.shape[1] != self.n_outputs:
             raise ValueError(f"Y has {Y.shape[1]} output column(s); the statistics have {self.n_outputs}")
+        if self._parts is not None:   # one pass per output over the same block (own scaling, own ties)
+            w = None
+            for k, part in enumerate(self._parts):
+                if w is not None and part._work is None:
+                    part._work = w         # share one workspace (parts run one after the other)
+                part.add_block(Phi, Y[:, k], gp, group_size=group_size, group_offset=group_offset,
+                               group_id=group_id)
+                w = part._work
+            self._sync_counts()
+            return self
         local = np.diff(gp)
         n_groups = local.shape[0]
         size = local if group_size is None else np.asarray(group_size, dtype=np.int64)
@@ -423,18 +492,23 @@ class RankStatistics:
     def _check_compatible(self, other):
         if not isinstance(other, RankStatistics):
             raise TypeError(f"can only merge RankStatistics, got {type(other).__name__}")
-        mine = (self.n_features, self.n_outputs, self.group_weight, self.ties)
-        theirs = (other.n_features, other.n_outputs, other.group_weight, other.ties)
+        mine = (self.n_features, self.n_outputs, self.group_weight, self.ties, self.per_output)
+        theirs = (other.n_features, other.n_outputs, other.group_weight, other.ties, other.per_output)
         other._flush()
         if mine != theirs:
             raise ValueError(
-                f"cannot merge statistics with (n_features, n_outputs, group_weight, ties) = {theirs} "
+                f"cannot merge statistics with (n_features, n_outputs, group_weight, ties, per_output) = {theirs} "
                 f"into {mine}"
             )
 
     def merge(self, other: "RankStatistics") -> "RankStatistics":
         """Add ``other`` into ``self`` (sums; open groups are joined) and return ``self``."""
         self._check_compatible(other)
+        if self._parts is not None:
+            for mine, theirs in zip(self._parts, other._parts):
+                mine.merge(theirs)
+            self._sync_counts()
+            return self
         self._G += other._G
         self._B += other._B
         self._yLy += other._yLy
@@ -463,7 +537,10 @@ class RankStatistics:
         W = np.asarray(W, dtype=np.float64)
         if W.ndim == 1:
             W = W[:, None]
-        quad = np.einsum("...iv,ij,...jv->...v", W, self.G, W)
+        if self._parts is not None:
+            quad = np.einsum("...iv,vij,...jv->...v", W, self.G, W)
+        else:
+            quad = np.einsum("...iv,ij,...jv->...v", W, self.G, W)
         lin = np.einsum("...iv,iv->...v", W, self.B)
         return quad - 2.0 * lin + self.yLy
 
@@ -471,17 +548,32 @@ class RankStatistics:
     def to_arrays(self, prefix: str = "") -> dict:
         """Arrays for :mod:`streamrank.persistence` (complete statistics only)."""
         self.check_complete()
-        return {
+        out = {
             f"{prefix}G": self.G,
             f"{prefix}B": self.B,
             f"{prefix}yLy": self.yLy,
             f"{prefix}counts": np.array([self.n_rows, self.n_groups, self.n_pairs], dtype=np.int64),
         }
+        if self._parts is not None:
+            out[f"{prefix}pairs"] = self.pairs_per_output
+        return out
 
     @classmethod
     def from_arrays(cls, arrays: dict, *, group_weight: str, ties: str, prefix: str = "") -> "RankStatistics":
         G = np.asarray(arrays[f"{prefix}G"], dtype=np.float64)
         B = np.asarray(arrays[f"{prefix}B"], dtype=np.float64)
+        if G.ndim == 3:                     # per-output Grams
+            yLy = np.asarray(arrays[f"{prefix}yLy"], dtype=np.float64)
+            n_rows, n_groups, _ = (int(c) for c in np.asarray(arrays[f"{prefix}counts"]))
+            pairs = np.asarray(arrays[f"{prefix}pairs"], dtype=np.int64)
+            out = cls(G.shape[-1], B.shape[1], group_weight=group_weight, ties=ties, per_output=True)
+            for k, part in enumerate(out._parts):
+                part._G[...] = G[k]
+                part._B[...] = B[:, k:k + 1]
+                part._yLy[...] = yLy[k:k + 1]
+                part.n_rows, part.n_groups, part.n_pairs = n_rows, n_groups, int(pairs[k])
+            out._sync_counts()
+            return out
         out = cls(G.shape[0], B.shape[1], group_weight=group_weight, ties=ties)
         out._G[...] = G
         out._B[...] = B
@@ -490,9 +582,10 @@ class RankStatistics:
         return out
 
     def __repr__(self):
+        open_ = self._parts[0]._open if self._parts is not None else self._open
         return (f"RankStatistics(n_features={self.n_features}, n_outputs={self.n_outputs}, "
                 f"n_rows={self.n_rows}, n_groups={self.n_groups}, n_pairs={self.n_pairs}, "
-                f"open_groups={len(self._open)})")
+                f"open_groups={len(open_)}{', per_output=True' if self._parts is not None else ''})")
 
 
 # ------------------------------------------------------------------ helpers
@@ -556,7 +649,7 @@ def _dense_row(S, g):
 
 
 def block_statistics(block, *, group_weight="pair", ties="include", transform=None,
-                     n_outputs=None) -> RankStatistics:
+                     n_outputs=None, per_output=False) -> RankStatistics:
     """One block's partial :class:`RankStatistics` (what a dask worker returns).
 
     ``transform`` maps ``block.X`` to Φ (e.g. kernel columns); default Φ = X.
@@ -566,7 +659,7 @@ def block_statistics(block, *, group_weight="pair", ties="include", transform=No
     Phi = block.X if transform is None else transform(block.X)
     Y = np.asarray(block.y, dtype=np.float64)
     v = (1 if Y.ndim == 1 else Y.shape[1]) if n_outputs is None else n_outputs
-    st = RankStatistics(Phi.shape[1], v, group_weight=group_weight, ties=ties)
+    st = RankStatistics(Phi.shape[1], v, group_weight=group_weight, ties=ties, per_output=per_output)
     gid = block.group_start + np.arange(block.n_groups, dtype=np.int64)
     st.add_block(Phi, Y, block.group_ptr, group_size=block.group_size, group_offset=block.group_offset,
                  group_id=gid)
@@ -578,7 +671,14 @@ class EigenPath:
 
     DESIGN §3.2: ``w(λ) = V (Λ + λ)⁻¹ Vᵀ B`` costs O(n² v) per λ after the
     O(n³) eigendecomposition.  Negative round-off eigenvalues of the PSD G are
-    clipped to 0.
+    clipped to 0.  G may be a stack (v, n, n) of per-output Grams (column k of
+    B with G[k]): then one eigendecomposition per output.
+
+    Attributes
+    ----------
+    parts : list of (cols, eigenvalues, V, VᵀB[:, cols]) — one entry for a
+        shared G (all columns), one per output for a stack.
+    eigenvalues, V, VtB : those of the shared G (None for a stack).
     """
 
     def __init__(self, G, B):
@@ -586,12 +686,22 @@ class EigenPath:
         B = np.asarray(B, dtype=np.float64)
         self.one_d = B.ndim == 1
         B2 = B[:, None] if self.one_d else B
-        if G.ndim != 2 or G.shape[0] != G.shape[1] or B2.shape[0] != G.shape[0]:
-            raise ValueError(f"G must be (n, n) and B (n,) or (n, v); got {G.shape} and {B.shape}")
-        lam, V = np.linalg.eigh((G + G.T) / 2.0)
-        self.eigenvalues = np.maximum(lam, 0.0)
-        self.V = V
-        self.VtB = V.T @ B2
+        stacked = G.ndim == 3
+        ok = (G.ndim in (2, 3) and G.shape[-1] == G.shape[-2] and B2.ndim == 2 and B2.shape[0] == G.shape[-1]
+              and (not stacked or G.shape[0] == B2.shape[1]))
+        if not ok:
+            raise ValueError(f"G must be (n, n) or (v, n, n) and B (n,) or (n, v); got {G.shape} and {B.shape}")
+        self.n_features, self.n_outputs = B2.shape
+        self.parts = []
+        for k, Gk in enumerate(G if stacked else [G]):
+            lam, V = np.linalg.eigh((Gk + Gk.T) / 2.0)
+            cols = np.array([k]) if stacked else np.arange(B2.shape[1])
+            self.parts.append((cols, np.maximum(lam, 0.0), V, V.T @ B2[:, cols]))
+        self.shared = not stacked
+        if self.shared:
+            _, self.eigenvalues, self.V, self.VtB = self.parts[0]
+        else:
+            self.eigenvalues = self.V = self.VtB = None
 
     def _check(self, alpha):
         alpha = float(alpha)
@@ -602,16 +712,25 @@ class EigenPath:
     def coef(self, alpha) -> np.ndarray:
         """w(λ): (n,) for 1-D B, else (n, v)."""
         alpha = self._check(alpha)
-        W = self.V @ (self.VtB / (self.eigenvalues + alpha)[:, None])
+        W = np.empty((self.n_features, self.n_outputs))
+        for cols, lam, V, VtB in self.parts:
+            W[:, cols] = V @ (VtB / (lam + alpha)[:, None])
         return W[:, 0] if self.one_d else W
 
     def coefs(self, alphas) -> np.ndarray:
         """Stack of w(λ) for every λ: (a, n) or (a, n, v)."""
-        return np.stack([self.coef(a) for a in np.atleast_1d(alphas)]) if len(np.atleast_1d(alphas)) else \
-            np.zeros((0,) + self.VtB.shape[:1] + (() if self.one_d else self.VtB.shape[1:]))
+        alphas = np.atleast_1d(alphas)
+        if len(alphas):
+            return np.stack([self.coef(a) for a in alphas])
+        return np.zeros((0, self.n_features) + (() if self.one_d else (self.n_outputs,)))
+
+    def _shared_only(self, what):
+        if not self.shared:
+            raise NotImplementedError(f"EigenPath.{what}: G is a per-output stack; use parts[k]")
 
     def apply_inverse(self, alpha, R) -> np.ndarray:
-        """(G + λI)⁻¹ R for R (n,) or (n, k)."""
+        """(G + λI)⁻¹ R for R (n,) or (n, k) (shared G only)."""
+        self._shared_only("apply_inverse")
         alpha = self._check(alpha)
         R = np.asarray(R, dtype=np.float64)
         Rv = self.V.T @ R
@@ -619,6 +738,7 @@ class EigenPath:
         return self.V @ Rv
 
     def inverse(self, alpha) -> np.ndarray:
-        """(G + λI)⁻¹ as a dense (n, n) array."""
+        """(G + λI)⁻¹ as a dense (n, n) array (shared G only)."""
+        self._shared_only("inverse")
         alpha = self._check(alpha)
         return (self.V / (self.eigenvalues + alpha)) @ self.V.T

@@ -129,11 +129,12 @@ class RankRLS(BaseRanker):
 
     # ------------------------------------------------- statistics (pass 1)
     def _new_statistics(self, n_features, n_outputs) -> RankStatistics:
-        return RankStatistics(n_features, n_outputs, group_weight=self.group_weight, ties=self.ties)
+        return RankStatistics(n_features, n_outputs, group_weight=self.group_weight, ties=self.ties,
+                              per_output=True)
 
     def _statistics_of_block(self, block) -> RankStatistics:
         """One block's partial statistics (a dask worker's job); merge with ``+=``."""
-        return block_statistics(block, group_weight=self.group_weight, ties=self.ties)
+        return block_statistics(block, group_weight=self.group_weight, ties=self.ties, per_output=True)
 
     def _accumulate(self, source, max_rows, stats=None) -> RankStatistics:
         if stats is None:
@@ -149,13 +150,20 @@ class RankRLS(BaseRanker):
 
     # --------------------------------------------------------- solve (step 2)
     def _solve(self, stats, alpha):
-        """(G + alpha I)⁻¹ B by Cholesky (n, v)."""
-        n = stats.n_features
-        A = stats.G + alpha * np.eye(n)
+        """(G + alpha I)⁻¹ B by Cholesky (n, v); per output with per-output Grams (ties="exclude", v > 1)."""
+        B = stats.B
+        if stats.per_output:
+            return np.column_stack([self._solve_one(stats.gram(k), B[:, k:k + 1], alpha)[:, 0]
+                                    for k in range(stats.n_outputs)])
+        return self._solve_one(stats.G, B, alpha)
+
+    @staticmethod
+    def _solve_one(G, B, alpha):
+        A = G + alpha * np.eye(G.shape[0])
         try:
-            return scipy.linalg.solve(A, stats.B, assume_a="pos", check_finite=False)
+            return scipy.linalg.solve(A, B, assume_a="pos", check_finite=False)
         except (np.linalg.LinAlgError, scipy.linalg.LinAlgError):  # pragma: no cover - tiny alpha
-            return EigenPath(stats.G, stats.B).coef(alpha)
+            return EigenPath(G, B).coef(alpha)
 
     def _fit_statistics(self, stats: RankStatistics, *, y_1d=None):
         """Finish a fit from summed statistics: the solve and the fitted attributes."""

@@ -194,7 +194,7 @@ def cross_validate(model, source=None, *, alphas=None, folds=5, scoring="squared
                 ev.update(block, P)
             else:
                 sq += _block_loss(model, block, P)
-        per_out = ev.result() if ev is not None else sq / max(total.n_pairs, 1)
+        per_out = ev.result() if ev is not None else sq / np.maximum(total.pairs_per_output, 1)
         fold_stats = None
     else:
         if isinstance(folds, bool) or not isinstance(folds, (int, np.integer)) or folds < 2:
@@ -212,7 +212,7 @@ def cross_validate(model, source=None, *, alphas=None, folds=5, scoring="squared
             ep = EigenPath(total.G - st.G, total.B - st.B)
             Ws.append(np.stack([ep.coef(a) for a in alphas]))          # (a, n, v)
         if kind == "squared":
-            per_out = sum(st.loss(W) for st, W in zip(fold_stats, Ws)) / max(total.n_pairs, 1)
+            per_out = sum(st.loss(W) for st, W in zip(fold_stats, Ws)) / np.maximum(total.pairs_per_output, 1)
         else:
             ev = _Evaluators(kind, k, len(alphas), n_out)
             for block in source.blocks(max_rows=max_rows, split_groups=True):
@@ -288,32 +288,33 @@ def _lqo_blocks(model, source, alphas, max_rows):
 
     st = model.stats_
     ep = model._eigenpath()
-    lam = ep.eigenvalues
-    VtB = ep.VtB                                           # (n, v)
     for block in source.blocks(max_rows=max_rows, split_groups=False):
         gp = block.group_ptr
         sizes = np.diff(gp)
         if block.n_groups and sizes.max() > MAX_LQO_GROUP_ROWS:
             raise ValueError(f"leave_query_out: a group has {int(sizes.max())} rows, more than "
                              f"{MAX_LQO_GROUP_ROWS}; held-out predictions need an n_g x n_g solve per group")
-        Z = np.asarray(block.X @ ep.V, dtype=np.float64)    # (rows, n)
         Y = np.asarray(block.y, dtype=np.float64).reshape(block.n_rows, -1)
         P = np.zeros((block.n_rows, len(alphas), st.n_outputs))
         w = group_weights(sizes, model.group_weight)
-        for k in np.unique(sizes):
-            if k == 0:
-                continue
-            grp = np.flatnonzero(sizes == k)
-            rows = gp[grp][:, None] + np.arange(k)           # (G, k)
-            Zg, Yg = Z[rows], Y[rows]                        # (G, k, n), (G, k, v)
-            Lg = _batched_laplacians(Yg[:, :, 0], w[grp], model.ties)
-            LY = Lg @ Yg
-            I = np.eye(k)
-            for i, alpha in enumerate(alphas):
-                Zs = Zg / (lam + alpha)
-                Q = Zs @ np.swapaxes(Zg, 1, 2)                   # (G, k, k)
-                r = Zs @ VtB - Q @ LY                            # (G, k, v)
-                P[rows, i] = r + Q @ np.linalg.solve(I - Lg @ Q, Lg @ r)
+        # one part per G: all outputs for a shared G, output k alone for per-output Grams (own ties)
+        for cols, lam, V, VtB in ep.parts:
+            out = slice(int(cols[0]), int(cols[-1]) + 1)
+            Z = np.asarray(block.X @ V, dtype=np.float64)    # (rows, n)
+            for k in np.unique(sizes):
+                if k == 0:
+                    continue
+                grp = np.flatnonzero(sizes == k)
+                rows = gp[grp][:, None] + np.arange(k)           # (G, k)
+                Zg, Yg = Z[rows], Y[rows][:, :, out]             # (G, k, n), (G, k, |cols|)
+                Lg = _batched_laplacians(Y[rows][:, :, out.start], w[grp], model.ties)
+                LY = Lg @ Yg
+                I = np.eye(k)
+                for i, alpha in enumerate(alphas):
+                    Zs = Zg / (lam + alpha)
+                    Q = Zs @ np.swapaxes(Zg, 1, 2)                   # (G, k, k)
+                    r = Zs @ VtB - Q @ LY                            # (G, k, |cols|)
+                    P[rows, i, out] = r + Q @ np.linalg.solve(I - Lg @ Q, Lg @ r)
         yield block, P
 
 
