@@ -74,6 +74,18 @@ def _class_sums(X, ids, n_ids):
     """(n_ids, n) dense float64 feature sums of the rows of each id."""
     if n_ids == 0:
         return np.zeros((0, X.shape[1]))
+    if sp.issparse(X):    # rows sorted by id, then one column bincount per id: O(nnz + n_ids n)
+        X = X.tocsr()
+        order = np.argsort(ids, kind="stable")
+        Xs = X[order]
+        bounds = np.searchsorted(ids[order], np.arange(n_ids + 1))
+        ptr = Xs.indptr[bounds]
+        out = np.zeros((n_ids, X.shape[1]))
+        for c in range(n_ids):
+            a, b = ptr[c], ptr[c + 1]
+            if b > a:
+                out[c] = np.bincount(Xs.indices[a:b], weights=Xs.data[a:b], minlength=X.shape[1])
+        return out
     S = _id_sums(X if sp.issparse(X) else np.asarray(X, dtype=np.float64), ids, n_ids)
     return np.asarray(S.toarray() if sp.issparse(S) else S, dtype=np.float64)
 
