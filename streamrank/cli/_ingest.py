@@ -129,32 +129,52 @@ def _ingest_letor(args, src, member, counts):
         _open_group_target(args.store, n_features, sparse=sparse)
 
 
+def with_last(items):
+    """``(item, is_last)`` for each item of an iterable (one item of lookahead)."""
+    it = iter(items)
+    try:
+        prev = next(it)
+    except StopIteration:
+        return
+    for item in it:
+        yield prev, False
+        prev = item
+    yield prev, True
+
+
 def _ingest_npz(args, src, counts):
+    """An ``.npz`` of X, y, qid, read ``--max-rows`` rows (whole queries) at a time (:func:`iter_npz`).
+
+    One append per chunk: ``ID#0``, ``ID#1``, ... (a file of one chunk: ``ID``);
+    a killed ingest leaves the committed chunks and a rerun skips them.
+    """
     import scipy.sparse as sp
 
-    try:
-        z = np.load(src, allow_pickle=False)
-    except Exception as exc:  # zipfile.BadZipFile, ValueError, OSError
-        raise ValueError(f"{src} is not a .npz archive of X, y, qid ({type(exc).__name__}); "
-                         "use --format letor for text") from None
-    with z:
-        if not hasattr(z, "files"):
-            raise ValueError(f"{src} is a .npy array, not a .npz archive with X, y, qid")
-        missing = [k for k in ("X", "y", "qid") if k not in z.files]
-        if missing:
-            raise ValueError(f"{src}: a .npz to ingest needs arrays X, y, qid; missing {missing}")
-        X, y, qid = z["X"], z["y"], z["qid"]
-    if args.sparse and not sp.issparse(X):
-        X = sp.csr_matrix(X)
-    n_out = 1 if np.ndim(y) == 1 else int(np.shape(y)[1])
-    store, _ = _open_group_target(args.store, int(np.shape(X)[1]), sparse=sp.issparse(X), n_outputs=n_out)
-    if store.sparse != sp.issparse(X):
-        X = sp.csr_matrix(X) if store.sparse else X.toarray()
-    with _progress(args, len(y), desc=f"ingest {Path(src).name}") as bar:
-        done = store.append(X, y, qid, batch_id=args.batch_id or _default_batch_id(src, None))
-        bar.update(len(y))
-    counts["rows" if done else "skipped_rows"] += len(y)
-    counts["batches" if done else "skipped"] += 1
+    from ..io.npz import iter_npz
+
+    import zipfile
+
+    if not zipfile.is_zipfile(src):
+        raise ValueError(f"{src} is not a .npz archive of X, y, qid (a .npy array or another file); "
+                         "use --format letor for text")
+    base = args.batch_id or _default_batch_id(src, None)
+    store = None
+    rows = 0
+    with _progress(args, None, desc=f"ingest {Path(src).name}") as bar:
+        for i, ((X, y, qid), last) in enumerate(with_last(iter_npz(src, chunk_rows=args.max_rows))):
+            if store is None:
+                n_out = 1 if np.ndim(y) == 1 else int(np.shape(y)[1])
+                store, _ = _open_group_target(args.store, int(np.shape(X)[1]), sparse=args.sparse,
+                                              n_outputs=n_out)
+            if store.sparse:
+                X = sp.csr_matrix(X)
+            done = store.append(X, y, qid, batch_id=base if (last and i == 0) else f"{base}#{i}")
+            counts["rows" if done else "skipped_rows"] += len(y)
+            counts["batches" if done else "skipped"] += 1
+            rows += len(y)
+            bar.update(len(y))
+    if store is None:
+        raise ValueError(f"{src}: the archive holds no rows; nothing to ingest")
 
 
 def _ingest_zarr(args, src, counts):
@@ -187,12 +207,73 @@ def _ingest_zarr(args, src, counts):
         target = TupleStore.create(p, source.n_query_features, source.n_item_features, overwrite=p.exists())
     tag = source.log[-1]["checksum"][-12:] if source.log else "empty"
     with _progress(args, source.n_tuples, unit="tuples", desc=f"ingest {Path(src).name}") as bar:
-        tup, mag = source.read_tuples()
-        done = target.append(source.Q, source.D, tup, magnitudes=mag,
-                             batch_id=args.batch_id or f"{Path(src).name}@{tag}")
-        bar.update(source.n_tuples)
-    counts["tuples" if done else "skipped_tuples"] += source.n_tuples
-    counts["batches" if done else "skipped"] += 1
+        copy_tuple_store(source, target, args.batch_id or f"{Path(src).name}@{tag}", counts,
+                         rows_per_append=args.max_rows, progress=bar.update)
+
+
+TUPLES_PER_ROW_BUDGET = 8   # a tuple append carries up to 8 x --max-rows tuples (24 B each)
+
+
+def copy_tuple_store(source, target, base_id, counts, *, rows_per_append=65_536, progress=None):
+    """Append every batch of the TupleStore ``source`` to ``target`` in bounded pieces.
+
+    Source batch i becomes appends ``{base_id}#{i}.{j}``: first its ``Q`` and
+    ``D`` rows, ``rows_per_append`` at a time, then its tuples,
+    ``8 * rows_per_append`` at a time (``rows="global"``, translated by the
+    target's row counts where the copy began), the first tuple piece riding
+    on the last row piece — a batch that fits is one append.  Memory is one
+    piece, whatever the size of the source.  Each append is atomic and
+    idempotent by its id: a killed copy leaves the target at its last
+    committed piece and a rerun skips the committed pieces (the offsets come
+    from the logged start of piece ``#0.0``) and completes the copy.
+    """
+    import scipy.sparse as sp
+
+    P = max(1, int(rows_per_append))
+    T = P * TUPLES_PER_ROW_BUDGET
+    first = next((e for e in target.log if e.get("batch_id") == f"{base_id}#0.0"), None)
+    if first is not None:
+        off_q, off_d = first["q_rows"][0], first["d_rows"][0]
+    else:
+        off_q, off_d = target.n_queries, target.n_items
+    shift = np.array([off_q, off_d, off_d], dtype=np.int64)
+    present = {e.get("batch_id") for e in target.log}
+
+    def rows(side, r0, r1, nf):
+        if r1 <= r0:
+            return None
+        ip, ind, dat = source._read_piece(side, r0, r1)
+        return sp.csr_matrix((dat, ind, ip), shape=(r1 - r0, nf))
+
+    for i, e in enumerate(source.log):
+        (q0, q1), (d0, d1), (l0, l1) = e["q_rows"], e["d_rows"], e["tuples"]
+        n_row = max(-(-(q1 - q0) // P), -(-(d1 - d0) // P), 1)
+        n_tup = max(-(-(l1 - l0) // T), 1)
+        appended = False
+        for j in range(n_row + n_tup - 1):
+            k = j - (n_row - 1)
+            bid = f"{base_id}#{i}.{j}"
+            if bid in present:   # committed by an earlier (maybe killed) copy: not even read again
+                n = max(0, min(l0 + (k + 1) * T, l1) - (l0 + k * T)) if k >= 0 else 0
+                counts["skipped_tuples"] += n
+                if progress is not None:
+                    progress(n)
+                continue
+            Q = rows("Q", q0 + j * P, min(q0 + (j + 1) * P, q1), source.n_query_features)
+            D = rows("D", d0 + j * P, min(d0 + (j + 1) * P, d1), source.n_item_features)
+            if k >= 0:
+                t0, t1 = l0 + k * T, min(l0 + (k + 1) * T, l1)
+                tup, mag = source.read_tuples(t0, t1)
+                tup = tup + shift
+            else:
+                t0 = t1 = l0
+                tup, mag = np.zeros((0, 3), np.int64), np.zeros(0)
+            done = target.append(Q, D, tup, magnitudes=mag, batch_id=bid, rows="global")
+            appended |= bool(done)
+            counts["tuples" if done else "skipped_tuples"] += t1 - t0
+            if progress is not None:
+                progress(t1 - t0)
+        counts["batches" if appended else "skipped"] += 1
 
 
 def cmd_ingest(args) -> int:

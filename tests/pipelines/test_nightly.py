@@ -258,7 +258,7 @@ def test_fixed_validation_store_and_group_weight(tmp_path):
                              "--alphas", "0.5,2", "--validation", str(val.path), "--group-weight", "query",
                              "--ties", "exclude", "--no-plot"]) == 0
     meta = nightly.read_version(models, "v0002")
-    assert meta["validation"] == {"store": str(val.path)} and meta["params"]["group_weight"] == "query"
+    assert meta["validation"] == {"scheme": "fixed-store", "store": str(val.path)} and meta["params"]["group_weight"] == "query"
     final = sr.load(models / "current")
     ref = sr.RankRLS(alpha=final.alpha, solver="primal", group_weight="query", ties="exclude")
     np.testing.assert_allclose(final.coef_, ref.fit(sr.GroupStore.open(store)).coef_, rtol=1e-8)

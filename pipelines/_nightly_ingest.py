@@ -1,0 +1,266 @@
+"""Nightly pipeline, step 1: ingest day files into the store in bounded chunks, idempotently.
+
+A day's ``batch_id`` is ``"sha256:<hex>"``, the hash of its content
+(:func:`content_hash`, read in 1 MiB pieces).  The day is read in chunks of
+whole query groups (:func:`iter_day`: svmlight/LETOR text through
+:func:`streamrank.io.svmlight.iter_svmlight`, ``.npz`` through
+:func:`streamrank.io.npz.iter_npz`, a GroupStore block by block), at most
+``chunk_bytes`` of input at a time, and every chunk is one atomic append:
+
+* the chunk starting at row r of the day gets ``"sha256:<hex>#<r>"``, the
+  day's last chunk the plain ``"sha256:<hex>"`` — so the plain id in the log
+  means *the whole day is in the store* (a one-chunk day is one batch with the
+  plain id, as before), and a duplicated night is recognised without reading
+  the file;
+* a killed ingest leaves the store at its last committed chunk (each append
+  is atomic; the next append cuts the torn tail).  The rerun finds the day's
+  committed chunks, skips their rows (``#<r>`` ids are row offsets, so the
+  chunk size may even change between runs) and appends the rest.
+
+Memory is one chunk (two with the one-chunk lookahead that finds the last
+one) plus the largest query, whatever the size of the day.
+
+Tuple days (``--learner sgd-bilinear``): an ``.npz`` of ``Q``, ``D``,
+``tuples`` is one append (read whole; ``Q``/``D`` of one day); a TupleStore
+day is copied piece by piece (:func:`streamrank.cli._ingest.copy_tuple_store`,
+ids ``"sha256:<hex>#<batch>.<piece>"``), resumable the same way.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+
+import numpy as np
+import scipy.sparse as sp
+
+import streamrank as sr
+
+__all__ = ["content_hash", "iter_day", "read_day", "ingest", "day_entries", "day_span", "newest_day",
+           "read_tuple_day", "ingest_tuples", "verify_new"]
+
+DEFAULT_CHUNK_BYTES = 8 << 20
+
+
+def content_hash(path) -> str:
+    """``sha256:<hex>`` of a day's content: file bytes, or a zarr store's logged batch checksums."""
+    p = Path(path)
+    h = hashlib.sha256()
+    if p.is_dir():
+        try:
+            store = sr.GroupStore.open(p)
+        except Exception:
+            store = None
+        if store is not None:
+            h.update(json.dumps([(e["rows"], e["groups"], e["checksum"]) for e in store.batches]).encode())
+        else:
+            for f in sorted(q for q in p.rglob("*") if q.is_file()):
+                h.update(str(f.relative_to(p)).encode())
+                with open(f, "rb") as fh:
+                    for chunk in iter(lambda: fh.read(1 << 20), b""):
+                        h.update(chunk)
+    else:
+        with open(p, "rb") as fh:
+            for chunk in iter(lambda: fh.read(1 << 20), b""):
+                h.update(chunk)
+    return "sha256:" + h.hexdigest()
+
+
+def _rows_for(chunk_bytes, row_bytes):
+    return max(1, int(chunk_bytes) // max(1, int(row_bytes)))
+
+
+def iter_day(path, *, n_features=None, sparse=False, chunk_bytes=DEFAULT_CHUNK_BYTES):
+    """One day's ``(X, y, qid)`` in chunks of whole query groups, about ``chunk_bytes`` of input each.
+
+    ``.npz`` (``X``, ``y``, ``qid``), a GroupStore directory, or svmlight/LETOR
+    text (plain or gzip; ``n_features`` None: inferred from the first chunk).
+    ``X`` comes as CSR when ``sparse``, else dense.
+    """
+    p = Path(path)
+
+    def conv(X):
+        if sparse and not sp.issparse(X):
+            return sp.csr_matrix(X)
+        if not sparse and sp.issparse(X):
+            return X.toarray()
+        return X
+
+    if p.is_dir():
+        store = sr.GroupStore.open(p)
+        if not store.n_rows:
+            raise ValueError(f"{p}: the day's store is empty")
+        rows = _rows_for(chunk_bytes, 4 * store.n_features + 16)
+        for b in store.blocks(max_rows=rows, prefetch=False):
+            yield conv(b.X), b.y, b.row_qid()
+    elif p.suffix == ".npz":
+        from streamrank.io.npz import iter_npz
+
+        for X, y, qid in iter_npz(p, chunk_bytes=chunk_bytes):
+            yield conv(X), y, qid
+    else:
+        from streamrank.io.svmlight import iter_svmlight
+
+        for X, y, qid in iter_svmlight(str(p), n_features=n_features, dense=not sparse,
+                                       chunk_bytes=int(chunk_bytes)):
+            if qid is None:
+                raise ValueError(f"{p}: the day file has no qid: fields; nightly logs need query ids")
+            yield X, y, qid
+
+
+def read_day(path, *, n_features=None, sparse=False):
+    """One day's ``(X, y, qid)`` read whole (the chunks of :func:`iter_day` joined; for small days)."""
+    parts = list(iter_day(path, n_features=n_features, sparse=sparse))
+    if not parts:
+        raise ValueError(f"{path}: the day holds no rows")
+    X = sp.vstack([a for a, _, _ in parts], format="csr") if sparse else np.concatenate([a for a, _, _ in parts])
+    return X, np.concatenate([b for _, b, _ in parts]), np.concatenate([c for _, _, c in parts])
+
+
+def _with_last(items):
+    it = iter(items)
+    try:
+        prev = next(it)
+    except StopIteration:
+        return
+    for item in it:
+        yield prev, False
+        prev = item
+    yield prev, True
+
+
+def day_entries(log, bid):
+    """Log entries of the day with content hash ``bid`` (its chunks ``bid#<row>`` and ``bid`` itself)."""
+    return [e for e in log if e.get("batch_id") == bid or str(e.get("batch_id", "")).startswith(bid + "#")]
+
+
+def day_span(entries, key="groups"):
+    """``[first, last)`` of ``key`` over a day's entries (contiguous unless a crash interleaved days)."""
+    if not entries:
+        return None
+    return [min(e[key][0] for e in entries), max(e[key][1] for e in entries)]
+
+
+def newest_day(log):
+    """The trailing run of log entries that belong to the newest day (same content hash), oldest first."""
+    if not log:
+        return []
+    day = str(log[-1].get("batch_id") or "").split("#")[0]
+    out = []
+    for e in reversed(log):
+        if str(e.get("batch_id") or "").split("#")[0] != day:
+            break
+        out.append(e)
+    return out[::-1]
+
+
+def ingest(store_path, files, *, sparse=False, chunk_bytes=DEFAULT_CHUNK_BYTES):
+    """Append each day file to the store (created from the first chunk); idempotent by content hash.
+
+    Returns one dict per file: ``batch_id`` (the day's hash), ``file``,
+    ``appended`` (False: the whole day was already in the store), ``chunks``
+    appended tonight, the ``rows`` and ``groups`` span of the day and
+    ``batch_ids`` (every log entry of the day).
+    """
+    store_path = Path(store_path)
+    store = sr.GroupStore.open(store_path, mode="a") if (store_path / "zarr.json").exists() else None
+    out = []
+    for f in files:
+        bid = content_hash(f)
+        log = store.batches if store is not None else []
+        appended = 0
+        if not any(e.get("batch_id") == bid for e in log):
+            done = sum(e["rows"][1] - e["rows"][0] for e in day_entries(log, bid))  # a killed run's chunks
+            r = 0   # row of the day at which the current chunk starts
+            chunks = iter_day(f, n_features=store.n_features if store is not None else None,
+                              sparse=store.sparse if store is not None else sparse, chunk_bytes=chunk_bytes)
+            for (X, y, qid), last in _with_last(chunks):
+                k = len(y)
+                if r + k <= done and not last:
+                    r += k
+                    continue
+                if r < done:   # the committed part ends inside this chunk (another chunk size before)
+                    cut = done - r
+                    if cut >= k or qid[cut - 1] == qid[cut]:
+                        raise ValueError(f"{f}: the store holds {done} rows of this day, which do not end "
+                                         "on a query boundary of the file; was the file changed?")
+                    X, y, qid, r = X[cut:], y[cut:], qid[cut:], done
+                if store is None:
+                    store = sr.GroupStore.create(store_path, n_features=X.shape[1], sparse=sp.issparse(X),
+                                                 n_outputs=1 if np.ndim(y) == 1 else np.shape(y)[1])
+                appended += bool(store.append(X, y, qid, batch_id=bid if last else f"{bid}#{r}"))
+                r += len(y)
+            if store is None:
+                raise ValueError(f"{f}: the day holds no rows")
+        entries = day_entries(store.batches, bid)
+        out.append({"batch_id": bid, "file": str(f), "appended": bool(appended), "chunks": appended,
+                    "rows": day_span(entries, "rows"), "groups": day_span(entries, "groups"),
+                    "batch_ids": [e["batch_id"] for e in entries]})
+    return out
+
+
+# ------------------------------------------------------------------ tuples
+def read_tuple_day(path):
+    """One day of tuples from an ``.npz`` with ``Q``, ``D`` (dense or CSR parts ``Q_data``,
+    ``Q_indices``, ``Q_indptr``, ``Q_shape``), ``tuples`` (rows local to this file's Q and D),
+    optional ``magnitudes``."""
+    p = Path(path)
+    with np.load(p, allow_pickle=False) as z:
+        def mat(name):
+            if name in z.files:
+                return sp.csr_matrix(z[name])
+            parts = [f"{name}_{k}" for k in ("data", "indices", "indptr", "shape")]
+            if all(k in z.files for k in parts):
+                return sp.csr_matrix((z[parts[0]], z[parts[1]], z[parts[2]]), shape=tuple(z[parts[3]]))
+            raise ValueError(f"{p}: a tuple day needs {name} (dense) or {', '.join(parts)}")
+        if "tuples" not in z.files:
+            raise ValueError(f"{p}: a tuple day needs an array 'tuples' (l, 3)")
+        mag = z["magnitudes"] if "magnitudes" in z.files else None
+        return mat("Q"), mat("D"), z["tuples"], mag
+
+
+def ingest_tuples(store_path, files):
+    """Append each tuple day to a TupleStore (created from the first); idempotent by content hash."""
+    from streamrank.cli._ingest import copy_tuple_store
+
+    store_path = Path(store_path)
+    store = sr.TupleStore.open(store_path, mode="a") if (store_path / "zarr.json").exists() else None
+    out = []
+    for f in files:
+        bid = content_hash(f)
+        log = store.log if store is not None else []
+        appended = False
+        if Path(f).is_dir():
+            src = sr.TupleStore.open(f)
+            if store is None:
+                store = sr.TupleStore.create(store_path, src.n_query_features, src.n_item_features)
+            counts = {"tuples": 0, "skipped_tuples": 0, "batches": 0, "skipped": 0}
+            copy_tuple_store(src, store, bid, counts)
+            appended = counts["batches"] > 0
+        elif not any(e.get("batch_id") == bid for e in log):
+            Q, D, tup, mag = read_tuple_day(f)
+            if store is None:
+                store = sr.TupleStore.create(store_path, Q.shape[1], D.shape[1])
+            appended = store.append(Q, D, tup, magnitudes=mag, batch_id=bid)
+        entries = day_entries(store.log, bid)
+        span = day_span(entries, "tuples")
+        out.append({"batch_id": bid, "file": str(f), "appended": bool(appended), "tuples": span, "rows": span,
+                    "batch_ids": [e["batch_id"] for e in entries]})
+    return out
+
+
+# ------------------------------------------------------------------ verify
+def verify_new(store, ingested, *, full=False):
+    """Re-read tonight's new batches (and the batch before them, whose last chunk an append rewrote)
+    against their logged checksums; ``full``: every batch of the store.  Returns the ids checked
+    (or the count, for ``full``); raises ``StoreFormatError`` naming a damaged batch."""
+    if full:
+        return {"batches": store.verify(), "full": True}
+    log = store.log
+    new = {b for rec in ingested if rec["appended"] for b in rec["batch_ids"]}
+    idx = [i for i, e in enumerate(log) if e.get("batch_id") in new]
+    if idx and idx[0] > 0:
+        new.add(log[idx[0] - 1].get("batch_id"))
+    if not new:
+        return {"batches": 0, "full": False}
+    return {"batches": store.verify(batch_ids=new), "full": False}

@@ -1,0 +1,136 @@
+"""Row-chunked reading of ``.npz`` archives of ``(X, y, qid)`` (a day file of the nightly pipeline).
+
+``np.load`` of an ``.npz`` member reads the array whole (a deflated member
+has to be inflated whole; ``mmap_mode`` is ignored for archives).  Both
+kinds of member are, however, a stream: a ``.npy`` header followed by the
+C-order bytes.  :func:`iter_npz` opens the ``X``, ``y`` and ``qid`` members
+side by side (``zipfile`` inflates a deflated member as it is read; a stored
+one is a plain read) and yields whole query groups, ``chunk_rows`` rows at a
+time: memory is one chunk plus the largest query, whatever the file size,
+for compressed (``np.savez_compressed``) and uncompressed (``np.savez``)
+archives alike.  A stored member could also be memory-mapped at its offset,
+but that saves only one copy per chunk and does not help deflated members,
+so one code path serves both.
+
+Fortran-ordered arrays cannot be read by rows; they (and only they) are
+loaded whole.  Object arrays are refused (no pickle).
+"""
+from __future__ import annotations
+
+import zipfile
+from typing import Iterator
+
+import numpy as np
+from numpy.lib import format as npf
+
+__all__ = ["iter_npz"]
+
+NEEDED = ("X", "y", "qid")
+
+
+class _RowStream:
+    """Rows of one ``.npy`` member of an open zip archive, read in order."""
+
+    def __init__(self, zf, name, path):
+        self.name = name
+        self._f = zf.open(name + ".npy")
+        version = npf.read_magic(self._f)
+        if version == (1, 0):
+            shape, fortran, dtype = npf.read_array_header_1_0(self._f)
+        elif version == (2, 0):
+            shape, fortran, dtype = npf.read_array_header_2_0(self._f)
+        else:  # (3, 0): utf-8 header, same layout
+            shape, fortran, dtype = npf._read_array_header(self._f, version)
+        if dtype.hasobject:
+            raise ValueError(f"{path}: array {name!r} holds Python objects; only numeric arrays are read "
+                             "(no pickle)")
+        if len(shape) == 0:
+            raise ValueError(f"{path}: array {name!r} is a scalar; expected one entry per row")
+        self.shape, self.dtype = tuple(shape), dtype
+        self._whole = None
+        if fortran and len(shape) > 1:   # column-major: rows are not contiguous, read it whole
+            self._whole = np.asarray(np.load(zf.open(name + ".npy"), allow_pickle=False))
+        self._row_bytes = int(np.prod(shape[1:], dtype=np.int64)) * dtype.itemsize
+        self._pos = 0
+
+    def read(self, k: int) -> np.ndarray:
+        if self._whole is not None:
+            out = self._whole[self._pos:self._pos + k]
+            self._pos += k
+            return out
+        want = k * self._row_bytes
+        parts, got = [], 0
+        while got < want:
+            b = self._f.read(want - got)
+            if not b:
+                raise ValueError(f"array {self.name!r} ends after {self._pos} + {got // max(self._row_bytes, 1)} "
+                                 f"rows; its header promised {self.shape[0]}")
+            parts.append(b)
+            got += len(b)
+        self._pos += k
+        buf = parts[0] if len(parts) == 1 else b"".join(parts)
+        return np.frombuffer(buf, dtype=self.dtype).reshape((k,) + self.shape[1:])
+
+    def close(self):
+        self._f.close()
+
+
+def _open(path):
+    try:
+        return zipfile.ZipFile(path)
+    except (zipfile.BadZipFile, OSError) as exc:
+        raise ValueError(f"{path} is not a .npz archive of X, y, qid ({type(exc).__name__})") from None
+
+
+def iter_npz(path, *, chunk_rows: int = 65_536, chunk_bytes: int | None = None) -> Iterator[tuple]:
+    """Yield ``(X, y, qid)`` chunks of whole query groups from an ``.npz`` with arrays X, y, qid.
+
+    Chunks hold about ``chunk_rows`` rows (with ``chunk_bytes``: as many rows
+    as fit in that many bytes of X, y and qid, from the arrays' headers): the rows of the last query of a
+    chunk are carried over to the next one (a query larger than a chunk grows
+    that chunk).  ``qid`` must keep each query's rows contiguous (as a
+    :class:`~streamrank.GroupStore` requires); the arrays are returned as
+    stored (the store's ``append`` validates and casts them).
+    """
+    chunk_rows = int(chunk_rows)
+    if chunk_rows < 1:
+        raise ValueError(f"chunk_rows must be >= 1, got {chunk_rows}")
+    if chunk_bytes is not None and int(chunk_bytes) < 1:
+        raise ValueError(f"chunk_bytes must be >= 1, got {chunk_bytes}")
+    with _open(path) as zf:
+        names = {n[:-4] for n in zf.namelist() if n.endswith(".npy")}
+        missing = [k for k in NEEDED if k not in names]
+        if missing:
+            raise ValueError(f"{path}: .npz needs arrays X, y, qid; missing {missing}")
+        streams = [_RowStream(zf, k, path) for k in NEEDED]
+        try:
+            X, y, q = streams
+            n = X.shape[0]
+            if len(X.shape) != 2:
+                raise ValueError(f"{path}: X must be 2-D (rows, features), got shape {X.shape}")
+            for s in (y, q):
+                if s.shape[0] != n:
+                    raise ValueError(f"{path}: {s.name} has {s.shape[0]} rows but X has {n}")
+            if chunk_bytes is not None:
+                chunk_rows = max(1, int(chunk_bytes) // max(1, sum(s._row_bytes for s in streams)))
+            carry = None
+            for a in range(0, n, chunk_rows):
+                k = min(chunk_rows, n - a)
+                Xc, yc, qc = X.read(k), y.read(k), q.read(k)
+                if carry is not None:
+                    Xc, yc, qc = (np.concatenate((c, p)) for c, p in zip(carry, (Xc, yc, qc)))
+                    carry = None
+                if a + k < n:   # hold back the last query: it may go on in the next chunk
+                    qc1 = np.asarray(qc).reshape(len(qc), -1)[:, 0] if np.ndim(qc) > 1 else qc
+                    other = np.flatnonzero(qc1 != qc1[-1])
+                    cut = int(other[-1]) + 1 if other.size else 0
+                    carry = (Xc[cut:], yc[cut:], qc[cut:])
+                    if cut == 0:
+                        continue
+                    Xc, yc, qc = Xc[:cut], yc[:cut], qc[:cut]
+                yield Xc, yc, qc
+            if carry is not None and len(carry[0]):  # pragma: no cover - the last chunk takes the carry
+                yield carry
+        finally:
+            for s in streams:
+                s.close()
