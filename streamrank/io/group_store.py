@@ -264,7 +264,12 @@ class GroupStore(BlockSource):
             self._indices = self._arrays["X/indices"]
             self._data = self._arrays["X/data"]
         self._gp_all = np.asarray(self._arrays["group_ptr"][: self._groups + 1], dtype=np.int64)
-        self._qid_all = np.asarray(self._arrays["qid"][: self._groups], dtype=np.int64)
+        # qid: 8 bytes a group (40 MB for 5M groups).  A reader loads it only when asked for
+        # all of it (``qid``, ``verify``); blocks read their groups' ids from the store.
+        # ``group_ptr`` (8 bytes a group) stays in memory: the block plan needs it.
+        self._qid_cache = None
+        if self.mode != "r":
+            self._qid_all = np.asarray(self._arrays["qid"][: self._groups], dtype=np.int64)
         self._group_ptr_cache = None
         if self._gp_all[-1] != self._rows:
             raise StoreFormatError(f"{self.path}: array 'group_ptr' ends at {int(self._gp_all[-1])} "
@@ -300,7 +305,8 @@ class GroupStore(BlockSource):
                                    f"snapshot being restored ({rows}); the store was rewritten")
         self._rows, self._groups, self._nnz = rows, groups, nnz
         self._gp_all = self._gp_all[: groups + 1]
-        self._qid_all = self._qid_all[:groups]
+        if self._qid_cache is not None:
+            self._qid_all = self._qid_all[:groups]
         self._group_ptr_cache = None
         return self
 
@@ -363,8 +369,22 @@ class GroupStore(BlockSource):
     def _group_ptr(self):
         return self._gp_all
 
+    @property
+    def _qid_all(self) -> np.ndarray:
+        """Query ids of all committed groups, loaded on first use (see :meth:`_load`)."""
+        if self._qid_cache is None:
+            self._qid_cache = np.asarray(self._arrays["qid"][: self._groups], dtype=np.int64)
+        return self._qid_cache
+
+    @_qid_all.setter
+    def _qid_all(self, value):
+        self._qid_cache = value
+
     def _group_qid(self, g0, g1):
-        return self._qid_all[g0:g1].copy()
+        if self._qid_cache is not None:
+            return self._qid_cache[g0:g1].copy()
+        g1 = min(max(int(g1), int(g0)), self._groups)
+        return np.asarray(self._arrays["qid"][int(g0):g1], dtype=np.int64).copy()
 
     def _nnz_at(self, rows):
         if not self.sparse:

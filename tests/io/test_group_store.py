@@ -350,3 +350,32 @@ def test_repair_sees_a_tail_torn_after_this_handle_opened(tmp_path):
     assert chunks == ["0/0", "1/0"]  # B's chunks beyond the commit are gone
     X_all, _, _ = _read_all(sr.GroupStore.open(p))
     np.testing.assert_array_equal(X_all, np.ones((3, 2)))
+
+
+def test_reader_keeps_only_group_ptr_in_memory(tmp_path):
+    """A read-only store holds group_ptr (8 bytes a group) but not qid (loaded on demand):
+    blocks still carry the right query ids, whole or pinned to an earlier commit."""
+    rng = np.random.default_rng(7)
+    w = sr.GroupStore.create(tmp_path / "s", n_features=4)
+    batches = [_batch(rng, 40, qid0=1000 * i) for i in range(3)]
+    for X, y, q in batches:
+        w.append(X, y, q)
+    want_q = np.concatenate([b[2] for b in batches])
+    r = sr.GroupStore.open(tmp_path / "s")
+    assert r._qid_cache is None
+    for mr in (1, 7, 50, 10_000):
+        assert np.array_equal(_read_all(r, max_rows=mr)[2], want_q)
+        got = _read_all(r, max_rows=mr, prefetch=False, shuffle=True, random_state=1)[2]
+        assert np.array_equal(np.sort(got), np.sort(want_q))
+    assert r._qid_cache is None                      # a pass over the blocks never loads all ids
+    assert np.array_equal(r.qid, np.unique(want_q))  # asked for: loaded once, read-only view
+    assert r._qid_cache is not None and not r.qid.flags.writeable
+    # pinned to the first commit, with and without the ids already loaded
+    n0 = len(batches[0][2])
+    for load_first in (False, True):
+        p = sr.GroupStore.open(tmp_path / "s")
+        if load_first:
+            p.qid
+        p._pin(n0, 40, 0)
+        assert np.array_equal(_read_all(p, max_rows=9)[2], batches[0][2])
+        assert np.array_equal(p.qid, np.unique(batches[0][2]))
