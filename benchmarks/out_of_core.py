@@ -95,18 +95,23 @@ def _evaluate(model, test_path, max_rows):
     return float(res["ndcg@10"].value), float(res["disagreement"].value)
 
 
+def _meta_bytes(store) -> int:
+    """O(groups) arrays the store handle holds: group_ptr (8 bytes a group), plus qid when loaded."""
+    q = getattr(store, "_qid_cache", None)
+    return int(store.group_ptr.nbytes + (q.nbytes if q is not None else 0))
+
+
 def run_learner(name, path, test_path, max_rows, n_basis, sgd_pairs=None):
     """One learner on one store (run in its own process); returns figures."""
     import streamrank as sr
 
     store = sr.GroupStore.open(path)
-    meta = int(store.group_ptr.nbytes + store.qid.nbytes)     # O(groups), held for the whole run
     t0 = time.perf_counter()
     if name == "read":
         n = 0
         for b in store.blocks(max_rows=max_rows):
             n += b.n_rows
-        return dict(fit_s=time.perf_counter() - t0, rows=n, meta=meta)
+        return dict(fit_s=time.perf_counter() - t0, rows=n, meta=_meta_bytes(store))
     if name == "rankrls":
         model = sr.RankRLS(alpha=1.0, solver="primal").fit(store, max_rows=max_rows)
     elif name == "kernel":
@@ -120,7 +125,7 @@ def run_learner(name, path, test_path, max_rows, n_basis, sgd_pairs=None):
         raise ValueError(name)
     fit_s = time.perf_counter() - t0
     nd, dis = _evaluate(model, test_path, max_rows) if test_path else (float("nan"), float("nan"))
-    out = dict(fit_s=fit_s, rows=store.n_rows, ndcg=nd, disagreement=dis, meta=meta)
+    out = dict(fit_s=fit_s, rows=store.n_rows, ndcg=nd, disagreement=dis, meta=_meta_bytes(store))
     if name == "sgd":
         out["pairs"] = pairs
     return out
