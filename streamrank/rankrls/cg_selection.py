@@ -171,21 +171,25 @@ def path_of_model(model, alphas, source=None, max_rows=65_536):
 
 
 def _n_pairs(source, ties, max_rows):
-    """Σ_g n_g(n_g − 1)/2, less the tied pairs of output 0 with ties='exclude' (the primal's n_pairs)."""
+    """Pairs in the cost per output (v,): Σ_g n_g(n_g − 1)/2, less each output's tied pairs with
+    ties='exclude' (the primal statistics' ``pair_counts``)."""
+    v = source.n_outputs
     sizes = np.diff(source.group_ptr)
-    total = int((sizes * (sizes - 1) // 2).sum())
+    total = np.full(v, int((sizes * (sizes - 1) // 2).sum()), dtype=np.int64)
     if ties != "exclude":
         return total
     table = TieTable.for_source(source, max_rows, cache_entries=0)
     for block in source.blocks(max_rows=max_rows, split_groups=True):
         if block.n_groups and not _is_piece(block):
-            y = np.asarray(block.y, dtype=np.float64).reshape(block.n_rows, -1)[:, 0]
-            _, _, cs = tie_classes(y, block.group_ptr)
-            total -= int((cs * (cs - 1) // 2).sum())
+            Y = np.asarray(block.y, dtype=np.float64).reshape(block.n_rows, v)
+            for o in range(v):
+                _, _, cs = tie_classes(Y[:, o], block.group_ptr)
+                total[o] -= int((cs * (cs - 1) // 2).sum())
     if table is not None:
         for ent in table.groups.values():
-            cnt = ent[0][1]
-            total -= int((cnt * (cnt - 1) // 2).sum())
+            for o in range(v):
+                cnt = ent[o][1]
+                total[o] -= int((cnt * (cnt - 1) // 2).sum())
     return total
 
 
@@ -193,7 +197,8 @@ def cross_validate_cg(model, source=None, *, alphas=None, folds=5, scoring="squa
     """k-fold group cross-validation of a cg RankRLS; refits ``model`` on all data with the best alpha.
 
     Scores are those of :func:`streamrank.rankrls.selection.cross_validate`
-    (same folds, same normalisation), so a cg and a primal model on the same
+    (same folds, same normalisation: "squared" divides each output's loss by
+    its number of counted pairs), so a cg and a primal model on the same
     data give the same scores up to the CG tolerance.  Sets ``model.cv_info_``
     = {"n_passes" (of the CV, without the final fit), "n_iter" (folds, alphas)}.
     """
@@ -248,7 +253,7 @@ def cross_validate_cg(model, source=None, *, alphas=None, folds=5, scoring="squa
         if train.n_rows:
             n_passes += last
     if ev is None:
-        per_out = loss / max(_n_pairs(source, ties, max_rows), 1)
+        per_out = loss / np.maximum(_n_pairs(source, ties, max_rows), 1)
     else:
         per_out = ev.result()
     greater = kind == "ndcg"

@@ -251,3 +251,16 @@ def test_validation_source_with_split_group_and_ties_excluded(rng):
     assert len(losses) == len(seen) == m.n_iter_
     for W, lv in zip(seen, losses):
         assert np.isclose(lv, brute_loss(Xv @ W, yv, [0, 17], ties="exclude"), rtol=1e-10)
+
+
+def test_cg_kfold_multi_output_ties_excluded_equals_retraining_and_primal(rng):
+    X, y, qid, gp = make_groups(rng, n_groups=10, levels=3, min_size=3, n_outputs=2)
+    alphas = [0.05, 5.0]
+    held = _brute_cv(X, y, qid, gp, alphas, 3, "exclude")
+    npairs = np.array([len(pair_list(gp, y[:, o], ties="exclude")) for o in range(2)])
+    m = sr.RankRLS(solver="cg", ties="exclude", tol=1e-12)
+    res = m.cross_validate(sr.as_source(sp.csr_matrix(X), y, qid), alphas, folds=3, max_rows=6)
+    want = np.array([brute_loss(h, y, gp, ties="exclude") / npairs for h in held])
+    np.testing.assert_allclose(res.scores_per_output, want, rtol=1e-8)
+    primal = sr.RankRLS(solver="primal", ties="exclude").cross_validate(sr.as_source(X, y, qid), alphas, folds=3)
+    np.testing.assert_allclose(res.scores_per_output, primal.scores_per_output, rtol=1e-8)
