@@ -98,3 +98,24 @@ def test_workspace_rejects_pieces(rng):
     A[:, :3] = rng.normal(size=(4, 3))
     with pytest.raises(ValueError, match="whole groups"):
         st.add_block(A[:, :3], np.arange(4.0), [0, 4], group_size=[10], group_offset=[0], group_id=[0])
+
+
+@pytest.mark.parametrize("ties", ["include", "exclude"])
+@pytest.mark.parametrize("gw", ["pair", "size"])
+@pytest.mark.parametrize("chunk_rows", [1, 3, 7])
+def test_chunked_fill_and_syrk_equal_one_pass(ties, gw, chunk_rows, rng, monkeypatch):
+    """Blocks go through the workspace in group-aligned chunks (a group larger than a chunk is one chunk)."""
+    import streamrank.rankrls._statistics as stmod
+
+    X, y, _, gp = make_groups(rng, n_groups=9, max_size=9, levels=3, n_outputs=1)
+    X = X.astype(np.float32)
+    ref = RankStatistics(X.shape[1], 1, group_weight=gw, ties=ties)
+    ref.add_block(X, y, gp)
+    G, B, yLy = ref.G, ref.B, ref.yLy
+    monkeypatch.setattr(stmod, "_CHUNK_BYTES", 8 * (X.shape[1] + 1) * chunk_rows)
+    st = RankStatistics(X.shape[1], 1, group_weight=gw, ties=ties)
+    st.add_block(X, y, gp)
+    assert st._work.shape[0] < len(y)                  # the workspace holds one chunk, not the block
+    np.testing.assert_allclose(st.G, G, rtol=1e-12, atol=1e-12)
+    np.testing.assert_allclose(st.B, B, rtol=1e-12, atol=1e-12)
+    np.testing.assert_allclose(st.yLy, yLy, rtol=1e-12)
