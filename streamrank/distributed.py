@@ -193,12 +193,36 @@ def _blocks_of_task(plans, ref):
     return _prefetched(source.read_block, plans)
 
 
+def _compact(st):
+    """Drop a statistics object's scratch workspace (a block-sized float64 buffer) before it leaves the
+    worker: a task's result is then O(n²) bytes to pickle, send and merge, whatever the block size."""
+    release = getattr(st, "_release_workspace", None)
+    if release is not None:
+        release()
+    return st
+
+
 def _stats_task(plans, ref, est):
+    """The summed statistics of one task's blocks.
+
+    Learners with ``_new_statistics`` (RankRLS) add every block into one
+    statistics object, as the local ``fit`` does (one workspace reused, no
+    per-block merge); others merge their per-block ``_statistics_of_block``.
+    """
     out = None
-    for block in _blocks_of_task(plans, ref):
+    blocks = _blocks_of_task(plans, ref)
+    if hasattr(est, "_new_statistics"):
+        for block in blocks:
+            if out is None:
+                out = est._new_statistics(block.X.shape[1], 1 if np.ndim(block.y) == 1 else block.y.shape[1])
+            gid = block.group_start + np.arange(block.n_groups, dtype=np.int64)
+            out.add_block(block.X, block.y, block.group_ptr, group_size=block.group_size,
+                          group_offset=block.group_offset, group_id=gid)
+        return _compact(out)
+    for block in blocks:
         st = est._statistics_of_block(block)
         out = st if out is None else out.merge(st)
-    return out
+    return _compact(out)
 
 
 def _fold_stats_task(plans, ref, est, n_folds):
@@ -212,7 +236,7 @@ def _fold_stats_task(plans, ref, est, n_folds):
         fog = fold_of(block.qid, n_folds)
         for f, X, Y, gp, size, off, gid, _ in _split_by_fold(block, fog):
             folds[f].add_block(X, Y, gp, group_size=size, group_offset=off, group_id=gid)
-    return folds
+    return [_compact(st) for st in folds]
 
 
 def _chunks(plan, blocks_per_task):
@@ -402,8 +426,8 @@ def _kernel_stats_task(plan, ref, est, basis, n_outputs):
 
     block = ref.open().read_block(*plan)
     spec = est._spec()
-    return block_statistics(block, group_weight=est.group_weight, ties=est.ties,
-                            transform=lambda X: spec(X, basis), n_outputs=n_outputs)
+    return _compact(block_statistics(block, group_weight=est.group_weight, ties=est.ties,
+                                     transform=lambda X: spec(X, basis), n_outputs=n_outputs))
 
 
 def _fit_kernel_sparse(est, source, client, *, max_rows, split_every):
