@@ -242,13 +242,24 @@ class TieTable:
 
 
 class _Open:
-    """Running sums of groups cut across blocks (and their class sums T_c, ties="exclude")."""
+    """Running sums of groups cut across blocks (and their class sums T_c, ties="exclude").
 
-    def __init__(self, group_weight):
+    ``known``: optional dict gid -> S_g = X_gᵀ1 of split groups from an
+    earlier pass (S_g does not depend on the vector); a piece of a known group
+    skips its column sum, and groups completed here are recorded while the
+    dict holds fewer than ``known_budget`` numbers.
+    """
+
+    def __init__(self, group_weight, known=None, known_budget=0):
         self.group_weight = group_weight
         self.groups = {}
         self.class_sums = {}
         self.tie_done = []
+        self.known = known
+        self.known_budget = known_budget
+
+    def needs_S(self, gid):
+        return self.known is None or gid not in self.known
 
     def add_classes(self, gid, c, U, table, outs):
         """Accumulate T_c = Σ_{i in c} U_ij per column j (c: tied class index per row, −1 untied)."""
@@ -273,7 +284,13 @@ class _Open:
             Ts = self.class_sums.pop(gid, None)
             if Ts is not None:
                 self.tie_done.append((gid, s, Ts))
-            return s, st[2], st[3]
+            S_g = st[2]
+            if self.known is not None:
+                if gid in self.known:
+                    S_g = self.known[gid]
+                elif np.ndim(S_g) and sum(a.size for a in self.known.values()) + S_g.size <= self.known_budget:
+                    self.known[gid] = S_g
+            return s, S_g, st[3]
         return None
 
     def check(self):
@@ -319,7 +336,8 @@ def _block_apply(block, U, Y, group_weight, ties, opens, ties_table=None):
         for j, o in enumerate(outs):
             LU[:, j] -= s * cls[int(o)][1] * U[:, j]
         opens.add_classes(gid, {o: cls[o][0] for o in cls}, U, ties_table, [int(o) for o in outs])
-    done = opens.add(gid, block.n_rows, size, _col_sum(block.X), U.sum(axis=0))
+    S_piece = _col_sum(block.X) if opens.needs_S(gid) else 0.0
+    done = opens.add(gid, block.n_rows, size, S_piece, U.sum(axis=0))
     if done is not None:
         closes.append(done)
     return LU, closes
@@ -331,17 +349,22 @@ def _ties_table(source, ties, max_rows, ties_table):
     return TieTable.for_source(source, max_rows)
 
 
-def laplacian_pass(source, V=None, *, group_weight="pair", ties="include", max_rows=65_536, ties_table=None):
+def laplacian_pass(source, V=None, *, group_weight="pair", ties="include", max_rows=65_536, ties_table=None,
+                   split_sums=None):
     """One pass: ``Xᵀ L X V`` for V (n, k), or ``Xᵀ L Y`` when V is None.  Returns (n, k) float64.
 
     ``ties_table``: the :class:`TieTable` of ``source`` at ``max_rows``
     (ties="exclude" with split groups; built here — one more pass — when omitted).
+    ``split_sums``: a dict kept between passes over the same source and
+    ``max_rows`` (:class:`RankingOperator` does): the feature sums ``S_g`` of
+    split groups, recorded by the first pass (up to :data:`TIE_CACHE_ENTRIES`
+    numbers) so that later passes skip one column sum per piece.
     """
     n, v = source.n_features, source.n_outputs
     k = v if V is None else V.shape[1]
     table = _ties_table(source, ties, max_rows, ties_table)
     Z = np.zeros((n, k))
-    opens = _Open(group_weight)
+    opens = _Open(group_weight, split_sums, TIE_CACHE_ENTRIES)
     deferred = {}
     for block in source.blocks(max_rows=max_rows, split_groups=True):
         Y = _block_Y(block, v)
@@ -475,6 +498,7 @@ class RankingOperator(_PassOperator):
         self.n_passes = 0
         self._table = None
         self._table_built = False
+        self._split_sums = {}
 
     def ties_table(self):
         """The :class:`TieTable` of the split groups (ties="exclude"), or None."""
@@ -490,7 +514,7 @@ class RankingOperator(_PassOperator):
         if table is not None and not table.cached:
             self.n_passes += 1          # the second sweep over the split groups' pieces
         return laplacian_pass(self.source, V, group_weight=self.group_weight, ties=self.ties,
-                              max_rows=self.max_rows, ties_table=table)
+                              max_rows=self.max_rows, ties_table=table, split_sums=self._split_sums)
 
     def gram_diagonal(self):
         """diag(XᵀLX), one pass (not counted: :func:`solve_cg` counts it)."""

@@ -264,3 +264,15 @@ def test_cg_kfold_multi_output_ties_excluded_equals_retraining_and_primal(rng):
     np.testing.assert_allclose(res.scores_per_output, want, rtol=1e-8)
     primal = sr.RankRLS(solver="primal", ties="exclude").cross_validate(sr.as_source(X, y, qid), alphas, folds=3)
     np.testing.assert_allclose(res.scores_per_output, primal.scores_per_output, rtol=1e-8)
+
+
+@pytest.mark.parametrize("ties", ["include", "exclude"])
+def test_operator_reuses_split_group_sums_exactly(ties, rng):
+    """The second and later products use the split groups' S_g recorded by the first one."""
+    X, y = _ties_data(rng, n=23)
+    L = laplacian_dense(np.array([0, 23]), y=y, ties=ties)
+    op = cg.RankingOperator(sr.as_source(sp.csr_matrix(X), y), ties=ties, max_rows=5, alpha=0.5)
+    for _ in range(3):
+        V = rng.normal(size=(4, 2))
+        np.testing.assert_allclose(op.matmat(V), X.T @ L @ X @ V + 0.5 * V, rtol=1e-10, atol=1e-10)
+    assert list(op._split_sums) == [0]
