@@ -101,12 +101,37 @@ def _meta_bytes(store) -> int:
     return int(store.group_ptr.nbytes + (q.nbytes if q is not None else 0))
 
 
-def run_learner(name, path, test_path, max_rows, n_basis, sgd_pairs=None):
+def _log_progress(store, log_path, t0):
+    """Append ``seconds rows_read rss_mib`` to ``log_path`` after every block the learner reads.
+
+    Shadows the store handle's ``read_block`` (every pass reads through it), so a
+    run that cannot finish still shows its rows/s and RSS so far (several passes:
+    rows_read counts past n_rows).
+    """
+    import psutil
+
+    proc, read, done = psutil.Process(), store.read_block, [0]
+    f = open(log_path, "a", buffering=1)
+    f.write(f"# {time.strftime('%H:%M:%S', time.gmtime())} UTC start; n_rows {store.n_rows}\n")
+
+    def read_block(r0, r1, g0, g1):
+        b = read(r0, r1, g0, g1)
+        done[0] += r1 - r0
+        f.write(f"{time.perf_counter() - t0:.1f} {done[0]} {proc.memory_info().rss / 2**20:.0f} "
+                f"{_load():.1f}\n")
+        return b
+
+    store.read_block = read_block
+
+
+def run_learner(name, path, test_path, max_rows, n_basis, sgd_pairs=None, progress=None):
     """One learner on one store (run in its own process); returns figures."""
     import streamrank as sr
 
     store = sr.GroupStore.open(path)
     t0 = time.perf_counter()
+    if progress:
+        _log_progress(store, progress, t0)
     if name == "read":
         n = 0
         for b in store.blocks(max_rows=max_rows):
@@ -161,6 +186,9 @@ def build_parser():
     p.add_argument("--malloc", choices=("default", "tuned"), default="default",
                    help="glibc allocator of the learner subprocesses: default, or tuned = "
                         "MALLOC_MMAP_THRESHOLD_=1MiB MALLOC_ARENA_MAX=2 (see the module docstring)")
+    p.add_argument("--progress-dir", default=None,
+                   help="write a per-block progress log (seconds, rows read, RSS MiB, load) of every "
+                        "learner run here, as <learner>_<rows>.log")
     p.add_argument("--json", default=None, help="also write the results to this JSON file")
     return p
 
@@ -176,6 +204,8 @@ def main(argv=None) -> int:
         sizes, test_rows, n_basis, max_rows, isolate = [3_000, 6_000], 1_000, 20, 1_000, False
         work = work / "smoke"
     work.mkdir(parents=True, exist_ok=True)
+    if args.progress_dir:
+        Path(args.progress_dir).mkdir(parents=True, exist_ok=True)
     env = environment(peers=())
     if args.malloc == "tuned":
         if not isolate:
@@ -211,7 +241,9 @@ def main(argv=None) -> int:
                   flush=True)
             try:
                 out, wall, peak = measure(run_learner, key, str(path), None if key == "read" else str(test_path),
-                                          max_rows, n_basis, args.sgd_pairs, isolate=isolate)
+                                          max_rows, n_basis, args.sgd_pairs,
+                                          str(Path(args.progress_dir) / f"{key}_{n}.log") if args.progress_dir
+                                          else None, isolate=isolate)
             except Exception as exc:
                 msg = str(exc).strip().splitlines()
                 rows.append(dict(learner=f"{label} [{n:,}]", rows=n, note=f"FAILED: {msg[0] if msg else exc}"))
