@@ -24,12 +24,12 @@ need one G per output (each output has its own tie classes): with
 says so.
 
 Dense blocks take one BLAS SYRK per block: a fused numba pass
-(:mod:`._statistics_kernels`) writes ``A = [√d Φ | √d Y]`` (float64) into a
-reused workspace and the group sums, and ``dsyrk`` adds AᵀA — the diagonal
-parts of G, B and yLy at once, half the flops of a GEMM — and, as a second
-small SYRK of the weighted group sums, the low-rank part into the upper
-triangle of one (n + v)² accumulator, symmetrized once when G, B or yLy is
-read.  A caller computing Φ itself (kernel columns) can write it straight into
+(:mod:`._statistics_kernels`) writes ``A = [√d Φ̃ | √d Ỹ]`` (float64; rows
+centred per group, since L_g = s_g n_g (I - 11ᵀ/n_g) is a scaled centring
+projector) into a reused workspace, and ``dsyrk`` adds AᵀA — G, B and yLy at
+once, half the flops of a GEMM — into the upper triangle of one (n + v)²
+accumulator, symmetrized once when G, B or yLy is read (ties="exclude": rows
+uncentred with their own weights, plus a small SYRK of the group sums).  A caller computing Φ itself (kernel columns) can write it straight into
 the workspace (:meth:`RankStatistics.workspace`).
 
 A group cut across blocks (``Block.group_size``/``group_offset``, only with
@@ -352,14 +352,17 @@ class RankStatistics:
     def _add_dense(self, Phi, Y, gp, s, d, size, whole, in_place):
         """Dense fast path: one SYRK of A = [sx ∘ Φ | sy ∘ Y] (float64) per block.
 
-        ties="include": sx = sy = √d (d_i = s_g n_g), so AᵀA holds the
-        diagonal parts of G, B and yLy at once.  ties="exclude": sx = √dG with
+        ties="include": sx = sy = √d (d_i = s_g n_g) on rows centred per whole
+        group (L_g = s_g n_g C_g with the centring projector C_g, see
+        :mod:`._statistics_kernels`), so AᵀA is the whole contribution of those
+        groups to G, B and yLy at once; pieces of split groups enter uncentred
+        (their low-rank part waits for the last piece).  ties="exclude": sx = √dG with
         dG_i = s_g (n_g - n_c(i)) and sy = d / √dG, so the Φ-Φ and Φ-Y blocks
         are G's and B's diagonal parts; the Y-Y block is corrected to d Y²
         here.  An all-tied group (dG = 0 on every row) contributes nothing at
         all and is skipped.  The per-group sums T = [S, S_y] (one pass with
         the scaling, :mod:`._statistics_kernels`) give the low-rank part
-        -Σ_g s_g T_g T_gᵀ as a second, small SYRK.  Both update the upper
+        -Σ_g s_g T_g T_gᵀ (ties="exclude") as a second, small SYRK.  Both update the upper
         triangle of one (n + v)² accumulator, symmetrized once when G, B or
         yLy is read.  A is the reused workspace (see :meth:`workspace`);
         ``in_place``: Φ is already in its first n columns.  Otherwise the
@@ -375,18 +378,15 @@ class RankStatistics:
         dead = None
         acc = self._accumulator()
         if self.ties == "include":
-            c = d[0]
-            if in_place and np.all(d == c):
-                _sk.group_sums_into(self.workspace(rows), n, Y, gp, T)
-                _syrk(float(c), self.workspace(rows), acc)
-            elif in_place:
-                sq = np.sqrt(d)
-                _sk.scale_in_place(self.workspace(rows), n, Y, sq, sq, gp, T)
+            center = whole                                   # whole groups: centred, no low-rank part
+            sq = np.sqrt(d)
+            if in_place:
+                _sk.scale_in_place(self.workspace(rows), n, Y, sq, sq, gp, center, T)
                 _syrk(1.0, self.workspace(rows), acc)
             else:
-                sq = np.sqrt(d)
-                self._fill_and_syrk(Phi, Y, sq, sq, gp, T, acc)
+                self._fill_and_syrk(Phi, Y, sq, sq, gp, center, T, acc)
         else:
+            center = np.zeros(n_groups, dtype=bool)
             cid, cgroup, csize = tie_classes(Y[:, 0], gp)
             in_whole = whole[cgroup]
             keep = in_whole & (csize > 1)                    # tied classes of whole groups
@@ -402,11 +402,11 @@ class RankStatistics:
             corr = ((np.where(dead, 0.0, d) - sy * sy)[:, None] * Y * Y).sum(axis=0)
             if in_place:
                 A = self.workspace(rows)
-                _sk.scale_in_place(A, n, Y, sx, sy, gp, T)
+                _sk.scale_in_place(A, n, Y, sx, sy, gp, center, T)
                 _syrk(1.0, A, acc)
             else:
-                self._fill_and_syrk(Phi, Y, sx, sy, gp, T, acc)
-        w = np.where(whole, s, 0.0)
+                self._fill_and_syrk(Phi, Y, sx, sy, gp, center, T, acc)
+        w = np.where(whole & ~center, s, 0.0)
         if dead is not None:
             w[dead_g] = 0.0
         if np.any(w > 0):
@@ -431,13 +431,13 @@ class RankStatistics:
         self.n_pairs += int(_pair_count(size[whole]).sum())
         return T[:, :n], T[:, n:]
 
-    def _fill_and_syrk(self, Phi, Y, sx, sy, gp, T, acc):
+    def _fill_and_syrk(self, Phi, Y, sx, sy, gp, center, T, acc):
         """acc += AᵀA for A = [sx ∘ Φ | sy ∘ Y], built chunk by chunk (group-aligned) in the workspace."""
         rows = Phi.shape[0]
         target = max(1, _CHUNK_BYTES // (8 * (self.n_features + self.n_outputs)))
         if rows <= 2 * target:
             A = self.workspace(rows)
-            _sk.fill_scaled(Phi, Y, sx, sy, gp, A, T)
+            _sk.fill_scaled(Phi, Y, sx, sy, gp, center, A, T)
             _syrk(1.0, A, acc)
             return
         n_groups = gp.shape[0] - 1
@@ -447,7 +447,7 @@ class RankStatistics:
             g1 = min(max(g1, g0 + 1), n_groups)          # at least one group (a large group is one chunk)
             a, b = int(gp[g0]), int(gp[g1])
             A = self.workspace(b - a)
-            _sk.fill_scaled(Phi[a:b], Y[a:b], sx[a:b], sy[a:b], gp[g0:g1 + 1] - a, A, T[g0:g1])
+            _sk.fill_scaled(Phi[a:b], Y[a:b], sx[a:b], sy[a:b], gp[g0:g1 + 1] - a, center[g0:g1], A, T[g0:g1])
             _syrk(1.0, A, acc)
             g0 = g1
 
