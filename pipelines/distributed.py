@@ -14,7 +14,8 @@ reduced on the workers (no second pass).  ``--validation STORE`` evaluates
 the model on the workers (NDCG@10, disagreement).  The model is saved with
 ``sr.save(model, OUT)``; a summary line goes to stdout and ``--report FILE``
 writes the JSON report.  ``--learner sgd-bilinear`` reads a TupleStore and
-runs data-parallel rounds (``--rounds``, ``--steps-per-round``);
+runs data-parallel rounds (``--rounds``, ``--steps-per-round``; ``--refit``
+adds as many refit rounds, SGD without L1 on the support of W);
 ``sgd-pairwise`` does the same with pairs sampled within the groups of the
 GroupStore's blocks.  With ``--compare-single`` the report carries the
 quality (tuple error / NDCG@10) of one machine taking as many steps.

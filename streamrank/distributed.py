@@ -7,8 +7,9 @@ a second implementation of the math:
   learner exposing ``_statistics_of_block(block)`` + ``_fit_statistics(stats)``):
   the client plans the blocks (``source.plan(max_rows, split_groups=True)``,
   the same plan a local ``fit`` streams), each worker reads *its own* blocks
-  from the store and returns their partial statistics (O(n²) bytes, whatever
-  the rows), a tree reduction (``split_every`` inputs per node) sums them on
+  from the store, adds them into one statistics object (as the local ``fit``)
+  and returns it without its scratch workspace (O(n²) bytes, whatever the
+  rows or the block size), a tree reduction (``split_every`` inputs per node) sums them on
   the workers, and the client solves.  The sums are the local fit's sums in
   another order, so the model equals ``estimator.fit(source)`` to
   floating-point reduction order;
@@ -344,8 +345,10 @@ def fit(estimator, source, client=None, *, max_rows=DEFAULT_BLOCK_ROWS, split_ev
     reduced there; the client only solves (O(n³)).  CG RankRLS: every
     product is a distributed pass.  Sparse KernelRankRLS: distributed basis
     reservoir, then statistics.  SGD rankers on a tuple source: data-parallel
-    rounds (``rounds=``, ``steps_per_round=``, ``n_shards=`` keywords; see
-    :func:`fit_sgd_rounds`) — close to, not equal to, the single-machine run.
+    rounds (``rounds=``, ``steps_per_round=``, ``n_shards=`` keywords; with the
+    bilinear learner's ``refit`` flag, refit rounds follow: ``refit_rounds=``,
+    ``refit_steps_per_round=``; see :func:`fit_sgd_rounds`) — close to, not
+    equal to, the single-machine run (one shard: equal).
     """
     if (hasattr(source, "n_tuples") and hasattr(estimator, "partial_fit")) or hasattr(estimator, "partial_fit_pairs"):
         from ._distributed_sgd import fit_sgd_rounds
