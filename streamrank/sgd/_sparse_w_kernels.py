@@ -38,6 +38,10 @@ in the small arrays ``istate`` / ``fstate`` owned by the Python learner:
 from __future__ import annotations
 
 import numpy as np
+from llvmlite import ir
+from numba import types
+from numba.core import cgutils
+from numba.extending import intrinsic
 
 from streamrank._numba import jit
 
@@ -67,6 +71,26 @@ N_ISTATE = 7
 LR_INVSQRT, LR_CONSTANT = 0, 1
 
 _GOLD = np.uint64(0x9E3779B97F4A7C15)
+
+
+@intrinsic
+def _prefetch(typingctx, arr, idx):
+    """``llvm.prefetch`` (read, high locality) of ``arr[idx]``: a hint, no effect on results."""
+    sig = types.void(arr, idx)
+
+    def codegen(context, builder, signature, args):
+        aryty = signature.args[0]
+        ary = context.make_array(aryty)(context, builder, args[0])
+        ptr = cgutils.get_item_pointer(context, builder, aryty, ary, [args[1]], wraparound=False)
+        i8p = ir.IntType(8).as_pointer()
+        i32 = ir.IntType(32)
+        fn = cgutils.get_or_insert_function(
+            builder.module, ir.FunctionType(ir.VoidType(), [i8p, i32, i32, i32]), "llvm.prefetch.p0i8")
+        builder.call(fn, [builder.bitcast(ptr, i8p), ir.Constant(i32, 0), ir.Constant(i32, 3),
+                          ir.Constant(i32, 1)])
+        return context.get_dummy_value()
+
+    return sig, codegen
 
 
 @jit
@@ -201,9 +225,17 @@ def threshold_all(tab, S, K, thr, mode):
     ``mode == 0``: bring every entry up to date, ``w <- soft(w, S[K] - S[stamp])``
     (flush of the lazy shrinkage); ``mode == 1``: the literal sweep of
     Algorithm 1 step 4, ``w <- soft(w, thr)`` for every entry.  Afterwards every
-    stamp is ``K``.  The traversal starts just after an empty slot and goes once
-    round the table: backward-shift deletion only moves not-yet-visited
-    entries into the current hole, so no entry is shrunk twice.
+    stamp is ``K``.
+
+    One pass, clusters rebuilt in place: starting just after an empty slot,
+    every entry is taken out of its slot and -- unless it shrank to zero --
+    put back at the first empty slot from its home.  That slot is never after
+    the one it came from (the slots between its home and its old slot are
+    either still holding earlier survivors or empty), so slots not yet visited
+    are untouched and every entry is visited once; the result is the table
+    that inserting the survivors in probe order would give, so every key stays
+    reachable from its home.  Dead entries cost a read, with no backward shift
+    per deletion.
     """
     ik = tab.view(np.int64)
     cap = tab.shape[0] // 2
@@ -218,13 +250,11 @@ def threshold_all(tab, S, K, thr, mode):
         return 0
     removed = 0
     SK = S[K]
-    n = 0
-    s = (start + 1) & mask
-    while n < cap - 1:
+    s = start
+    for _ in range(cap - 1):
+        s = (s + 1) & mask
         k = ik[2 * s]
         if k == EMPTY:
-            s = (s + 1) & mask
-            n += 1
             continue
         v = tab[2 * s + 1]
         if mode == 0:
@@ -233,18 +263,19 @@ def threshold_all(tab, S, K, thr, mode):
                 v = _soft(v, SK - S[st])
         else:
             v = _soft(v, thr)
+        ik[2 * s] = EMPTY
         if v == 0.0:
-            _delete_slot(tab, ik, s, shift, mask)
+            tab[2 * s + 1] = 0.0
             removed += 1
-            # an unvisited entry may now sit in slot s: look at s again
-            if ik[2 * s] == EMPTY:
-                s = (s + 1) & mask
-                n += 1
-        else:
-            tab[2 * s + 1] = v
-            ik[2 * s] = ((k >> STAMP_BITS) << STAMP_BITS) | K
-            s = (s + 1) & mask
-            n += 1
+            continue
+        key = k >> STAMP_BITS
+        t = _home(key, shift)
+        while ik[2 * t] != EMPTY:
+            t = (t + 1) & mask
+        if t != s:
+            tab[2 * s + 1] = 0.0
+        ik[2 * t] = _pack(key, K)
+        tab[2 * t + 1] = v
     return removed
 
 
@@ -331,10 +362,19 @@ def sgd_steps(tab, S, istate, fstate,
         s = 0.0
         m = 0
         nz = 0
+        if q0 < q1:
+            base = np.int64(qi[q0]) * n_cols
+            for b in range(nd):
+                _prefetch(ik, 2 * _home(base + dj[b], shift))
         for a in range(q0, q1):
             base = np.int64(qi[a]) * n_cols
             qa = np.float64(qx[a])
             acc = 0.0
+            # the home slots of the next row are fetched while this row is probed
+            if a + 1 < q1:
+                nbase = np.int64(qi[a + 1]) * n_cols
+                for b in range(nd):
+                    _prefetch(ik, 2 * _home(nbase + dj[b], shift))
             for b in range(nd):
                 key = base + dj[b]
                 sl = find_slot(ik, key, shift, mask)
@@ -356,6 +396,8 @@ def sgd_steps(tab, S, istate, fstate,
         if 1.0 - s > 0.0:
             istate[I_ACTIVE] += 1
             m = 0
+            upd = 0
+            added = 0
             for a in range(q0, q1):
                 base = np.int64(qi[a]) * n_cols
                 g = eta * np.float64(qx[a])
@@ -368,7 +410,7 @@ def sgd_steps(tab, S, istate, fstate,
                         if v == 0.0 and not refit:
                             zero_buf[nz] = base + dj[b]
                             nz += 1
-                        istate[I_UPDATES] += 1
+                        upd += 1
                     elif not refit:
                         v = g * dx[b]
                         if v != 0.0:
@@ -379,8 +421,11 @@ def sgd_steps(tab, S, istate, fstate,
                                 ins = -1 - find_slot(ik, key, shift, mask)
                             ik[2 * ins] = _pack(key, K)
                             tab[2 * ins + 1] = v
-                            istate[I_COUNT] += 1
-                        istate[I_UPDATES] += 1
+                            added += 1
+                        upd += 1
+            # counters kept in registers in the loop, stored once per tuple
+            istate[I_UPDATES] += upd
+            istate[I_COUNT] += added
         if not refit:
             for z in range(nz):
                 sl = find_slot(ik, zero_buf[z], shift, mask)

@@ -144,3 +144,31 @@ def test_merge_diff():
         nz = np.flatnonzero(dense)
         np.testing.assert_array_equal(dj[:n], nz)
         np.testing.assert_array_equal(dx[:n], dense[nz])
+
+
+@settings(max_examples=25, deadline=None)
+@given(keys=st.lists(st.integers(0, 400), min_size=1, max_size=22, unique=True),
+       vals=st.lists(st.floats(-1, 1, allow_nan=False), min_size=22, max_size=22),
+       stamps=st.lists(st.integers(0, 2), min_size=22, max_size=22),
+       mode=st.sampled_from([0, 1]))
+def test_threshold_all_in_place_cluster_rebuild(keys, vals, stamps, mode):
+    """Dense small table (long clusters, wrap-around): the one-pass rebuild == dict reference."""
+    cap = 32
+    tab = _table(cap)
+    n = len(keys)
+    K.insert_keys(tab, np.array(keys, dtype=np.int64), np.array(vals[:n]), np.array(stamps[:n]))
+    S = np.array([0.0, 0.25, 0.5])
+    before = _as_dict(tab)
+    st_of = dict(zip(keys, stamps[:n]))
+    removed = K.threshold_all(tab, S, 2, 0.3, mode)
+    expect = {}
+    for k, v in before.items():
+        thr = (S[2] - S[st_of[k]]) if mode == 0 else 0.3
+        w = float(np.sign(v) * max(abs(v) - thr, 0.0))
+        if w != 0.0:
+            expect[k] = w
+    assert _as_dict(tab) == pytest.approx(expect, abs=1e-15)
+    assert removed == len(before) - len(expect)
+    assert np.all(_stamps(tab)[_keys(tab) != K.EMPTY] == 2)
+    assert np.all(tab[1::2][_keys(tab) == K.EMPTY] == 0.0)
+    _check_invariant(tab)
