@@ -87,3 +87,25 @@ def test_interrupted_copy_resumes_into_a_nonempty_store(tmp_path):
     full = sr.TupleStore.open(dst.path)
     assert full.n_tuples == l0 + 300 and len(full.log) == 1 + 18
     _same_content(src, full, q0, d0)
+
+
+@pytest.mark.parametrize("save", [np.savez, np.savez_compressed])
+def test_npz_ingested_by_rows_in_whole_queries(tmp_path, save):
+    rng = np.random.default_rng(3)
+    qid = np.repeat(np.arange(30), rng.integers(1, 9, 30))
+    X = rng.normal(size=(len(qid), 5)).astype(np.float32)
+    y = rng.integers(0, 3, len(qid)).astype(np.float64)
+    save(tmp_path / "day.npz", X=X, y=y, qid=qid)
+    out = _run("ingest", tmp_path / "day.npz", "--store", tmp_path / "s.zarr", "--max-rows", 10)
+    s = sr.GroupStore.open(tmp_path / "s.zarr")
+    assert len(s.batches) > 5 and f"{len(qid):,} rows ({len(s.batches)} batch(es)" in out
+    assert all(e["rows"][1] - e["rows"][0] <= 10 + 8 for e in s.batches)   # a chunk + the rest of one query
+    b = next(s.blocks(max_rows=10**6))
+    np.testing.assert_array_equal(b.X, X)
+    np.testing.assert_array_equal(b.y, y)
+    np.testing.assert_array_equal(b.row_qid(), qid)
+    again = _run("ingest", tmp_path / "day.npz", "--store", tmp_path / "s.zarr", "--max-rows", 10)
+    assert f"0 rows (0 batch(es), {len(s.batches)} already in the store)" in again
+    # a small file is still one batch
+    _run("ingest", tmp_path / "day.npz", "--store", tmp_path / "one.zarr", "-q")
+    assert len(sr.GroupStore.open(tmp_path / "one.zarr").batches) == 1
