@@ -58,10 +58,15 @@ print(json.dumps({{"seconds": dt, "maxrss_kib": hwm}}))
 """
 
 
-def _child(mode, day, store, chunk_bytes):
+def _child(mode, day, store, chunk_bytes, glibc_defaults=False):
+    import os
+
     code = CHILD.format(root=str(ROOT))
+    env = dict(os.environ)
+    if not glibc_defaults:   # freed block-sized buffers go back to the OS (glibc keeps them otherwise)
+        env["MALLOC_MMAP_THRESHOLD_"] = str(1 << 20)
     p = subprocess.run([sys.executable, "-c", code, mode, str(day), str(store), str(chunk_bytes)],
-                       capture_output=True, text=True, timeout=3600)
+                       capture_output=True, text=True, timeout=3600, env=env)
     if p.returncode:
         raise RuntimeError(p.stderr[-2000:])
     return json.loads(p.stdout.strip().splitlines()[-1])
@@ -90,6 +95,9 @@ def main(argv=None) -> int:
     p.add_argument("--text-rows", type=int, default=200_000, help="rows of the text day")
     p.add_argument("--features", type=int, default=20)
     p.add_argument("--chunk-mb", type=float, default=8.0, help="input per append of the chunked ingest")
+    p.add_argument("--glibc-defaults", action="store_true",
+                   help="run the children with glibc's malloc defaults (default: MALLOC_MMAP_THRESHOLD_=1MiB, "
+                        "so RSS shows what is held, not what glibc kept of freed buffers)")
     p.add_argument("--smoke", action="store_true", help="tiny days, a few seconds")
     args = p.parse_args(argv)
     if args.smoke:
@@ -109,7 +117,8 @@ def main(argv=None) -> int:
             n = min(rows, args.text_rows)
             _write_text(d["svmlight text"], X[:n], y[:n], qid[:n])
             del X, y, qid
-        print(f"chunk {args.chunk_mb:g} MiB of input per append; MiB = peak RSS of the ingest minus the peak of "
+        print(f"malloc: {'glibc defaults' if args.glibc_defaults else 'MALLOC_MMAP_THRESHOLD_=1MiB'}; "
+              f"chunk {args.chunk_mb:g} MiB of input per append; MiB = peak RSS of the ingest minus the peak of "
               "the same ingest of a 2,000-row day (imports, compiled kernels, zarr: fixed costs)")
         print(f"{'day file':16s} {'rows':>10s} {'MiB':>8s} {'whole MiB':>10s} {'chunked MiB':>12s} {'ratio':>7s} "
               f"{'whole s':>8s} {'chunked s':>10s}")
@@ -117,8 +126,8 @@ def main(argv=None) -> int:
             rows = min(args.text_rows, args.rows) if name.startswith("svm") else args.rows
             res = {}
             for mode in ("whole", "chunked"):
-                big = _child(mode, day, tmp / f"{mode}{i}.zarr", chunk)
-                small = _child(mode, tiny[name], tmp / f"{mode}{i}-tiny.zarr", chunk)
+                big = _child(mode, day, tmp / f"{mode}{i}.zarr", chunk, args.glibc_defaults)
+                small = _child(mode, tiny[name], tmp / f"{mode}{i}-tiny.zarr", chunk, args.glibc_defaults)
                 res[mode] = (max(big["maxrss_kib"] - small["maxrss_kib"], 0) / 1024, big["seconds"])
             (wm, ws), (cm, cs) = res["whole"], res["chunked"]
             print(f"{name:16s} {rows:10,d} {day.stat().st_size / 2**20:8.1f} {wm:10.1f} {cm:12.1f} "
