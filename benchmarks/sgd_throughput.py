@@ -48,6 +48,9 @@ def build_parser():
     p.add_argument("--synthetic", action="store_true", help="random sparse vectors instead of 20NG")
     p.add_argument("--rss", action="store_true", help="also stream 10x more tuples and compare peak RSS")
     p.add_argument("--no-vw", action="store_true", help="skip Vowpal Wabbit")
+    p.add_argument("--vw-variants", default="text,parsed,sgd,driver",
+                   help="comma-separated VW runs: text (vw.learn(line), parse + learn), parsed (examples "
+                        "parsed before the clock), sgd (--sgd, parsed), driver (VW's C++ driver on a file)")
     p.add_argument("--smoke", action="store_true", help="tiny synthetic run, a few seconds")
     return p
 
@@ -99,19 +102,63 @@ def _vw_line(qi, qx, dj, dx):
     return f"1 |q {q} |d {d}"
 
 
-def run_vw(X, t, args):
-    from vowpalwabbit import Workspace
-
+def _vw_lines(X, t):
     lines = []
     for a, b, c in t:
         q = X[a]
         delta = (X[b] - X[c]).tocsr()
         lines.append(_vw_line(q.indices, q.data, delta.indices, delta.data))
-    vw = Workspace(f"--loss_function hinge -q qd -b {args.bits} --noconstant --quiet")
-    t0, c0 = time.perf_counter(), time.process_time()
-    for s in lines:
-        vw.learn(s)
-    dt, cpu = time.perf_counter() - t0, time.process_time() - c0
+    return lines
+
+
+VW_VARIANTS = {
+    # name: (extra VW options, how the examples reach VW)
+    "text": ("", "text"),          # vw.learn(line): VW parses and learns (the default, as before)
+    "parsed": ("", "parsed"),      # examples parsed before the clock: learning only
+    "sgd": ("--sgd", "parsed"),    # plain SGD update (like streamrank's), parsed before the clock
+    "driver": ("", "driver"),      # VW's own C++ driver reading a cache-warm file (the vw command line)
+}
+
+
+def run_vw(X, t, args, variant="text", lines=None):
+    """VW on the same tuples; ``variant`` in VW_VARIANTS (creation of the workspace is not timed)."""
+    import os
+    import tempfile
+
+    from vowpalwabbit import Workspace
+
+    if lines is None:
+        lines = _vw_lines(X, t)
+    extra, how = VW_VARIANTS[variant]
+    opts = f"--loss_function hinge -q qd -b {args.bits} --noconstant --quiet {extra}".strip()
+    if how == "driver":
+        with tempfile.TemporaryDirectory() as d:
+            path = os.path.join(d, "tuples.vw")
+            with open(path, "w") as f:
+                f.write("\n".join(lines) + "\n")
+            with open(path, "rb") as f:  # warm the page cache: the file read is not what is measured
+                f.read()
+            t0, c0 = time.perf_counter(), time.process_time()
+            vw = Workspace(f"{opts} -d {path}")
+            vw.run_parser()
+            dt, cpu = time.perf_counter() - t0, time.process_time() - c0
+            n = int(vw.get_weighted_examples())
+            vw.finish()
+        return dict(seconds=dt, cpu=cpu, tuples_s=n / cpu)
+    vw = Workspace(opts)
+    if how == "parsed":
+        exs = [vw.parse(s) for s in lines]
+        t0, c0 = time.perf_counter(), time.process_time()
+        for ex in exs:
+            vw.learn(ex)
+        dt, cpu = time.perf_counter() - t0, time.process_time() - c0
+        for ex in exs:
+            vw.finish_example(ex)
+    else:
+        t0, c0 = time.perf_counter(), time.process_time()
+        for s in lines:
+            vw.learn(s)
+        dt, cpu = time.perf_counter() - t0, time.process_time() - c0
     vw.finish()
     return dict(seconds=dt, cpu=cpu, tuples_s=len(lines) / cpu)
 
@@ -144,6 +191,7 @@ def main(argv=None) -> int:
     print(f"{len(t):,} tuples over {X.shape[0]:,} documents, {X.shape[1]:,} features, "
           f"{X.nnz / X.shape[0]:.0f} nonzeros per document")
     sr_res = run_streamrank(X, t, args)
+    mem1 = None
     if args.rss:
         with PeakRSS() as mem1:
             run_streamrank(X, t, args, prebuild=False)
@@ -153,19 +201,35 @@ def main(argv=None) -> int:
     base = None
     if not args.no_vw:
         try:
-            base = ("Vowpal Wabbit -q qd hinge", run_vw(X, t, args))
+            lines = _vw_lines(X, t)
+            vw = {v: run_vw(X, t, args, v, lines) for v in args.vw_variants.split(",")}
         except ImportError:
             print("vowpalwabbit is not installed (pip install vowpalwabbit); numpy dense-W baseline instead")
+        else:
+            for v, res in vw.items():
+                extra, how = VW_VARIANTS[v]
+                print(f"Vowpal Wabbit -q qd hinge -b {args.bits} {extra + ' ' if extra else ''}[{how}]: "
+                      f"{res['tuples_s']:,.0f} tuples/s ({res['tuples_s'] * sr_res['products']:,.0f} q x d "
+                      f"products/s; {res['cpu']:.2f} s CPU, {res['seconds']:.1f} s wall)")
+            for v, res in vw.items():
+                print(f"ratio streamrank / VW [{v}]: {sr_res['tuples_s'] / res['tuples_s']:.2f}x tuples/s "
+                      f"(target >= 3x)")
+            return _rss(args, mem1, t, t_all, sr_res, X) if args.rss else 0
     if base is None:
         base = ("numpy/scipy dense W", run_numpy_dense(X, t, args))
     name, res = base
     print(f"{name}: {res['tuples_s']:,.0f} tuples/s ({res['cpu']:.2f} s CPU, {res['seconds']:.1f} s wall)")
     print(f"ratio streamrank / {name}: {sr_res['tuples_s'] / res['tuples_s']:.2f}x tuples/s")
-    if args.rss:
-        with PeakRSS() as mem10:
-            big = run_streamrank(X, t_all, args, prebuild=False)
-        print(f"peak RSS: {len(t):,} tuples {mem1.peak / 1e6:.0f} MB, {len(t_all):,} tuples {mem10.peak / 1e6:.0f} MB "
-              f"(W table {sr_res['mem_mb']:.1f} -> {big['mem_mb']:.1f} MB; batches streamed)")
+    return _rss(args, mem1, t, t_all, sr_res, X) if args.rss else 0
+
+
+def _rss(args, mem1, t, t_all, sr_res, X):
+    from streamrank._memory import PeakRSS
+
+    with PeakRSS() as mem10:
+        big = run_streamrank(X, t_all, args, prebuild=False)
+    print(f"peak RSS: {len(t):,} tuples {mem1.peak / 1e6:.0f} MB, {len(t_all):,} tuples {mem10.peak / 1e6:.0f} MB "
+          f"(W table {sr_res['mem_mb']:.1f} -> {big['mem_mb']:.1f} MB; batches streamed)")
     return 0
 
 

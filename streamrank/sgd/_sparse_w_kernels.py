@@ -69,6 +69,7 @@ _SMASK = np.int64(MAX_STAMP)
 I_T, I_K, I_COUNT, I_UPDATES, I_ACTIVE, I_TREFIT, I_FLUSHED = 0, 1, 2, 3, 4, 5, 6
 N_ISTATE = 7
 LR_INVSQRT, LR_CONSTANT = 0, 1
+PREFETCH = 24  # products ahead (measured on 20 Newsgroups tuples: 8 < 64 < 24)
 
 _GOLD = np.uint64(0x9E3779B97F4A7C15)
 
@@ -362,20 +363,30 @@ def sgd_steps(tab, S, istate, fstate,
         s = 0.0
         m = 0
         nz = 0
-        if q0 < q1:
-            base = np.int64(qi[q0]) * n_cols
-            for b in range(nd):
-                _prefetch(ik, 2 * _home(base + dj[b], shift))
+        # software prefetch of the home slot PREFETCH products ahead: the probes are
+        # random accesses into a table far larger than the caches, and the branchy
+        # probe loop alone keeps few of them in flight
+        pa = q0
+        pb = 0
+        if nd > 0:
+            for _ in range(PREFETCH):
+                if pa < q1:
+                    _prefetch(ik, 2 * _home(np.int64(qi[pa]) * n_cols + dj[pb], shift))
+                    pb += 1
+                    if pb == nd:
+                        pb = 0
+                        pa += 1
         for a in range(q0, q1):
             base = np.int64(qi[a]) * n_cols
             qa = np.float64(qx[a])
             acc = 0.0
-            # the home slots of the next row are fetched while this row is probed
-            if a + 1 < q1:
-                nbase = np.int64(qi[a + 1]) * n_cols
-                for b in range(nd):
-                    _prefetch(ik, 2 * _home(nbase + dj[b], shift))
             for b in range(nd):
+                if pa < q1:
+                    _prefetch(ik, 2 * _home(np.int64(qi[pa]) * n_cols + dj[pb], shift))
+                    pb += 1
+                    if pb == nd:
+                        pb = 0
+                        pa += 1
                 key = base + dj[b]
                 sl = find_slot(ik, key, shift, mask)
                 slot_buf[m] = sl
@@ -395,6 +406,7 @@ def sgd_steps(tab, S, istate, fstate,
             s += qa * acc
         if 1.0 - s > 0.0:
             istate[I_ACTIVE] += 1
+            mend = m
             m = 0
             upd = 0
             added = 0
@@ -402,6 +414,10 @@ def sgd_steps(tab, S, istate, fstate,
                 base = np.int64(qi[a]) * n_cols
                 g = eta * np.float64(qx[a])
                 for b in range(nd):
+                    # the slots were found by the margin pass; fetch them back ahead
+                    if m + PREFETCH < mend:
+                        pf = slot_buf[m + PREFETCH]
+                        _prefetch(ik, 2 * (pf if pf >= 0 else -1 - pf))
                     sl = slot_buf[m]
                     m += 1
                     if sl >= 0:
