@@ -129,24 +129,29 @@ def pairwise_steps(v, fstate, istate, qv, pp, pi, px, mp, mi, mx,
         else:
             a *= decay
         fstate[0] = a
-        if g != 0.0:
-            c = eta * g / a
+        c = eta * g / a
+        if l1_rule == 0 and l1 > 0.0:
+            # gradient step and penalty in one pass: each j occurs once in dj
+            fstate[2] += l1 * eta
+            u = fstate[2]
+            inv_a = 1.0 / a
+            for b in range(nd):
+                j = dj[b]
+                z = v[j] + c * dx[b]
+                if z > 0.0:
+                    nv = z - (u + qv[j]) * inv_a
+                    nv = nv if nv > 0.0 else 0.0
+                elif z < 0.0:
+                    nv = z + (u - qv[j]) * inv_a
+                    nv = nv if nv < 0.0 else 0.0
+                else:
+                    nv = 0.0
+                v[j] = nv
+                qv[j] += a * (nv - z)
+        elif g != 0.0:
             for b in range(nd):
                 v[dj[b]] += c * dx[b]
         if l1_rule == 0:
-            if l1 > 0.0:
-                fstate[2] += l1 * eta
-                u = fstate[2]
-                for b in range(nd):
-                    j = dj[b]
-                    z = v[j]
-                    if z > 0.0:
-                        nv = z - (u + qv[j]) / a
-                        v[j] = nv if nv > 0.0 else 0.0
-                    elif z < 0.0:
-                        nv = z + (u - qv[j]) / a
-                        v[j] = nv if nv < 0.0 else 0.0
-                    qv[j] += a * (v[j] - z)
             if a < 1e-100:
                 _renormalize(v, fstate)
         else:
