@@ -224,7 +224,7 @@ class KernelRankRLS(BaseRanker):
                                  f"use n_basis <= {m} (n_basis = rows gives the exact dual)")
             if max_rows is None:
                 max_rows = max(256, (1 << 22) // max(r, 1))
-            Xb = _reservoir(source, r, self.random_state, max_rows)
+            Xb = _reservoir(source, r, self.random_state, max(max_rows, 1 << 16))  # rows only: large reads
         else:
             Xb = check_X(self.basis, "basis", n_features=source.n_features, min_rows=1)
             if self.n_basis is not None and Xb.shape[0] != self.n_basis:
