@@ -259,7 +259,8 @@ def main(argv=None) -> int:
                      vs_read=out["fit_s"] / base if base else None, peak=peak, ndcg=out.get("ndcg"),
                      disagreement=out.get("disagreement"), meta=out.get("meta"),
                      load=f"{load0:.1f}/{_load():.1f}", note=note)
-            print(f"    {out['fit_s']:.1f} s, {r['rows_s']:,.0f} rows/s, peak {fmt_mib(peak)}, load {r['load']}",
+            print(f"    {out['fit_s']:.1f} s, {r['rows_s']:,.0f} rows/s, peak {fmt_mib(peak)}, load {r['load']}"
+                  + (f", NDCG@10 {r['ndcg']:.4f}, disagreement {r['disagreement']:.4f}" if key != "read" else ""),
                   flush=True)
             rows.append(r)
             results.append(dict(r, key=key, size=n))
