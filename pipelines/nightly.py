@@ -172,6 +172,53 @@ def _train(learner, store, base_model, base_dir, seen, alphas, folds, max_rows, 
                          holdout=holdout)
 
 
+def _validate_night(learner, store, log, unit, total, model, held, cur_model, cur_seen, h0, validation, k,
+                    max_rows):
+    """Step 3: ``(validation description, candidate metrics, current metrics, metric, higher is better)``.
+
+    ``held``: what the update returned for the held-out slice ``h0:`` — the
+    model trained without it (statistics learners) or the progressive
+    metrics on it (SGD) — or None (no honest slice: scored in-sample).
+    """
+    tuples, sgd = unit == "tuples", learner.startswith("sgd")
+    if validation is not None:
+        vdesc = {"scheme": "fixed-store", "store": str(validation)}
+        if tuples:
+            vts = sr.TupleStore.open(validation)
+            vt = (vts, 0, vts.n_tuples)
+        else:
+            vsrc = sr.GroupStore.open(validation)
+        cand = model
+    else:
+        honest = held is not None
+        day = newest_day(log)
+        lo = h0 if honest else int(day[0][unit][0])
+        vdesc = {"scheme": ("progressive" if sgd else "holdout") if honest else "in-sample", unit: [lo, total],
+                 "batch_ids": [e["batch_id"] for e in day if e[unit][1] > lo]}
+        if honest and not sgd:
+            vdesc["candidate_trained_on"] = [0, lo]
+            vdesc["promoted_model"] = "refit on all data (the held-out slice included)"
+        elif honest:
+            vdesc["candidate"] = "each batch of the slice scored before the model learned from it"
+        else:
+            vdesc["reason"] = ("the current model has seen every group of the newest day"
+                               if cur_model is not None and cur_seen >= total
+                               else "no data outside the newest day to train a candidate on")
+        vsrc, vt = (None if tuples else GroupRange(store, lo, total)), (store, lo, total)
+        cand = held if (honest and not sgd) else model
+    if held is not None and sgd and validation is None:
+        metrics = held
+    elif tuples:
+        metrics = validate_tuples(cand, *vt)
+    else:
+        metrics = validate(cand, vsrc, k=k, max_rows=max_rows)
+    if tuples:
+        cur_metrics = validate_tuples(cur_model, *vt) if cur_model is not None else None
+        return vdesc, metrics, cur_metrics, "tuple_error", False
+    cur_metrics = validate(cur_model, vsrc, k=k, max_rows=max_rows) if cur_model is not None else None
+    return vdesc, metrics, cur_metrics, f"ndcg@{k}", True
+
+
 def run_night(store_path, new_files, models_dir, *, learner="rankrls", alphas=None, full=False, keep=None,
               tolerance=0.005, folds=DEFAULT_FOLDS, validation=None, k=10, max_rows=DEFAULT_BLOCK_ROWS,
               plot=True, out=None, learner_params=None, verify=False, chunk_bytes=None):
@@ -233,53 +280,16 @@ def run_night(store_path, new_files, models_dir, *, learner="rankrls", alphas=No
         base_model = sr.load(models_dir / base) if base is not None else None
         cur_model = sr.load(models_dir / cur) if cur else None
         h0 = _holdout(log, unit, total, cur_seen if cur else 0, validation)
-        model, sel, minus, extra = _train(learner, store, base_model, models_dir / base if base else None, seen,
-                                          alphas, folds, max_rows, learner_params, h0, k)
-        sgd = learner.startswith("sgd")
+        model, sel, held, extra = _train(learner, store, base_model, models_dir / base if base else None, seen,
+                                         alphas, folds, max_rows, learner_params, h0, k)
         if tuples:
             data = {"tuples": [0, total], "new_tuples": sel["new_tuples"]}
         else:
             data = {"rows": [0, store.n_rows], "groups": [0, total], "new_rows": sel["new_rows"],
                     "new_groups": sel["new_groups"]}
         # 3. validate: the promotion decision compares models that have not seen the slice
-        day = newest_day(log)
-        if validation is not None:
-            vdesc = {"scheme": "fixed-store", "store": str(validation)}
-            if tuples:
-                vts = sr.TupleStore.open(validation)
-                vt = (vts, 0, vts.n_tuples)
-                metrics = validate_tuples(model, *vt)
-            else:
-                vsrc = sr.GroupStore.open(validation)
-                metrics = validate(model, vsrc, k=k, max_rows=max_rows)
-        else:
-            honest = minus is not None
-            lo = h0 if honest else int(day[0][unit][0])
-            vdesc = {"scheme": ("progressive" if sgd else "holdout") if honest else "in-sample", unit: [lo, total],
-                     "batch_ids": [e["batch_id"] for e in day if e[unit][1] > lo]}
-            if honest and not sgd:
-                vdesc["candidate_trained_on"] = [0, lo]
-                vdesc["promoted_model"] = "refit on all data (the held-out slice included)"
-            elif honest:
-                vdesc["candidate"] = "each batch of the slice scored before the model learned from it"
-            else:
-                vdesc["reason"] = ("no data outside the newest day to train a candidate on" if cur is None
-                                   or cur_seen < total else "the current model has seen every group of the "
-                                   "newest day")
-            vsrc = None if tuples else GroupRange(store, lo, total)
-            vt = (store, lo, total)
-            if honest and sgd:
-                metrics = minus
-            elif tuples:
-                metrics = validate_tuples(model, store, lo, total)
-            else:
-                metrics = validate(minus if honest else model, vsrc, k=k, max_rows=max_rows)
-        if tuples:
-            cur_metrics = validate_tuples(cur_model, *vt) if cur else None
-            mk, higher = "tuple_error", False
-        else:
-            cur_metrics = validate(cur_model, vsrc, k=k, max_rows=max_rows) if cur else None
-            mk, higher = f"ndcg@{k}", True
+        vdesc, metrics, cur_metrics, mk, higher = _validate_night(
+            learner, store, log, unit, total, model, held, cur_model, cur_seen, h0, validation, k, max_rows)
         data.update(batches=len(log), last_batch=log[-1]["batch_id"])
         if cur_metrics is None:
             promote = True

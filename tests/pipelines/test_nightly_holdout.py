@@ -134,3 +134,18 @@ def test_pairwise_progressive_validation(tmp_path):
                   group_offset=b.group_offset)
         m.partial_fit(b.X, b.y, b.row_qid())
     assert meta["metrics"]["ndcg@10"] == pytest.approx(ev.result()["ndcg@10"].value, rel=1e-12)
+
+
+def test_sgd_fixed_validation_tuple_store(tmp_path):
+    val = tmp_path / "val.zarr"
+    nightly.ingest_tuples(val, [_tuple_day(tmp_path, 9)])
+    store, models = tmp_path / "t.zarr", tmp_path / "models"
+    for d in (1, 2):
+        rep = nightly.run_night(store, [_tuple_day(tmp_path, d)], models, learner="sgd-bilinear", tolerance=1.0,
+                                plot=False, out=io.StringIO(), validation=val)
+    meta = nightly.read_version(models, rep["version"])
+    assert meta["validation"] == {"scheme": "fixed-store", "store": str(val)}
+    vs = sr.TupleStore.open(val)
+    Q, Dp, Dn = nightly.tuple_range(vs, 0, vs.n_tuples)
+    m = sr.load(models / "current")
+    assert meta["metrics"]["tuple_error"] == pytest.approx(sr.metrics.tuple_error(m.score(Q, Dp), m.score(Q, Dn)))
