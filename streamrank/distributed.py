@@ -48,6 +48,7 @@ __all__ = ["fit", "predict", "evaluate", "statistics", "fit_sgd_rounds", "Source
 DEFAULT_BLOCK_ROWS = 65_536
 DEFAULT_SPLIT_EVERY = 8
 DEFAULT_BLOCKS_PER_TASK = 4
+TASKS_PER_WORKER = 4
 
 # worker-process cache of stores opened by path: (path, created) -> store
 _OPEN_STORES: dict = {}
@@ -240,8 +241,12 @@ def _fold_stats_task(plans, ref, est, n_folds):
     return [_compact(st) for st in folds]
 
 
-def _chunks(plan, blocks_per_task):
+def _chunks(plan, blocks_per_task, n_workers=1):
+    """Consecutive planned blocks in tasks of ``blocks_per_task``, but small enough that every worker
+    gets at least ``TASKS_PER_WORKER`` tasks when the plan allows it (the last task of a worker waits
+    for no one: the idle tail is at most one short task)."""
     k = max(1, int(blocks_per_task))
+    k = max(1, min(k, len(plan) // max(1, TASKS_PER_WORKER * int(n_workers))))
     return [plan[i:i + k] for i in range(0, len(plan), k)]
 
 
@@ -297,7 +302,8 @@ def statistics(estimator, source, client=None, *, max_rows=DEFAULT_BLOCK_ROWS, s
     ``folds=k`` the list of k per-fold statistics (folds by query id, as
     :func:`streamrank.rankrls.selection.accumulate_folds`).  Only the reduced
     statistics reach the client.  A task sums ``blocks_per_task`` consecutive
-    planned blocks, reading the next block while it sums the current one (as
+    planned blocks (fewer when the plan would otherwise give a worker fewer
+    than ``TASKS_PER_WORKER`` tasks), reading the next block while it sums the current one (as
     the local prefetching pass does); a rerun after a worker loss redoes
     only those blocks.
     """
@@ -308,11 +314,11 @@ def statistics(estimator, source, client=None, *, max_rows=DEFAULT_BLOCK_ROWS, s
     with get_client(client) as c:
         ref = _ship_source(c, source)
         plan = source.plan(max_rows, split_groups=True)
+        tasks = _chunks(plan, blocks_per_task, len(c.scheduler_info()["workers"]))
         if folds is None:
-            parts = c.map(_stats_task, _chunks(plan, blocks_per_task), ref=ref, est=proto, pure=False)
+            parts = c.map(_stats_task, tasks, ref=ref, est=proto, pure=False)
         else:
-            parts = c.map(_fold_stats_task, _chunks(plan, blocks_per_task), ref=ref, est=proto,
-                          n_folds=int(folds), pure=False)
+            parts = c.map(_fold_stats_task, tasks, ref=ref, est=proto, n_folds=int(folds), pure=False)
         total = tree_reduce(c, parts, split_every=split_every).result()
     if folds is None:
         total.check_complete()
