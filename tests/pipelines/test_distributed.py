@@ -374,3 +374,22 @@ def test_cli_sgd_refit(client, tmp_path):
     assert r["refit"] and r["refit_t"] == 400 and r["t"] == 400
     assert r["tuple_error"] <= r["single_tuple_error"] + 0.1
     assert sr.load(tmp_path / "m").refit_t_ == 400
+
+
+def test_task_results_are_o_n2_bytes_whatever_the_block(store):
+    """A statistics task returns its sums without the block-sized scratch workspace (what travels)."""
+    import pickle
+
+    from streamrank.distributed import SourceRef, _chunks, _fold_stats_task, _stats_task
+
+    est = sr.RankRLS(solver="primal")
+    plan = store.plan(10_000, split_groups=True)
+    n = store.n_features
+    st = _stats_task(plan, SourceRef(store), est)
+    assert len(pickle.dumps(st)) < 40 * 8 * (n + 2) ** 2
+    ref = est._accumulate(store, 10_000)
+    np.testing.assert_allclose(st.G, ref.G, rtol=1e-12, atol=1e-12)
+    folds = _fold_stats_task(plan, SourceRef(store), est, 3)
+    assert all(len(pickle.dumps(f)) < 40 * 8 * (n + 2) ** 2 for f in folds)
+    assert [len(t) for t in _chunks(list(range(9)), 4, n_workers=2)] == [1] * 9   # >= 4 tasks a worker
+    assert [len(t) for t in _chunks(list(range(77)), 4, n_workers=2)][:2] == [4, 4]
