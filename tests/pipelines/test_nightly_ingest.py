@@ -140,3 +140,54 @@ def test_verify_new_batches_and_full_verify(tmp_path):
         nightly.main(["--store", str(store), "--new", str(days[2]), "--models", str(models), "--alphas", "1",
                       "--no-plot", "--verify", "--full"])
     assert nightly.current_version(models) == before and len(nightly.list_versions(models)) == 3
+
+
+from hypothesis import given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+
+@settings(max_examples=15, deadline=None)
+@given(sizes=st.lists(st.integers(1, 9), min_size=1, max_size=25), first=st.integers(60, 900),
+       second=st.integers(60, 900), stop_after=st.integers(0, 6), kind=st.sampled_from(["npz", "text"]))
+def test_interrupted_ingest_equals_one_shot_whatever_the_chunks(tmp_path_factory, sizes, first, second, stop_after,
+                                                                kind):
+    """Chunk sizes before and after an interruption at any chunk: the store holds the day once, in order."""
+    tmp = tmp_path_factory.mktemp("h")
+    rng = np.random.default_rng(len(sizes))
+    qid = np.repeat(np.arange(len(sizes)) + 100, sizes)
+    X = rng.normal(size=(len(qid), 3)).astype(np.float32)
+    y = rng.integers(0, 3, len(qid)).astype(np.float64)
+    if kind == "npz":
+        day = tmp / "d.npz"
+        np.savez(day, X=X, y=y, qid=qid)
+    else:
+        day = _text(tmp / "d.txt", X, y, qid)
+    store = tmp / "s.zarr"
+    real = sr.GroupStore.append
+    calls = []
+
+    def interrupted(self, *a, **k):
+        if len(calls) == stop_after:
+            raise KeyboardInterrupt
+        calls.append(1)
+        return real(self, *a, **k)
+
+    sr.GroupStore.append = interrupted
+    try:
+        ingest(store, [day], chunk_bytes=first)
+        complete = True
+    except KeyboardInterrupt:
+        complete = False
+    finally:
+        sr.GroupStore.append = real
+    rep = ingest(store, [day], chunk_bytes=second)[0]
+    assert rep["appended"] == (not complete)
+    s = sr.GroupStore.open(store)
+    Xs, ys, qs = _content(s)
+    np.testing.assert_allclose(Xs, X, rtol=1e-6)
+    np.testing.assert_array_equal(ys, y)
+    np.testing.assert_array_equal(qs, qid)
+    h = nightly.content_hash(day)
+    assert s.batches[-1]["batch_id"] == h
+    assert all(e["batch_id"] == f"{h}#{e['rows'][0]}" for e in s.batches[:-1])
+    assert s.verify() == len(s.batches)
