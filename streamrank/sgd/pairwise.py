@@ -24,8 +24,8 @@ The L1 term (``l1_rule``):
   starts afresh, so a weight whose gradient is pure noise stays nonzero
   whenever its walk over T steps (~ sqrt(T) eta) beats ``l1 T eta``: at the
   same ``l1`` this rule is far less sparse than the minimiser of the
-  objective (``benchmarks/peers_sgd.py``: 200 features, l1 = 0.01, exact
-  minimiser 47 nonzero, cumulative rule 21, window rule 197).
+  objective (``benchmarks/peers_sgd.py --lp-pairs 20000``: 200 features,
+  l1 = 0.01, exact minimiser 30 nonzero, cumulative rule 19, window 193).
 
 Pairs are sampled as in stochastic pairwise ranking: a query uniformly
 among those with two different scores, then a uniform ordered pair of that
