@@ -109,3 +109,35 @@ def test_npz_ingested_by_rows_in_whole_queries(tmp_path, save):
     # a small file is still one batch
     _run("ingest", tmp_path / "day.npz", "--store", tmp_path / "one.zarr", "-q")
     assert len(sr.GroupStore.open(tmp_path / "one.zarr").batches) == 1
+
+
+def test_iter_npz_edge_cases(tmp_path):
+    from streamrank.io.npz import iter_npz
+
+    qid = np.repeat([5, 6, 7], [3, 1, 4])
+    X = np.arange(16, dtype=np.float64).reshape(8, 2)
+    y = np.arange(8.0)
+    np.savez(tmp_path / "f.npz", X=np.asfortranarray(X), y=y, qid=qid)       # column-major X: read whole
+    parts = list(iter_npz(tmp_path / "f.npz", chunk_rows=2))
+    assert [len(p[2]) for p in parts] == [3, 1, 4]
+    np.testing.assert_array_equal(np.concatenate([p[0] for p in parts]), X)
+    one = list(iter_npz(tmp_path / "f.npz", chunk_rows=1, chunk_bytes=10**9))     # bytes win: one chunk
+    assert len(one) == 1
+    np.savez(tmp_path / "o.npz", X=X.astype(object), y=y, qid=qid)
+    with pytest.raises(ValueError, match="objects"):
+        list(iter_npz(tmp_path / "o.npz"))
+    np.savez(tmp_path / "s.npz", X=X, y=y[:-1], qid=qid)
+    with pytest.raises(ValueError, match="y has 7 rows but X has 8"):
+        list(iter_npz(tmp_path / "s.npz"))
+    np.savez(tmp_path / "m.npz", X=X, y=y)
+    with pytest.raises(ValueError, match="missing.*qid"):
+        list(iter_npz(tmp_path / "m.npz"))
+    (tmp_path / "bad.npz").write_bytes(b"PK\x03\x04 not a zip")
+    with pytest.raises(ValueError, match="bad.npz"):
+        list(iter_npz(tmp_path / "bad.npz"))
+    assert list(iter_npz(_empty(tmp_path))) == []
+
+
+def _empty(tmp):
+    np.savez(tmp / "e.npz", X=np.zeros((0, 3), np.float32), y=np.zeros(0), qid=np.zeros(0, np.int64))
+    return tmp / "e.npz"
