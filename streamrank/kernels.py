@@ -119,7 +119,12 @@ def _dot(X, Z, out=None) -> np.ndarray:
     Z = _as64(Z)
     xs, zs = sp.issparse(X), sp.issparse(Z)
     if not xs and not zs:
-        return X @ Z.T if out is None else np.matmul(X, Z.T, out=out)
+        if out is None:
+            return X @ Z.T
+        if out.flags.f_contiguous and not out.flags.c_contiguous:
+            np.matmul(Z, X.T, out=out.T)          # (Z Xᵀ) into the C-contiguous transpose
+            return out
+        return np.matmul(X, Z.T, out=out)
     if out is not None:
         out[...] = _dot(X, Z)
         return out
@@ -140,9 +145,11 @@ def kernel_matrix(X, Z=None, *, kernel="rbf", gamma=1.0, degree=2, coef0=0.0, ou
 
     ``Z=None`` means ``Z = X`` (then the result is exactly symmetric and, for
     the Gaussian kernel, exactly 1 on the diagonal).  ``out``: a float64
-    (len(X), len(Z)) array with unit column stride (e.g. the first columns of
-    a wider buffer, such as :meth:`RankStatistics.workspace`) that receives
-    the block instead of a new array; it is returned.
+    (len(X), len(Z)) array, Fortran-contiguous or with unit column stride
+    (e.g. the first columns of a wider buffer, such as
+    :meth:`RankStatistics.workspace`), that receives the block instead of a
+    new array; it is returned.  A Fortran-contiguous ``out`` is filled through
+    its C-contiguous transpose (same values).
     """
     same = Z is None
     if same:
@@ -152,9 +159,9 @@ def kernel_matrix(X, Z=None, *, kernel="rbf", gamma=1.0, degree=2, coef0=0.0, ou
                          f"{Z.shape[1]}; they must match")
     if out is not None:
         if (not isinstance(out, np.ndarray) or out.dtype != np.float64 or out.shape != (X.shape[0], Z.shape[0])
-                or (out.size and out.strides[1] != 8) or not out.flags.writeable):
-            raise ValueError(f"out must be a writeable float64 array of shape {(X.shape[0], Z.shape[0])} "
-                             "with unit column stride")
+                or (out.size and out.strides[1] != 8 and not out.flags.f_contiguous) or not out.flags.writeable):
+            raise ValueError(f"out must be a writeable float64 array of shape {(X.shape[0], Z.shape[0])}, "
+                             "Fortran-contiguous or with unit column stride")
     if callable(kernel):
         K = np.asarray(kernel(X, Z), dtype=np.float64)
         if K.shape != (X.shape[0], Z.shape[0]):
@@ -168,18 +175,21 @@ def kernel_matrix(X, Z=None, *, kernel="rbf", gamma=1.0, degree=2, coef0=0.0, ou
         return np.ascontiguousarray(K)
     K = np.ascontiguousarray(_dot(X, Z), dtype=np.float64) if out is None else _dot(X, Z, out=out)
     par = K.size >= _PARALLEL_ENTRIES
+    # a Fortran-contiguous out: the elementwise loops run on its C-contiguous transpose (X and Z swap roles)
+    flip = out is not None and K.flags.f_contiguous and not K.flags.c_contiguous
+    Kc = K.T if flip else K
     if kernel == "linear":
         pass
     elif kernel == "poly":
         from . import _kernel_kernels as _kk
-        (_kk.poly_from_dot_parallel if par else _kk.poly_from_dot)(K, float(gamma), float(coef0), int(degree))
+        (_kk.poly_from_dot_parallel if par else _kk.poly_from_dot)(Kc, float(gamma), float(coef0), int(degree))
     elif kernel == "rbf":
         from . import _kernel_kernels as _kk
         nx = _sq_norms(X)
         nz = nx if same else _sq_norms(Z)
         (_kk.rbf_exponent_from_dot_parallel if par else _kk.rbf_exponent_from_dot)(
-            K, nx, nz, float(gamma), bool(same))
-        np.exp(K, out=K)
+            Kc, nz if flip else nx, nx if flip else nz, float(gamma), bool(same))
+        np.exp(Kc, out=Kc)
     else:  # pragma: no cover - check_kernel guards
         raise ValueError(f"unknown kernel {kernel!r}")
     if same:  # exact symmetry (BLAS may round the two triangles differently)

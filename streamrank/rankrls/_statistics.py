@@ -174,29 +174,36 @@ class RankStatistics:
 
     # ------------------------------------------------------------ workspace
     def workspace(self, rows: int) -> np.ndarray:
-        """The reused float64 buffer A (rows, n + v), C-contiguous, of the dense SYRK path.
+        """The reused float64 buffer A (rows, n + v) of the dense SYRK path, Fortran-ordered.
 
         A caller that computes Φ itself (e.g. kernel columns k(X_B, X_R)) may
-        write Φ into ``A[:, :n]`` and pass that view as ``Phi`` to
-        :meth:`add_block`: it is then scaled in place, never copied.  The
-        block must hold whole groups.  The buffer is freed when G, B or yLy
-        is read.
+        write Φ into ``A[:, :n]`` — a Fortran-contiguous (rows, n) array,
+        i.e. ``A[:, :n].T`` is C-contiguous — and pass that view as ``Phi`` to
+        :meth:`add_block`: it is then centred and scaled in place, never
+        copied.  The block must hold whole groups.  The buffer is freed when
+        G, B or yLy is read.
         """
         if self._parts is not None:
             raise NotImplementedError("workspace(): per-output statistics scale Φ once per output; pass Φ itself")
+        return self._buffer(rows, "F")
+
+    def _buffer(self, rows: int, order: str) -> np.ndarray:
+        """A contiguous (rows, n + v) float64 view ("C" or "F") of one reused flat buffer."""
         rows = int(rows)
+        k = self.n_features + self.n_outputs
         w = self._work
-        if w is None or w.shape[0] < rows:
-            w = np.empty((max(rows, 1), self.n_features + self.n_outputs))
+        if w is None or w.size < max(rows, 1) * k:
+            w = np.empty(max(rows, 1) * k)
             self._work = w
-        return w[:rows]
+        return w[: rows * k].reshape((rows, k), order=order)
 
     def _is_workspace(self, Phi) -> bool:
         w = self._work
         if w is None or not isinstance(Phi, np.ndarray) or Phi.dtype != np.float64 or Phi.shape[0] == 0:
             return False
         return (Phi.__array_interface__["data"][0] == w.__array_interface__["data"][0]
-                and Phi.strides == w.strides and Phi.shape[1] == self.n_features)
+                and Phi.strides == (8, 8 * Phi.shape[0]) and Phi.shape[1] == self.n_features
+                and Phi.shape[0] * (self.n_features + self.n_outputs) <= w.size)
 
     def _release_workspace(self):
         self._work = None
@@ -381,8 +388,9 @@ class RankStatistics:
             center = whole                                   # whole groups: centred, no low-rank part
             sq = np.sqrt(d)
             if in_place:
-                _sk.scale_in_place(self.workspace(rows), n, Y, sq, sq, gp, center, T)
-                _syrk(1.0, self.workspace(rows), acc)
+                A = self._buffer(rows, "F")
+                _sk.scale_in_place_f(A, n, Y, sq, sq, gp, center, T)
+                _syrk(1.0, A, acc)
             else:
                 self._fill_and_syrk(Phi, Y, sq, sq, gp, center, T, acc)
         else:
@@ -401,8 +409,8 @@ class RankStatistics:
             # the SYRK's Y-Y block is Σ sy² Y²; the cost wants Σ d Y² (live rows only)
             corr = ((np.where(dead, 0.0, d) - sy * sy)[:, None] * Y * Y).sum(axis=0)
             if in_place:
-                A = self.workspace(rows)
-                _sk.scale_in_place(A, n, Y, sx, sy, gp, center, T)
+                A = self._buffer(rows, "F")
+                _sk.scale_in_place_f(A, n, Y, sx, sy, gp, center, T)
                 _syrk(1.0, A, acc)
             else:
                 self._fill_and_syrk(Phi, Y, sx, sy, gp, center, T, acc)
@@ -436,7 +444,7 @@ class RankStatistics:
         rows = Phi.shape[0]
         target = max(1, _CHUNK_BYTES // (8 * (self.n_features + self.n_outputs)))
         if rows <= 2 * target:
-            A = self.workspace(rows)
+            A = self._buffer(rows, "C")
             _sk.fill_scaled(Phi, Y, sx, sy, gp, center, A, T)
             _syrk(1.0, A, acc)
             return
@@ -446,7 +454,7 @@ class RankStatistics:
             g1 = int(np.searchsorted(gp, gp[g0] + target, side="right")) - 1
             g1 = min(max(g1, g0 + 1), n_groups)          # at least one group (a large group is one chunk)
             a, b = int(gp[g0]), int(gp[g1])
-            A = self.workspace(b - a)
+            A = self._buffer(b - a, "C")
             _sk.fill_scaled(Phi[a:b], Y[a:b], sx[a:b], sy[a:b], gp[g0:g1 + 1] - a, center[g0:g1], A, T[g0:g1])
             _syrk(1.0, A, acc)
             g0 = g1
@@ -615,15 +623,18 @@ class RankStatistics:
 
 # ------------------------------------------------------------------ helpers
 def _syrk(alpha, A, acc):
-    """acc (F-ordered, upper triangle) += alpha AᵀA for a C-contiguous float64 A (rows, k): BLAS dsyrk.
+    """acc (F-ordered, upper triangle) += alpha AᵀA for a float64 A (rows, k): BLAS dsyrk, no copy.
 
-    Aᵀ is then Fortran-contiguous, so no copy is made.
+    C-contiguous A: dsyrk("N") of the Fortran-contiguous Aᵀ; Fortran-contiguous A: dsyrk("T") of A.
     """
     if A.shape[0] == 0:
         return
-    if not A.flags.c_contiguous:
-        A = np.ascontiguousarray(A)
-    out = _blas.dsyrk(alpha, A.T, beta=1.0, c=acc, trans=0, lower=0, overwrite_c=1)
+    if A.flags.f_contiguous and not A.flags.c_contiguous:
+        out = _blas.dsyrk(alpha, A, beta=1.0, c=acc, trans=1, lower=0, overwrite_c=1)
+    else:
+        if not A.flags.c_contiguous:
+            A = np.ascontiguousarray(A)
+        out = _blas.dsyrk(alpha, A.T, beta=1.0, c=acc, trans=0, lower=0, overwrite_c=1)
     if out is not acc:  # pragma: no cover - f2py copied (acc not F-contiguous)
         acc[...] = out
 

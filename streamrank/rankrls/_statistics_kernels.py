@@ -25,7 +25,7 @@ from __future__ import annotations
 
 from .._numba import jit
 
-__all__ = ["fill_scaled", "scale_in_place"]
+__all__ = ["fill_scaled", "scale_in_place_f"]
 
 
 @jit
@@ -61,25 +61,30 @@ def fill_scaled(Phi, Y, sx, sy, group_ptr, center, A, T):
 
 
 @jit
-def scale_in_place(A, n, Y, sx, sy, group_ptr, center, T):
-    """Like :func:`fill_scaled` with Φ already in ``A[:, :n]`` (centred and scaled in place; Ỹ written to A[:, n:])."""
+def scale_in_place_f(A, n, Y, sx, sy, group_ptr, center, T):
+    """Like :func:`fill_scaled` with Φ already in ``A[:, :n]`` of a Fortran-ordered A (centred and scaled in
+    place, Ỹ written to A[:, n:]); column by column, so every inner loop runs over contiguous rows."""
     v = Y.shape[1]
     n_groups = group_ptr.shape[0] - 1
-    for g in range(n_groups):
-        a0 = group_ptr[g]
-        a1 = group_ptr[g + 1]
-        for j in range(n + v):
-            T[g, j] = 0.0
-        for i in range(a0, a1):
-            for j in range(n):
-                T[g, j] += A[i, j]
-            for k in range(v):
-                T[g, n + k] += float(Y[i, k])
-        inv = 1.0 / (a1 - a0) if (center[g] and a1 > a0) else 0.0
-        for i in range(a0, a1):
-            a = sx[i]
-            for j in range(n):
-                A[i, j] = a * (A[i, j] - T[g, j] * inv)
-            b = sy[i]
-            for k in range(v):
-                A[i, n + k] = b * (float(Y[i, k]) - T[g, n + k] * inv)
+    for j in range(n):
+        for g in range(n_groups):
+            a0 = group_ptr[g]
+            a1 = group_ptr[g + 1]
+            t = 0.0
+            for i in range(a0, a1):
+                t += A[i, j]
+            T[g, j] = t
+            m = t / (a1 - a0) if (center[g] and a1 > a0) else 0.0
+            for i in range(a0, a1):
+                A[i, j] = sx[i] * (A[i, j] - m)
+    for k in range(v):
+        for g in range(n_groups):
+            a0 = group_ptr[g]
+            a1 = group_ptr[g + 1]
+            t = 0.0
+            for i in range(a0, a1):
+                t += float(Y[i, k])
+            T[g, n + k] = t
+            m = t / (a1 - a0) if (center[g] and a1 > a0) else 0.0
+            for i in range(a0, a1):
+                A[i, n + k] = sy[i] * (float(Y[i, k]) - m)

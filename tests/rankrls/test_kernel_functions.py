@@ -108,4 +108,13 @@ def test_kernel_matrix_into_out_view(rng, kernel, params, layout):
     with pytest.raises(ValueError, match="out must be"):
         kernel_matrix(X, Z, kernel=kernel, out=np.zeros((7, 5)), **params)
     with pytest.raises(ValueError, match="out must be"):
-        kernel_matrix(X, Z, kernel=kernel, out=np.zeros((4, 7)).T, **params)
+        kernel_matrix(X, Z, kernel=kernel, out=np.zeros((7, 8))[:, ::2], **params)
+    # Fortran-contiguous out (what RankStatistics.workspace gives): filled through its transpose
+    F = np.full((7, 5), np.nan, order="F")
+    kernel_matrix(X, Z, kernel=kernel, out=F[:, :4], **params)
+    np.testing.assert_allclose(F[:, :4], kernel_matrix(X, Z, kernel=kernel, **params), rtol=1e-13, atol=1e-15)
+    assert np.isnan(F[:, 4]).all()
+    F2 = np.full((7, 7), np.nan, order="F")
+    kernel_matrix(X, None, kernel=kernel, out=F2, **params)
+    np.testing.assert_array_equal(F2, F2.T)
+    np.testing.assert_allclose(F2, kernel_matrix(X, None, kernel=kernel, **params), rtol=1e-13, atol=1e-15)

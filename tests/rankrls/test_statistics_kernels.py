@@ -52,10 +52,10 @@ def test_fill_scaled_and_in_place(case, dtype, readonly, rng):
     np.testing.assert_allclose(T, T_ref, rtol=1e-13, atol=1e-14)
     assert np.isnan(A[rows:]).all()               # rows beyond the block untouched
     # in place: Φ already in A[:, :n]
-    B = np.full((rows, n + v), np.nan)
+    B = np.full((rows, n + v), np.nan, order="F")
     B[:, :n] = Phi
     T2 = np.full_like(T, np.nan)
-    _sk.scale_in_place(B, n, Y, sx, sy, gp, center, T2)
+    _sk.scale_in_place_f(B, n, Y, sx, sy, gp, center, T2)
     np.testing.assert_allclose(B, A_ref, rtol=1e-13, atol=1e-15)
     np.testing.assert_allclose(T2, T_ref, rtol=1e-13, atol=1e-14)
 
