@@ -121,3 +121,15 @@ def test_help(name, capsys):
         mod.main(["--help"])
     assert exc.value.code == 0
     assert "--smoke" in capsys.readouterr().out
+
+
+def test_distributed_scaling_smoke(capsys):
+    """1 and 2 worker processes of a real LocalCluster on a tiny store; equality with the local fit is printed."""
+    out = _run("distributed_scaling", ["--smoke", "--repeat", "1"], capsys)
+    assert "speedup 2 workers / 1 worker" in out, out
+    assert "coef max relative difference vs local fit" in out, out
+
+
+def test_nightly_ingest_smoke(capsys):
+    out = _run("nightly_ingest", ["--smoke"], capsys)
+    assert "chunked" in out.lower(), out
