@@ -112,6 +112,80 @@ def _max_group_rows(source):
     return int(np.diff(gp).max()) if len(gp) > 1 else 0
 
 
+class TieCounts:
+    """Mergeable first-pass part of a :class:`TieTable`: the tie classes of the pieces seen so far.
+
+    ``groups[gid][o] = [vals, cnt, S]``: sorted distinct targets of output o
+    among the rows added, their counts and their (len(vals), n) float64
+    feature sums — kept while all of them (every group and output) fit
+    ``cache_entries`` numbers, else None everywhere (``cache`` False).
+    Cached iff (distinct values × n) <= ``cache_entries``, whatever the order
+    the pieces are added and merged in (a union never shrinks).
+    """
+
+    def __init__(self, n_features, n_outputs, cache_entries):
+        self.n_features = n_features
+        self.n_outputs = n_outputs
+        self.cache_entries = int(cache_entries)
+        self.cache = self.cache_entries > 0
+        self.groups = {}
+
+    def _entries(self, groups):
+        return sum(len(t[0]) for ent in groups.values() for t in ent) * self.n_features
+
+    def add_piece(self, block):
+        """Add one piece of a split group (its X and y)."""
+        n, v = self.n_features, self.n_outputs
+        Y = _block_Y(block, v)
+        part = TieCounts(n, v, self.cache_entries)
+        ent = [np.unique(Y[:, o], return_inverse=True, return_counts=True) for o in range(v)]
+        part.cache = self.cache and sum(len(vp) for vp, _, _ in ent) * n <= self.cache_entries
+        part.groups[int(block.group_start)] = [
+            [vp, cp.astype(np.int64), _class_sums(block.X, inv.ravel(), len(vp)) if part.cache else None]
+            for vp, inv, cp in ent]
+        return self.merge(part)
+
+    def merge(self, other):
+        """Add ``other``'s pieces (``other`` is not modified)."""
+        n = self.n_features
+        merged = {}
+        for gid, ent in other.groups.items():
+            mine = self.groups.get(gid)
+            if mine is None:
+                merged[gid] = [[vals, cnt, S, None, None] for vals, cnt, S in ent]
+                continue
+            out = []
+            for (vals, cnt, S), (vp, cp, Sp) in zip(mine, ent):
+                allv = np.union1d(vals, vp)
+                io, ip = np.searchsorted(allv, vals), np.searchsorted(allv, vp)
+                c2 = np.zeros(len(allv), np.int64)
+                c2[io] += cnt
+                c2[ip] += cp
+                out.append([allv, c2, (S, Sp), io, ip])
+            merged[gid] = out
+        total = dict(self.groups)
+        total.update(merged)
+        cache = self.cache and other.cache and self._entries(total) <= self.cache_entries
+        if not cache:
+            for ent in self.groups.values():
+                for t in ent:
+                    t[2] = None
+        for gid, ent in merged.items():
+            out = []
+            for allv, c2, S, io, ip in ent:
+                S2 = None
+                if cache and io is None:
+                    S2 = None if S is None else np.array(S)
+                elif cache:
+                    S2 = np.zeros((len(allv), n))
+                    S2[io] += S[0]
+                    S2[ip] += S[1]
+                out.append([allv if io is not None else allv.copy(), c2 if io is not None else c2.copy(), S2])
+            self.groups[gid] = out
+        self.cache = cache
+        return self
+
+
 class TieTable:
     """Tie classes of the groups cut across blocks (``ties="exclude"``, split groups), DESIGN §3.1.
 
@@ -131,6 +205,7 @@ class TieTable:
         self.groups = {}
         self.cached = True
         self.n_passes = 0
+        self.needs_tied_sums = False
 
     @classmethod
     def for_source(cls, source, max_rows, cache_entries=None):
@@ -143,40 +218,32 @@ class TieTable:
     def build(cls, source, max_rows, cache_entries=None):
         n, v = source.n_features, source.n_outputs
         cache_entries = TIE_CACHE_ENTRIES if cache_entries is None else int(cache_entries)
+        counts = TieCounts(n, v, cache_entries)
+        for block in source.blocks(max_rows=max_rows, split_groups=True):
+            if _is_piece(block):
+                counts.add_piece(block)
+        tab = cls.from_counts(counts, max_rows)
+        if tab.needs_tied_sums:       # second pass: sums of tied classes only
+            for block in source.blocks(max_rows=max_rows, split_groups=True):
+                if _is_piece(block) and int(block.group_start) in tab.groups:
+                    tab.add_tied_sums(int(block.group_start), tab.tied_sums_of_piece(block))
+            tab.needs_tied_sums = False
+        return tab
+
+    @classmethod
+    def from_counts(cls, counts, max_rows):
+        """The table of the summed :class:`TieCounts` of every piece (the first pass).
+
+        When the sums of all distinct values did not fit but those of the tied
+        classes do, ``needs_tied_sums`` is True and ``S`` are zeros: add
+        :meth:`tied_sums_of_piece` of every piece (a second pass) with
+        :meth:`add_tied_sums`, then clear the flag.
+        """
+        n, v = counts.n_features, counts.n_outputs
         tab = cls(n, v, max_rows)
         tab.n_passes = 1
-        acc = {}
-        stored = 0
-        cache = cache_entries > 0
-        for block in source.blocks(max_rows=max_rows, split_groups=True):
-            if not _is_piece(block):
-                continue
-            gid = int(block.group_start)
-            Y = _block_Y(block, v)
-            ent = acc.setdefault(gid, [[np.zeros(0), np.zeros(0, np.int64), np.zeros((0, n))]
-                                       for _ in range(v)])
-            for o in range(v):
-                vp, inv, cp = np.unique(Y[:, o], return_inverse=True, return_counts=True)
-                vals, cnt, S = ent[o]
-                allv = np.union1d(vals, vp)
-                io, ip = np.searchsorted(allv, vals), np.searchsorted(allv, vp)
-                c2 = np.zeros(len(allv), np.int64)
-                c2[io] += cnt
-                c2[ip] += cp
-                S2 = None
-                if cache:
-                    S2 = np.zeros((len(allv), n))
-                    S2[io] += S
-                    S2[ip] += _class_sums(block.X, inv.ravel(), len(vp))
-                    stored += (len(allv) - len(vals)) * n
-                ent[o] = [allv, c2, S2]
-            if cache and stored > cache_entries:       # too many distinct values: keep counts only
-                cache = False
-                for e in acc.values():
-                    for t in e:
-                        t[2] = None
         n_tied = 0
-        for gid, ent in acc.items():
+        for gid, ent in counts.groups.items():
             out = []
             for vals, cnt, S in ent:
                 keep = cnt > 1
@@ -185,27 +252,42 @@ class TieTable:
                 n_tied += int(keep.sum())
                 out.append([vals, cnt, tied, None if S is None else np.ascontiguousarray(S[keep])])
             tab.groups[gid] = out
-        tab.cached = cache
+        tab.cached = counts.cache
         if n_tied == 0:
             for ent in tab.groups.values():
                 for t in ent:
                     t[3] = np.zeros((0, n))
             tab.cached = True
-        elif not cache and n_tied * n <= cache_entries:       # second pass: sums of tied classes only
-            for gid, ent in tab.groups.items():
+        elif not counts.cache and n_tied * n <= counts.cache_entries:
+            for ent in tab.groups.values():
                 for t in ent:
                     t[3] = np.zeros((int((t[2] >= 0).sum()), n))
             tab.n_passes = 2
-            for block in source.blocks(max_rows=max_rows, split_groups=True):
-                if not _is_piece(block) or int(block.group_start) not in tab.groups:
-                    continue
-                Y = _block_Y(block, v)
-                for o, (vals, cnt, tied, S) in enumerate(tab.groups[int(block.group_start)]):
-                    c = tied[np.searchsorted(vals, Y[:, o])]
-                    r = np.flatnonzero(c >= 0)
-                    if r.size:
-                        S += _class_sums(block.X[r], c[r], S.shape[0])
+            tab.needs_tied_sums = True
             tab.cached = True
+        return tab
+
+    def tied_sums_of_piece(self, block):
+        """Per output: the piece's part (tied classes, n) of the class sums S_c, or None (no tied row)."""
+        Y = _block_Y(block, self.n_outputs)
+        out = []
+        for o, (vals, cnt, tied, S) in enumerate(self.groups[int(block.group_start)]):
+            c = tied[np.searchsorted(vals, Y[:, o])]
+            r = np.flatnonzero(c >= 0)
+            out.append(_class_sums(block.X[r], c[r], self.n_tied(int(block.group_start), o)) if r.size else None)
+        return out
+
+    def add_tied_sums(self, gid, parts):
+        for t, P in zip(self.groups[gid], parts):
+            if P is not None:
+                t[3] += P
+
+    def without_sums(self):
+        """A copy without the class feature sums (what :meth:`rows` needs: O(distinct targets), not O(n))."""
+        tab = TieTable(self.n_features, self.n_outputs, self.max_rows)
+        tab.cached, tab.n_passes = self.cached, self.n_passes
+        tab.groups = {gid: [[vals, cnt, tied, None] for vals, cnt, tied, _ in ent]
+                      for gid, ent in self.groups.items()}
         return tab
 
     def rows(self, block, Y, o):
@@ -343,6 +425,34 @@ def _block_apply(block, U, Y, group_weight, ties, opens, ties_table=None):
     return LU, closes
 
 
+def finish_classes(Z, table, tie_done, k, v, deferred):
+    """Class term of completed split groups: ``Z += s_g Σ_c S_c T_cᵀ`` from the cached sums, or else
+    record ``(s_g, T, outputs)`` in ``deferred`` for a second sweep (:func:`deferred_piece`).
+
+    ``tie_done``: (gid, s_g, [T per column]) of the groups whose last piece was seen.
+    """
+    outs = [int(o) for o in _col_outputs(k, v)]
+    for gid, s, Ts in tie_done:
+        if table.cached:
+            Z += table.class_term(gid, s, Ts, outs)
+        else:
+            deferred[gid] = (s, Ts, outs)
+    return Z
+
+
+def deferred_piece(block, table, deferred, k, v):
+    """``X_pᵀ (s_g T_{c(i)})_i`` (n, k) of one piece of a split group of ``deferred`` (uncached class sums)."""
+    s, Ts, outs = deferred[int(block.group_start)]
+    Y = _block_Y(block, v)
+    cls = _piece_classes(block, Y, table, np.asarray(outs))
+    R = np.zeros((block.n_rows, k))
+    for j, o in enumerate(outs):
+        c = cls[o][0]
+        r = c >= 0
+        R[r, j] = s * Ts[j][c[r]]
+    return _xtu(block.X, R)
+
+
 def _ties_table(source, ties, max_rows, ties_table):
     if ties != "exclude" or ties_table is not None:
         return ties_table
@@ -373,28 +483,60 @@ def laplacian_pass(source, V=None, *, group_weight="pair", ties="include", max_r
         Z += _xtu(block.X, LU)
         for s, S, t in closes:
             Z -= s * np.outer(S, t)
-        for gid, s, Ts in opens.tie_done:
-            outs = [int(o) for o in _col_outputs(k, v)]
-            if table.cached:
-                Z += table.class_term(gid, s, Ts, outs)
-            else:
-                deferred[gid] = (s, Ts, outs)
+        finish_classes(Z, table, opens.tie_done, k, v, deferred)
         opens.tie_done.clear()
     opens.check()
     if deferred:  # class sums too many to cache: Z += X_pᵀ (s T_{c(i)})_i over the pieces again
         for block in source.blocks(max_rows=max_rows, split_groups=True):
-            if not _is_piece(block) or int(block.group_start) not in deferred:
-                continue
-            s, Ts, outs = deferred[int(block.group_start)]
-            Y = _block_Y(block, v)
-            cls = _piece_classes(block, Y, table, np.asarray(outs))
-            R = np.zeros((block.n_rows, k))
-            for j, o in enumerate(outs):
-                c = cls[o][0]
-                r = c >= 0
-                R[r, j] = s * Ts[j][c[r]]
-            Z += _xtu(block.X, R)
+            if _is_piece(block) and int(block.group_start) in deferred:
+                Z += deferred_piece(block, table, deferred, k, v)
     return Z
+
+
+def block_diagonal(block, group_weight, ties, table, n_outputs, opens):
+    """One block's part of diag(XᵀLX) (n,) and the split groups it completes.
+
+    Pieces of split groups add their column sums S_g to ``opens``; returns
+    ``(d, closes)`` with closes = (s_g, S_g, 0) of the groups completed here,
+    whose ``− s_g S_g²`` is still to be subtracted.  ``table``: the
+    :class:`TieTable` (ties="exclude" with split groups; its
+    :meth:`TieTable.diagonal_term` is added once by the caller).
+    """
+    n, v = block.X.shape[1], n_outputs
+    diag = np.zeros(n)
+    closes = []
+    X, gp = block.X, block.group_ptr
+    local = np.diff(gp)
+    whole = (block.group_offset == 0) & (block.group_size == local)
+    s = group_weights(block.group_size, group_weight)
+    rg = np.repeat(np.arange(block.n_groups), local)
+    d = (s * block.group_size)[rg]
+    X2 = X.multiply(X) if sp.issparse(X) else np.asarray(X, dtype=np.float64) ** 2
+    if ties == "exclude" and block.n_rows and not whole.all():
+        if table is None:
+            raise NotImplementedError("ties='exclude' on a group cut across blocks needs its TieTable")
+        _, nc = table.rows(block, _block_Y(block, v), 0)
+        d = d - s[0] * nc
+    diag += np.asarray(X2.T @ d, dtype=np.float64).ravel()
+    S = _indicator(rg, block.n_groups) @ X
+    S2 = S.multiply(S) if sp.issparse(S) else np.asarray(S) ** 2
+    diag -= np.asarray(S2.T @ np.where(whole, s, 0.0), dtype=np.float64).ravel()
+    if ties == "exclude" and block.n_rows and whole.all():
+        Y = _block_Y(block, v)
+        cid, cg_, cs = tie_classes(Y[:, 0], gp)
+        keep = whole[cg_] & (cs > 1)
+        dc = np.where(keep[cid], s[cg_][cid] * cs[cid], 0.0)
+        diag -= np.asarray(X2.T @ dc, dtype=np.float64).ravel()
+        Sc = _id_sums(X, cid, len(cg_))
+        Sc2 = Sc.multiply(Sc) if sp.issparse(Sc) else np.asarray(Sc) ** 2
+        diag += np.asarray(Sc2.T @ np.where(keep, s[cg_], 0.0), dtype=np.float64).ravel()
+    gid = block.group_start + np.arange(block.n_groups)
+    for g in np.flatnonzero(~whole):
+        a, b = gp[g], gp[g + 1]
+        done = opens.add(int(gid[g]), int(b - a), int(block.group_size[g]), _col_sum(X[a:b]), 0.0)
+        if done is not None:
+            closes.append(done)
+    return diag, closes
 
 
 def gram_diagonal(source, *, group_weight="pair", ties="include", max_rows=65_536, ties_table=None):
@@ -410,37 +552,10 @@ def gram_diagonal(source, *, group_weight="pair", ties="include", max_rows=65_53
     diag = np.zeros(n)
     opens = _Open(group_weight)
     for block in source.blocks(max_rows=max_rows, split_groups=True):
-        X, gp = block.X, block.group_ptr
-        local = np.diff(gp)
-        whole = (block.group_offset == 0) & (block.group_size == local)
-        s = group_weights(block.group_size, group_weight)
-        rg = np.repeat(np.arange(block.n_groups), local)
-        d = (s * block.group_size)[rg]
-        X2 = X.multiply(X) if sp.issparse(X) else np.asarray(X, dtype=np.float64) ** 2
-        if ties == "exclude" and block.n_rows and not whole.all():
-            if table is None:
-                raise NotImplementedError("ties='exclude' on a group cut across blocks needs its TieTable")
-            _, nc = table.rows(block, _block_Y(block, v), 0)
-            d = d - s[0] * nc
-        diag += np.asarray(X2.T @ d, dtype=np.float64).ravel()
-        S = _indicator(rg, block.n_groups) @ X
-        S2 = S.multiply(S) if sp.issparse(S) else np.asarray(S) ** 2
-        diag -= np.asarray(S2.T @ np.where(whole, s, 0.0), dtype=np.float64).ravel()
-        if ties == "exclude" and block.n_rows and whole.all():
-            Y = _block_Y(block, v)
-            cid, cg_, cs = tie_classes(Y[:, 0], gp)
-            keep = whole[cg_] & (cs > 1)
-            dc = np.where(keep[cid], s[cg_][cid] * cs[cid], 0.0)
-            diag -= np.asarray(X2.T @ dc, dtype=np.float64).ravel()
-            Sc = _id_sums(X, cid, len(cg_))
-            Sc2 = Sc.multiply(Sc) if sp.issparse(Sc) else np.asarray(Sc) ** 2
-            diag += np.asarray(Sc2.T @ np.where(keep, s[cg_], 0.0), dtype=np.float64).ravel()
-        gid = block.group_start + np.arange(block.n_groups)
-        for g in np.flatnonzero(~whole):
-            a, b = gp[g], gp[g + 1]
-            done = opens.add(int(gid[g]), int(b - a), int(block.group_size[g]), _col_sum(X[a:b]), 0.0)
-            if done is not None:
-                diag -= done[0] * done[1] ** 2
+        d, closes = block_diagonal(block, group_weight, ties, table, v, opens)
+        diag += d
+        for s, S, _ in closes:
+            diag -= s * S ** 2
     opens.check()
     if table is not None:
         diag += table.diagonal_term(group_weight)
