@@ -288,7 +288,7 @@ def update_sgd(store, base_model, seen, *, params=None, batch=4096, holdout=None
 
 def update_pairwise(store, base_model, seen, *, params=None, max_rows=DEFAULT_BLOCK_ROWS, holdout=None, k=10):
     """Resume PairwiseSGDRanker: ``partial_fit`` on each block of the new groups (pairs sampled within
-    groups, one pair per row; step counter, L1 window and sampling counter intact).  ``holdout``:
+    groups, one pair per row; step counter, L1 state and sampling counter intact).  ``holdout``:
     progressive validation as in :func:`update_sgd` — each held-out block's NDCG@k and disagreement
     are measured before the model learns from it.  Returns (model, selection, metrics or None)."""
     from streamrank.metrics import RankingEvaluator, _score

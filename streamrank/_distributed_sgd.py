@@ -154,15 +154,20 @@ def average_pairwise(models):
     """Average of linear models that took the same number of steps from the same state.
 
     ``w = mean_k w_k`` (a dense n-vector); the clock is the shards' common
-    ``t``; the pending L1 window (the same on every shard: it depends on t
-    only) is kept.
+    ``t`` (their maximum: a shard without pairs did not move).  L1 state:
+    with the cumulative rule (Tsuruoka et al. 2009) the global penalty
+    ``u = l1 Σ η`` depends on the clock only, so it is taken from the shard
+    with the largest ``t``, and the penalty each weight has received, ``q``
+    (in units of w), is averaged like w itself; with the paper's window rule
+    the pending window sum is likewise a function of the clock.
     """
-    out = copy.deepcopy(models[0])
+    lead = max(models, key=lambda m: m.t_)
+    out = copy.deepcopy(lead)
     out._v = np.mean([m.coef_ for m in models], axis=0)
-    out._fstate = models[0]._fstate.copy()
+    out._fstate = lead._fstate.copy()
     out._fstate[0] = 1.0                     # coef_ = fstate[0] * v: the scale is folded into v
-    out._istate = models[0]._istate.copy()
-    out._istate[0] = max(m.t_ for m in models)
+    out._q = np.mean([m._q for m in models], axis=0)
+    out._istate = lead._istate.copy()
     return out
 
 
