@@ -9,112 +9,214 @@ workers once per product, not once per block.  The per-block work is
 runs; a group cut across blocks (``split_groups=True``) travels as its
 running sums ``S_g = Σ_p X_pᵀ1``, ``t_g = Σ_p 1ᵀu_p`` (O(n) per open group)
 and is closed when its pieces meet in the reduction (``- s_g S_g t_gᵀ``).
-The Jacobi diagonal is reduced the same way.  The iterates equal the local
-solver's to floating-point summation order.
+The Jacobi diagonal is reduced the same way
+(:func:`streamrank.rankrls.cg.block_diagonal`).
+
+``ties="exclude"`` on a split group (e.g. ``qid=None``: one global group over
+many blocks) uses the group's :class:`~streamrank.rankrls.cg.TieTable`, built
+once per operator by a setup step: a map over the pieces giving
+:class:`~streamrank.rankrls.cg.TieCounts` (class counts, and class feature
+sums S_c while they fit ``TIE_CACHE_ENTRIES``) plus a tree sum — and, when
+only the tied classes' sums fit, a second map for those.  The table without
+its sums (O(distinct targets)) is scattered once; the sums S_c stay on the
+client.  In a product each piece adds its row-local part
+``s_g (n_g − n_c(i)) X_pᵀ u_p`` and its per-class sums ``T_c = 1_cᵀ u_p``
+(O(classes) numbers, summed in the tree with the group's other open sums);
+the client finishes the class term ``s_g Σ_c S_c T_c``
+(:func:`streamrank.rankrls.cg.finish_classes`) — or, when the sums are not
+cached, scatters the T's (O(classes)) and maps the second sweep
+``X_pᵀ (s_g T_{c(i)})_i`` over the pieces
+(:func:`streamrank.rankrls.cg.deferred_piece`), as the local pass does.
+What moves per product is O(n k + classes) per task, whatever the rows.
+The iterates equal the local solver's to floating-point summation order.
 """
 from __future__ import annotations
 
 import numpy as np
-import scipy.sparse as sp
 
-from .laplacian import group_weights
 from .rankrls import cg as _cg
 
 __all__ = ["DistributedRankingOperator", "fit_cg"]
 
 
 class _Partial:
-    """Mergeable partial product: a dense (n, k) sum plus the open (split) groups."""
+    """Mergeable partial product: a dense (n, k) sum plus the open (split) groups and their class sums."""
 
     def __init__(self, Z, opens):
         self.Z = Z
-        self.opens = opens          # a cg._Open: gid -> [rows, size, S, t]
+        self.opens = opens          # a cg._Open: gid -> [rows, size, S, t]; class_sums gid -> [T per column]
 
     def merge(self, other):
         self.Z = self.Z + other.Z
+        mine = self.opens
+        for gid, Ts in other.opens.class_sums.items():     # before add(): a completed group takes its T's
+            cur = mine.class_sums.get(gid)
+            mine.class_sums[gid] = [T.copy() for T in Ts] if cur is None else [a + b for a, b in zip(cur, Ts)]
+        mine.tie_done.extend(other.opens.tie_done)
         for gid, (rows, size, S, t) in other.opens.groups.items():
-            done = self.opens.add(gid, rows, size, S, t)
+            done = mine.add(gid, rows, size, S, t)
             if done is not None:
                 s, S_g, t_g = done
                 self.Z = self.Z - s * (np.outer(S_g, t_g) if np.ndim(t_g) else S_g * S_g)
         return self
 
 
-def _product_task(plan, ref, V, n_outputs, group_weight, ties):
+class _GroupSums:
+    """Mergeable per-split-group lists of arrays (None = nothing yet): the tied classes' sums S_c."""
+
+    def __init__(self, groups):
+        self.groups = groups
+
+    def merge(self, other):
+        for gid, parts in other.groups.items():
+            cur = self.groups.get(gid, [None] * len(parts))
+            self.groups[gid] = [a if b is None else (b.copy() if a is None else a + b) for a, b in zip(cur, parts)]
+        return self
+
+
+def _product_task(plan, ref, V, n_outputs, group_weight, ties, table=None):
     """One block's ``X_Bᵀ (L U)_B`` (U = X_B V, or Y_B when V is None) and its open groups."""
     block = ref.open().read_block(*plan)
     Y = _cg._block_Y(block, n_outputs)
     U = Y if V is None else np.asarray(block.X @ V, dtype=np.float64)
     opens = _cg._Open(group_weight)
-    LU, closes = _cg._block_apply(block, U, Y, group_weight, ties, opens)
+    LU, closes = _cg._block_apply(block, U, Y, group_weight, ties, opens, table)
     Z = _cg._xtu(block.X, LU)
     for s, S, t in closes:
         Z -= s * np.outer(S, t)
     return _Partial(Z, opens)
 
 
-class _OneBlock:
-    """A block as a one-block source (for ``cg.gram_diagonal`` on whole groups)."""
-
-    def __init__(self, block):
-        self.block = block
-        self.n_features = block.X.shape[1]
-        self.n_outputs = 1 if np.ndim(block.y) == 1 else block.y.shape[1]
-
-    def blocks(self, **kwargs):
-        yield self.block
+def _deferred_task(plan, ref, n_outputs, table, deferred, k):
+    """Second sweep of a product over one piece of a split group whose class sums are not cached."""
+    block = ref.open().read_block(*plan)
+    return _Partial(_cg.deferred_piece(block, table, deferred, k, n_outputs), _cg._Open("pair"))
 
 
-def _diagonal_task(plan, ref, group_weight, ties):
+def _tie_counts_task(plan, ref, n_features, n_outputs, cache_entries):
+    """One piece's tie classes (and class feature sums while they fit ``cache_entries``)."""
+    block = ref.open().read_block(*plan)
+    return _cg.TieCounts(n_features, n_outputs, cache_entries).add_piece(block)
+
+
+def _tied_sums_task(plan, ref, table):
+    block = ref.open().read_block(*plan)
+    return _GroupSums({int(block.group_start): table.tied_sums_of_piece(block)})
+
+
+def _diagonal_task(plan, ref, group_weight, ties, n_outputs, table=None):
     """One block's part of diag(XᵀLX); a piece of a split group keeps S_g open (t unused)."""
     block = ref.open().read_block(*plan)
     opens = _cg._Open(group_weight)
-    if not block.is_split:
-        d = _cg.gram_diagonal(_OneBlock(block), group_weight=group_weight, ties=ties)
-        return _Partial(d, opens)
-    # plan() cuts only an oversized group into pieces: the block is one piece of one group
-    X = block.X
-    size = int(block.group_size[0])
-    s = float(group_weights(np.array([size]), group_weight)[0])
-    X2 = X.multiply(X) if sp.issparse(X) else np.asarray(X, dtype=np.float64) ** 2
-    d = s * size * np.asarray(X2.sum(axis=0), dtype=np.float64).ravel()
-    opens.add(int(block.group_start), block.n_rows, size, _cg._col_sum(X), 0.0)
+    d, closes = _cg.block_diagonal(block, group_weight, ties, table, n_outputs, opens)
+    for s, S, _ in closes:
+        d -= s * S ** 2
     return _Partial(d, opens)
 
 
-class DistributedRankingOperator(_cg._PassOperator):
-    """``v -> (Xᵀ L X + alpha I) v`` with every pass mapped over a dask cluster."""
+def pieces_of_plan(plan, group_ptr):
+    """The entries of ``plan`` that are pieces of a split group (``BlockSource.plan`` with split_groups)."""
+    gp = np.asarray(group_ptr)
+    return [p for p in plan if p[3] == p[2] + 1 and (p[0] != gp[p[2]] or p[1] != gp[p[3]])]
 
-    def __init__(self, client, ref, plan, n_features, n_outputs, *, alpha, group_weight, ties, split_every):
+
+class DistributedRankingOperator(_cg._PassOperator):
+    """``v -> (Xᵀ L X + alpha I) v`` with every pass mapped over a dask cluster.
+
+    ``pieces``: the entries of ``plan`` that are pieces of split groups
+    (:func:`pieces_of_plan`; needed with ``ties="exclude"``), ``max_rows``
+    the plan's block budget.  ``n_passes`` counts passes as
+    :class:`~streamrank.rankrls.cg.RankingOperator` does (the TieTable's setup
+    passes, and a second sweep per product when its sums are not cached);
+    ``n_scatters`` counts the scatters of the vector (one per product).
+    """
+
+    def __init__(self, client, ref, plan, n_features, n_outputs, *, alpha, group_weight, ties, split_every,
+                 pieces=(), max_rows=None):
         super().__init__(dtype=np.float64, shape=(n_features, n_features))
         self.client, self.ref, self.plan = client, ref, plan
         self.n_outputs = n_outputs
         self.alpha = float(alpha)
         self.group_weight, self.ties = group_weight, ties
         self.split_every = split_every
+        self.pieces = list(pieces)
+        self.max_rows = max_rows
         self.n_passes = 0
         self.n_scatters = 0
+        self.n_class_scatters = 0
+        self._table = None
+        self._table_ref = None
+        self._table_built = False
 
-    def _reduce(self, futures):
+    def _tree(self, futures):
         from .distributed import tree_reduce
 
-        out = tree_reduce(self.client, futures, split_every=self.split_every).result()
+        return tree_reduce(self.client, futures, split_every=self.split_every).result()
+
+    def ties_table(self):
+        """The :class:`~streamrank.rankrls.cg.TieTable` of the split groups (ties="exclude"), or None.
+
+        Built on the first call by one distributed pass over the pieces (two
+        when only the tied classes' sums fit the cache); the table without
+        its sums is scattered to the workers once.
+        """
+        if self._table_built:
+            return self._table
+        self._table_built = True
+        if self.ties != "exclude" or not self.pieces:
+            return None
+        c = self.client
+        n = self.shape[0]
+        parts = c.map(_tie_counts_task, self.pieces, ref=self.ref, n_features=n, n_outputs=self.n_outputs,
+                      cache_entries=_cg.TIE_CACHE_ENTRIES, pure=False)
+        tab = _cg.TieTable.from_counts(self._tree(parts), self.max_rows)
+        if tab.needs_tied_sums:
+            light = c.scatter(tab.without_sums(), broadcast=True, hash=False)
+            sums = self._tree(c.map(_tied_sums_task, self.pieces, ref=self.ref, table=light, pure=False))
+            for gid, P in sums.groups.items():
+                tab.add_tied_sums(gid, P)
+            tab.needs_tied_sums = False
+        self._table = tab
+        self._table_ref = c.scatter(tab.without_sums(), broadcast=True, hash=False)
+        self.n_passes += tab.n_passes
+        return tab
+
+    def _reduce(self, futures):
+        out = self._tree(futures)
         out.opens.check()
-        return out.Z
+        return out
 
     def _pass(self, V):
         c = self.client
+        table = self.ties_table()
         if V is not None:
             V = c.scatter(np.ascontiguousarray(V, dtype=np.float64), broadcast=True, hash=False)
             self.n_scatters += 1
         parts = c.map(_product_task, self.plan, ref=self.ref, V=V, n_outputs=self.n_outputs,
-                      group_weight=self.group_weight, ties=self.ties, pure=False)
-        return self._reduce(parts)
+                      group_weight=self.group_weight, ties=self.ties, table=self._table_ref, pure=False)
+        out = self._reduce(parts)
+        Z = out.Z
+        if out.opens.tie_done:
+            deferred = {}
+            _cg.finish_classes(Z, table, out.opens.tie_done, Z.shape[1], self.n_outputs, deferred)
+            if deferred:    # class sums not cached: a second sweep over the pieces, the T's scattered once
+                self.n_passes += 1
+                d = c.scatter([deferred], broadcast=True, hash=False)[0]     # a list: one future of the dict
+                self.n_class_scatters += 1
+                pieces = [p for p in self.pieces if p[2] in deferred]
+                parts = c.map(_deferred_task, pieces, ref=self.ref, n_outputs=self.n_outputs,
+                              table=self._table_ref, deferred=d, k=Z.shape[1], pure=False)
+                Z = Z + self._tree(parts).Z
+        return Z
 
     def gram_diagonal(self):
+        table = self.ties_table()
         parts = self.client.map(_diagonal_task, self.plan, ref=self.ref, group_weight=self.group_weight,
-                                ties=self.ties, pure=False)
-        return self._reduce(parts)
+                                ties=self.ties, n_outputs=self.n_outputs, table=self._table_ref, pure=False)
+        diag = self._reduce(parts).Z
+        if table is not None:
+            diag = diag + table.diagonal_term(self.group_weight)
+        return diag
 
 
 def fit_cg(estimator, source, client=None, *, max_rows=65_536, split_every=8, **kwargs):
@@ -129,10 +231,12 @@ def fit_cg(estimator, source, client=None, *, max_rows=65_536, split_every=8, **
         ref = _ship_source(c, source)
         plan = source.plan(max_rows, split_groups=True)
         op = DistributedRankingOperator(c, ref, plan, source.n_features, source.n_outputs, alpha=alpha,
-                                        group_weight=est.group_weight, ties=est.ties, split_every=split_every)
+                                        group_weight=est.group_weight, ties=est.ties, split_every=split_every,
+                                        pieces=pieces_of_plan(plan, source.group_ptr), max_rows=max_rows)
         W, info = solve_cg(source, alpha=alpha, group_weight=est.group_weight, ties=est.ties, tol=est.tol,
                            max_iter=est.max_iter, max_rows=max_rows, _operator=op, **kwargs)
     info["n_scatters"] = op.n_scatters
+    info["n_class_scatters"] = op.n_class_scatters
     for attr in ("coef_", "stats_", "fold_stats_", "n_iter_", "_eigen"):
         est.__dict__.pop(attr, None)
     y_1d = source.n_outputs == 1 and getattr(source, "y_ndim", 1) == 1
