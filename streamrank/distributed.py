@@ -14,7 +14,10 @@ a second implementation of the math:
   another order, so the model equals ``estimator.fit(source)`` to
   floating-point reduction order;
 * **conjugate-gradient RankRLS**: each product ``(XᵀLX + λI) v`` is a map over
-  blocks plus a tree sum; ``v`` is scattered once per iteration;
+  blocks plus a tree sum; ``v`` is scattered once per iteration; with
+  ``ties="exclude"`` on a group cut across blocks (``qid=None``) the group's
+  tie classes are reduced once in a setup step (see
+  :mod:`streamrank._distributed_cg`);
 * **SGD rankers**: data-parallel rounds (see :func:`fit_sgd_rounds`);
 * **prediction / evaluation**: blocks are scored on the workers; predictions
   come back in row order, metrics as one merged
