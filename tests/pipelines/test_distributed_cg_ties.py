@@ -133,3 +133,17 @@ def test_all_tied_global_group_learns_nothing(client):
     m = srd.fit(sr.RankRLS(alpha=1.0, solver="cg", ties="exclude"), sr.as_source(X, np.full(40, 2.0), None),
                 client, max_rows=8)
     np.testing.assert_array_equal(m.coef_, 0.0)
+
+
+def test_whole_groups_need_no_table(client, rng=np.random.default_rng(4)):
+    """ties='exclude' with no group cut (every block holds whole groups): no setup pass, same model."""
+    X = rng.normal(size=(96, N_FEATURES))
+    y = np.round(X[:, 0] + rng.normal(size=96))
+    qid = np.repeat(np.arange(16), 6)
+    src = sr.as_source(X, y, qid)
+    kw = dict(alpha=0.5, solver="cg", ties="exclude", tol=1e-12)
+    local = sr.RankRLS(**kw).fit(src, max_rows=MAX_ROWS)
+    dist = srd.fit(sr.RankRLS(**kw), src, client, max_rows=MAX_ROWS, split_every=3)
+    assert dist.cg_info_["n_passes"] == local.cg_info_["n_passes"]
+    assert _rel(dist.coef_, local.coef_) < 1e-9
+    assert _rel(dist.coef_, brute_rankrls(X, y, np.arange(0, 97, 6), 0.5, ties="exclude")) < 1e-8
