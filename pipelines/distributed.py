@@ -43,10 +43,12 @@ LEARNERS = ("rankrls", "sparse-kernel", "sgd-bilinear", "sgd-pairwise")
 
 def build_estimator(args):
     if args.learner == "rankrls":
-        return sr.RankRLS(alpha=args.alpha, solver=args.solver, group_weight=args.group_weight)
+        return sr.RankRLS(alpha=args.alpha, solver=args.solver, group_weight=args.group_weight,
+                          ties=getattr(args, "ties", "include"))
     if args.learner == "sparse-kernel":
         return sr.KernelRankRLS(kernel=args.kernel, gamma=args.gamma, alpha=args.alpha, n_basis=args.n_basis,
-                                group_weight=args.group_weight, random_state=args.seed)
+                                group_weight=args.group_weight, ties=getattr(args, "ties", "include"),
+                                random_state=args.seed)
     sgd = {k: v for k, v in (("eta0", args.eta0), ("l1", args.l1)) if v is not None}
     if args.learner == "sgd-bilinear":
         return sr.SparseSGDRanker(refit=bool(getattr(args, "refit", False)), **sgd)
@@ -209,6 +211,8 @@ def build_parser():
     p.add_argument("--folds", type=int, default=5)
     p.add_argument("--solver", default="auto", choices=("auto", "primal", "cg"), help="RankRLS solver")
     p.add_argument("--group-weight", default="pair", choices=("pair", "query", "size"))
+    p.add_argument("--ties", default="include", choices=("include", "exclude"),
+                   help="rankrls / sparse-kernel: tied pairs (exclude drops them exactly)")
     p.add_argument("--kernel", default="rbf", help="sparse-kernel: kernel name")
     p.add_argument("--gamma", type=float, default=1.0, help="sparse-kernel: kernel width")
     p.add_argument("--n-basis", type=int, default=500, help="sparse-kernel: basis rows")

@@ -133,3 +133,8 @@ def test_distributed_scaling_smoke(capsys):
 def test_nightly_ingest_smoke(capsys):
     out = _run("nightly_ingest", ["--smoke"], capsys)
     assert "chunked" in out.lower(), out
+
+
+def test_distributed_cg_ties_smoke(capsys):
+    out = _run("distributed_cg_ties", ["--smoke"], capsys)
+    assert "distributed" in out, out

@@ -174,6 +174,19 @@ def test_cli_with_scheduler_address(client, tmp_path, capsys):
     assert report["validation"]["ndcg@10"] == pytest.approx(want, rel=1e-12)
 
 
+def test_cli_cg_with_ties_excluded(client, tmp_path, capsys):
+    store = make_store(tmp_path / "s.zarr", range(1, 4))
+    out = tmp_path / "model"
+    assert pdist.main(["--store", str(store.path), "--model", str(out), "--scheduler", client.scheduler.address,
+                       "--learner", "rankrls", "--solver", "cg", "--ties", "exclude", "--alpha", "0.5",
+                       "--max-rows", "40"]) == 0
+    capsys.readouterr()
+    model = sr.load(out)
+    assert model.ties == "exclude"
+    ref = sr.RankRLS(alpha=0.5, solver="cg", ties="exclude", tol=model.tol).fit(store, max_rows=40)
+    np.testing.assert_allclose(model.coef_, ref.coef_, rtol=1e-6, atol=1e-9)
+
+
 def test_cli_rejects_both_scheduler_and_workers(tmp_path):
     with pytest.raises(SystemExit):
         pdist.main(["--store", "s", "--model", "m", "--scheduler", "tcp://x:1", "--workers", "2",
