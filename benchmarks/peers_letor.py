@@ -397,7 +397,7 @@ def part_synthetic(args, smoke):
             if fn is run_lgbm:
                 kw["num_leaves"] = (args.leaves,)
             if fn is run_kernel:
-                kw["gamma_factors"] = (0.5, 2.0)
+                kw["gamma_factors"] = tuple(args.gamma_factors)
     base = Path(args.work_dir)
     base.mkdir(parents=True, exist_ok=True)
     out = {}
@@ -429,6 +429,8 @@ def build_parser():
     p.add_argument("--hidden", choices=("both", "linear", "nonlinear"), default="both")
     p.add_argument("--n-basis", type=int, nargs="+", default=[100, 300, 1000], help="sparse kernel basis sizes")
     p.add_argument("--pairs", type=int, default=1_000_000, help="pairs for PairwiseSGDRanker")
+    p.add_argument("--gamma-factors", type=float, nargs="+", default=[0.5, 2.0],
+                   help="synthetic: sparse kernel γ grid, in units of 1/median squared distance (default 0.5 2)")
     p.add_argument("--trees", type=int, default=500, help="max boosting rounds (early stopping on vali)")
     p.add_argument("--threads", type=int, default=2, help="threads of the peers")
     p.add_argument("--lr", type=float, default=0.1, help="learning rate of the boosted peers (default 0.1)")
