@@ -37,6 +37,7 @@ in the small arrays ``istate`` / ``fstate`` owned by the Python learner:
 """
 from __future__ import annotations
 
+import llvmlite
 import numpy as np
 from llvmlite import ir
 from numba import types
@@ -74,6 +75,11 @@ PREFETCH = 24  # products ahead (measured on 20 Newsgroups tuples: 8 < 64 < 24)
 _GOLD = np.uint64(0x9E3779B97F4A7C15)
 
 
+# the intrinsic's name mangles the pointer type: typed pointers (llvmlite <= 0.50 default) vs opaque
+_PREFETCH_NAME = ("llvm.prefetch.p0i8" if getattr(llvmlite, "ir_layer_typed_pointers_enabled", True)
+                  else "llvm.prefetch.p0")
+
+
 @intrinsic
 def _prefetch(typingctx, arr, idx):
     """``llvm.prefetch`` (read, high locality) of ``arr[idx]``: a hint, no effect on results."""
@@ -86,7 +92,7 @@ def _prefetch(typingctx, arr, idx):
         i8p = ir.IntType(8).as_pointer()
         i32 = ir.IntType(32)
         fn = cgutils.get_or_insert_function(
-            builder.module, ir.FunctionType(ir.VoidType(), [i8p, i32, i32, i32]), "llvm.prefetch.p0i8")
+            builder.module, ir.FunctionType(ir.VoidType(), [i8p, i32, i32, i32]), _PREFETCH_NAME)
         builder.call(fn, [builder.bitcast(ptr, i8p), ir.Constant(i32, 0), ir.Constant(i32, 3),
                           ir.Constant(i32, 1)])
         return context.get_dummy_value()
