@@ -23,7 +23,6 @@ from __future__ import annotations
 import numbers
 
 import numpy as np
-import scipy.linalg.blas as _blas
 import scipy.sparse as sp
 
 __all__ = ["KernelSpec", "kernel_matrix", "kernel_diag", "check_kernel"]
@@ -123,12 +122,7 @@ def _dot(X, Z, out=None) -> np.ndarray:
         if out is None:
             return X @ Z.T
         if out.flags.f_contiguous:
-            # scipy's BLAS, written in place: the consumer of a Fortran out (RankStatistics'
-            # workspace) runs dsyrk from scipy's BLAS next, and alternating between numpy's and
-            # scipy's OpenBLAS thread pools costs ~25 % more CPU per block (both pools spin)
-            res = _blas.dgemm(1.0, X, Z, trans_b=1, beta=0.0, c=out, overwrite_c=1)
-            if res is not out:  # pragma: no cover - f2py copied
-                out[...] = res
+            np.matmul(Z, X.T, out=out.T)          # (Z Xᵀ) into the C-contiguous transpose
             return out
         return np.matmul(X, Z.T, out=out)
     if out is not None:

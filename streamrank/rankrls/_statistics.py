@@ -26,11 +26,12 @@ says so.
 Dense blocks take one BLAS SYRK per block: a fused numba pass
 (:mod:`._statistics_kernels`) writes ``A = [√d Φ̃ | √d Ỹ]`` (float64; rows
 centred per group, since L_g = s_g n_g (I - 11ᵀ/n_g) is a scaled centring
-projector) into a reused workspace, and ``dsyrk`` adds AᵀA — G, B and yLy at
-once, half the flops of a GEMM — into the upper triangle of one (n + v)²
-accumulator, symmetrized once when G, B or yLy is read (ties="exclude": rows
-uncentred with their own weights, plus a small SYRK of the group sums).  A caller computing Φ itself (kernel columns) can write it straight into
-the workspace (:meth:`RankStatistics.workspace`).
+projector) into a reused workspace, and BLAS SYRK adds AᵀA — G, B and yLy at
+once, half the flops of a GEMM — into one (n + v)² accumulator, split into G,
+B and yLy when they are read (ties="exclude": rows uncentred with their own
+weights, plus a small SYRK of the group sums).  A caller computing Φ itself
+(kernel columns) can write it straight into the workspace
+(:meth:`RankStatistics.workspace`).
 
 A group cut across blocks (``Block.group_size``/``group_offset``, only with
 ``split_groups=True``, e.g. one global group of millions of rows) adds its
@@ -48,8 +49,6 @@ from __future__ import annotations
 
 import numpy as np
 import scipy.sparse as sp
-
-import scipy.linalg.blas as _blas
 
 from .. import _laplacian_kernels as _k
 from . import _statistics_kernels as _sk
@@ -121,7 +120,7 @@ class RankStatistics:
         self.n_rows = 0
         self.n_groups = 0
         self.n_pairs = 0
-        # pending upper triangle of [G B; Bᵀ diag] (dense SYRK path), added on read
+        # pending [G B; Bᵀ ·] of the dense SYRK path, added into G, B, yLy on read
         self._acc = None
         self._work = None
         # open (split) groups: gid -> [rows_seen, n_g, S (n,), Sy (v,)]
@@ -215,18 +214,16 @@ class RankStatistics:
         return self._acc
 
     def _flush(self):
-        """Add the pending SYRK accumulator (upper triangle) into G, B, yLy; free the workspace."""
+        """Add the pending SYRK accumulator into G, B, yLy; free the workspace."""
         self._work = None
         acc = self._acc
         if acc is None:
             return
         self._acc = None
         n = self.n_features
-        U = np.triu(acc)
-        S = U + np.triu(U, 1).T
-        self._G += S[:n, :n]
-        self._B += S[:n, n:]
-        self._yLy += np.diag(S[n:, n:])
+        self._G += acc[:n, :n]
+        self._B += acc[:n, n:]
+        self._yLy += np.diag(acc[n:, n:])
 
     @property
     def is_complete(self) -> bool:
@@ -369,9 +366,8 @@ class RankStatistics:
         here.  An all-tied group (dG = 0 on every row) contributes nothing at
         all and is skipped.  The per-group sums T = [S, S_y] (one pass with
         the scaling, :mod:`._statistics_kernels`) give the low-rank part
-        -Σ_g s_g T_g T_gᵀ (ties="exclude") as a second, small SYRK.  Both update the upper
-        triangle of one (n + v)² accumulator, symmetrized once when G, B or
-        yLy is read.  A is the reused workspace (see :meth:`workspace`);
+        -Σ_g s_g T_g T_gᵀ (ties="exclude") as a second, small SYRK.  Both update
+        one (n + v)² accumulator, split into G, B, yLy when they are read.  A is the reused workspace (see :meth:`workspace`);
         ``in_place``: Φ is already in its first n columns.  Otherwise the
         block goes through A in group-aligned chunks of about
         ``_CHUNK_BYTES`` (fill, then SYRK while the chunk is still in cache:
@@ -623,20 +619,21 @@ class RankStatistics:
 
 # ------------------------------------------------------------------ helpers
 def _syrk(alpha, A, acc):
-    """acc (F-ordered, upper triangle) += alpha AᵀA for a float64 A (rows, k): BLAS dsyrk, no copy.
+    """acc += alpha AᵀA for a float64 A (rows, k), C- or Fortran-contiguous.
 
-    C-contiguous A: dsyrk("N") of the Fortran-contiguous Aᵀ; Fortran-contiguous A: dsyrk("T") of A.
+    numpy runs ``A.T @ A`` of one buffer as BLAS SYRK (half the flops of a
+    GEMM) and releases the GIL meanwhile, so the prefetching reader thread
+    (zarr decoding, which needs the GIL between its steps) keeps going;
+    scipy's f2py ``dsyrk`` holds the GIL for the whole call, which serialised
+    reading and accumulation (measured).  The O(k²) symmetric copy numpy
+    makes is small next to the O(rows k²) product.
     """
     if A.shape[0] == 0:
         return
-    if A.flags.f_contiguous and not A.flags.c_contiguous:
-        out = _blas.dsyrk(alpha, A, beta=1.0, c=acc, trans=1, lower=0, overwrite_c=1)
-    else:
-        if not A.flags.c_contiguous:
-            A = np.ascontiguousarray(A)
-        out = _blas.dsyrk(alpha, A.T, beta=1.0, c=acc, trans=0, lower=0, overwrite_c=1)
-    if out is not acc:  # pragma: no cover - f2py copied (acc not F-contiguous)
-        acc[...] = out
+    AtA = A.T @ A
+    if alpha != 1.0:
+        AtA *= alpha
+    acc += AtA
 
 
 def _weighted_gram(A, d):
