@@ -207,6 +207,12 @@ class RankStatistics:
     def _release_workspace(self):
         self._work = None
 
+    def __getstate__(self):
+        """Pickled (dask task results, deepcopy) without the scratch workspace: O(n²) bytes, never O(block)."""
+        state = self.__dict__.copy()
+        state["_work"] = None
+        return state
+
     def _accumulator(self) -> np.ndarray:
         if self._acc is None:
             k = self.n_features + self.n_outputs
@@ -304,12 +310,18 @@ class RankStatistics:
         d = (s * size)[row_group]                       # row weight s_g n_g
         if not sparse and rows:
             in_place = self._is_workspace(Phi)
+            if in_place and not whole.all():   # the fill overwrites Φ; pieces need Φ itself afterwards
+                raise ValueError("a block built in the workspace must hold whole groups only")
+            w = self._work
+            if w is not None:   # any other view of the reused buffer would be overwritten while read
+                if not in_place and np.may_share_memory(Phi, w):
+                    Phi = np.array(Phi)
+                if np.may_share_memory(Y, w):
+                    Y = np.array(Y)
             if not in_place and Phi.dtype not in (np.float32, np.float64):
                 Phi = Phi.astype(np.float64)
             S, Sy = self._add_dense(Phi, Y, gp, s, d, size, whole, in_place)
             if not whole.all():
-                if in_place:   # the workspace now holds the scaled rows; pieces need Φ itself
-                    raise ValueError("a block built in the workspace must hold whole groups only")
                 self._add_pieces(Phi, Y, gp, S, Sy, size, whole, group_id)
             return self
         if not sparse and Phi.dtype != np.float64:

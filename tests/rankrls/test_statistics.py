@@ -121,3 +121,44 @@ def test_eigenpath(rng):
     assert EigenPath(G, B[:, 0]).coefs([1.0, 2.0, 3.0]).shape == (3, 4)
     with pytest.raises(ValueError, match="alpha"):
         ep.coef(0.0)
+
+
+def test_pickle_drops_the_scratch_workspace(rng):
+    """Statistics travel as dask task results: O(n²) bytes, never the O(block) workspace."""
+    import pickle
+
+    X, y, qid, gp = make_groups(rng)
+    st_ = RankStatistics(X.shape[1])
+    W = st_.workspace(50_000)                       # 50,000 x (n + 1) float64 scratch
+    W[: len(y), : X.shape[1]] = X
+    st_.add_block(W[: len(y), : X.shape[1]], y, gp)
+    blob = pickle.dumps(st_)
+    assert len(blob) < W.nbytes / 20, (len(blob), W.nbytes)
+    back = pickle.loads(blob)
+    G, B, yLy, _ = brute_stats(X, y, gp, "pair", "include")
+    np.testing.assert_allclose(back.G, G, rtol=1e-10, atol=1e-10)
+    np.testing.assert_allclose(back.B[:, 0], B[:, 0], rtol=1e-10, atol=1e-10)
+    np.testing.assert_allclose(st_.G, back.G, rtol=0, atol=0)
+
+
+def test_views_of_the_workspace_that_are_not_the_block_layout_are_copied_first(rng):
+    """Φ written into a larger workspace (or Y inside it) is read before the fill overwrites it."""
+    X, y, qid, gp = make_groups(rng)
+    n = X.shape[1]
+    G, B, _, _ = brute_stats(X, y, gp, "pair", "include")
+    st_ = RankStatistics(n)
+    W = st_.workspace(10 * len(y))                  # leading dimension != rows: not the in-place layout
+    W[: len(y), :n] = X
+    W[: len(y), n] = y
+    st_.add_block(W[: len(y), :n], W[: len(y), n], gp)
+    np.testing.assert_allclose(st_.G, G, rtol=1e-10, atol=1e-10)
+    np.testing.assert_allclose(st_.B[:, 0], B[:, 0], rtol=1e-10, atol=1e-10)
+
+
+def test_workspace_block_with_a_piece_is_refused_before_anything_is_added(rng):
+    st_ = RankStatistics(2)
+    W = st_.workspace(4)
+    W[:, :2] = rng.normal(size=(4, 2))
+    with pytest.raises(ValueError, match="whole groups only"):
+        st_.add_block(W[:, :2], np.arange(4.0), [0, 4], group_size=[6], group_offset=[0], group_id=[1])
+    assert st_.n_pairs == 0 and not np.any(st_.G)
