@@ -35,50 +35,13 @@ import numpy as np
 
 from streamrank._numba import jit
 
+from ._sparse_row_kernels import merge_diff, soft
+
 __all__ = ["pairwise_steps", "merge_diff", "soft", "LOSS_HINGE", "LOSS_LOGISTIC",
            "L1_CUMULATIVE", "L1_WINDOW"]
 
 LOSS_HINGE, LOSS_LOGISTIC = 0, 1
 L1_CUMULATIVE, L1_WINDOW = 0, 1
-
-
-@jit
-def soft(v, thr):
-    """Soft threshold (Chen et al. eq. 7): sign(v) * max(|v| - thr, 0)."""
-    if v > thr:
-        return v - thr
-    if v < -thr:
-        return v + thr
-    return 0.0
-
-
-@jit
-def merge_diff(pp, pi, px, mp, mi, mx, r, dj, dx):
-    """Row r of X_pos minus row r of X_neg (sorted CSR rows) into (dj, dx); exact zeros dropped."""
-    a = pp[r]
-    a1 = pp[r + 1]
-    b = mp[r]
-    b1 = mp[r + 1]
-    n = 0
-    while a < a1 or b < b1:
-        if b >= b1 or (a < a1 and pi[a] < mi[b]):
-            j = pi[a]
-            v = np.float64(px[a])
-            a += 1
-        elif a >= a1 or mi[b] < pi[a]:
-            j = mi[b]
-            v = -np.float64(mx[b])
-            b += 1
-        else:
-            j = pi[a]
-            v = np.float64(px[a]) - np.float64(mx[b])
-            a += 1
-            b += 1
-        if v != 0.0:
-            dj[n] = j
-            dx[n] = v
-            n += 1
-    return n
 
 
 @jit

@@ -46,6 +46,9 @@ from numba.extending import intrinsic
 
 from streamrank._numba import jit
 
+from ._sparse_row_kernels import merge_diff as _merge_diff
+from ._sparse_row_kernels import soft as _soft
+
 __all__ = [
     "EMPTY", "STAMP_BITS", "MAX_STAMP", "MAX_KEY",
     "I_T", "I_K", "I_COUNT", "I_UPDATES", "I_ACTIVE", "I_TREFIT", "I_FLUSHED", "N_ISTATE",
@@ -113,16 +116,6 @@ def _home(key, shift):
     if shift >= 64:
         return 0
     return np.int64((np.uint64(key) * _GOLD) >> np.uint64(shift))
-
-
-@jit
-def _soft(v, thr):
-    """Soft threshold (paper eq. 7): sign(v) * max(|v| - thr, 0)."""
-    if v > thr:
-        return v - thr
-    if v < -thr:
-        return v + thr
-    return 0.0
 
 
 @jit
@@ -284,35 +277,6 @@ def threshold_all(tab, S, K, thr, mode):
         ik[2 * t] = _pack(key, K)
         tab[2 * t + 1] = v
     return removed
-
-
-@jit
-def _merge_diff(pp, pi, px, mp, mi, mx, r, dj, dx):
-    """d+ - d- of row r (sorted CSR rows) into (dj, dx); exact zeros dropped."""
-    a = pp[r]
-    a1 = pp[r + 1]
-    b = mp[r]
-    b1 = mp[r + 1]
-    n = 0
-    while a < a1 or b < b1:
-        if b >= b1 or (a < a1 and pi[a] < mi[b]):
-            j = pi[a]
-            v = np.float64(px[a])
-            a += 1
-        elif a >= a1 or mi[b] < pi[a]:
-            j = mi[b]
-            v = -np.float64(mx[b])
-            b += 1
-        else:
-            j = pi[a]
-            v = np.float64(px[a]) - np.float64(mx[b])
-            a += 1
-            b += 1
-        if v != 0.0:
-            dj[n] = j
-            dx[n] = v
-            n += 1
-    return n
 
 
 @jit
