@@ -35,6 +35,7 @@ import numpy as np
 import scipy.sparse as sp
 
 import streamrank as sr
+from streamrank._itertools import with_last
 
 __all__ = ["content_hash", "iter_day", "read_day", "ingest", "day_entries", "day_span", "newest_day",
            "read_tuple_day", "ingest_tuples", "verify_new"]
@@ -117,18 +118,6 @@ def read_day(path, *, n_features=None, sparse=False):
     return X, np.concatenate([b for _, b, _ in parts]), np.concatenate([c for _, _, c in parts])
 
 
-def _with_last(items):
-    it = iter(items)
-    try:
-        prev = next(it)
-    except StopIteration:
-        return
-    for item in it:
-        yield prev, False
-        prev = item
-    yield prev, True
-
-
 def day_entries(log, bid):
     """Log entries of the day with content hash ``bid`` (its chunks ``bid#<row>`` and ``bid`` itself)."""
     return [e for e in log if e.get("batch_id") == bid or str(e.get("batch_id", "")).startswith(bid + "#")]
@@ -174,7 +163,7 @@ def ingest(store_path, files, *, sparse=False, chunk_bytes=DEFAULT_CHUNK_BYTES):
             r = 0   # row of the day at which the current chunk starts
             chunks = iter_day(f, n_features=store.n_features if store is not None else None,
                               sparse=store.sparse if store is not None else sparse, chunk_bytes=chunk_bytes)
-            for (X, y, qid), last in _with_last(chunks):
+            for (X, y, qid), last in with_last(chunks):
                 k = len(y)
                 if r + k <= done and not last:
                     r += k

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import numpy as np
 
+from .._itertools import with_last
 from ._common import EXIT_OK, _progress, _say
 from ._stores import _dir_size, _human, _jsonable, _kind_of, _load_model, _model_meta, _open_store, _resolve_pointer
 
@@ -127,19 +128,6 @@ def _ingest_letor(args, src, member, counts):
         if n_features is None:
             raise ValueError(f"{name}: no data lines (and --features not given); nothing to ingest")
         _open_group_target(args.store, n_features, sparse=sparse)
-
-
-def with_last(items):
-    """``(item, is_last)`` for each item of an iterable (one item of lookahead)."""
-    it = iter(items)
-    try:
-        prev = next(it)
-    except StopIteration:
-        return
-    for item in it:
-        yield prev, False
-        prev = item
-    yield prev, True
 
 
 def _ingest_npz(args, src, counts):
