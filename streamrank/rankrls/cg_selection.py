@@ -39,7 +39,7 @@ from .._validation import check_alpha
 from ..io.blocks import Block
 from ..laplacian import tie_classes
 from .cg import RankingOperator, TieTable, _is_piece, solve_cg, validation_loss
-from .selection import CVResult, _check_alphas, _Evaluators, _parse_scoring, fold_of
+from .selection import CVResult, _check_alphas, _Evaluators, _parse_scoring, check_folds, fold_of
 
 __all__ = ["FoldView", "cg_path", "path_of_model", "cross_validate_cg", "PARTIAL_FIT_MESSAGE",
            "LEAVE_QUERY_OUT_MESSAGE"]
@@ -209,12 +209,7 @@ def cross_validate_cg(model, source=None, *, alphas=None, folds=5, scoring="squa
     model._check_source(source)
     if folds == "query":
         raise NotImplementedError("cross_validate(folds='query') on a cg model: " + LEAVE_QUERY_OUT_MESSAGE)
-    if isinstance(folds, bool) or not isinstance(folds, (int, np.integer)) or folds < 2:
-        raise ValueError(f'folds must be an integer >= 2 or "query"; got {folds!r}')
-    folds = int(folds)
-    if source.n_groups < folds:
-        raise ValueError(f"{folds}-fold cross-validation by query needs at least {folds} groups; the source "
-                         f"has {source.n_groups} (qid=None is one global group)")
+    folds = check_folds(folds, source.n_groups)
     v = source.n_outputs
     a = len(alphas)
     gw, ties = model.group_weight, model.ties

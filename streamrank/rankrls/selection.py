@@ -31,15 +31,25 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
-import scipy.sparse as sp
 
 from .._validation import check_alpha
-from ._statistics import EigenPath, RankStatistics
+from ._statistics import EigenPath
 
 __all__ = ["fold_of", "accumulate_folds", "cross_validate", "leave_query_out", "CVResult",
            "MAX_LQO_GROUP_ROWS"]
 
 MAX_LQO_GROUP_ROWS = 20_000
+
+
+def check_folds(folds, n_groups: int) -> int:
+    """``folds`` as an int k >= 2 with at least k groups to split; clear errors otherwise."""
+    if isinstance(folds, bool) or not isinstance(folds, (int, np.integer)) or folds < 2:
+        raise ValueError(f'folds must be an integer >= 2 or "query"; got {folds!r}')
+    folds = int(folds)
+    if n_groups < folds:
+        raise ValueError(f"{folds}-fold cross-validation by query needs at least {folds} groups; the source "
+                         f"has {n_groups} (qid=None is one global group)")
+    return folds
 
 
 def fold_of(qid, n_folds: int) -> np.ndarray:
@@ -197,12 +207,7 @@ def cross_validate(model, source=None, *, alphas=None, folds=5, scoring="squared
         per_out = ev.result() if ev is not None else sq / np.maximum(total.pairs_per_output, 1)
         fold_stats = None
     else:
-        if isinstance(folds, bool) or not isinstance(folds, (int, np.integer)) or folds < 2:
-            raise ValueError(f'folds must be an integer >= 2 or "query"; got {folds!r}')
-        folds = int(folds)
-        if source.n_groups < folds:
-            raise ValueError(f"{folds}-fold cross-validation by query needs at least {folds} groups; the source "
-                             f"has {source.n_groups} (qid=None is one global group)")
+        folds = check_folds(folds, source.n_groups)
         fold_stats = accumulate_folds(model, source, folds, max_rows)
         total = model._new_statistics(source.n_features, n_out)
         for st in fold_stats:

@@ -26,3 +26,18 @@ def make_store(path, days, **kw):
     return sr.GroupStore.open(path)
 
 
+def make_tuple_day(tmp, d, n_features=12, n_tuples=300):
+    """A tuple day as .npz: CSR Q and D, and (q, d+, d-) ordered by a planted bilinear score."""
+    import scipy.sparse as sp
+
+    rng = np.random.default_rng(100 + d)
+    Q = sp.random(20, n_features, density=0.3, format="csr", random_state=rng)
+    D = sp.random(30, n_features, density=0.3, format="csr", random_state=rng)
+    S = (Q @ D.T).toarray()
+    q, a, b = rng.integers(0, 20, n_tuples), rng.integers(0, 30, n_tuples), rng.integers(0, 30, n_tuples)
+    swap = S[q, a] < S[q, b]
+    tup = np.stack([q, np.where(swap, b, a), np.where(swap, a, b)], axis=1)
+    p = tmp / f"tuples{d}.npz"
+    np.savez(p, Q_data=Q.data, Q_indices=Q.indices, Q_indptr=Q.indptr, Q_shape=Q.shape,
+             D_data=D.data, D_indices=D.indices, D_indptr=D.indptr, D_shape=D.shape, tuples=tup)
+    return p

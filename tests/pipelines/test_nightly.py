@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 import streamrank as sr
-from pipeline_data import make_day
+from pipeline_data import make_day, make_tuple_day
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
@@ -173,25 +173,9 @@ def test_scripts_run_from_the_command_line(script):
     assert proc.returncode == 0 and "--store" in proc.stdout
 
 
-def _tuple_day(tmp, d, n_features=12, n_tuples=300):
-    import scipy.sparse as sp
-
-    rng = np.random.default_rng(100 + d)
-    Q = sp.random(20, n_features, density=0.3, format="csr", random_state=rng)
-    D = sp.random(30, n_features, density=0.3, format="csr", random_state=rng)
-    S = (Q @ D.T).toarray()
-    q, a, b = rng.integers(0, 20, n_tuples), rng.integers(0, 30, n_tuples), rng.integers(0, 30, n_tuples)
-    swap = S[q, a] < S[q, b]
-    tup = np.stack([q, np.where(swap, b, a), np.where(swap, a, b)], axis=1)
-    p = tmp / f"tuples{d}.npz"
-    np.savez(p, Q_data=Q.data, Q_indices=Q.indices, Q_indptr=Q.indptr, Q_shape=Q.shape,
-             D_data=D.data, D_indices=D.indices, D_indptr=D.indptr, D_shape=D.shape, tuples=tup)
-    return p
-
-
 def test_sgd_bilinear_nights_resume_and_equal_one_run(tmp_path):
     store, models = tmp_path / "tuples.zarr", tmp_path / "models"
-    days = [_tuple_day(tmp_path, d) for d in range(1, 6)]
+    days = [make_tuple_day(tmp_path, d) for d in range(1, 6)]
     run = dict(learner="sgd-bilinear", tolerance=1.0, plot=False)
     for i, day in enumerate(days):
         rep = nightly.run_night(store, [day], models, out=io.StringIO(), **run)

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 import streamrank as sr
-from pipeline_data import make_day
+from pipeline_data import make_day, make_tuple_day
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
@@ -88,27 +88,11 @@ def test_sparse_kernel_holdout_candidate(tmp_path):
     assert meta["metrics"]["ndcg@10"] == pytest.approx(want, rel=1e-8)
 
 
-def _tuple_day(tmp, d, n_features=12, n_tuples=300):
-    import scipy.sparse as sp
-
-    rng = np.random.default_rng(100 + d)
-    Q = sp.random(20, n_features, density=0.3, format="csr", random_state=rng)
-    D = sp.random(30, n_features, density=0.3, format="csr", random_state=rng)
-    S = (Q @ D.T).toarray()
-    q, a, b = rng.integers(0, 20, n_tuples), rng.integers(0, 30, n_tuples), rng.integers(0, 30, n_tuples)
-    swap = S[q, a] < S[q, b]
-    tup = np.stack([q, np.where(swap, b, a), np.where(swap, a, b)], axis=1)
-    p = tmp / f"tuples{d}.npz"
-    np.savez(p, Q_data=Q.data, Q_indices=Q.indices, Q_indptr=Q.indptr, Q_shape=Q.shape,
-             D_data=D.data, D_indices=D.indices, D_indptr=D.indptr, D_shape=D.shape, tuples=tup)
-    return p
-
-
 def test_sgd_progressive_validation_on_the_newest_day(tmp_path):
     store, models = tmp_path / "t.zarr", tmp_path / "models"
     run = dict(learner="sgd-bilinear", tolerance=1.0, plot=False)
-    nightly.run_night(store, [_tuple_day(tmp_path, 1)], models, out=io.StringIO(), **run)
-    rep = nightly.run_night(store, [_tuple_day(tmp_path, 2)], models, out=io.StringIO(), **run)
+    nightly.run_night(store, [make_tuple_day(tmp_path, 1)], models, out=io.StringIO(), **run)
+    rep = nightly.run_night(store, [make_tuple_day(tmp_path, 2)], models, out=io.StringIO(), **run)
     meta = nightly.read_version(models, rep["version"])
     assert meta["validation"]["scheme"] == "progressive" and meta["validation"]["tuples"] == [300, 600]
     ts = sr.TupleStore.open(store)
@@ -138,10 +122,10 @@ def test_pairwise_progressive_validation(tmp_path):
 
 def test_sgd_fixed_validation_tuple_store(tmp_path):
     val = tmp_path / "val.zarr"
-    nightly.ingest_tuples(val, [_tuple_day(tmp_path, 9)])
+    nightly.ingest_tuples(val, [make_tuple_day(tmp_path, 9)])
     store, models = tmp_path / "t.zarr", tmp_path / "models"
     for d in (1, 2):
-        rep = nightly.run_night(store, [_tuple_day(tmp_path, d)], models, learner="sgd-bilinear", tolerance=1.0,
+        rep = nightly.run_night(store, [make_tuple_day(tmp_path, d)], models, learner="sgd-bilinear", tolerance=1.0,
                                 plot=False, out=io.StringIO(), validation=val)
     meta = nightly.read_version(models, rep["version"])
     assert meta["validation"] == {"scheme": "fixed-store", "store": str(val)}
