@@ -63,7 +63,11 @@ def check_choice(value, name: str, choices) -> str:
 
 
 def _as_csr(X, name: str, n_features: int | None):
-    X = check_X(X, name, n_features=n_features)
+    return _canonical_csr(check_X(X, name, n_features=n_features))
+
+
+def _canonical_csr(X):
+    """CSR with sorted, summed indices of an array already through ``check_X``."""
     if not sp.issparse(X):
         X = sp.csr_matrix(X)
     if not X.has_canonical_format:

@@ -47,10 +47,11 @@ from __future__ import annotations
 import numpy as np
 import scipy.sparse as sp
 
+from .._validation import check_X
 from ..base import BaseRanker, NotFittedError
 from ..persistence import register_model
 from . import _pairwise_kernels as PK
-from ._base import _as_csr, check_choice, check_eta0, check_int, check_nonneg
+from ._base import _canonical_csr, check_choice, check_eta0, check_int, check_nonneg
 
 __all__ = ["PairwiseSGDRanker"]
 
@@ -119,23 +120,34 @@ class PairwiseSGDRanker(BaseRanker):
 
     # ------------------------------------------------------------ stepping
     def partial_fit_pairs(self, X_pos, X_neg):
-        """One SGD step per row-aligned pair ``(X_pos[r], X_neg[r])`` (X_pos preferred)."""
+        """One SGD step per row-aligned pair ``(X_pos[r], X_neg[r])`` (X_pos preferred).
+
+        Dense float32/float64 pairs run the dense kernel directly; sparse input
+        (or a dense/sparse mix) runs the CSR kernel -- the results are identical.
+        """
         p = self._params()
         nf = getattr(self, "n_features_in_", None)
-        Xp = _as_csr(X_pos, "X_pos", nf)
-        Xn = _as_csr(X_neg, "X_neg", Xp.shape[1])
+        Xp = check_X(X_pos, "X_pos", n_features=nf)
+        Xn = check_X(X_neg, "X_neg", n_features=Xp.shape[1])
         if Xn.shape[0] != Xp.shape[0]:
             raise ValueError(f"X_neg has {Xn.shape[0]} rows but X_pos has {Xp.shape[0]}; pairs are row-aligned")
         if getattr(self, "_v", None) is None:
             self._start(Xp.shape[1])
         if Xp.shape[0] == 0:
             return self
+        args = (p["eta0"], p["lr"], p["l1"], p["l2"], p["T"], p["loss"], p["l1_rule"])
+        if not sp.issparse(Xp) and not sp.issparse(Xn):
+            # dense twin: same steps bit for bit, without building CSR (check_X: C-contiguous float32/64)
+            dj = np.empty(max(Xp.shape[1], 1), dtype=np.int64)
+            dx = np.empty(max(Xp.shape[1], 1), dtype=np.float64)
+            PK.pairwise_steps_dense(self._v, self._fstate, self._istate, self._q, Xp, Xn, *args, dj, dx)
+            return self
+        Xp, Xn = _canonical_csr(Xp), _canonical_csr(Xn)
         nd = int((np.diff(Xp.indptr) + np.diff(Xn.indptr)).max())
         dj = np.empty(max(nd, 1), dtype=np.int64)
         dx = np.empty(max(nd, 1), dtype=np.float64)
         PK.pairwise_steps(self._v, self._fstate, self._istate, self._q,
-                          Xp.indptr, Xp.indices, Xp.data, Xn.indptr, Xn.indices, Xn.data,
-                          p["eta0"], p["lr"], p["l1"], p["l2"], p["T"], p["loss"], p["l1_rule"], dj, dx)
+                          Xp.indptr, Xp.indices, Xp.data, Xn.indptr, Xn.indices, Xn.data, *args, dj, dx)
         return self
 
     def _seed(self):
@@ -238,4 +250,3 @@ class PairwiseSGDRanker(BaseRanker):
         self._calls = int(attrs["calls"])
 
 
-_ = sp  # scipy.sparse inputs are accepted through _as_csr
