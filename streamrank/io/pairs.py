@@ -20,8 +20,9 @@ Two modes:
   Equivalently the per-query counts are ``Multinomial(N, uniform over
   eligible queries)``, and inside a query the pairs are uniform over its
   ``#{(i, j): y_i > y_j}`` pairs (sampled exactly, without enumerating them,
-  in O(n log n) per query).  Finding the eligible queries costs one extra
-  pass over ``y`` only (:meth:`BlockSource.read_y`), and O(groups) memory.
+  in O(n log n) per block, vectorised over its groups).  Finding the
+  eligible queries costs one extra pass over ``y`` only
+  (:meth:`BlockSource.read_y`), and O(groups) memory.
 
 Memory is bounded by ``max_rows`` (one block) plus ``batch_size`` pairs.
 Reproducible: the same ``random_state`` gives the same pairs.
@@ -126,16 +127,66 @@ def _all_pairs_local(y, gp, limit):
         k = stop
 
 
-def _sample_pairs_group(y_g, c, rng):
-    """``c`` ordered pairs (i, j) with y_i > y_j, uniform over all such pairs of one group."""
-    order = np.argsort(y_g, kind="stable")
-    ys = y_g[order]
-    below = np.searchsorted(ys, ys, side="left")  # how many strictly smaller, per sorted position
+# pairs drawn per vectorised step of the sampler (bounds its temporaries to ~50 MB)
+_SAMPLE_CHUNK = 1 << 20
+
+
+def _sampled_local(y, gp, counts, rng, chunk=_SAMPLE_CHUNK):
+    """Yield arrays (i, j, g): ``counts[g]`` ordered pairs per local group ``g``, in group order.
+
+    Each pair of group ``g`` is uniform (with replacement) over the
+    ``T_g = #{(i, j) in g: y_i > y_j}`` ordered pairs of the group, sampled
+    exactly without enumerating them, for all groups of the block at once:
+
+    * sort the rows by ``(group, y)``; ``below[k]`` = rows of the same group
+      with strictly smaller ``y`` than sorted position ``k`` (start of its
+      ``(group, y)`` run minus the group start), so ``T_g = sum below`` over g;
+    * ``cum`` = inclusive cumulative sum of ``below`` over the whole block:
+      group ``g`` owns the integer range ``[C_g, C_g + T_g)``, sorted
+      position ``k`` owns ``below[k]`` consecutive integers of it;
+    * draw ``u ~ U{0..T_g-1}``; the preferred row is the sorted position
+      ``p = searchsorted(cum, C_g + u, "right")`` (probability
+      ``below[p] / T_g``), the other one ``q ~ U{group start .. + below[p]-1}``,
+      so every pair ``(p, q)`` has probability ``1 / T_g``.
+
+    O(n log n) for the sort, O(1) numpy calls per ``chunk`` pairs.  Every
+    group with ``counts[g] > 0`` must have ``T_g > 0`` (eligibility is
+    decided by the caller).
+    """
+    counts = np.asarray(counts, dtype=np.int64)
+    total = int(counts.sum())
+    if total == 0:
+        return
+    sizes = np.diff(gp).astype(np.int64)
+    n = int(gp[-1] - gp[0])
+    start = gp[:-1].astype(np.int64) - int(gp[0])
+    gid = np.repeat(np.arange(len(sizes), dtype=np.int64), sizes)
+    yb = y[int(gp[0]) : int(gp[-1])]
+    order = np.lexsort((yb, gid))      # rows stay grouped: group g is sorted positions [start_g, end_g)
+    ys = yb[order]
+    new_run = np.ones(n, dtype=bool)
+    new_run[1:] = (gid[1:] != gid[:-1]) | (ys[1:] != ys[:-1])
+    run_start = np.maximum.accumulate(np.where(new_run, np.arange(n, dtype=np.int64), 0))
+    below = run_start - start[gid]
     cum = np.cumsum(below)
-    u = rng.integers(0, int(cum[-1]), size=c)
-    p = np.searchsorted(cum, u, side="right")          # sorted position of the preferred row
-    q = rng.integers(0, below[p])                       # a strictly smaller one, uniformly
-    return order[p], order[q]
+    ends = np.concatenate(([0], cum))[start + sizes]
+    c_g = np.concatenate(([0], cum))[start]            # first integer of group g's range
+    t_g = ends - c_g
+    bad = (counts > 0) & (t_g <= 0)
+    if bad.any():
+        g = int(np.flatnonzero(bad)[0])
+        raise ValueError(f"group {g} of the block (rows {int(gp[g])}..{int(gp[g + 1]) - 1}) has "
+                         f"counts={int(counts[g])} but no pair with y_i > y_j")
+    cc = np.cumsum(counts)
+    for k0 in range(0, total, chunk):
+        k1 = min(k0 + chunk, total)
+        # local group of each pair k0..k1-1 (pairs listed group by group)
+        g = np.searchsorted(cc, np.arange(k0, k1, dtype=np.int64), side="right")
+        u = rng.integers(0, t_g[g])
+        p = np.searchsorted(cum, c_g[g] + u, side="right")  # sorted position of the preferred row
+        q = start[g] + rng.integers(0, below[p])              # a strictly smaller one of the group
+        off = int(gp[0])
+        yield order[p] + off, order[q] + off, g
 
 
 def _take(X, idx):
@@ -194,13 +245,6 @@ def pairs_from_groups(source, n_pairs: int | None = None, *, random_state=None,
         else:
             pieces = _sampled_local(y, gp, counts[block.group_start : block.group_start + block.n_groups], rng)
         yield from _emit(block, y, pieces, batch_size, rng if shuffle else None)
-
-
-def _sampled_local(y, gp, counts, rng):
-    for g in np.flatnonzero(counts):
-        a, b = int(gp[g]), int(gp[g + 1])
-        i, j = _sample_pairs_group(y[a:b], int(counts[g]), rng)
-        yield i + a, j + a, np.full(len(i), g, dtype=np.int64)
 
 
 def _emit(block, y, pieces, batch_size, rng):

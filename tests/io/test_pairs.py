@@ -132,3 +132,112 @@ def test_multi_output_and_errors(tmp_path):
         list(sr.pairs_from_groups(X))
     # (X, y, qid) tuples are wrapped
     assert len(_collect(list(sr.pairs_from_groups((X, y, q))))) == len(_brute_pairs(y, q))
+
+
+# --- the vectorised per-block sampler (_sampled_local) ------------------------------------------
+
+from streamrank.io.pairs import _sampled_local  # noqa: E402
+
+
+def _sample(y, gp, counts, seed, chunk=None):
+    rng = np.random.default_rng(seed)
+    kw = {} if chunk is None else {"chunk": chunk}
+    pieces = list(_sampled_local(y, np.asarray(gp, dtype=np.int64), np.asarray(counts, dtype=np.int64), rng, **kw))
+    if not pieces:
+        z = np.zeros(0, np.int64)
+        return z, z, z
+    return tuple(np.concatenate(a) for a in zip(*pieces))
+
+
+def _check_sample(y, gp, counts, i, j, g):
+    gp = np.asarray(gp)
+    assert len(i) == len(j) == len(g) == int(np.sum(counts))
+    assert np.array_equal(np.bincount(g, minlength=len(counts)), counts)   # exactly counts[g] per group
+    assert (np.diff(g) >= 0).all()                                          # grouped, in group order
+    assert ((gp[g] <= i) & (i < gp[g + 1])).all() and ((gp[g] <= j) & (j < gp[g + 1])).all()  # never cross
+    assert (y[i] > y[j]).all()
+
+
+def test_sampler_exact_frequencies_with_ties():
+    """One group with ties: every valid ordered pair equally likely (chi-square, fixed seed)."""
+    from scipy.stats import chisquare
+
+    y = np.array([2.0, 1, 1, 0, 1, 3, 0])
+    valid = sorted((a, b) for a in range(7) for b in range(7) if y[a] > y[b])
+    n = 200_000
+    i, j, g = _sample(y, [0, 7], [n], seed=0)
+    _check_sample(y, [0, 7], [n], i, j, g)
+    keys, freq = np.unique(i * 7 + j, return_counts=True)
+    assert [(int(k) // 7, int(k) % 7) for k in keys] == valid
+    # deterministic (fixed seed); a biased sampler (e.g. off by one tie) gives p ~ 0
+    assert chisquare(freq).pvalue > 1e-3
+    np.testing.assert_allclose(freq / n, 1 / len(valid), rtol=0.05)
+
+
+def test_sampler_frequencies_across_groups_and_chunks():
+    """Several groups in one block, tiny chunks: the per-group pair law is still uniform."""
+    from scipy.stats import chisquare
+
+    y = np.array([0.0, 1, 1, 2,   5, 5,   3, 4,   7,   1, 0, 1, 0, 2], dtype=np.float32)
+    gp = np.array([0, 4, 6, 8, 9, 14])
+    counts = np.array([30_000, 0, 5_000, 0, 40_000])
+    i, j, g = _sample(y, gp, counts, seed=1, chunk=997)
+    _check_sample(y, gp, counts, i, j, g)
+    for gg in (0, 2, 4):
+        a, b = gp[gg], gp[gg + 1]
+        valid = sorted((r, s) for r in range(a, b) for s in range(a, b) if y[r] > y[s])
+        m = g == gg
+        keys, freq = np.unique(i[m] * 100 + j[m], return_counts=True)
+        assert [(int(k) // 100, int(k) % 100) for k in keys] == valid
+        if len(valid) > 1:
+            assert chisquare(freq).pvalue > 1e-3
+
+
+@settings(max_examples=25, deadline=None)
+@given(seed=st.integers(0, 10_000), n_groups=st.integers(1, 12), levels=st.integers(1, 4),
+       chunk=st.integers(1, 40), f32=st.booleans())
+def test_sampler_valid_counts_property(seed, n_groups, levels, chunk, f32):
+    rng = np.random.default_rng(seed)
+    sizes = rng.integers(1, 7, n_groups)
+    gp = np.concatenate(([0], np.cumsum(sizes)))
+    y = rng.integers(0, levels, gp[-1]).astype(np.float32 if f32 else np.float64)
+    eligible = np.array([y[gp[k]:gp[k + 1]].max() > y[gp[k]:gp[k + 1]].min() for k in range(n_groups)])
+    counts = np.where(eligible, rng.integers(0, 9, n_groups), 0)
+    i, j, g = _sample(y, gp, counts, seed, chunk=chunk)
+    _check_sample(y, gp, counts, i, j, g)
+    # chunking changes only how the draws are batched, never validity or counts; same seed -> same pairs
+    i2, j2, g2 = _sample(y, gp, counts, seed, chunk=chunk)
+    assert np.array_equal(i, i2) and np.array_equal(j, j2) and np.array_equal(g, g2)
+
+
+def test_sampler_edge_cases():
+    # one-row group, all-tied group (count 0: eligibility is decided upstream), two-row group, float32
+    y = np.array([4.0, 2, 2, 2, 1, 3, 9], dtype=np.float32)
+    gp = [0, 1, 4, 6, 7]
+    counts = [0, 0, 50, 0]
+    i, j, g = _sample(y, gp, counts, seed=0)
+    _check_sample(y, gp, counts, i, j, g)
+    assert set(zip(i.tolist(), j.tolist())) == {(5, 4)}
+    # read-only y, group_ptr not starting at 0 (a slice of a bigger block)
+    y.setflags(write=False)
+    i, j, g = _sample(y, [1, 4, 6], [0, 7], seed=0)
+    assert len(i) == 7 and set(zip(i.tolist(), j.tolist())) == {(5, 4)} and (g == 1).all()
+    # nothing asked -> nothing drawn; an empty block
+    assert all(len(a) == 0 for a in _sample(y, gp, [0, 0, 0, 0], seed=0))
+    assert all(len(a) == 0 for a in _sample(np.zeros(0), [0], np.zeros(0, int), seed=0))
+    # a positive count on a group without any pair is a caller bug: clear error
+    with pytest.raises(ValueError, match=r"group 1 .*rows 1\.\.3.*no pair with y_i > y_j"):
+        _sample(y, gp, [0, 3, 0, 0], seed=0)
+    with pytest.raises(ValueError, match="group 0 .*no pair"):
+        _sample(y, gp, [1, 0, 0, 0], seed=0)
+
+
+def test_sampler_same_seed_same_pairs_through_the_stream():
+    rng = np.random.default_rng(7)
+    X, y, q = _groups(rng, 30, levels=4)
+    src = sr.as_source(X, y.astype(np.float32), q)
+    runs = [_collect(list(sr.pairs_from_groups(src, n_pairs=2_000, random_state=11, max_rows=17, batch_size=100)))
+            for _ in range(2)]
+    assert len(runs[0]) == 2_000 and np.array_equal(runs[0], runs[1])
+    valid = _brute_pairs(y, q)
+    assert all(tuple(r) in valid for r in runs[0])
