@@ -13,7 +13,11 @@ Conventions (documented for the user in :mod:`streamrank.metrics`):
   ties in the predicted scores are averaged (McSherry & Najork, 2008): a run
   of tied items occupying ranks a..b shares the mean discount of those ranks
   (0 beyond k), which is the expected DCG under a uniformly random order of
-  the tied items.  A group whose ideal DCG is 0 gets NaN (skipped).
+  the tied items.  A group whose ideal DCG is <= 0 gets NaN (skipped): with
+  labels < 0 the gain is negative, and a ratio of two negative DCGs is
+  meaningless (it would exceed 1).  Otherwise NDCG <= 1 (the ideal order
+  maximises DCG@k by the rearrangement inequality) and is negative only
+  when negative labels lead the predicted order.
 * C-index / disagreement: over the ordered pairs (y_i < y_j) of a group,
   count discordant pairs (s_i > s_j) and pairs tied in the score
   (s_i == s_j); O(n log n) with a Fenwick tree over the score ranks.
@@ -42,7 +46,7 @@ def _discounts(n):
 
 @jit
 def ndcg_groups(y, s, group_ptr, k, out):
-    """NDCG@k of every group into ``out`` (NaN where the ideal DCG is 0).
+    """NDCG@k of every group into ``out`` (NaN where the ideal DCG is <= 0).
 
     ``k <= 0`` means no cut-off.  DCG@k = sum_{r<=k} (2^{rel_r} - 1) / log2(r + 1),
     ties in ``s`` averaged (expected DCG under random tie-breaking).
@@ -68,7 +72,7 @@ def ndcg_groups(y, s, group_ptr, k, out):
         idcg = 0.0
         for p in range(kk):
             idcg += (2.0 ** yo[n - 1 - p] - 1.0) * disc[p]
-        if idcg == 0.0:
+        if idcg <= 0.0:   # no positive gain to rank (negative labels give negative gains)
             out[g] = np.nan
             continue
         # predicted order: scores descending (stable), walk runs of ties

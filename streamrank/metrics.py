@@ -467,7 +467,10 @@ def ndcg(y_true, y_score, qid=None, k: int | None = 10, *, per_query: bool = Fal
 
     ``DCG@k = sum_{r=1}^{k} (2^{rel_r} - 1) / log2(r + 1)`` in the predicted
     order, ``NDCG@k = DCG@k / IDCG@k`` (IDCG: the ideal order).  Queries with
-    ``IDCG@k = 0`` are skipped (see ``return_details``).  Ties in
+    ``IDCG@k <= 0`` are skipped (see ``return_details``): no relevant item,
+    or only negative labels in the ideal top k (a negative label has a
+    negative gain).  NDCG never exceeds 1; it is negative only when negative
+    labels lead the predicted order.  Ties in
     ``y_score``: expected DCG over random orders of the tied items.
 
     Parameters

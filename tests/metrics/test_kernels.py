@@ -124,3 +124,21 @@ def test_auc_counts_match_pairs(n, seed, levels, f32):
     wrong, pairs = K.auc_counts(pos, s)
     d, t, p = ref.cindex_counts(pos.astype(float), s)
     assert pairs == p and wrong == d + 0.5 * t
+
+
+def test_ndcg_with_negative_labels_never_exceeds_one():
+    """Negative labels give negative gains: a query whose ideal DCG is <= 0 is skipped, never > 1."""
+    y = np.array([1.0, -3, -2, 0, -2, -1.0, -4, -4])      # group 0: ideal DCG < 0 over all 5; group 1: all negative
+    s = np.array([0.1, 0.9, 0.5, 0.3, 0.2, 0.3, 0.2, 0.1])
+    gp = np.array([0, 5, 8], dtype=np.int64)
+    nd, _, _ = _run_all(y, s, gp, 10)
+    assert np.isnan(nd).all(), nd
+    rng = np.random.default_rng(3)
+    for _ in range(200):                                    # mixed signs: either skipped or in [-inf, 1]
+        n = int(rng.integers(1, 9))
+        yy = rng.integers(-4, 4, size=n).astype(np.float64)
+        ss = rng.normal(size=n)
+        out = np.empty(1)
+        K.ndcg_groups(yy, ss, np.array([0, n], dtype=np.int64), int(rng.integers(0, 6)), out)
+        assert np.isnan(out[0]) or out[0] <= 1.0 + 1e-12
+    _check(y, s, gp, 3)

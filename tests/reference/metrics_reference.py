@@ -21,7 +21,7 @@ def dcg_of_order(y, order, k):
 def ndcg_bruteforce(y, s, k=None):
     """NDCG@k averaged over every order of the items tied in ``s`` (exhaustive).
 
-    Returns NaN when the ideal DCG is 0.  Only for tiny groups.
+    Returns NaN when the ideal DCG is <= 0.  Only for tiny groups.
     """
     y = np.asarray(y, dtype=np.float64)
     s = np.asarray(s, dtype=np.float64)
@@ -29,7 +29,7 @@ def ndcg_bruteforce(y, s, k=None):
     if n == 0:
         return np.nan
     ideal = dcg_of_order(y, list(np.argsort(-y, kind="stable")), k)
-    if ideal == 0:
+    if ideal <= 0:
         return np.nan
     values = np.unique(s)[::-1]
     blocks = [list(np.flatnonzero(s == v)) for v in values]
@@ -51,7 +51,7 @@ def ndcg_expected(y, s, k=None):
     kk = n if k is None else min(k, n)
     disc = np.array([1.0 / math.log2(r + 2) if r < kk else 0.0 for r in range(n)])
     ideal = float(np.sum((2.0 ** np.sort(y)[::-1] - 1.0) * disc))
-    if ideal == 0:
+    if ideal <= 0:
         return np.nan
     dcg = 0.0
     for i in range(n):
