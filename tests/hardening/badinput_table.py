@@ -350,7 +350,10 @@ def run_metric(fn):
         import streamrank as sr
 
         score = X[:, 0] if getattr(X, "ndim", 0) == 2 and not sp.issparse(X) and X.shape[1] else X
-        return np.atleast_1d(getattr(sr.metrics, fn)(y, score, qid, per_query=True))
+        out = np.atleast_1d(getattr(sr.metrics, fn)(y, score, qid, per_query=True))
+        # a skipped query (NDCG: ideal DCG <= 0, e.g. only negative labels in its ideal top k) is NaN by
+        # contract; mark it so that skipping exactly the clean input's queries compares equal
+        return np.where(np.isnan(out), -1.0, out) if fn == "ndcg" else out
     return run
 
 
