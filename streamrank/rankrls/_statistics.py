@@ -396,12 +396,7 @@ class RankStatistics:
         if self.ties == "include":
             center = whole                                   # whole groups: centred, no low-rank part
             sq = np.sqrt(d)
-            if in_place:
-                A = self._buffer(rows, "F")
-                _sk.scale_in_place_f(A, n, Y, sq, sq, gp, center, T)
-                _syrk(1.0, A, acc)
-            else:
-                self._fill_and_syrk(Phi, Y, sq, sq, gp, center, T, acc)
+            self._scale_and_syrk(Phi, Y, sq, sq, gp, center, T, acc, in_place)
         else:
             center = np.zeros(n_groups, dtype=bool)
             cid, cgroup, csize = tie_classes(Y[:, 0], gp)
@@ -417,12 +412,7 @@ class RankStatistics:
             dead = dead_g[np.repeat(np.arange(n_groups), np.diff(gp))]
             # the SYRK's Y-Y block is Σ sy² Y²; the cost wants Σ d Y² (live rows only)
             corr = ((np.where(dead, 0.0, d) - sy * sy)[:, None] * Y * Y).sum(axis=0)
-            if in_place:
-                A = self._buffer(rows, "F")
-                _sk.scale_in_place_f(A, n, Y, sx, sy, gp, center, T)
-                _syrk(1.0, A, acc)
-            else:
-                self._fill_and_syrk(Phi, Y, sx, sy, gp, center, T, acc)
+            self._scale_and_syrk(Phi, Y, sx, sy, gp, center, T, acc, in_place)
         w = np.where(whole & ~center, s, 0.0)
         if dead is not None:
             w[dead_g] = 0.0
@@ -438,8 +428,8 @@ class RankStatistics:
                     relabel = np.full(len(cgroup), -1, dtype=np.int64)
                     relabel[kept] = np.arange(kept.size)
                     r = np.flatnonzero(kk[cid])
-                    # unscaled Φ of the tied rows (in place, A holds sx ∘ Φ with sx > 0 on live rows)
-                    P = A[r, :n] / sx[r][:, None] if in_place else Phi[r]
+                    # unscaled Φ of the tied rows (in place, Φ now holds sx ∘ Φ with sx > 0 on live rows)
+                    P = Phi[r] / sx[r][:, None] if in_place else Phi[r]
                     Sc = _k.id_sums(P, relabel[cid[r]], kept.size)
                     self._G += _weighted_gram(Sc, s[cgroup[kept]])
                 self.n_pairs -= int(_pair_count(csize[keep]).sum())
@@ -447,6 +437,15 @@ class RankStatistics:
         self.n_groups += int(whole.sum())
         self.n_pairs += int(_pair_count(size[whole]).sum())
         return T[:, :n], T[:, n:]
+
+    def _scale_and_syrk(self, Phi, Y, sx, sy, gp, center, T, acc, in_place):
+        """Scaled (and centred) rows into the SYRK accumulator: in the workspace where Φ already is, else chunked."""
+        if in_place:
+            A = self._buffer(Phi.shape[0], "F")
+            _sk.scale_in_place_f(A, self.n_features, Y, sx, sy, gp, center, T)
+            _syrk(1.0, A, acc)
+        else:
+            self._fill_and_syrk(Phi, Y, sx, sy, gp, center, T, acc)
 
     def _fill_and_syrk(self, Phi, Y, sx, sy, gp, center, T, acc):
         """acc += AᵀA for A = [sx ∘ Φ | sy ∘ Y], built chunk by chunk (group-aligned) in the workspace."""
