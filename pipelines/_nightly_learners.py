@@ -254,7 +254,7 @@ def tuple_range(store, t0, t1):
 def _is_fitted(model):
     try:
         model.t_
-    except Exception:
+    except AttributeError:   # NotFittedError is one; anything else is a real error
         return False
     return True
 
