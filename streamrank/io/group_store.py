@@ -34,6 +34,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from .._validation import check_qid, check_X, check_y, group_ptr_from_qid
+from ._row_chunks import RowChunkReader
 from .blocks import BlockSource
 from .schema import (
     FORMAT_VERSION,
@@ -259,6 +260,7 @@ class GroupStore(BlockSource):
                                    f"columns but n_features is {self.n_features}")
         self._X = self._arrays.get("X")
         self._y = y
+        self._make_row_readers()
         if self.sparse:
             self._indptr = self._arrays["X/indptr"]
             self._indices = self._arrays["X/indices"]
@@ -280,10 +282,17 @@ class GroupStore(BlockSource):
         self._arrays = {name: CheckedArray(self._root[name], self.path, name) for name in self._arrays}
         self._X = self._arrays.get("X")
         self._y = self._arrays["y"]
+        self._make_row_readers()
         if self.sparse:
             self._indptr = self._arrays["X/indptr"]
             self._indices = self._arrays["X/indices"]
             self._data = self._arrays["X/data"]
+
+    def _make_row_readers(self):
+        """Whole-chunk readers of the row-chunked arrays: a sequential pass decodes every chunk once
+        whatever the block cutting (:mod:`streamrank.io._row_chunks`)."""
+        self._X_rows = None if self.sparse else RowChunkReader(self._X)
+        self._y_rows = RowChunkReader(self._y)
 
     def _needed_lengths(self, rows, groups, nnz):
         need = {"y": rows, "group_ptr": groups + 1, "qid": groups}
@@ -393,7 +402,7 @@ class GroupStore(BlockSource):
         return np.asarray(self._indptr.get_coordinate_selection(rows), dtype=np.int64)
 
     def _read_y(self, r0, r1):
-        return self._y[r0:r1]
+        return self._y_rows.read(r0, r1, self._rows)
 
     def _read_rows(self, r0, r1):
         if self.sparse:
@@ -412,8 +421,8 @@ class GroupStore(BlockSource):
                 indices = indices.astype(np.int64)
             X = sp.csr_matrix((data, indices, ip), shape=(r1 - r0, self.n_features), copy=False)
         else:
-            X = self._X[r0:r1]
-        return X, self._y[r0:r1]
+            X = self._X_rows.read(r0, r1, self._rows)
+        return X, self._y_rows.read(r0, r1, self._rows)
 
     # ----------------------------------------------------------------- append
     def append(self, X, y, qid, *, batch_id=None) -> bool:

@@ -152,6 +152,18 @@ class CheckedArray:
         except Exception as exc:
             raise StoreFormatError(self._damage(key, exc)) from exc
 
+    def read_into(self, a: int, b: int, out):
+        """``out[...] = a[a:b]`` decoded by zarr straight into the numpy array ``out`` (no temporary)."""
+        from zarr.core.buffer import default_buffer_prototype
+
+        try:
+            nd = default_buffer_prototype().nd_buffer.from_numpy_array(out)
+            self._arr.get_basic_selection(slice(int(a), int(b)), out=nd)
+        except (MemoryError, KeyboardInterrupt):
+            raise
+        except Exception as exc:
+            raise StoreFormatError(self._damage(slice(int(a), int(b)), exc)) from exc
+
     def _damage(self, key, exc) -> str:
         first = key[0] if isinstance(key, tuple) else key
         where = ""

@@ -1,0 +1,112 @@
+"""Row ranges of a row-chunked zarr array, each chunk decoded once per sequential pass.
+
+zarr decodes a whole chunk to return any part of it.  A block that ends
+inside a chunk and the next block that starts there would decode that chunk
+twice (blocks are planned on group boundaries, chunks on fixed row counts),
+and small blocks — the kernel learners' few thousand rows against chunks of
+about 4 MiB — decode every chunk once per block that touches it.
+:class:`RowChunkReader` reads whole chunks and keeps the last ``keep``
+decoded ones, so a sequential pass decodes every chunk exactly once,
+whatever the block cutting.
+
+Committed rows of a store never change (appends only add rows, see
+:mod:`streamrank.io.group_store`), so a cached chunk stays valid for the
+rows it holds; a chunk cached while it was partly filled is read again when
+rows beyond its cached end are asked for.  Returned arrays are fresh copies
+(as zarr's own reads are): callers may write into them.
+"""
+from __future__ import annotations
+
+import threading
+from collections import OrderedDict
+
+import numpy as np
+
+__all__ = ["RowChunkReader"]
+
+
+class RowChunkReader:
+    """``read(r0, r1, n_rows)`` = ``arr[r0:r1]``, decoding whole chunks and keeping the last ``keep``.
+
+    Parameters
+    ----------
+    arr : zarr array (or :class:`~streamrank.io.schema.CheckedArray`), chunked along rows
+    keep : int
+        Decoded chunks kept (memory: ``keep`` chunks; 2 covers a block that
+        straddles a chunk boundary).
+    """
+
+    def __init__(self, arr, keep: int = 2):
+        self._arr = arr
+        self._rows_per_chunk = int(arr.chunks[0])
+        self._keep = max(1, int(keep))
+        self._cache: OrderedDict[int, np.ndarray] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def _cached(self, c: int, stop: int):
+        """Chunk c from the cache if it holds rows up to ``stop``, else None."""
+        with self._lock:
+            hit = self._cache.get(c)
+            if hit is not None and c * self._rows_per_chunk + hit.shape[0] >= stop:
+                self._cache.move_to_end(c)
+                return hit
+        return None
+
+    def _keep_chunk(self, c: int, data: np.ndarray):
+        with self._lock:
+            self._cache[c] = data
+            self._cache.move_to_end(c)
+            while len(self._cache) > self._keep:
+                self._cache.popitem(last=False)
+
+    def _read_into(self, a: int, b: int, out: np.ndarray):
+        """``out[:] = arr[a:b]``; decoded straight into ``out`` when the array can (``read_into``)."""
+        if b <= a:
+            return
+        read_into = getattr(self._arr, "read_into", None)
+        if read_into is not None:
+            read_into(a, b, out)
+        else:
+            out[...] = self._arr[a:b]
+
+    def read(self, r0: int, r1: int, n_rows: int) -> np.ndarray:
+        """Rows ``[r0, r1)`` as a new array; ``n_rows`` is the committed length (chunks are cut there).
+
+        A chunk in the cache is copied from it; the chunks that lie inside
+        ``[r0, r1)`` (or that it ends) are decoded by one zarr call straight
+        into the result, so zarr still decodes them concurrently; a last chunk
+        that the range ends inside is decoded whole into the cache, for the
+        next block.  Peak memory: the result plus ``keep`` chunks.
+        """
+        r0, r1, n_rows = int(r0), int(r1), int(n_rows)
+        if not 0 <= r0 <= r1 <= n_rows:
+            raise IndexError(f"rows {r0}:{r1} outside the {n_rows} committed rows")
+        arr = self._arr
+        out = np.empty((r1 - r0,) + tuple(arr.shape[1:]), dtype=arr.dtype)
+        if r1 == r0:
+            return out
+        C = self._rows_per_chunk
+        first, last = r0 // C, (r1 - 1) // C
+        lo = r0                                   # rows [lo, hi) come straight from zarr
+        hit = self._cached(first, min(first * C + C, n_rows))
+        if hit is not None:
+            e = min(r1, first * C + C)
+            out[: e - r0] = hit[r0 - first * C : e - first * C]
+            lo = e
+        hi = r1
+        end_last = min(last * C + C, n_rows)
+        if lo < r1 < end_last:                    # the range ends inside chunk `last`: keep it for the next block
+            tail = self._cached(last, end_last)
+            if tail is None:
+                tail = np.empty((end_last - last * C,) + tuple(arr.shape[1:]), dtype=arr.dtype)
+                self._read_into(last * C, end_last, tail)
+                self._keep_chunk(last, tail)
+            s = max(lo, last * C)
+            out[s - r0 : r1 - r0] = tail[s - last * C : r1 - last * C]
+            hi = s
+        self._read_into(lo, hi, out[lo - r0 : hi - r0])
+        return out
+
+    def clear(self):
+        with self._lock:
+            self._cache.clear()
