@@ -12,7 +12,10 @@ from __future__ import annotations
 
 from ._numba import jit, jit_parallel, prange
 
-__all__ = ["rbf_exponent_from_dot", "rbf_exponent_from_dot_parallel", "poly_from_dot", "poly_from_dot_parallel"]
+__all__ = [
+    "rbf_exponent_from_dot", "rbf_exponent_from_dot_parallel", "poly_from_dot", "poly_from_dot_parallel",
+    "rbf_exponent_rows", "poly_rows",
+]
 
 
 @jit
@@ -55,3 +58,27 @@ def poly_from_dot_parallel(K, gamma, coef0, degree):
     for i in prange(n):
         for j in range(m):
             K[i, j] = (gamma * K[i, j] + coef0) ** degree
+
+
+@jit
+def rbf_exponent_rows(A, r0, r1, m, nx, nz, gamma):
+    """:func:`rbf_exponent_from_dot` on the block ``A[r0:r1, :m]`` of a C-contiguous A, in place.
+
+    The same map (never the diagonal rule: X and Z differ), with A passed whole so
+    that the compiler knows its rows are contiguous and vectorises the inner loop
+    (a strided view of the block would not be)."""
+    for i in range(r0, r1):
+        a = nx[i - r0]
+        for j in range(m):
+            d = a + nz[j] - 2.0 * A[i, j]
+            if d < 0.0:
+                d = 0.0
+            A[i, j] = -gamma * d
+
+
+@jit
+def poly_rows(A, r0, r1, m, gamma, coef0, degree):
+    """:func:`poly_from_dot` on the block ``A[r0:r1, :m]`` of a C-contiguous A, in place."""
+    for i in range(r0, r1):
+        for j in range(m):
+            A[i, j] = (gamma * A[i, j] + coef0) ** degree

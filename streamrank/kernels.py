@@ -25,7 +25,7 @@ import numbers
 import numpy as np
 import scipy.sparse as sp
 
-__all__ = ["KernelSpec", "kernel_matrix", "kernel_diag", "check_kernel"]
+__all__ = ["KernelSpec", "KernelColumns", "kernel_matrix", "kernel_diag", "check_kernel"]
 
 KERNELS = ("linear", "rbf", "poly")
 
@@ -198,6 +198,81 @@ def kernel_matrix(X, Z=None, *, kernel="rbf", gamma=1.0, degree=2, coef0=0.0, ou
             return out
         K = 0.5 * (K + K.T)
     return K
+
+
+class KernelColumns:
+    """``k(X, Z)`` for many row blocks X against one fixed Z (e.g. the basis of sparse RankRLS).
+
+    Z's float64 copy and squared norms are made once; ``cols(X, out)`` then
+    writes the block into ``out`` — a float64 ``(len(X), len(Z))`` array with
+    unit column stride and any row stride, such as rows ``a:b`` of a wider
+    row-major buffer — with one BLAS product straight into ``out`` and the
+    elementwise map in place: no temporary of the block's size.  The values
+    are those of :func:`kernel_matrix` (same product, same map).  CSR input
+    and callable kernels go through :func:`kernel_matrix` and are copied in.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from streamrank.kernels import KernelColumns, check_kernel, kernel_matrix
+    >>> X, Z = np.random.default_rng(0).normal(size=(2, 5, 3))
+    >>> out = np.empty((5, 6))
+    >>> cols = KernelColumns(check_kernel("rbf", gamma=0.5), Z)
+    >>> np.allclose(cols(X, out[:, :5]), kernel_matrix(X, Z, kernel="rbf", gamma=0.5))
+    True
+    """
+
+    def __init__(self, spec: KernelSpec, Z):
+        self.spec = spec
+        self.Z = Z
+        self._fast = not spec.is_callable and not sp.issparse(Z)
+        if self._fast:
+            self._Z64 = np.ascontiguousarray(Z, dtype=np.float64)
+            self._nz = _sq_norms(self._Z64)
+
+    def __call__(self, X, out):
+        """Write k(X, Z) into ``out`` (float64, (len(X), len(Z))) and return it."""
+        if out.dtype != np.float64 or out.shape != (X.shape[0], self.Z.shape[0]) or not out.flags.writeable:
+            raise ValueError(f"out must be a writeable float64 array of shape {(X.shape[0], self.Z.shape[0])}")
+        self._check(X)
+        if not self._fast or sp.issparse(X) or out.strides[1] != 8 or X.shape[0] == 0:
+            out[...] = self.spec(X, self.Z)
+            return out
+        base = out if out.flags.c_contiguous else np.ascontiguousarray(out)
+        self._product_and_map(np.asarray(X, dtype=np.float64), base, 0)
+        if base is not out:
+            out[...] = base
+        return out
+
+    def into_rows(self, X, A, r0: int):
+        """Write k(X, Z) into ``A[r0:r0 + len(X), :len(Z)]`` of a C-contiguous float64 A (e.g. a workspace
+        with more columns): the product goes straight there and the map runs on A itself, vectorised."""
+        m, r1 = self.Z.shape[0], int(r0) + X.shape[0]
+        if A.dtype != np.float64 or not A.flags.c_contiguous or A.ndim != 2 or A.shape[1] < m or r1 > A.shape[0]:
+            raise ValueError(f"A must be a C-contiguous float64 array with >= {m} columns and >= {r1} rows")
+        self._check(X)
+        if not self._fast or sp.issparse(X) or X.shape[0] == 0:
+            A[r0:r1, :m] = self.spec(X, self.Z)
+            return A
+        self._product_and_map(np.asarray(X, dtype=np.float64), A, int(r0))
+        return A
+
+    def _check(self, X):
+        if X.shape[1] != self.Z.shape[1]:
+            raise ValueError(f"X has {X.shape[1]} features but the kernel's second argument has "
+                             f"{self.Z.shape[1]}; they must match")
+
+    def _product_and_map(self, X64, A, r0):
+        from . import _kernel_kernels as _kk
+
+        m, r1 = self._Z64.shape[0], r0 + X64.shape[0]
+        K = A[r0:r1, :m]
+        np.matmul(X64, self._Z64.T, out=K)
+        if self.spec.kernel == "rbf":
+            _kk.rbf_exponent_rows(A, r0, r1, m, _sq_norms(X64), self._nz, float(self.spec.gamma))
+            np.exp(K, out=K)
+        elif self.spec.kernel == "poly":
+            _kk.poly_rows(A, r0, r1, m, float(self.spec.gamma), float(self.spec.coef0), int(self.spec.degree))
 
 
 def kernel_diag(X, *, kernel="rbf", gamma=1.0, degree=2, coef0=0.0) -> np.ndarray:

@@ -53,6 +53,7 @@ import scipy.sparse as sp
 from .. import _laplacian_kernels as _k
 from . import _statistics_kernels as _sk
 from ..laplacian import check_group_weight, check_ties, group_weights, tie_classes
+from ._accumulate_threads import helper_thread, one_blas_thread, two_threads_here
 from ._eigenpath import EigenPath  # noqa: F401  (re-exported: callers import it from here)
 
 __all__ = ["RankStatistics", "block_statistics", "EigenPath"]
@@ -60,6 +61,9 @@ __all__ = ["RankStatistics", "block_statistics", "EigenPath"]
 
 #: bytes of one chunk of the scaled block A in the dense SYRK path (fits the L3 cache)
 _CHUNK_BYTES = 4 << 20
+#: bytes of one chunk of Φ computed by a caller's ``fill`` (see add_block): fits the L2 cache, so the
+#: kernel map, the centring and the scaling all run on data the product has just written
+_FILL_CHUNK_BYTES = 1 << 20
 
 
 def _pair_count(n):
@@ -173,19 +177,22 @@ class RankStatistics:
         self.n_pairs = int(sum(p.n_pairs for p in self._parts))
 
     # ------------------------------------------------------------ workspace
-    def workspace(self, rows: int) -> np.ndarray:
-        """The reused float64 buffer A (rows, n + v) of the dense SYRK path, Fortran-ordered.
+    def workspace(self, rows: int, order: str = "F") -> np.ndarray:
+        """The reused float64 buffer A (rows, n + v) of the dense SYRK path, Fortran-ordered (or "C").
 
         A caller that computes Φ itself (e.g. kernel columns k(X_B, X_R)) may
         write Φ into ``A[:, :n]`` — a Fortran-contiguous (rows, n) array,
         i.e. ``A[:, :n].T`` is C-contiguous — and pass that view as ``Phi`` to
         :meth:`add_block`: it is then centred and scaled in place, never
         copied.  The block must hold whole groups.  The buffer is freed when
-        G, B or yLy is read.
+        G, B or yLy is read.  ``order="C"``: row-major, for Φ computed piece by
+        piece through ``add_block(..., fill=...)``.
         """
         if self._parts is not None:
             raise NotImplementedError("workspace(): per-output statistics scale Φ once per output; pass Φ itself")
-        return self._buffer(rows, "F")
+        if order not in ("F", "C"):
+            raise ValueError(f"order must be 'F' or 'C', got {order!r}")
+        return self._buffer(rows, order)
 
     def _buffer(self, rows: int, order: str) -> np.ndarray:
         """A contiguous (rows, n + v) float64 view ("C" or "F") of one reused flat buffer."""
@@ -201,8 +208,9 @@ class RankStatistics:
         w = self._work
         if w is None or not isinstance(Phi, np.ndarray) or Phi.dtype != np.float64 or Phi.shape[0] == 0:
             return False
+        k = self.n_features + self.n_outputs
         return (Phi.__array_interface__["data"][0] == w.__array_interface__["data"][0]
-                and Phi.strides == (8, 8 * Phi.shape[0]) and Phi.shape[1] == self.n_features
+                and Phi.strides in ((8, 8 * Phi.shape[0]), (8 * k, 8)) and Phi.shape[1] == self.n_features
                 and Phi.shape[0] * (self.n_features + self.n_outputs) <= w.size)
 
     def _release_workspace(self):
@@ -256,7 +264,7 @@ class RankStatistics:
         return out
 
     # ---------------------------------------------------------------- adding
-    def add_block(self, Phi, Y, group_ptr, *, group_size=None, group_offset=None, group_id=None):
+    def add_block(self, Phi, Y, group_ptr, *, group_size=None, group_offset=None, group_id=None, fill=None):
         """Add the statistics of one block of whole groups (or pieces of split groups).
 
         Parameters
@@ -269,6 +277,13 @@ class RankStatistics:
             default: whole groups.
         group_id : (groups,) int, global identity of each group; needed when
             some group is a piece (to join it with its other pieces).
+        fill : callable ``fill(a, b, out)``, optional
+            With ``Phi = workspace(rows, order="C")[:, :n]`` (whole groups
+            only): Φ is not written yet; ``fill`` writes rows ``[a, b)`` of it
+            into ``out`` (a row-major view of ``Phi[a:b]``) when the
+            accumulation reaches them, a few hundred kilobytes at a time
+            (group-aligned), so each piece is centred and scaled while it is
+            still in cache — e.g. kernel columns k(X[a:b], X_R).
         """
         gp = np.ascontiguousarray(group_ptr, dtype=np.int64)
         rows = int(gp[-1])
@@ -309,6 +324,8 @@ class RankStatistics:
         s = group_weights(size, self.group_weight)
         row_group = np.repeat(np.arange(n_groups), local)
         d = (s * size)[row_group]                       # row weight s_g n_g
+        if fill is not None and (sparse or not self._is_workspace(Phi) or Phi.strides[1] != 8):
+            raise ValueError("fill= needs Phi = workspace(rows, order='C')[:, :n_features]")
         if not sparse and rows:
             in_place = self._is_workspace(Phi)
             if in_place and not whole.all():   # the fill overwrites Φ; pieces need Φ itself afterwards
@@ -321,7 +338,7 @@ class RankStatistics:
                     Y = np.array(Y)
             if not in_place and Phi.dtype not in (np.float32, np.float64):
                 Phi = Phi.astype(np.float64)
-            S, Sy = self._add_dense(Phi, Y, gp, s, d, size, whole, in_place)
+            S, Sy = self._add_dense(Phi, Y, gp, s, d, size, whole, in_place, fill)
             if not whole.all():
                 self._add_pieces(Phi, Y, gp, S, Sy, size, whole, group_id)
             return self
@@ -366,7 +383,7 @@ class RankStatistics:
         self._add_pieces(Phi, Y, gp, S, Sy, size, whole, group_id)
         return self
 
-    def _add_dense(self, Phi, Y, gp, s, d, size, whole, in_place):
+    def _add_dense(self, Phi, Y, gp, s, d, size, whole, in_place, fill=None):
         """Dense fast path: one SYRK of A = [sx ∘ Φ | sy ∘ Y] (float64) per block.
 
         ties="include": sx = sy = √d (d_i = s_g n_g) on rows centred per whole
@@ -396,7 +413,7 @@ class RankStatistics:
         if self.ties == "include":
             center = whole                                   # whole groups: centred, no low-rank part
             sq = np.sqrt(d)
-            self._scale_and_syrk(Phi, Y, sq, sq, gp, center, T, acc, in_place)
+            self._scale_and_syrk(Phi, Y, sq, sq, gp, center, T, acc, in_place, fill)
         else:
             center = np.zeros(n_groups, dtype=bool)
             cid, cgroup, csize = tie_classes(Y[:, 0], gp)
@@ -412,7 +429,7 @@ class RankStatistics:
             dead = dead_g[np.repeat(np.arange(n_groups), np.diff(gp))]
             # the SYRK's Y-Y block is Σ sy² Y²; the cost wants Σ d Y² (live rows only)
             corr = ((np.where(dead, 0.0, d) - sy * sy)[:, None] * Y * Y).sum(axis=0)
-            self._scale_and_syrk(Phi, Y, sx, sy, gp, center, T, acc, in_place)
+            self._scale_and_syrk(Phi, Y, sx, sy, gp, center, T, acc, in_place, fill)
         w = np.where(whole & ~center, s, 0.0)
         if dead is not None:
             w[dead_g] = 0.0
@@ -438,14 +455,69 @@ class RankStatistics:
         self.n_pairs += int(_pair_count(size[whole]).sum())
         return T[:, :n], T[:, n:]
 
-    def _scale_and_syrk(self, Phi, Y, sx, sy, gp, center, T, acc, in_place):
-        """Scaled (and centred) rows into the SYRK accumulator: in the workspace where Φ already is, else chunked."""
+    def _scale_and_syrk(self, Phi, Y, sx, sy, gp, center, T, acc, in_place, fill=None):
+        """Scaled (and centred) rows into the SYRK accumulator: in the workspace where Φ already is (or is
+        computed by ``fill`` chunk by chunk), else chunked."""
         if in_place:
-            A = self._buffer(Phi.shape[0], "F")
-            _sk.scale_in_place_f(A, self.n_features, Y, sx, sy, gp, center, T)
+            n = self.n_features
+            if Phi.strides[0] == 8 and Phi.shape[0] > 1:
+                A = self._buffer(Phi.shape[0], "F")
+                _sk.scale_in_place_f(A, n, Y, sx, sy, gp, center, T)
+            else:
+                A = self._buffer(Phi.shape[0], "C")
+                if fill is None:
+                    _sk.scale_in_place_c(A, n, Y, sx, sy, gp, center, T)
+                else:
+                    self._fill_in_halves(A, fill, Y, sx, sy, gp, center, T, acc)
+                    return
             _syrk(1.0, A, acc)
         else:
             self._fill_and_syrk(Phi, Y, sx, sy, gp, center, T, acc)
+
+    def _fill_in_halves(self, A, fill, Y, sx, sy, gp, center, T, acc):
+        """acc += AᵀA with Φ = A[:, :n] computed by ``fill`` piece by piece (see :meth:`add_block`).
+
+        Each piece (about ``_FILL_CHUNK_BYTES``, whole groups) is computed,
+        then centred and scaled while in cache.  With two threads
+        (:func:`~._accumulate_threads.accumulate_threads`) the block is cut into two group-aligned
+        halves, each filled and SYRK'ed by its own thread into its own
+        product while BLAS runs one thread per call: the elementwise work
+        (e.g. the kernel's exp) then runs on both cores instead of one while
+        BLAS's second thread waits, and the two SYRKs run side by side
+        (OpenBLAS serialises concurrent calls while its pool is larger than one).
+        Main thread only (:func:`~._accumulate_threads.two_threads_here`).
+        """
+        n = self.n_features
+        target = max(1, _FILL_CHUNK_BYTES // (8 * (n + self.n_outputs)))
+        n_groups = gp.shape[0] - 1
+        rows = int(gp[-1])
+
+        def part(g0, g_end):
+            for c0, c1 in _group_chunks(gp, target, g0, g_end):
+                a, b = int(gp[c0]), int(gp[c1])
+                fill(a, b, A[a:b, :n])
+                _sk.scale_in_place_c(A[a:b], n, Y[a:b], sx[a:b], sy[a:b], gp[c0:c1 + 1] - a,
+                                     center[c0:c1], T[c0:c1])
+            a, b = int(gp[g0]), int(gp[g_end])
+            H = A[a:b]
+            return H.T @ H if b > a else None
+
+        if rows >= 2 * target and n_groups > 1 and two_threads_here():
+            h = int(np.searchsorted(gp, rows // 2, side="right")) - 1
+            h = min(max(h, 1), n_groups - 1)
+            with one_blas_thread():
+                job = helper_thread().submit(part, h, n_groups)
+                try:
+                    first = part(0, h)
+                finally:
+                    second = job.result()
+            for P in (first, second):
+                if P is not None:
+                    acc += P
+            return
+        P = part(0, n_groups)
+        if P is not None:
+            acc += P
 
     def _fill_and_syrk(self, Phi, Y, sx, sy, gp, center, T, acc):
         """acc += AᵀA for A = [sx ∘ Φ | sy ∘ Y], built chunk by chunk (group-aligned) in the workspace."""
@@ -456,16 +528,11 @@ class RankStatistics:
             _sk.fill_scaled(Phi, Y, sx, sy, gp, center, A, T)
             _syrk(1.0, A, acc)
             return
-        n_groups = gp.shape[0] - 1
-        g0 = 0
-        while g0 < n_groups:
-            g1 = int(np.searchsorted(gp, gp[g0] + target, side="right")) - 1
-            g1 = min(max(g1, g0 + 1), n_groups)          # at least one group (a large group is one chunk)
+        for g0, g1 in _group_chunks(gp, target):       # a large group is one chunk
             a, b = int(gp[g0]), int(gp[g1])
             A = self._buffer(b - a, "C")
             _sk.fill_scaled(Phi[a:b], Y[a:b], sx[a:b], sy[a:b], gp[g0:g1 + 1] - a, center[g0:g1], A, T[g0:g1])
             _syrk(1.0, A, acc)
-            g0 = g1
 
     def _add_pieces(self, Phi, Y, gp, S, Sy, size, whole, group_id):
         if not whole.all():
@@ -630,6 +697,16 @@ class RankStatistics:
 
 
 # ------------------------------------------------------------------ helpers
+def _group_chunks(gp, target, g0=0, g_end=None):
+    """Group-aligned ``(g0, g1)`` ranges of about ``target`` rows (at least one group each) in [g0, g_end)."""
+    g_end = gp.shape[0] - 1 if g_end is None else g_end
+    while g0 < g_end:
+        g1 = int(np.searchsorted(gp, gp[g0] + target, side="right")) - 1
+        g1 = min(max(g1, g0 + 1), g_end)
+        yield g0, g1
+        g0 = g1
+
+
 def _syrk(alpha, A, acc):
     """acc += alpha AᵀA for a float64 A (rows, k), C- or Fortran-contiguous.
 

@@ -61,7 +61,7 @@ from .._validation import (
 )
 from ..base import BaseRanker
 from ..io.blocks import BlockSource, vstack_X
-from ..kernels import check_kernel, kernel_rows
+from ..kernels import KernelColumns, check_kernel, kernel_rows
 from ..laplacian import check_group_weight, check_ties
 from ..persistence import register_model
 from ._dual import DualDecomposition, LaplacianRoot, LeavePairOut, LeavePairOutExcludeTies, check_psd
@@ -235,12 +235,18 @@ class KernelRankRLS(BaseRanker):
         v = source.n_outputs
         stats = RankStatistics(r, v, group_weight=self.group_weight, ties=self.ties)
         ys = []
+        cols = KernelColumns(spec, Xb)
         for block in source.blocks(max_rows=max_rows, split_groups=True):
-            # whole groups: Φ = k(X_B, X_R) goes straight into the statistics' SYRK workspace (no copy)
-            Phi = spec(block.X, Xb, out=None if block.is_split else stats.workspace(block.n_rows)[:, :r])
             gid = block.group_start + np.arange(block.n_groups, dtype=np.int64)
-            stats.add_block(Phi, block.y, block.group_ptr, group_size=block.group_size,
-                            group_offset=block.group_offset, group_id=gid)
+            if block.is_split:
+                stats.add_block(spec(block.X, Xb), block.y, block.group_ptr, group_size=block.group_size,
+                                group_offset=block.group_offset, group_id=gid)
+            else:
+                # whole groups: Φ = k(X_B, X_R) is computed into the statistics' SYRK workspace piece by
+                # piece, each piece centred and scaled while in cache (no copy, no block-sized temporary)
+                Xblk, W = block.X, stats.workspace(block.n_rows, order="C")
+                stats.add_block(W[:, :r], block.y, block.group_ptr, group_id=gid,
+                                fill=lambda a, b, out, Xblk=Xblk, W=W: cols.into_rows(Xblk[a:b], W, a))
             if len(ys) < 1:
                 ys.append(np.ndim(block.y))
         return self._fit_statistics(stats, Xb, source, max_rows, one_d=bool(ys and ys[0] == 1))
@@ -658,7 +664,6 @@ def _read_all(source):
 def _reservoir(source, r, random_state, max_rows):
     """Uniform sample of r rows in one pass (Algorithm R; one uniform per row in row order)."""
     rng = np.random.default_rng(random_state)
-    slots: dict[int, object] = {}
     dense = None
     sparse_rows = None
     t0 = 0

@@ -118,3 +118,51 @@ def test_kernel_matrix_into_out_view(rng, kernel, params, layout):
     kernel_matrix(X, None, kernel=kernel, out=F2, **params)
     np.testing.assert_array_equal(F2, F2.T)
     np.testing.assert_allclose(F2, kernel_matrix(X, None, kernel=kernel, **params), rtol=1e-13, atol=1e-15)
+
+
+# ------------------------------------------------------------- KernelColumns
+@pytest.mark.parametrize("kernel", ["linear", "rbf", "poly", "callable"])
+@pytest.mark.parametrize("kind", ["float32", "float64", "csr", "readonly"])
+def test_kernel_columns_equal_kernel_matrix(kernel, kind, rng):
+    """cols(X, out) and cols.into_rows(X, A, r0) write exactly k(X, Z), into rows of a wider buffer."""
+    import scipy.sparse as sp
+
+    from streamrank.kernels import KernelColumns, check_kernel, kernel_matrix
+
+    X = rng.normal(size=(7, 4))
+    Z = rng.normal(size=(5, 4))
+    if kind == "float32":
+        X = X.astype(np.float32)
+    elif kind == "csr":
+        X[X < 0.3] = 0.0
+        X = sp.csr_matrix(X)
+    elif kind == "readonly":
+        X.setflags(write=False)
+    k = (lambda A, B: kernel_matrix(A, B, kernel="rbf", gamma=0.3) + 1.0) if kernel == "callable" else kernel
+    spec = check_kernel(k, gamma=0.3, degree=3, coef0=1.0)
+    ref = spec(X, Z)
+    cols = KernelColumns(spec, Z)
+    A = np.full((10, 6), np.nan)
+    cols.into_rows(X, A, 2)
+    np.testing.assert_allclose(A[2:9, :5], ref, rtol=1e-14, atol=1e-14)
+    assert np.isnan(A[:2]).all() and np.isnan(A[9:]).all() and np.isnan(A[:, 5]).all()
+    B = np.full((7, 6), np.nan)
+    assert cols(X, B[:, :5]) is not None
+    np.testing.assert_allclose(B[:, :5], ref, rtol=1e-14, atol=1e-14)
+    F = np.full((7, 5), np.nan, order="F")                  # any layout works for __call__
+    np.testing.assert_allclose(cols(X, F), ref, rtol=1e-14, atol=1e-14)
+    cols.into_rows(X[:0], A, 0)                              # an empty block writes nothing
+
+
+def test_kernel_columns_errors(rng):
+    from streamrank.kernels import KernelColumns, check_kernel
+
+    cols = KernelColumns(check_kernel("rbf"), rng.normal(size=(5, 4)))
+    with pytest.raises(ValueError, match="shape"):
+        cols(rng.normal(size=(3, 4)), np.empty((3, 4)))
+    with pytest.raises(ValueError, match="features"):
+        cols(rng.normal(size=(3, 2)), np.empty((3, 5)))
+    with pytest.raises(ValueError, match="C-contiguous"):
+        cols.into_rows(rng.normal(size=(3, 4)), np.empty((3, 5), order="F"), 0)
+    with pytest.raises(ValueError, match="rows"):
+        cols.into_rows(rng.normal(size=(3, 4)), np.empty((3, 5)), 1)

@@ -62,3 +62,26 @@ def test_serial_equals_parallel_bitwise(rng):
     kk.poly_from_dot(a, 1.5, 1.0, 3)
     kk.poly_from_dot_parallel(b, 1.5, 1.0, 3)
     np.testing.assert_array_equal(a, b)
+
+
+@pytest.mark.parametrize("rows", [(0, 0), (0, 1), (2, 5), (0, 6)])
+@pytest.mark.parametrize("m", [0, 1, 4])
+def test_row_block_twins_touch_only_their_block(rng, rows, m):
+    """rbf_exponent_rows / poly_rows map A[r0:r1, :m] of a wider C-contiguous A like the whole-matrix loops."""
+    r0, r1 = rows
+    A = rng.normal(size=(6, 5))
+    nx, nz = rng.random(r1 - r0) * 3, rng.random(m) * 3
+    nx.setflags(write=False)
+    a = A.copy()
+    kk.rbf_exponent_rows(a, r0, r1, m, nx, nz, 0.4)
+    expect = A.copy()
+    expect[r0:r1, :m] = _rbf_np(A[r0:r1, :m], nx, nz, 0.4, False)
+    np.testing.assert_allclose(a, expect, rtol=1e-13, atol=1e-15)
+    p = A.copy()
+    kk.poly_rows(p, r0, r1, m, 0.5, 1.0, 3)
+    expect = A.copy()
+    expect[r0:r1, :m] = (0.5 * A[r0:r1, :m] + 1.0) ** 3
+    np.testing.assert_allclose(p, expect, rtol=1e-13, atol=1e-15)
+    same = A[r0:r1, :m].copy()                          # bit for bit the whole-matrix loop on the block
+    kk.rbf_exponent_from_dot(same, nx, nz, 0.4, False)
+    np.testing.assert_array_equal(a[r0:r1, :m], same)

@@ -48,6 +48,26 @@ def test_sparse_equals_closed_form(rng, kernel, params, group_weight):
         assert _rel(A, ref) < 1e-8
 
 
+@pytest.mark.parametrize("kernel,params", [("rbf", dict(gamma=0.3)), ("poly", dict(degree=2, coef0=1.0)),
+                                           ("linear", {})])
+@pytest.mark.parametrize("threads", [1, 2])
+@pytest.mark.parametrize("ties", ["include", "exclude"])
+def test_sparse_piecewise_kernel_columns_equal_closed_form(rng, kernel, params, threads, ties, monkeypatch):
+    """Φ = k(X_B, X_R) computed a few groups at a time (one or two threads) still gives the closed form."""
+    import streamrank.rankrls._accumulate_threads as threads_mod
+    import streamrank.rankrls._statistics as stmod
+
+    X, y, qid, _ = make_groups(rng, n_groups=15, n_features=8, levels=3)   # 8 > 6: linear K_RR has full rank
+    monkeypatch.setattr(stmod, "_FILL_CHUNK_BYTES", 8 * 7 * 5)     # ~5 rows a piece (r = 6 basis rows)
+    monkeypatch.setattr(threads_mod, "_THREADS", [threads])
+    m = sr.KernelRankRLS(kernel=kernel, alpha=0.4, n_basis=6, random_state=5, ties=ties, **params)
+    m.fit(sr.as_source(X, y, qid), max_rows=40)
+    R = m.basis_
+    L = laplacian_pairs(qid, y, "pair", ties=ties)
+    ref = sparse_ref(kernel_ref(R, X, kernel, **params), kernel_ref(R, R, kernel, **params), L, y, 0.4)
+    assert _rel(m.dual_coef_, ref) < 1e-8
+
+
 def test_sparse_leave_query_out_equals_retraining(rng):
     X, y, qid, _ = make_groups(rng, n_groups=6, n_features=3, levels=4)
     R = X[[0, 3, 5, 9, 11]]

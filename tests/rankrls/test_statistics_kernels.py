@@ -58,6 +58,15 @@ def test_fill_scaled_and_in_place(case, dtype, readonly, rng):
     _sk.scale_in_place_f(B, n, Y, sx, sy, gp, center, T2)
     np.testing.assert_allclose(B, A_ref, rtol=1e-13, atol=1e-15)
     np.testing.assert_allclose(T2, T_ref, rtol=1e-13, atol=1e-14)
+    # in place, row-major, as rows of a wider buffer (any row stride)
+    W = np.full((rows + 3, n + v + 2), np.nan)
+    Cv = W[1:rows + 1, : n + v]
+    Cv[:, :n] = Phi
+    T3 = np.full_like(T, np.nan)
+    _sk.scale_in_place_c(Cv, n, Y, sx, sy, gp, center, T3)
+    np.testing.assert_allclose(Cv, A_ref, rtol=1e-13, atol=1e-15)
+    np.testing.assert_allclose(T3, T_ref, rtol=1e-13, atol=1e-14)
+    assert np.isnan(W[0]).all() and np.isnan(W[rows + 1:]).all() and np.isnan(W[:, n + v:]).all()
 
 
 @pytest.mark.parametrize("gw", ["pair", "query", "size"])
@@ -117,3 +126,113 @@ def test_chunked_fill_and_syrk_equal_one_pass(ties, gw, chunk_rows, rng, monkeyp
     np.testing.assert_allclose(st.G, G, rtol=1e-12, atol=1e-12)
     np.testing.assert_allclose(st.B, B, rtol=1e-12, atol=1e-12)
     np.testing.assert_allclose(st.yLy, yLy, rtol=1e-12)
+
+
+@pytest.mark.parametrize("ties", ["include", "exclude"])
+@pytest.mark.parametrize("gw", ["pair", "query", "size"])
+@pytest.mark.parametrize("threads", [1, 2])
+@pytest.mark.parametrize("chunk_rows", [1, 4, 1000])
+def test_fill_callback_equals_phi_given(ties, gw, threads, chunk_rows, rng, monkeypatch):
+    """Φ computed by fill(a, b, out) piece by piece (one or two threads, any piece size) = Φ passed whole."""
+    import streamrank.rankrls._accumulate_threads as threads_mod
+    import streamrank.rankrls._statistics as stmod
+
+    X, y, _, gp = make_groups(rng, n_groups=11, max_size=9, levels=3, n_outputs=1)
+    n = X.shape[1]
+    ref = RankStatistics(n, 1, group_weight=gw, ties=ties)
+    ref.add_block(X, y, gp)
+    monkeypatch.setattr(stmod, "_FILL_CHUNK_BYTES", 8 * (n + 1) * chunk_rows)
+    monkeypatch.setattr(threads_mod, "_THREADS", [threads])
+    calls = []
+
+    def fill(a, b, out):
+        assert out.shape == (b - a, n)
+        calls.append((a, b))
+        out[...] = X[a:b]
+
+    st = RankStatistics(n, 1, group_weight=gw, ties=ties)
+    W = st.workspace(len(y), order="C")
+    W[:] = np.nan                                      # fill must write every row it is asked for
+    st.add_block(W[:, :n], y, gp, fill=fill)
+    np.testing.assert_allclose(st.G, ref.G, rtol=1e-12, atol=1e-12)
+    np.testing.assert_allclose(st.B, ref.B, rtol=1e-12, atol=1e-12)
+    np.testing.assert_allclose(st.yLy, ref.yLy, rtol=1e-12)
+    assert (st.n_rows, st.n_groups, st.n_pairs) == (ref.n_rows, ref.n_groups, ref.n_pairs)
+    spans = sorted(calls)                              # every row filled exactly once, on group boundaries
+    assert spans[0][0] == 0 and spans[-1][1] == len(y)
+    assert all(b0 == a1 for (_, b0), (a1, _) in zip(spans[:-1], spans[1:]))
+    assert {a for a, _ in spans} <= set(gp.tolist())
+    if chunk_rows == 1:
+        assert len(calls) == len(gp) - 1               # one group a piece
+
+
+def test_fill_needs_the_row_major_workspace(rng):
+    st = RankStatistics(3, 1)
+    X = rng.normal(size=(4, 3))
+    with pytest.raises(ValueError, match="workspace"):
+        st.add_block(X, np.arange(4.0), [0, 4], fill=lambda a, b, out: None)
+    F = st.workspace(4)                                # Fortran-ordered: not for fill
+    with pytest.raises(ValueError, match="workspace"):
+        st.add_block(F[:, :3], np.arange(4.0), [0, 4], fill=lambda a, b, out: None)
+    with pytest.raises(ValueError, match="order"):
+        st.workspace(4, order="K")
+
+
+def test_blas_limit_is_set_and_restored_on_the_main_thread_only(rng, monkeypatch):
+    """The two-thread fill limits BLAS to one thread on the main thread and restores it; a worker thread
+    (dask) fills on its own and leaves the limit alone — with the same statistics either way."""
+    import threading
+
+    import streamrank.rankrls._accumulate_threads as threads_mod
+    import streamrank.rankrls._statistics as stmod
+
+    with threads_mod.one_blas_thread():                     # creates the controller
+        pass
+
+    def blas_threads():                                # the libraries the limit acts on, queried live
+        return [i["num_threads"] for i in threads_mod._BLAS[0].info() if i["user_api"] == "blas"]
+
+    monkeypatch.setattr(threads_mod, "_THREADS", [2])
+    monkeypatch.setattr(stmod, "_FILL_CHUNK_BYTES", 8 * 6 * 4)
+    X, y, _, gp = make_groups(rng, n_groups=12, max_size=9, levels=3, n_outputs=1)
+    n = X.shape[1]
+    ref = RankStatistics(n, 1)
+    ref.add_block(X, y, gp)
+    before = blas_threads()
+    seen = []
+
+    def run():
+        st = RankStatistics(n, 1)
+        W = st.workspace(len(y), order="C")
+
+        def fill(a, b, out):
+            seen.append((threading.current_thread().name, blas_threads()))
+            out[...] = X[a:b]
+
+        st.add_block(W[:, :n], y, gp, fill=fill)
+        return st.G
+
+    G_main = run()
+    assert {name for name, _ in seen} == {"MainThread", "streamrank-accumulate_0"}
+    assert all(all(k == 1 for k in b) for _, b in seen)      # limited while the halves ran
+    assert blas_threads() == before                          # and restored
+    seen.clear()
+    out = []
+    t = threading.Thread(target=lambda: out.append(run()), name="worker")
+    t.start()
+    t.join(10)
+    assert {name for name, _ in seen} == {"worker"}          # no halves off the main thread
+    assert blas_threads() == before
+    np.testing.assert_allclose(G_main, ref.G, rtol=1e-12, atol=1e-12)
+    np.testing.assert_allclose(out[0], ref.G, rtol=1e-12, atol=1e-12)
+
+
+def test_accumulate_threads_setting(monkeypatch):
+    import streamrank.rankrls._accumulate_threads as threads_mod
+
+    monkeypatch.setattr(threads_mod, "_THREADS", [None])
+    monkeypatch.setenv("STREAMRANK_ACCUMULATE_THREADS", "1")
+    assert threads_mod.accumulate_threads() == 1
+    assert threads_mod.accumulate_threads(8) == 2
+    with pytest.raises(ValueError, match=">= 1"):
+        threads_mod.accumulate_threads(0)
