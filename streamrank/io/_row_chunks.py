@@ -34,10 +34,16 @@ class RowChunkReader:
     keep : int
         Decoded chunks kept (memory: ``keep`` chunks; 2 covers a block that
         straddles a chunk boundary).
+    decoder : :class:`~streamrank.io._chunk_files.ChunkFileDecoder`, optional
+        Decodes whole chunks straight from their files (about 3x less CPU
+        than zarr's read path); None: zarr reads them.
     """
 
-    def __init__(self, arr, keep: int = 2):
+    def __init__(self, arr, keep: int = 2, decoder=None):
         self._arr = arr
+        self._decoder = decoder
+        if decoder is not None and int(decoder.chunk_shape[0]) != int(arr.chunks[0]):
+            raise ValueError("the decoder's chunk shape differs from the array's")
         self._rows_per_chunk = int(arr.chunks[0])
         self._keep = max(1, int(keep))
         self._cache: OrderedDict[int, np.ndarray] = OrderedDict()
@@ -60,8 +66,19 @@ class RowChunkReader:
                 self._cache.popitem(last=False)
 
     def _read_into(self, a: int, b: int, out: np.ndarray):
-        """``out[:] = arr[a:b]``; decoded straight into ``out`` when the array can (``read_into``)."""
+        """``out[:] = arr[a:b]``; decoded straight into ``out`` (the chunk decoder, else zarr's ``out=``)."""
         if b <= a:
+            return
+        if self._decoder is not None:
+            C = self._rows_per_chunk
+            for c in range(a // C, (b - 1) // C + 1):
+                s, e = max(a, c * C), min(b, c * C + C)
+                if s == c * C and e == c * C + C and out[s - a : e - a].flags.c_contiguous:
+                    self._decoder.decode(c, out[s - a : e - a])
+                else:                      # part of a chunk: decode it whole, copy the rows asked for
+                    whole = np.empty(self._decoder.chunk_shape, dtype=self._decoder.dtype)
+                    self._decoder.decode(c, whole)
+                    out[s - a : e - a] = whole[s - c * C : e - c * C]
             return
         read_into = getattr(self._arr, "read_into", None)
         if read_into is not None:
@@ -98,8 +115,13 @@ class RowChunkReader:
         if lo < r1 < end_last:                    # the range ends inside chunk `last`: keep it for the next block
             tail = self._cached(last, end_last)
             if tail is None:
-                tail = np.empty((end_last - last * C,) + tuple(arr.shape[1:]), dtype=arr.dtype)
-                self._read_into(last * C, end_last, tail)
+                if self._decoder is not None:          # the file holds the whole chunk: decode it in place
+                    tail = np.empty(self._decoder.chunk_shape, dtype=self._decoder.dtype)
+                    self._decoder.decode(last, tail)
+                    tail = tail[: end_last - last * C]
+                else:
+                    tail = np.empty((end_last - last * C,) + tuple(arr.shape[1:]), dtype=arr.dtype)
+                    self._read_into(last * C, end_last, tail)
                 self._keep_chunk(last, tail)
             s = max(lo, last * C)
             out[s - r0 : r1 - r0] = tail[s - last * C : r1 - last * C]

@@ -34,6 +34,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from .._validation import check_qid, check_X, check_y, group_ptr_from_qid
+from ._chunk_files import ChunkFileDecoder
 from ._row_chunks import RowChunkReader
 from .blocks import BlockSource
 from .schema import (
@@ -59,6 +60,8 @@ __all__ = ["GroupStore"]
 logger = logging.getLogger("streamrank")
 
 _F32_MAX = float(np.finfo(np.float32).max)
+#: decode X and y chunks straight from their files (streamrank.io._chunk_files); False: zarr reads them
+_DECODE_CHUNK_FILES = True
 _GROUP_CHUNK = 1 << 14      # group_ptr / qid entries per chunk (128 KiB; rewritten by every append)
 _NNZ_CHUNK = 1 << 20        # CSR indices / data entries per chunk (4 MiB)
 _INDPTR_CHUNK = 1 << 19     # CSR indptr entries per chunk (4 MiB)
@@ -291,8 +294,12 @@ class GroupStore(BlockSource):
     def _make_row_readers(self):
         """Whole-chunk readers of the row-chunked arrays: a sequential pass decodes every chunk once
         whatever the block cutting (:mod:`streamrank.io._row_chunks`)."""
-        self._X_rows = None if self.sparse else RowChunkReader(self._X)
-        self._y_rows = RowChunkReader(self._y)
+        def reader(name):
+            decoder = ChunkFileDecoder.for_array(self.path, name) if _DECODE_CHUNK_FILES else None
+            return RowChunkReader(self._arrays[name], decoder=decoder)
+
+        self._X_rows = None if self.sparse else reader("X")
+        self._y_rows = reader("y")
 
     def _needed_lengths(self, rows, groups, nnz):
         need = {"y": rows, "group_ptr": groups + 1, "qid": groups}

@@ -1,0 +1,116 @@
+"""Whole chunks of a streamrank zarr array decoded straight from their files into the caller's buffer.
+
+zarr's read path costs about 3 ms of Python and event-loop work per 4 MiB
+chunk on top of the decoding itself (measured: 48 chunks of a 1M x 50
+float32 array, zarr 0.14–0.19 CPU s; file reads 0.018 s, CRC-32C 0.019 s,
+blosc 0.024 s).  For the one chunk layout streamrank writes (a regular grid
+along rows, every column in one chunk, codecs ``bytes`` little-endian →
+``blosc`` → ``crc32c``, chunk keys ``c/<i>/0``), :class:`ChunkFileDecoder`
+does exactly what zarr does — read the file, check the CRC-32C, blosc-decode
+— straight into the destination array, with no intermediate copy.  Any
+other layout (or codec configuration, storage transformer, chunk key
+encoding, byte order) gets ``None`` from :meth:`ChunkFileDecoder.for_array`
+and stays on zarr's own path.
+
+A chunk file that does not exist is read as the array's fill value, as zarr
+does (zarr skips writing chunks that hold only the fill value).  A damaged
+file raises :class:`~streamrank.io.schema.StoreFormatError` naming it.
+"""
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import numpy as np
+
+from .schema import StoreFormatError
+
+__all__ = ["ChunkFileDecoder"]
+
+_DTYPES = {"float32", "float64", "int32", "int64"}
+
+
+class ChunkFileDecoder:
+    """``decode(c, out)``: chunk ``c`` of a row-chunked zarr v3 array on local disk into ``out``."""
+
+    def __init__(self, array_dir: Path, chunk_shape: tuple, dtype: np.dtype, fill_value, name: str):
+        self._dir = Path(array_dir)
+        self.chunk_shape = tuple(int(s) for s in chunk_shape)
+        self.dtype = np.dtype(dtype)
+        self.fill_value = fill_value
+        self.name = name
+        self._suffix = ("0",) * (len(self.chunk_shape) - 1)
+        self.nbytes = int(np.prod(self.chunk_shape)) * self.dtype.itemsize
+
+    @classmethod
+    def for_array(cls, store_path, name: str) -> "ChunkFileDecoder | None":
+        """A decoder for array ``name`` of the store at ``store_path``, or None if its layout is another."""
+        if sys.byteorder != "little":   # pragma: no cover - the machines we know are little-endian
+            return None
+        array_dir = Path(store_path) / name
+        try:
+            meta = json.loads((array_dir / "zarr.json").read_text())
+            return cls._from_metadata(meta, array_dir, name)
+        except (OSError, ValueError, KeyError, TypeError, IndexError):
+            return None
+
+    @classmethod
+    def _from_metadata(cls, meta: dict, array_dir: Path, name: str) -> "ChunkFileDecoder | None":
+        if meta.get("zarr_format") != 3 or meta.get("node_type") != "array" or meta.get("storage_transformers"):
+            return None
+        shape = meta["shape"]
+        grid = meta["chunk_grid"]
+        keys = meta["chunk_key_encoding"]
+        if grid.get("name") != "regular" or keys.get("name") != "default":
+            return None
+        if keys.get("configuration", {}).get("separator", "/") != "/":
+            return None
+        chunks = grid["configuration"]["chunk_shape"]
+        if len(shape) not in (1, 2) or len(chunks) != len(shape) or (len(shape) == 2 and chunks[1] != shape[1]):
+            return None
+        dtype = meta["data_type"]
+        if dtype not in _DTYPES:
+            return None
+        codecs = meta["codecs"]
+        if [c.get("name") for c in codecs] != ["bytes", "blosc", "crc32c"]:
+            return None
+        if codecs[0].get("configuration", {}).get("endian", "little") != "little":
+            return None
+        fill = meta.get("fill_value", 0)
+        if not isinstance(fill, (int, float)) or isinstance(fill, bool):
+            return None
+        return cls(array_dir, chunks, dtype, fill, name)
+
+    def chunk_file(self, c: int) -> Path:
+        return self._dir.joinpath("c", str(int(c)), *self._suffix)
+
+    def decode(self, c: int, out: np.ndarray) -> None:
+        """Decode chunk ``c`` (all of its ``chunk_shape`` rows) into ``out``: C-contiguous, that shape and dtype."""
+        if out.shape != self.chunk_shape or out.dtype != self.dtype or not out.flags.c_contiguous:
+            raise ValueError(f"out must be a C-contiguous {self.dtype} array of shape {self.chunk_shape}")
+        path = self.chunk_file(c)
+        try:
+            data = path.read_bytes()
+        except FileNotFoundError:
+            out[...] = self.fill_value       # zarr writes no chunk that holds only the fill value
+            return
+        except OSError as exc:
+            raise StoreFormatError(f"{path}: chunk of array {self.name!r} cannot be read ({exc})") from exc
+        import google_crc32c
+        from numcodecs import blosc
+
+        view = np.frombuffer(data, dtype=np.uint8)[:-4]      # no copy (what zarr's crc32c codec checks too)
+        if len(data) < 4 or google_crc32c.value(view) != int.from_bytes(data[-4:], "little"):
+            raise StoreFormatError(f"{path}: chunk of array {self.name!r} is damaged (CRC-32C mismatch: "
+                                   "the file changed after it was written)")
+        try:
+            nbytes = int.from_bytes(data[4:8], "little") if len(data) >= 20 else -1   # blosc header: nbytes
+            if nbytes != self.nbytes:
+                raise ValueError(f"it holds {nbytes} bytes, expected {self.nbytes}")
+            blosc.decompress(view, out)
+        except (MemoryError, KeyboardInterrupt):
+            raise
+        except Exception as exc:
+            raise StoreFormatError(f"{path}: chunk of array {self.name!r} cannot be decoded "
+                                   f"({type(exc).__name__}: {exc})") from exc

@@ -1,0 +1,124 @@
+"""ChunkFileDecoder: whole chunks decoded from their files equal zarr's reads; other layouts are left to zarr."""
+import numpy as np
+import pytest
+import zarr
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import streamrank as sr
+import streamrank.io.group_store as gs
+from streamrank.io._chunk_files import ChunkFileDecoder
+from streamrank.io._row_chunks import RowChunkReader
+from streamrank.io.schema import StoreFormatError
+
+
+@pytest.fixture
+def store_path(tmp_path):
+    rng = np.random.default_rng(0)
+    X = rng.standard_normal((2500, 3)).astype(np.float32)
+    X[1000:2000] = 0.0                                  # an all-zero chunk: zarr writes no file for it
+    y = rng.standard_normal(2500)
+    s = sr.GroupStore.create(tmp_path / "s", n_features=3, chunk_rows=1000)
+    s.append(X, y, np.repeat(np.arange(250), 10))
+    return tmp_path / "s"
+
+
+def test_decoded_chunks_equal_zarr_reads(store_path):
+    zx = zarr.open_array(str(store_path / "X"), mode="r")
+    zy = zarr.open_array(str(store_path / "y"), mode="r")
+    for name, z in (("X", zx), ("y", zy)):
+        dec = ChunkFileDecoder.for_array(store_path, name)
+        assert dec is not None and dec.chunk_shape[0] == 1000 and dec.dtype == z.dtype
+        for c in range(3):
+            out = np.full(dec.chunk_shape, np.nan, dtype=dec.dtype)
+            dec.decode(c, out)
+            stop = min(c * 1000 + 1000, 2500)
+            np.testing.assert_array_equal(out[: stop - c * 1000], z[c * 1000 : stop])
+    assert not ChunkFileDecoder.for_array(store_path, "X").chunk_file(1).exists()   # read as the fill value
+
+
+def test_decode_refuses_a_wrong_destination(store_path):
+    dec = ChunkFileDecoder.for_array(store_path, "X")
+    with pytest.raises(ValueError, match="C-contiguous float32"):
+        dec.decode(0, np.empty((1000, 3), dtype=np.float64))
+    with pytest.raises(ValueError, match="shape"):
+        dec.decode(0, np.empty((999, 3), dtype=np.float32))
+
+
+@pytest.mark.parametrize("damage", ["flip", "truncate", "empty", "other_chunk_size"])
+def test_damaged_chunk_file_names_the_file(store_path, damage):
+    import google_crc32c
+    from numcodecs import blosc
+
+    dec = ChunkFileDecoder.for_array(store_path, "X")
+    f = dec.chunk_file(0)
+    b = bytearray(f.read_bytes())
+    if damage == "flip":
+        b[40:48] = bytes(x ^ 0xFF for x in b[40:48])
+    elif damage == "truncate":
+        b = b[: len(b) // 2]
+    elif damage == "empty":
+        b = bytearray()
+    else:                                               # a valid blosc frame of the wrong size, valid CRC
+        payload = blosc.compress(np.zeros(10, np.float32).tobytes(), b"lz4", 5, blosc.SHUFFLE)
+        b = bytearray(payload + np.uint32(google_crc32c.value(payload)).tobytes())
+    f.write_bytes(bytes(b))
+    with pytest.raises(StoreFormatError, match=str(f)):
+        dec.decode(0, np.empty(dec.chunk_shape, dtype=dec.dtype))
+
+
+def _array(tmp_path, **kw):
+    args = dict(shape=(100, 3), chunks=(10, 3), dtype="float32")
+    args.update(kw)
+    z = zarr.create_array(str(tmp_path / "a"), **args)
+    z[:] = 1.0
+    return tmp_path
+
+
+@pytest.mark.parametrize("kw", [
+    dict(compressors=[zarr.codecs.ZstdCodec()]),                                    # another codec
+    dict(compressors=[zarr.codecs.BloscCodec(cname="lz4")]),                         # no checksum
+    dict(chunks=(10, 2)),                                                           # columns in pieces
+    dict(chunk_key_encoding={"name": "default", "separator": "."}),                 # other chunk keys
+    dict(shards=(20, 3)),                                                           # sharded
+    dict(dtype="int16"),                                                            # a dtype we never write
+    dict(serializer=zarr.codecs.BytesCodec(endian="big"),
+         compressors=[zarr.codecs.BloscCodec(cname="lz4"), zarr.codecs.Crc32cCodec()]),   # big-endian
+])
+def test_other_layouts_stay_with_zarr(tmp_path, kw):
+    assert ChunkFileDecoder.for_array(_array(tmp_path, **kw), "a") is None
+
+
+def test_our_layout_is_recognised_outside_a_group_store(tmp_path):
+    from streamrank.io.schema import compressors
+
+    path = _array(tmp_path, compressors=compressors(4))
+    assert ChunkFileDecoder.for_array(path, "a") is not None
+    assert ChunkFileDecoder.for_array(tmp_path, "missing") is None
+
+
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(cuts=st.lists(st.integers(0, 2500), max_size=10), n_rows=st.integers(1, 2500))
+def test_row_reader_with_the_decoder_equals_zarr(store_path, cuts, n_rows):
+    bounds = sorted({0, n_rows, *(c for c in cuts if c <= n_rows)})
+    for name in ("X", "y"):
+        z = zarr.open_array(str(store_path / name), mode="r")
+        reader = RowChunkReader(z, decoder=ChunkFileDecoder.for_array(store_path, name))
+        got = np.concatenate([reader.read(a, b, n_rows) for a, b in zip(bounds[:-1], bounds[1:])])
+        np.testing.assert_array_equal(got, z[:n_rows])
+        for a, b in zip(bounds[::-1][1:], bounds[::-1][:-1]):          # backwards: no cache help
+            np.testing.assert_array_equal(reader.read(a, b, n_rows), z[a:b])
+
+
+def test_group_store_blocks_are_the_same_either_way(store_path, monkeypatch):
+    def blocks():
+        s = sr.GroupStore.open(store_path)
+        return [(b.X, b.y) for b in s.blocks(max_rows=330)]
+
+    fast = blocks()
+    assert sr.GroupStore.open(store_path)._X_rows._decoder is not None
+    monkeypatch.setattr(gs, "_DECODE_CHUNK_FILES", False)
+    assert sr.GroupStore.open(store_path)._X_rows._decoder is None
+    for (X1, y1), (X2, y2) in zip(fast, blocks()):
+        np.testing.assert_array_equal(X1, X2)
+        np.testing.assert_array_equal(y1, y2)
