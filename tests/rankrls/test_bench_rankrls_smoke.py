@@ -19,8 +19,8 @@ def test_rankrls_linear_dense_case(tmp_path, capsys):
     bench = _import("rankrls_linear")
     out = bench.dense_case(3000, 6, 20, tmp_path, 1000, "dense", repeat=2)
     text = capsys.readouterr().out
-    assert "x max(read, GEMM32) (target <= 1.3)" in text and "CPU seconds" in text
-    assert out["fit"] > 0 and out["fit_cpu"] > 0 and np.isfinite(out["gemm32"])
+    assert "x max(a, b) (target <= 1.3)" in text and "x max(block pass, b)" in text and "CPU seconds" in text
+    assert out["fit"] > 0 and out["fit_cpu"] > 0 and np.isfinite(out["gemm32"]) and out["zarr_read"] > 0
 
 
 def test_rankrls_kernel_sparse_worker(tmp_path):
