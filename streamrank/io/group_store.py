@@ -300,6 +300,8 @@ class GroupStore(BlockSource):
 
         self._X_rows = None if self.sparse else reader("X")
         self._y_rows = reader("y")
+        if self.sparse:
+            self._csr_rows = (reader("X/indptr"), reader("X/indices"), reader("X/data"))
 
     def _needed_lengths(self, rows, groups, nnz):
         need = {"y": rows, "group_ptr": groups + 1, "qid": groups}
@@ -413,11 +415,15 @@ class GroupStore(BlockSource):
 
     def _read_rows(self, r0, r1):
         if self.sparse:
-            ip = self._indptr[r0 : r1 + 1]
+            ip_rows, ind_rows, dat_rows = self._csr_rows
+            ip = ip_rows.read(r0, r1 + 1, self._rows + 1)
             z0, z1 = int(ip[0]), int(ip[-1])
+            if not 0 <= z0 <= z1 <= self._nnz or np.any(np.diff(ip) < 0):
+                raise StoreFormatError(f"{self.path}: array 'X/indptr' rows {r0}:{r1 + 1} run from {z0} to {z1}, "
+                                       f"outside 0..{self._nnz} committed nonzeros or decreasing; the store is corrupt")
             if z1 > z0:
-                indices = self._indices[z0:z1]
-                data = self._data[z0:z1]
+                indices = ind_rows.read(z0, z1, self._nnz)
+                data = dat_rows.read(z0, z1, self._nnz)
             else:
                 indices = np.zeros(0, dtype=np.int32)
                 data = np.zeros(0, dtype=np.float32)

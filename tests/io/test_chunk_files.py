@@ -110,15 +110,42 @@ def test_row_reader_with_the_decoder_equals_zarr(store_path, cuts, n_rows):
             np.testing.assert_array_equal(reader.read(a, b, n_rows), z[a:b])
 
 
-def test_group_store_blocks_are_the_same_either_way(store_path, monkeypatch):
+@pytest.mark.parametrize("sparse", [False, True])
+def test_group_store_blocks_are_the_same_either_way(store_path, tmp_path, monkeypatch, sparse):
+    import scipy.sparse as sps
+
+    if sparse:                                           # CSR: indptr, indices, data through the decoder too
+        rng = np.random.default_rng(1)
+        X = sps.random(3000, 40, density=0.1, random_state=rng, format="lil", dtype=np.float32)
+        X[100:400] = 0.0                                 # empty rows
+        store_path = tmp_path / "csr"
+        s = sr.GroupStore.create(store_path, n_features=40, sparse=True)
+        s.append(sps.csr_matrix(X), rng.standard_normal(3000), np.repeat(np.arange(300), 10))
+
     def blocks():
         s = sr.GroupStore.open(store_path)
         return [(b.X, b.y) for b in s.blocks(max_rows=330)]
 
     fast = blocks()
-    assert sr.GroupStore.open(store_path)._X_rows._decoder is not None
+    readers = sr.GroupStore.open(store_path)._csr_rows if sparse else [sr.GroupStore.open(store_path)._X_rows]
+    assert all(r._decoder is not None for r in readers)
     monkeypatch.setattr(gs, "_DECODE_CHUNK_FILES", False)
-    assert sr.GroupStore.open(store_path)._X_rows._decoder is None
-    for (X1, y1), (X2, y2) in zip(fast, blocks()):
+    assert sr.GroupStore.open(store_path)._y_rows._decoder is None
+    slow = blocks()
+    assert len(fast) == len(slow) > 5
+    for (X1, y1), (X2, y2) in zip(fast, slow):
+        if sparse:
+            X1, X2 = X1.toarray(), X2.toarray()
         np.testing.assert_array_equal(X1, X2)
         np.testing.assert_array_equal(y1, y2)
+
+
+def test_corrupt_indptr_is_named(tmp_path):
+    import scipy.sparse as sps
+
+    s = sr.GroupStore.create(tmp_path / "csr", n_features=5, sparse=True)
+    s.append(sps.csr_matrix(np.eye(20, 5, dtype=np.float32)), np.arange(20.0), np.repeat(np.arange(4), 5))
+    z = zarr.open_array(str(tmp_path / "csr" / "X" / "indptr"), mode="r+")
+    z[3] = 10 ** 6                                       # past the committed nonzeros (CRC stays valid)
+    with pytest.raises(StoreFormatError, match="X/indptr"):
+        [b for b in sr.GroupStore.open(tmp_path / "csr").blocks(max_rows=10)]
