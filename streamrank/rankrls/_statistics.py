@@ -466,7 +466,7 @@ class RankStatistics:
             else:
                 A = self._buffer(Phi.shape[0], "C")
                 if fill is None:
-                    _sk.scale_in_place_c(A, n, Y, sx, sy, gp, center, T)
+                    _sk.fill_scaled(A[:, :n], Y, sx, sy, gp, center, A, T)      # in place
                 else:
                     self._fill_in_halves(A, fill, Y, sx, sy, gp, center, T, acc)
                     return
@@ -478,7 +478,8 @@ class RankStatistics:
         """acc += AᵀA with Φ = A[:, :n] computed by ``fill`` piece by piece (see :meth:`add_block`).
 
         Each piece (about ``_FILL_CHUNK_BYTES``, whole groups) is computed,
-        then centred and scaled while in cache.  With two threads
+        then centred and scaled in place while in cache (``fill_scaled`` with
+        Φ = A[:, :n]).  With two threads
         (:func:`~._accumulate_threads.accumulate_threads`) the block is cut into two group-aligned
         halves, each filled and SYRK'ed by its own thread into its own
         product while BLAS runs one thread per call: the elementwise work
@@ -496,8 +497,8 @@ class RankStatistics:
             for c0, c1 in _group_chunks(gp, target, g0, g_end):
                 a, b = int(gp[c0]), int(gp[c1])
                 fill(a, b, A[a:b, :n])
-                _sk.scale_in_place_c(A[a:b], n, Y[a:b], sx[a:b], sy[a:b], gp[c0:c1 + 1] - a,
-                                     center[c0:c1], T[c0:c1])
+                _sk.fill_scaled(A[a:b, :n], Y[a:b], sx[a:b], sy[a:b], gp[c0:c1 + 1] - a, center[c0:c1],
+                                A[a:b], T[c0:c1])                               # in place
             a, b = int(gp[g0]), int(gp[g_end])
             H = A[a:b]
             return H.T @ H if b > a else None

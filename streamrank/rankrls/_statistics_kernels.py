@@ -25,7 +25,7 @@ from __future__ import annotations
 
 from .._numba import jit
 
-__all__ = ["fill_scaled", "scale_in_place_f", "scale_in_place_c"]
+__all__ = ["fill_scaled", "scale_in_place_f"]
 
 
 @jit
@@ -36,6 +36,9 @@ def fill_scaled(Phi, Y, sx, sy, group_ptr, center, A, T):
     (groups + 1,), center (groups,) bool; A (≥ rows, n + v) float64 and T
     (groups, n + v) float64 are written (T is overwritten with the unscaled,
     uncentred sums of [Φ, Y]).  Rows outside ``group_ptr`` are untouched.
+    Φ may be ``A[:, :n]`` itself (row-major, any row stride): every entry is
+    read before it is written, and a group's sums are complete before its
+    rows are, so the block is centred and scaled in place.
     """
     n = Phi.shape[1]
     v = Y.shape[1]
@@ -89,29 +92,3 @@ def scale_in_place_f(A, n, Y, sx, sy, group_ptr, center, T):
             for i in range(a0, a1):
                 A[i, n + k] = sy[i] * (float(Y[i, k]) - m)
 
-
-@jit
-def scale_in_place_c(A, n, Y, sx, sy, group_ptr, center, T):
-    """Like :func:`scale_in_place_f` for a row-major A (any row stride, unit column stride), group by group:
-    the rows of a group are summed, then centred and scaled while they are in cache.  Used on chunks of
-    a block that a caller computes piece by piece (kernel columns), right after each piece is written."""
-    v = Y.shape[1]
-    n_groups = group_ptr.shape[0] - 1
-    for g in range(n_groups):
-        a0 = group_ptr[g]
-        a1 = group_ptr[g + 1]
-        for j in range(n + v):
-            T[g, j] = 0.0
-        for i in range(a0, a1):
-            for j in range(n):
-                T[g, j] += A[i, j]
-            for k in range(v):
-                T[g, n + k] += float(Y[i, k])
-        inv = 1.0 / (a1 - a0) if (center[g] and a1 > a0) else 0.0
-        for i in range(a0, a1):
-            a = sx[i]
-            for j in range(n):
-                A[i, j] = a * (A[i, j] - T[g, j] * inv)
-            b = sy[i]
-            for k in range(v):
-                A[i, n + k] = b * (float(Y[i, k]) - T[g, n + k] * inv)

@@ -63,7 +63,7 @@ def test_fill_scaled_and_in_place(case, dtype, readonly, rng):
     Cv = W[1:rows + 1, : n + v]
     Cv[:, :n] = Phi
     T3 = np.full_like(T, np.nan)
-    _sk.scale_in_place_c(Cv, n, Y, sx, sy, gp, center, T3)
+    _sk.fill_scaled(Cv[:, :n], Y, sx, sy, gp, center, Cv, T3)         # Φ aliases A: in place
     np.testing.assert_allclose(Cv, A_ref, rtol=1e-13, atol=1e-15)
     np.testing.assert_allclose(T3, T_ref, rtol=1e-13, atol=1e-14)
     assert np.isnan(W[0]).all() and np.isnan(W[rows + 1:]).all() and np.isnan(W[:, n + v:]).all()
