@@ -127,6 +127,7 @@ class RankStatistics:
         self.n_pairs = 0
         # pending [G B; Bᵀ ·] of the dense SYRK path, added into G, B, yLy on read
         self._acc = None
+        self._acc_helper = None   # the helper thread's SYRK accumulator (see _fill_in_halves)
         self._work = None
         # open (split) groups: gid -> [rows_seen, n_g, S (n,), Sy (v,)]
         self._open = {}
@@ -229,9 +230,12 @@ class RankStatistics:
         return self._acc
 
     def _flush(self):
-        """Add the pending SYRK accumulator into G, B, yLy; free the workspace."""
+        """Add the pending SYRK accumulators into G, B, yLy; free the workspace."""
         self._work = None
-        acc = self._acc
+        acc, helper = self._acc, getattr(self, "_acc_helper", None)   # (objects pickled before it existed)
+        self._acc_helper = None
+        if helper is not None:
+            acc = helper if acc is None else acc + helper
         if acc is None:
             return
         self._acc = None
@@ -480,45 +484,54 @@ class RankStatistics:
         Each piece (about ``_FILL_CHUNK_BYTES``, whole groups) is computed,
         then centred and scaled in place while in cache (``fill_scaled`` with
         Φ = A[:, :n]).  With two threads
-        (:func:`~._accumulate_threads.accumulate_threads`) the block is cut into two group-aligned
-        halves, each filled and SYRK'ed by its own thread into its own
-        product while BLAS runs one thread per call: the elementwise work
-        (e.g. the kernel's exp) then runs on both cores instead of one while
-        BLAS's second thread waits, and the two SYRKs run side by side
-        (OpenBLAS serialises concurrent calls while its pool is larger than one).
+        (:func:`~._accumulate_threads.accumulate_threads`), and BLAS at one
+        thread per call meanwhile, both threads take pieces from one queue
+        (so they finish filling together: the elementwise work, e.g. the
+        kernel's exp, runs on both cores instead of one while BLAS's second
+        thread spins), then each runs the SYRK of one group-aligned half into
+        its own accumulator (the helper's is added in at :meth:`_flush`);
+        OpenBLAS would serialise the two calls if its pool were larger than one.
         Main thread only (:func:`~._accumulate_threads.two_threads_here`).
         """
         n = self.n_features
         target = max(1, _FILL_CHUNK_BYTES // (8 * (n + self.n_outputs)))
-        n_groups = gp.shape[0] - 1
         rows = int(gp[-1])
+        chunks = list(_group_chunks(gp, target))
 
-        def part(g0, g_end):
-            for c0, c1 in _group_chunks(gp, target, g0, g_end):
+        def fill_chunks(queue):
+            for k in queue:                  # shared iterator: each piece is taken by one thread
+                c0, c1 = chunks[k]
                 a, b = int(gp[c0]), int(gp[c1])
                 fill(a, b, A[a:b, :n])
                 _sk.fill_scaled(A[a:b, :n], Y[a:b], sx[a:b], sy[a:b], gp[c0:c1 + 1] - a, center[c0:c1],
                                 A[a:b], T[c0:c1])                               # in place
-            a, b = int(gp[g0]), int(gp[g_end])
-            H = A[a:b]
-            return H.T @ H if b > a else None
 
-        if rows >= 2 * target and n_groups > 1 and two_threads_here():
-            h = int(np.searchsorted(gp, rows // 2, side="right")) - 1
-            h = min(max(h, 1), n_groups - 1)
+        def syrk_into(a, b, out):
+            if b > a:
+                H = A[a:b]
+                out += (H.T @ H).T      # exactly symmetric; .T matches out's Fortran order (a contiguous add)
+
+        if len(chunks) >= 2 and two_threads_here():
+            h = int(gp[chunks[len(chunks) // 2][0]])
+            queue = iter(range(len(chunks)))
+            if self._acc_helper is None:
+                self._acc_helper = np.zeros_like(acc)
             with one_blas_thread():
-                job = helper_thread().submit(part, h, n_groups)
+                # pieces from one queue (the threads finish together), then one SYRK per half, each
+                # into its own accumulator (the helper's is added in at _flush)
+                job = helper_thread().submit(fill_chunks, queue)
                 try:
-                    first = part(0, h)
+                    fill_chunks(queue)
                 finally:
-                    second = job.result()
-            for P in (first, second):
-                if P is not None:
-                    acc += P
+                    job.result()
+                job = helper_thread().submit(syrk_into, h, rows, self._acc_helper)
+                try:
+                    syrk_into(0, h, acc)
+                finally:
+                    job.result()
             return
-        P = part(0, n_groups)
-        if P is not None:
-            acc += P
+        fill_chunks(iter(range(len(chunks))))
+        syrk_into(0, rows, acc)
 
     def _fill_and_syrk(self, Phi, Y, sx, sy, gp, center, T, acc):
         """acc += AᵀA for A = [sx ∘ Φ | sy ∘ Y], built chunk by chunk (group-aligned) in the workspace."""

@@ -154,6 +154,11 @@ def test_fill_callback_equals_phi_given(ties, gw, threads, chunk_rows, rng, monk
     W = st.workspace(len(y), order="C")
     W[:] = np.nan                                      # fill must write every row it is asked for
     st.add_block(W[:, :n], y, gp, fill=fill)
+    if threads == 2:    # the helper's pending accumulator travels with the object (dask, copy, merge)
+        import pickle
+
+        st = pickle.loads(pickle.dumps(st))
+        st = st.copy() + RankStatistics(n, 1, group_weight=gw, ties=ties)
     np.testing.assert_allclose(st.G, ref.G, rtol=1e-12, atol=1e-12)
     np.testing.assert_allclose(st.B, ref.B, rtol=1e-12, atol=1e-12)
     np.testing.assert_allclose(st.yLy, ref.yLy, rtol=1e-12)
