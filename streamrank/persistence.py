@@ -95,20 +95,37 @@ def save(model, path) -> None:
             "state": _jsonable(attrs),
             "arrays": sorted(arrays),
         })
-        if path.exists():
-            if _exchange(tmp, path):  # one atomic swap: ``path`` is never absent
-                shutil.rmtree(tmp, ignore_errors=True)
-            else:  # no renameat2: two renames; load() falls back to the ``.old`` copy in between
-                old = _sibling(path, "old")
-                os.replace(path, old)
-                os.replace(tmp, path)
-                shutil.rmtree(old, ignore_errors=True)
-        else:
-            os.replace(tmp, path)
-        _sweep_leftovers(path)
+        replace_dir(tmp, path)
     finally:
         if tmp.exists():
             shutil.rmtree(tmp, ignore_errors=True)
+
+
+def replace_dir(tmp: Path, path: Path) -> None:
+    """Put the complete directory ``tmp`` at ``path``, replacing what is there atomically.
+
+    One ``renameat2(RENAME_EXCHANGE)`` where Linux has it (``path`` is never
+    absent); otherwise two renames through a pid-tagged ``.old`` copy, which
+    :func:`load` falls back to in between.  Then the leftovers of writers
+    killed earlier (``.partial`` and ``.old`` siblings of dead pids) are swept.
+    Used by :func:`save` and by the command line's model and score writers.
+    """
+    tmp, path = Path(tmp), Path(path)
+    if path.exists():
+        if _exchange(tmp, path):  # one atomic swap: ``path`` is never absent
+            shutil.rmtree(tmp, ignore_errors=True)
+        else:  # no renameat2: two renames; load() falls back to the ``.old`` copy in between
+            old = _sibling(path, "old")
+            os.replace(path, old)
+            try:
+                os.replace(tmp, path)
+            except BaseException:
+                os.replace(old, path)         # put the old one back
+                raise
+            shutil.rmtree(old, ignore_errors=True)
+    else:
+        os.replace(tmp, path)
+    _sweep_leftovers(path)
 
 
 def _sibling(path: Path, kind: str) -> Path:

@@ -1,10 +1,8 @@
 """Atomic writes: a model or score directory appears whole or not at all (Ctrl-C held between renames)."""
 from __future__ import annotations
 
-import os
 import shutil
 import signal
-import uuid
 from pathlib import Path
 
 from ._stores import _jsonable, _kind_of
@@ -43,27 +41,26 @@ class _SignalsDeferred:
 def _replace_dir(tmp: Path, out: Path) -> None:
     """Move a complete directory ``tmp`` to ``out``, replacing an old one only once the new one is whole.
 
-    Replacing a directory takes two renames (old aside, new in); Ctrl-C is held
-    back between them, so an interrupt leaves the old or the new model at
-    ``out``, never neither.
+    :func:`streamrank.persistence.replace_dir`: one atomic exchange where Linux
+    has it, else two renames (old aside, new in) with Ctrl-C held back between
+    them, so an interrupt leaves the old or the new directory at ``out``, never
+    neither; a kill -9 between them leaves the old one as a pid-tagged ``.old``
+    sibling that ``sr.load`` reads and the next write sweeps.
     """
+    from ..persistence import replace_dir
+
     if out.exists() and not out.is_dir():
         raise FileExistsError(f"{out} exists and is not a directory; refusing to replace it")
-    if out.exists():
-        old = out.with_name(f".{out.name}.{uuid.uuid4().hex}.old")
-        try:
-            with _SignalsDeferred():
-                os.replace(out, old)
-                try:
-                    os.replace(tmp, out)
-                except BaseException:
-                    os.replace(old, out)         # put the old model back
-                    raise
-        finally:
-            if old.exists() and out.exists():
-                shutil.rmtree(old, ignore_errors=True)
-    else:
-        os.replace(tmp, out)
+    with _SignalsDeferred():
+        replace_dir(tmp, out)
+
+
+def _partial_sibling(out: Path, suffix: str = "") -> Path:
+    """A pid-tagged temporary sibling of ``out``: a killed writer's leftover is swept by the next write."""
+    from ..persistence import _sibling
+
+    p = _sibling(out, "partial")
+    return p.with_name(p.name + suffix)
 
 
 def _check_model_out(out) -> None:
@@ -92,7 +89,7 @@ def _save_model(model, out, cli_meta: dict) -> None:
     out = Path(out)
     _check_model_out(out)
     out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.with_name(f".{out.name}.{uuid.uuid4().hex}.partial")
+    tmp = _partial_sibling(out)
     try:
         persistence.save(model, tmp)
         root = zarr.open_group(str(tmp), mode="r+")

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ._atomic import _replace_dir
+from ._atomic import _partial_sibling, _replace_dir
 from ._common import EXIT_OK, UsageError, _progress, _say
 from ._stores import _jsonable, _kind_of, _load_model, _open_store
 
@@ -135,7 +135,8 @@ def cmd_predict(args) -> int:
     if out.exists() and out.is_dir() and not (out / "zarr.json").exists() and any(out.iterdir()):
         raise FileExistsError(f"{out} exists and is not a zarr array; refusing to overwrite it")
     out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.with_name(f".{out.stem}.{uuid.uuid4().hex}.partial{out.suffix}")
+    tmp = _partial_sibling(out) if out.suffix != ".npy" else out.with_name(
+        f".{out.stem}.{uuid.uuid4().hex}.partial{out.suffix}")
     try:
         if out.suffix == ".npy":
             arr = np.lib.format.open_memmap(tmp, mode="w+", dtype=np.float64, shape=shape)

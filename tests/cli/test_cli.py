@@ -508,11 +508,41 @@ def test_model_swap_defers_ctrl_c(tmp_path):
             os.kill(os.getpid(), signal.SIGINT)
             time.sleep(0.05)
 
+    import streamrank.persistence as persistence
+
+    real_exchange = persistence._exchange
+    persistence._exchange = lambda a, b: False     # no renameat2: the two-rename path
     cli.os.replace = replace_and_interrupt
     try:
         with pytest.raises(KeyboardInterrupt):
             cli._replace_dir(tmp_path / "new", tmp_path / "out")
     finally:
         cli.os.replace = real_replace
+        persistence._exchange = real_exchange
     assert len(calls) == 2 and (tmp_path / "out" / "new").read_text() == "new"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["out"]
+
+
+def test_cli_model_write_sweeps_what_a_killed_write_left(tmp_path):
+    """A CLI write killed with -9 leaves pid-tagged siblings; sr.load reads the .old copy, the next write
+    sweeps both (the leftovers of a live writer are kept)."""
+    import subprocess
+
+    import streamrank as sr
+    from streamrank.cli._atomic import _save_model
+
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True,
+                          text=True, check=True).stdout.strip()
+    out = tmp_path / "model"
+    m = sr.RankRLS(alpha=2.0).fit(np.eye(4), np.arange(4.0), np.zeros(4, int))
+    _save_model(m, out, {"command": "fit"})
+    old = tmp_path / f".model.{dead}-0.old"           # killed between its two renames
+    os.replace(out, old)
+    partial = tmp_path / f".model.{dead}-1.partial"   # killed while writing
+    partial.mkdir()
+    live = tmp_path / f".model.{os.getpid()}-2.partial"
+    live.mkdir()
+    assert sr.load(out).alpha == 2.0                  # out is missing: the .old copy is read
+    _save_model(sr.RankRLS(alpha=3.0).fit(np.eye(4), np.arange(4.0), np.zeros(4, int)), out, {"command": "fit"})
+    assert sr.load(out).alpha == 3.0
+    assert not old.exists() and not partial.exists() and live.exists()
