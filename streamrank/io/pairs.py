@@ -20,9 +20,12 @@ Two modes:
   Equivalently the per-query counts are ``Multinomial(N, uniform over
   eligible queries)``, and inside a query the pairs are uniform over its
   ``#{(i, j): y_i > y_j}`` pairs (sampled exactly, without enumerating them,
-  in O(n log n) per block, vectorised over its groups).  Finding the
+  in O(n log n) per block, vectorised over its groups).  Counting the
   eligible queries costs one extra pass over ``y`` only
-  (:meth:`BlockSource.read_y`), and O(groups) memory.
+  (:meth:`BlockSource.read_y`); the multinomial is then drawn block by
+  block (a binomial share for the block's eligible queries given what is
+  left, then a multinomial among them — the same law), so the sampler keeps
+  O(1) state, not O(groups).
 
 Memory is bounded by ``max_rows`` (one block) plus ``batch_size`` pairs.
 Reproducible: the same ``random_state`` gives the same pairs.
@@ -34,7 +37,6 @@ from dataclasses import dataclass
 from typing import Iterator
 
 import numpy as np
-import scipy.sparse as sp
 
 from .blocks import BlockSource, OversizedGroupWarning
 
@@ -224,27 +226,52 @@ def pairs_from_groups(source, n_pairs: int | None = None, *, random_state=None,
     if batch_size < 1:
         raise ValueError(f"batch_size must be >= 1, got {batch_size}")
     rng = np.random.default_rng(random_state)
-    counts = None
+    left = None
     if n_pairs is not None:
         if isinstance(n_pairs, bool) or int(n_pairs) != n_pairs or n_pairs < 0:
             raise ValueError(f"n_pairs must be None or an integer >= 0, got {n_pairs!r}")
-        eligible = _eligible_groups(src, max_rows, output)
-        counts = np.zeros(src.n_groups, dtype=np.int64)
-        idx = np.flatnonzero(eligible)
-        if len(idx) == 0:
+        n_eligible = _count_eligible(src, max_rows, output)
+        if n_eligible == 0:
             if n_pairs:
                 raise ValueError("no query group has two different scores; there is no preference pair to sample")
             return
-        counts[idx] = rng.multinomial(int(n_pairs), np.full(len(idx), 1.0 / len(idx)))
+        left = [int(n_pairs), n_eligible]            # draws and eligible queries not yet visited
     block_seed = rng.integers(2**63) if shuffle else None
     for block in src.blocks(max_rows=max_rows, shuffle=shuffle, random_state=block_seed):
         y = _column(block.y, output)
         gp = block.group_ptr
-        if counts is None:
+        if left is None:
             pieces = _all_pairs_local(y, gp, batch_size)
         else:
-            pieces = _sampled_local(y, gp, counts[block.group_start : block.group_start + block.n_groups], rng)
+            pieces = _sampled_local(y, gp, _block_counts(y, gp, left, rng), rng)
         yield from _emit(block, y, pieces, batch_size, rng if shuffle else None)
+
+
+def _block_counts(y, gp, left, rng):
+    """This block's share of Multinomial(N, uniform over the E eligible queries), drawn sequentially.
+
+    With ``left = [n, e]`` (draws and eligible queries not visited yet) and
+    ``k`` eligible queries here, the block gets ``Binomial(n, k / e)`` draws,
+    spread as ``Multinomial(·, uniform over its k)``: the marginal/conditional
+    split of the multinomial, so the counts over all blocks have exactly the
+    law of one multinomial draw, in any block order.  Updates ``left``.
+    """
+    counts = np.zeros(len(gp) - 1, dtype=np.int64)
+    local = np.asarray(gp, dtype=np.int64) - int(gp[0])
+    nonempty = np.flatnonzero(local[1:] > local[:-1])
+    if len(nonempty) == 0:
+        return counts
+    starts = local[:-1][nonempty]
+    eligible = nonempty[np.maximum.reduceat(y, starts) > np.minimum.reduceat(y, starts)]
+    k = len(eligible)
+    n, e = left
+    if k == 0 or n == 0:
+        left[1] = e - k
+        return counts
+    draws = n if k >= e else int(rng.binomial(n, k / e))
+    counts[eligible] = rng.multinomial(draws, np.full(k, 1.0 / k))
+    left[0], left[1] = n - draws, e - k
+    return counts
 
 
 def _emit(block, y, pieces, batch_size, rng):
@@ -271,23 +298,32 @@ def _emit(block, y, pieces, batch_size, rng):
         yield flush(np.concatenate(buf_i), np.concatenate(buf_j), np.concatenate(buf_g))
 
 
-def _eligible_groups(src: BlockSource, max_rows: int, output: int) -> np.ndarray:
-    """Per group: True when its scores are not all equal (one pass over ``y`` only)."""
-    hi = np.full(src.n_groups, -np.inf)
-    lo = np.full(src.n_groups, np.inf)
+def _count_eligible(src: BlockSource, max_rows: int, output: int) -> int:
+    """Groups whose scores are not all equal (one pass over ``y`` only, O(1) state).
+
+    Read with split groups so that a group larger than a block is seen piece
+    by piece; the pieces of one group come one after the other, so only the
+    open group's max and min are carried.
+    """
     ptr = src.group_ptr
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", OversizedGroupWarning)
         plan = src.plan(max_rows, split_groups=True)
+    count = 0
+    open_g, hi, lo = -1, -np.inf, np.inf
     for r0, r1, g0, g1 in plan:
         y = _column(src.read_y(r0, r1), output)
         if r1 == r0:
             continue
-        local = np.clip(ptr[g0 : g1 + 1] - r0, 0, r1 - r0)
-        starts = local[:-1]
-        nonempty = local[1:] > starts
-        s = starts[nonempty]
-        gs = np.arange(g0, g1)[nonempty]
-        np.maximum.at(hi, gs, np.maximum.reduceat(y, s))
-        np.minimum.at(lo, gs, np.minimum.reduceat(y, s))
-    return hi > lo
+        if r0 != ptr[g0] or r1 != ptr[g1]:          # a piece of one split group
+            if g0 != open_g:
+                open_g, hi, lo = g0, -np.inf, np.inf
+            hi, lo = max(hi, float(y.max())), min(lo, float(y.min()))
+            if r1 == ptr[g0 + 1]:                  # its last piece
+                count += hi > lo
+                open_g = -1
+            continue
+        local = ptr[g0 : g1 + 1] - r0
+        starts = local[:-1][local[1:] > local[:-1]]
+        count += int(np.count_nonzero(np.maximum.reduceat(y, starts) > np.minimum.reduceat(y, starts)))
+    return count

@@ -241,3 +241,39 @@ def test_sampler_same_seed_same_pairs_through_the_stream():
     assert len(runs[0]) == 2_000 and np.array_equal(runs[0], runs[1])
     valid = _brute_pairs(y, q)
     assert all(tuple(r) in valid for r in runs[0])
+
+
+@settings(max_examples=30, deadline=None)
+@given(seed=st.integers(0, 10_000), n_groups=st.integers(1, 15), max_rows=st.integers(1, 12),
+       levels=st.integers(1, 3))
+def test_eligible_count_equals_brute_force_whatever_the_cutting(seed, n_groups, max_rows, levels):
+    """The O(1)-state eligibility pass (groups larger than a block come in pieces) counts what brute force does."""
+    from streamrank.io.pairs import _count_eligible
+
+    rng = np.random.default_rng(seed)
+    X, y, q = _groups(rng, n_groups, max_size=9, levels=levels)
+    expect = sum(y[q == g].max() > y[q == g].min() for g in np.unique(q))
+    assert _count_eligible(sr.as_source(X, y, q), max_rows, 0) == expect
+
+
+@pytest.mark.parametrize("shuffle", [False, True])
+def test_blockwise_multinomial_is_uniform_over_eligible_queries(shuffle):
+    """Counts drawn block by block (binomial share, then multinomial) have the law of one multinomial:
+    uniform over the eligible queries, whatever the block cutting and order."""
+    from scipy.stats import chisquare
+
+    rng = np.random.default_rng(5)
+    sizes = rng.integers(1, 6, 60)
+    q = np.repeat(np.arange(60), sizes)
+    y = rng.integers(0, 2, len(q)).astype(float)
+    y[q == 7] = 1.0                                   # an all-tied query: never drawn
+    X = np.zeros((len(q), 1))
+    eligible = np.array([y[q == g].max() > y[q == g].min() for g in range(60)])
+    n = 60_000
+    rows = _collect(list(sr.pairs_from_groups(sr.as_source(X, y, q), n_pairs=n, random_state=1, max_rows=9,
+                                              shuffle=shuffle)))
+    per_query = np.bincount(q[rows[:, 0]], minlength=60)
+    assert per_query.sum() == n and (per_query[~eligible] == 0).all()
+    assert chisquare(per_query[eligible]).pvalue > 1e-3
+    valid = _brute_pairs(y, q)
+    assert all(tuple(r) in valid for r in rows[:500])
