@@ -28,6 +28,10 @@ cached, scatters the T's (O(classes)) and maps the second sweep
 ``X_pᵀ (s_g T_{c(i)})_i`` over the pieces
 (:func:`streamrank.rankrls.cg.deferred_piece`), as the local pass does.
 What moves per product is O(n k + classes) per task, whatever the rows.
+
+A worker that dies mid-fit costs one redone pass: scatters go to one worker
+(a broadcast would wait on the dead one), and a pass that loses a worker is
+run again once the scheduler has dropped it (``cg_info_["n_retries"]``).
 The iterates equal the local solver's to floating-point summation order.
 """
 from __future__ import annotations
@@ -120,6 +124,19 @@ def pieces_of_plan(plan, group_ptr):
     return [p for p in plan if p[3] == p[2] + 1 and (p[0] != gp[p[2]] or p[1] != gp[p[3]])]
 
 
+_RETRIES = 3
+
+
+def _lost_errors():
+    """The exceptions of a pass that lost a worker (dask's, and the OS's for a dead connection)."""
+    from concurrent.futures import CancelledError
+
+    from distributed import KilledWorker
+    from distributed.comm.core import CommClosedError
+
+    return (CommClosedError, KilledWorker, CancelledError, OSError)
+
+
 class DistributedRankingOperator(_cg._PassOperator):
     """``v -> (Xᵀ L X + alpha I) v`` with every pass mapped over a dask cluster.
 
@@ -144,6 +161,7 @@ class DistributedRankingOperator(_cg._PassOperator):
         self.n_passes = 0
         self.n_scatters = 0
         self.n_class_scatters = 0
+        self.n_retries = 0
         self._table = None
         self._table_ref = None
         self._table_built = False
@@ -171,13 +189,13 @@ class DistributedRankingOperator(_cg._PassOperator):
                       cache_entries=_cg.TIE_CACHE_ENTRIES, pure=False)
         tab = _cg.TieTable.from_counts(self._tree(parts), self.max_rows)
         if tab.needs_tied_sums:
-            light = c.scatter(tab.without_sums(), broadcast=True, hash=False)
+            light = c.scatter(tab.without_sums(), hash=False)
             sums = self._tree(c.map(_tied_sums_task, self.pieces, ref=self.ref, table=light, pure=False))
             for gid, P in sums.groups.items():
                 tab.add_tied_sums(gid, P)
             tab.needs_tied_sums = False
         self._table = tab
-        self._table_ref = c.scatter(tab.without_sums(), broadcast=True, hash=False)
+        self._table_ref = c.scatter(tab.without_sums(), hash=False)
         self.n_passes += tab.n_passes
         return tab
 
@@ -187,10 +205,39 @@ class DistributedRankingOperator(_cg._PassOperator):
         return out
 
     def _pass(self, V):
+        """One distributed pass; a pass that loses a worker (killed, unreachable) is run again.
+
+        The vector is scattered to one worker, not broadcast: a broadcast
+        waits on every worker the scheduler still lists, a dead one included
+        (measured: minutes of 30 s connect timeouts).  When a worker dies
+        mid-pass the scatter or the tasks fail fast; the pass is then redone
+        (scatters included) once the scheduler has dropped the worker, up to
+        ``_RETRIES`` times.  Products are pure functions of the vector and
+        the store, so a redone pass returns the same numbers.
+        """
+        lost = _lost_errors()
+        for attempt in range(_RETRIES + 1):
+            try:
+                return self._pass_once(V)
+            except lost:
+                if attempt == _RETRIES:
+                    raise
+                self.n_retries += 1
+                self._after_loss(attempt)
+
+    def _after_loss(self, attempt):
+        import time
+
+        time.sleep(0.5 * (attempt + 1))          # let the scheduler notice the dead worker
+        self.client.wait_for_workers(1, timeout=60)
+        if self._table is not None:             # the scattered tie table may have died with it
+            self._table_ref = self.client.scatter(self._table.without_sums(), hash=False)
+
+    def _pass_once(self, V):
         c = self.client
         table = self.ties_table()
         if V is not None:
-            V = c.scatter(np.ascontiguousarray(V, dtype=np.float64), broadcast=True, hash=False)
+            V = c.scatter(np.ascontiguousarray(V, dtype=np.float64), hash=False)   # see _pass
             self.n_scatters += 1
         parts = c.map(_product_task, self.plan, ref=self.ref, V=V, n_outputs=self.n_outputs,
                       group_weight=self.group_weight, ties=self.ties, table=self._table_ref, pure=False)
@@ -201,7 +248,7 @@ class DistributedRankingOperator(_cg._PassOperator):
             _cg.finish_classes(Z, table, out.opens.tie_done, Z.shape[1], self.n_outputs, deferred)
             if deferred:    # class sums not cached: a second sweep over the pieces, the T's scattered once
                 self.n_passes += 1
-                d = c.scatter([deferred], broadcast=True, hash=False)[0]     # a list: one future of the dict
+                d = c.scatter([deferred], hash=False)[0]     # a list: one future of the dict
                 self.n_class_scatters += 1
                 pieces = [p for p in self.pieces if p[2] in deferred]
                 parts = c.map(_deferred_task, pieces, ref=self.ref, n_outputs=self.n_outputs,
@@ -236,6 +283,7 @@ def fit_cg(estimator, source, client=None, *, max_rows=65_536, split_every=8, **
         W, info = solve_cg(source, alpha=alpha, group_weight=est.group_weight, ties=est.ties, tol=est.tol,
                            max_iter=est.max_iter, max_rows=max_rows, _operator=op, **kwargs)
     info["n_scatters"] = op.n_scatters
+    info["n_retries"] = op.n_retries
     info["n_class_scatters"] = op.n_class_scatters
     for attr in ("coef_", "stats_", "fold_stats_", "n_iter_", "_eigen"):
         est.__dict__.pop(attr, None)

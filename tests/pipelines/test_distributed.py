@@ -123,6 +123,68 @@ def test_worker_killed_during_statistics_run(client, tmp_path):
 
 
 
+def test_worker_killed_during_cg_run(client, tmp_path):
+    """SIGKILL one worker process between CG iterations: the scattered vector lives on every worker
+    (broadcast), the lost products are recomputed, the iterates stay those of the local solver."""
+    store = make_store(tmp_path / "cg.zarr", range(1, 13), n_features=12)
+    kw = dict(alpha=0.5, solver="cg", tol=1e-12, max_iter=30)
+    local = sr.RankRLS(**kw).fit(store, max_rows=16)
+    pids = client.run(os.getpid)
+    victim = sorted(pids.values())[0]
+    seen, result = [], {}
+
+    def callback(it, *args):
+        seen.append(it)
+        if it == 3:                                   # mid-run: kill a worker, then go on iterating
+            os.kill(victim, signal.SIGKILL)
+
+    def run():
+        try:
+            result["m"] = srd.fit(sr.RankRLS(**kw), store, client, max_rows=16, split_every=2,
+                                  callback=callback)
+        except BaseException as exc:                   # reported below, not lost in the thread
+            result["error"] = exc
+
+    t = threading.Thread(target=run)
+    t.start()
+    t.join(180)
+    assert not t.is_alive()
+    assert "error" not in result, result.get("error")
+    assert 3 in seen
+    client.wait_for_workers(2, timeout=60)
+    assert victim not in client.run(os.getpid).values()
+    m = result["m"]
+    assert m.n_iter_ == local.n_iter_
+    np.testing.assert_allclose(m.coef_, local.coef_, rtol=1e-8, atol=1e-12)
+
+
+def test_cg_pass_that_loses_a_worker_is_run_again(client, store, monkeypatch):
+    """The retry path itself, deterministically: a pass whose scatter dies is redone, same iterates."""
+    from distributed.comm.core import CommClosedError
+
+    from streamrank import _distributed_cg as dcg
+
+    kw = dict(alpha=0.5, solver="cg", tol=1e-10, max_iter=8)
+    local = sr.RankRLS(**kw).fit(store, max_rows=80)
+    real = dcg.DistributedRankingOperator._pass_once
+    calls = []
+
+    def flaky(self, V):
+        calls.append(1)
+        if len(calls) in (3, 4):                      # the third pass fails twice in a row
+            raise CommClosedError("in <TCP ConnectionPool.scatter>: Stream is closed")
+        return real(self, V)
+
+    monkeypatch.setattr(dcg.DistributedRankingOperator, "_pass_once", flaky)
+    m = srd.fit(sr.RankRLS(**kw), store, client, max_rows=80, split_every=3)
+    assert m.cg_info_["n_retries"] == 2
+    np.testing.assert_allclose(m.coef_, local.coef_, rtol=1e-8, atol=1e-12)
+    monkeypatch.setattr(dcg, "_RETRIES", 1)
+    calls.clear()
+    with pytest.raises(CommClosedError):              # more losses than retries: the error, not a hang
+        srd.fit(sr.RankRLS(**kw), store, client, max_rows=80, split_every=3)
+
+
 @pytest.mark.parametrize("qid_none", [False, True])
 def test_cg_fit_equals_local_cg(client, store, qid_none):
     """Every CG product is a distributed map + tree sum; iterates equal the local solver's."""
