@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ._dask_retry import with_retries
 from .rankrls import cg as _cg
 
 __all__ = ["DistributedRankingOperator", "fit_cg"]
@@ -124,19 +125,6 @@ def pieces_of_plan(plan, group_ptr):
     return [p for p in plan if p[3] == p[2] + 1 and (p[0] != gp[p[2]] or p[1] != gp[p[3]])]
 
 
-_RETRIES = 3
-
-
-def _lost_errors():
-    """The exceptions of a pass that lost a worker (dask's, and the OS's for a dead connection)."""
-    from concurrent.futures import CancelledError
-
-    from distributed import KilledWorker
-    from distributed.comm.core import CommClosedError
-
-    return (CommClosedError, KilledWorker, CancelledError, OSError)
-
-
 class DistributedRankingOperator(_cg._PassOperator):
     """``v -> (Xᵀ L X + alpha I) v`` with every pass mapped over a dask cluster.
 
@@ -205,39 +193,24 @@ class DistributedRankingOperator(_cg._PassOperator):
         return out
 
     def _pass(self, V):
-        """One distributed pass; a pass that loses a worker (killed, unreachable) is run again.
+        """One distributed pass; a pass that loses a worker is run again (:mod:`streamrank._dask_retry`).
 
-        The vector is scattered to one worker, not broadcast: a broadcast
-        waits on every worker the scheduler still lists, a dead one included
-        (measured: minutes of 30 s connect timeouts).  When a worker dies
-        mid-pass the scatter or the tasks fail fast; the pass is then redone
-        (scatters included) once the scheduler has dropped the worker, up to
-        ``_RETRIES`` times.  Products are pure functions of the vector and
-        the store, so a redone pass returns the same numbers.
+        Products are pure functions of the vector and the store, so a redone
+        pass returns the same numbers; the tie table is scattered again.
         """
-        lost = _lost_errors()
-        for attempt in range(_RETRIES + 1):
-            try:
-                return self._pass_once(V)
-            except lost:
-                if attempt == _RETRIES:
-                    raise
-                self.n_retries += 1
-                self._after_loss(attempt)
+        Z, retries = with_retries(self.client, lambda: self._pass_once(V), on_loss=self._after_loss)
+        self.n_retries += retries
+        return Z
 
-    def _after_loss(self, attempt):
-        import time
-
-        time.sleep(0.5 * (attempt + 1))          # let the scheduler notice the dead worker
-        self.client.wait_for_workers(1, timeout=60)
-        if self._table is not None:             # the scattered tie table may have died with it
+    def _after_loss(self):
+        if self._table is not None:             # the scattered tie table may have died with the worker
             self._table_ref = self.client.scatter(self._table.without_sums(), hash=False)
 
     def _pass_once(self, V):
         c = self.client
         table = self.ties_table()
         if V is not None:
-            V = c.scatter(np.ascontiguousarray(V, dtype=np.float64), hash=False)   # see _pass
+            V = c.scatter(np.ascontiguousarray(V, dtype=np.float64), hash=False)   # not broadcast: _dask_retry
             self.n_scatters += 1
         parts = c.map(_product_task, self.plan, ref=self.ref, V=V, n_outputs=self.n_outputs,
                       group_weight=self.group_weight, ties=self.ties, table=self._table_ref, pure=False)

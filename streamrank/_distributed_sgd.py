@@ -44,6 +44,7 @@ import copy
 
 import numpy as np
 
+from ._dask_retry import with_retries
 from .io.tuple_store import _CACHE_BYTES
 
 __all__ = ["fit_sgd_rounds", "average_models"]
@@ -261,16 +262,28 @@ def fit_sgd_rounds(estimator, source, client=None, *, rounds=10, steps_per_round
         phases = [("sgd", r, steps) for r in range(rounds)]
         if refit and refit_steps_per_round:
             phases += [("refit", r, refit_steps_per_round) for r in range(refit_rounds)]
+        refs = [ref]
+
+        def reship():                              # an in-memory source scattered once may have died too
+            if not pairwise and not hasattr(source, "path"):
+                refs[0] = c.scatter(source, hash=False)
+
+        n_retries = 0
         for phase, r, n_steps in phases:
-            mf = c.scatter(model, broadcast=True, hash=False)       # once per round
-            if pairwise:
-                parts = c.map(_pairwise_round_task, range(k), ref=ref, model=mf, n_shards=k, round_=r,
-                              steps=n_steps, plan=plan, pure=False)
-            else:
-                task = _round_task if phase == "sgd" else _refit_round_task
-                parts = c.map(task, range(k), ref=ref, model=mf, n_shards=k, round_=r, steps=n_steps,
-                              step_batch=batch_size, cache_bytes=cache_bytes, pure=False)
-            shards = c.gather(parts)
+            def one_round(model=model, phase=phase, r=r, n_steps=n_steps):
+                mf = c.scatter(model, hash=False)       # once per round; not broadcast (_dask_retry)
+                if pairwise:
+                    parts = c.map(_pairwise_round_task, range(k), ref=refs[0], model=mf, n_shards=k, round_=r,
+                                  steps=n_steps, plan=plan, pure=False)
+                else:
+                    task = _round_task if phase == "sgd" else _refit_round_task
+                    parts = c.map(task, range(k), ref=refs[0], model=mf, n_shards=k, round_=r, steps=n_steps,
+                                  step_batch=batch_size, cache_bytes=cache_bytes, pure=False)
+                return c.gather(parts)
+
+            # a round is a pure function of the round's model: one that loses a worker is run again
+            shards, retries = with_retries(c, one_round, on_loss=reship)
+            n_retries += retries
             if k == 1:
                 model = shards[0]
             else:
@@ -282,4 +295,5 @@ def fit_sgd_rounds(estimator, source, client=None, *, rounds=10, steps_per_round
             history.append(rec)
     estimator.__dict__.update(model.__dict__)
     estimator.rounds_history_ = history
+    estimator.rounds_retries_ = n_retries
     return estimator

@@ -179,7 +179,9 @@ def test_cg_pass_that_loses_a_worker_is_run_again(client, store, monkeypatch):
     m = srd.fit(sr.RankRLS(**kw), store, client, max_rows=80, split_every=3)
     assert m.cg_info_["n_retries"] == 2
     np.testing.assert_allclose(m.coef_, local.coef_, rtol=1e-8, atol=1e-12)
-    monkeypatch.setattr(dcg, "_RETRIES", 1)
+    from streamrank import _dask_retry
+
+    monkeypatch.setattr(_dask_retry, "RETRIES", 1)
     calls.clear()
     with pytest.raises(CommClosedError):              # more losses than retries: the error, not a hang
         srd.fit(sr.RankRLS(**kw), store, client, max_rows=80, split_every=3)
@@ -287,6 +289,29 @@ def test_sgd_rounds_one_shard_is_partial_fit(client, tmp_path):
             local.partial_fit(Q[tt[:, 0]], D[tt[:, 1]], D[tt[:, 2]])
     assert dist.t_ == local.t_ == 450
     np.testing.assert_allclose(dist.W_.toarray(), local.W_.toarray(), rtol=1e-12, atol=1e-15)
+
+
+def test_sgd_round_that_loses_a_worker_is_run_again(client, tmp_path, monkeypatch):
+    """A round whose gather meets a dead worker is redone from the same model: the same W as without."""
+    from distributed.comm.core import CommClosedError
+
+    ts, Q, D, tup = _tuple_store(tmp_path / "t.zarr", n_tuples=600)
+    kw = dict(eta0=0.5, l1=1e-3, shrink_every=10, refit=False)
+    clean = srd.fit(sr.SparseSGDRanker(**kw), ts, client, rounds=3, steps_per_round=150, batch_size=64)
+    real = client.gather
+    calls = []
+
+    def flaky(*args, **kwargs):
+        calls.append(1)
+        if len(calls) == 2:                           # the second round loses a worker once
+            raise CommClosedError("in <TCP ConnectionPool.gather>: Stream is closed")
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(client, "gather", flaky)
+    dist = srd.fit(sr.SparseSGDRanker(**kw), ts, client, rounds=3, steps_per_round=150, batch_size=64)
+    assert dist.rounds_retries_ == 1 and clean.rounds_retries_ == 0
+    assert dist.t_ == clean.t_ == 450
+    np.testing.assert_allclose(dist.W_.toarray(), clean.W_.toarray(), rtol=1e-12, atol=1e-15)
 
 
 def test_sgd_rounds_average_is_sparse_and_close_to_single_machine(client, tmp_path):
