@@ -43,6 +43,7 @@ import os
 
 import numpy as np
 
+from ._dask_retry import with_retries
 from .io.blocks import BlockSource
 
 __all__ = ["fit", "predict", "evaluate", "statistics", "fit_sgd_rounds", "SourceRef", "get_client", "local_cluster",
@@ -477,10 +478,15 @@ def _fit_kernel_sparse(est, source, client, *, max_rows, split_every):
         else:
             Xb = check_X(est.basis, "basis", n_features=source.n_features, min_rows=1)
             r = Xb.shape[0]
-        basis = c.scatter(Xb, broadcast=True, hash=False)
-        parts = c.map(_kernel_stats_task, source.plan(max_rows, split_groups=True), ref=ref, est=proto,
-                      basis=basis, n_outputs=source.n_outputs, pure=False)
-        stats = tree_reduce(c, parts, split_every=split_every).result()
+        refs = [ref]
+
+        def kernel_stats():
+            basis = c.scatter(Xb, hash=False)       # not broadcast (streamrank._dask_retry)
+            parts = c.map(_kernel_stats_task, source.plan(max_rows, split_groups=True), ref=refs[0], est=proto,
+                          basis=basis, n_outputs=source.n_outputs, pure=False)
+            return tree_reduce(c, parts, split_every=split_every).result()
+
+        stats, _ = with_retries(c, kernel_stats, on_loss=lambda: refs.__setitem__(0, _ship_source(c, source)))
     return est._fit_statistics(stats, Xb, source, max_rows)
 
 
@@ -500,8 +506,8 @@ def _predict_rows_task(rows, ref, est, out):
 def predict(estimator, source, client=None, *, max_rows=DEFAULT_BLOCK_ROWS, out=None):
     """Scores of every row of ``source`` in row order, computed on the workers.
 
-    The fitted model is scattered to every worker once; each task reads its
-    rows and scores them.  Equals ``np.concatenate([estimator.predict(b.X)
+    The fitted model is scattered once; each task reads its rows and scores
+    them.  A run that loses a worker is done again (:mod:`streamrank._dask_retry`).  Equals ``np.concatenate([estimator.predict(b.X)
     for b in source.blocks()])``.
 
     ``out``: a path; the scores are written there by the workers as a zarr
@@ -521,24 +527,38 @@ def predict(estimator, source, client=None, *, max_rows=DEFAULT_BLOCK_ROWS, out=
     step = int(max_rows)
     ranges = [(a, min(a + step, n)) for a in range(0, n, step)]
     with get_client(client) as c:
-        ref = _ship_source(c, source)
-        model = c.scatter(est, broadcast=True, hash=False)
+        refs = [_ship_source(c, source)]
+        reship = lambda: refs.__setitem__(0, _ship_source(c, source))  # noqa: E731
         if out is None:
             if not ranges:
                 return np.zeros(0)
-            parts = c.map(_predict_rows_task, ranges, ref=ref, est=model, out=None, pure=False)
-            return np.concatenate(c.gather(parts), axis=0)
+
+            def scores():
+                model = c.scatter(est, hash=False)  # not broadcast (streamrank._dask_retry)
+                parts = c.map(_predict_rows_task, ranges, ref=refs[0], est=model, out=None, pure=False)
+                return np.concatenate(c.gather(parts), axis=0)
+
+            return with_retries(c, scores, on_loss=reship)[0]
         import zarr
 
-        first = c.submit(_predict_rows_task, (0, min(1, n)), ref=ref, est=model, out=None, pure=False).result()
+        def first_row():
+            model = c.scatter(est, hash=False)
+            return c.submit(_predict_rows_task, (0, min(1, n)), ref=refs[0], est=model, out=None,
+                            pure=False).result()
+
+        first = with_retries(c, first_row, on_loss=reship)[0]
         shape = (n,) + tuple(np.shape(first)[1:])
         out = str(out)
         tmp = f"{out}.{uuid.uuid4().hex}.partial"
         zarr.create_array(store=tmp, shape=shape, chunks=(max(1, step),) + shape[1:], dtype="float64",
                           fill_value=np.nan)
         try:
-            parts = c.map(_predict_rows_task, ranges, ref=ref, est=model, out=tmp, pure=False)
-            written = sum(c.gather(parts))
+            def write_all():                        # a redone run rewrites the same chunks with the same values
+                model = c.scatter(est, hash=False)
+                parts = c.map(_predict_rows_task, ranges, ref=refs[0], est=model, out=tmp, pure=False)
+                return sum(c.gather(parts))
+
+            written = with_retries(c, write_all, on_loss=reship)[0]
             if written != n:  # pragma: no cover - defensive
                 raise RuntimeError(f"wrote {written} of {n} scores")
             if _os.path.exists(out):
@@ -564,10 +584,14 @@ def evaluate(estimator, source, client=None, *, k=10, metrics=None, max_rows=DEF
     metrics = tuple(METRICS if metrics is None else metrics)
     est = _without_source(estimator)
     with get_client(client) as c:
-        ref = _ship_source(c, source)
-        model = c.scatter(est, broadcast=True, hash=False)
+        refs = [_ship_source(c, source)]
         plan = source.plan(max_rows, split_groups=True)
-        parts = c.map(_evaluate_task, plan, ref=ref, est=model, k=k, metrics=metrics, output=output,
-                      pure=False)
-        ev = tree_reduce(c, parts, split_every=split_every).result()
+
+        def merged():
+            model = c.scatter(est, hash=False)      # not broadcast (streamrank._dask_retry)
+            parts = c.map(_evaluate_task, plan, ref=refs[0], est=model, k=k, metrics=metrics, output=output,
+                          pure=False)
+            return tree_reduce(c, parts, split_every=split_every).result()
+
+        ev, _ = with_retries(c, merged, on_loss=lambda: refs.__setitem__(0, _ship_source(c, source)))
     return ev.result()

@@ -91,6 +91,42 @@ def test_predict_and_evaluate_equal_local(client, store, tmp_path):
         assert (got[name].n_queries, got[name].n_skipped) == (want[name].n_queries, want[name].n_skipped)
 
 
+def test_predict_and_evaluate_are_redone_when_they_lose_a_worker(client, store, tmp_path, monkeypatch):
+    """A gather or a reduction that meets a dead worker is run again: same scores, same metrics."""
+    from distributed.comm.core import CommClosedError
+
+    m = sr.RankRLS(alpha=2.0, solver="primal").fit(store)
+    local = np.concatenate([m.predict(b.X) for b in store.blocks(max_rows=1000)])
+    want = evaluate(store, m, k=5)
+    real_gather, real_tree = client.gather, srd.tree_reduce
+    fail = {"gather": 1, "tree": 1}
+
+    def gather(*a, **kw):
+        if fail["gather"]:
+            fail["gather"] -= 1
+            raise CommClosedError("in <TCP ConnectionPool.gather>: Stream is closed")
+        return real_gather(*a, **kw)
+
+    def tree(*a, **kw):
+        if fail["tree"]:
+            fail["tree"] -= 1
+            raise CommClosedError("in <TCP ConnectionPool.gather>: Stream is closed")
+        return real_tree(*a, **kw)
+
+    monkeypatch.setattr(client, "gather", gather)
+    monkeypatch.setattr(srd, "tree_reduce", tree)
+    np.testing.assert_allclose(srd.predict(m, store, client, max_rows=37), local, rtol=1e-12)
+    fail["gather"] = 1
+    import zarr
+
+    path = srd.predict(m, store, client, max_rows=50, out=str(tmp_path / "scores"))
+    np.testing.assert_allclose(zarr.open_array(path, mode="r")[:], local, rtol=1e-12)
+    got = srd.evaluate(m, store, client, k=5, max_rows=37, split_every=2)
+    assert fail == {"gather": 0, "tree": 0}
+    for name in want:
+        assert got[name].value == pytest.approx(want[name].value, rel=1e-12)
+
+
 def test_worker_killed_during_statistics_run(client, tmp_path):
     """SIGKILL one worker process mid-run: its tasks are recomputed, the model is unchanged."""
     store = make_store(tmp_path / "big.zarr", range(1, 25), n_features=12)
