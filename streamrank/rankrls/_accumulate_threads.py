@@ -1,4 +1,4 @@
-"""Two threads for the dense accumulation of one computed block (kernel columns), and the BLAS limit it needs.
+"""Pieces and two threads for the dense accumulation of one computed block (kernel columns), and the BLAS limit.
 
 :meth:`RankStatistics.add_block` with ``fill=`` (Φ computed piece by piece,
 e.g. k(X_B, X_R) of sparse RankRLS) cuts a large block into two
@@ -15,7 +15,16 @@ import contextlib
 import os
 import threading
 
-__all__ = ["accumulate_threads", "helper_thread", "two_threads_here", "one_blas_thread"]
+import numpy as np
+
+from ._statistics_kernels import fill_scaled
+
+__all__ = ["accumulate_threads", "helper_thread", "two_threads_here", "one_blas_thread", "group_chunks",
+           "fill_pieces", "FILL_CHUNK_BYTES"]
+
+#: bytes of one piece of Φ computed by a caller's ``fill``: fits the L2 cache, so the kernel map, the
+#: centring and the scaling all run on data the product has just written
+FILL_CHUNK_BYTES = 1 << 20
 
 _THREADS = [None]        # None: 2 if the machine has 2 cores or more, else 1
 _HELPER = []
@@ -42,7 +51,7 @@ def accumulate_threads(n: int | None = None) -> int:
 
 
 def helper_thread():
-    """The one helper thread of ``RankStatistics._fill_in_halves`` (created on first use)."""
+    """The one helper thread of :func:`fill_pieces` (created on first use)."""
     if not _HELPER:
         from concurrent.futures import ThreadPoolExecutor
 
@@ -73,3 +82,69 @@ def one_blas_thread():
         yield
     finally:
         limiter.restore_original_limits()
+
+
+def group_chunks(gp, target, g0=0, g_end=None):
+    """Group-aligned ``(g0, g1)`` ranges of about ``target`` rows (at least one group each) in [g0, g_end)."""
+    g_end = gp.shape[0] - 1 if g_end is None else g_end
+    while g0 < g_end:
+        g1 = int(np.searchsorted(gp, gp[g0] + target, side="right")) - 1
+        g1 = min(max(g1, g0 + 1), g_end)
+        yield g0, g1
+        g0 = g1
+
+
+def fill_pieces(stats, A, fill, Y, sx, sy, gp, center, T, acc):
+    """acc += AᵀA with Φ = A[:, :n] computed by ``fill`` piece by piece (``RankStatistics.add_block(fill=)``).
+
+    Each piece (about ``FILL_CHUNK_BYTES``, whole groups) is computed,
+    then centred and scaled in place while in cache (``fill_scaled`` with
+    Φ = A[:, :n]).  With two threads
+    (:func:`accumulate_threads`), and BLAS at one
+    thread per call meanwhile, both threads take pieces from one queue
+    (so they finish filling together: the elementwise work, e.g. the
+    kernel's exp, runs on both cores instead of one while BLAS's second
+    thread spins), then each runs the SYRK of one group-aligned half into
+    its own accumulator (``stats._acc_helper``, added in by ``RankStatistics._flush``);
+    OpenBLAS would serialise the two calls if its pool were larger than one.
+    Main thread only (:func:`two_threads_here`).
+    """
+    n = stats.n_features
+    target = max(1, FILL_CHUNK_BYTES // (8 * (n + stats.n_outputs)))
+    rows = int(gp[-1])
+    chunks = list(group_chunks(gp, target))
+
+    def fill_chunks(queue):
+        for k in queue:                  # shared iterator: each piece is taken by one thread
+            c0, c1 = chunks[k]
+            a, b = int(gp[c0]), int(gp[c1])
+            fill(a, b, A[a:b, :n])
+            fill_scaled(A[a:b, :n], Y[a:b], sx[a:b], sy[a:b], gp[c0:c1 + 1] - a, center[c0:c1],
+                        A[a:b], T[c0:c1])                               # in place
+
+    def syrk_into(a, b, out):
+        if b > a:
+            H = A[a:b]
+            out += (H.T @ H).T      # exactly symmetric; .T matches out's Fortran order (a contiguous add)
+
+    if len(chunks) >= 2 and two_threads_here():
+        h = int(gp[chunks[len(chunks) // 2][0]])
+        queue = iter(range(len(chunks)))
+        if stats._acc_helper is None:
+            stats._acc_helper = np.zeros_like(acc)
+        with one_blas_thread():
+            # pieces from one queue (the threads finish together), then one SYRK per half, each
+            # into its own accumulator (the helper's is added in at _flush)
+            job = helper_thread().submit(fill_chunks, queue)
+            try:
+                fill_chunks(queue)
+            finally:
+                job.result()
+            job = helper_thread().submit(syrk_into, h, rows, stats._acc_helper)
+            try:
+                syrk_into(0, h, acc)
+            finally:
+                job.result()
+        return
+    fill_chunks(iter(range(len(chunks))))
+    syrk_into(0, rows, acc)

@@ -53,7 +53,7 @@ import scipy.sparse as sp
 from .. import _laplacian_kernels as _k
 from . import _statistics_kernels as _sk
 from ..laplacian import check_group_weight, check_ties, group_weights, tie_classes
-from ._accumulate_threads import helper_thread, one_blas_thread, two_threads_here
+from ._accumulate_threads import fill_pieces, group_chunks
 from ._eigenpath import EigenPath  # noqa: F401  (re-exported: callers import it from here)
 
 __all__ = ["RankStatistics", "block_statistics", "EigenPath"]
@@ -61,9 +61,6 @@ __all__ = ["RankStatistics", "block_statistics", "EigenPath"]
 
 #: bytes of one chunk of the scaled block A in the dense SYRK path (fits the L3 cache)
 _CHUNK_BYTES = 4 << 20
-#: bytes of one chunk of Φ computed by a caller's ``fill`` (see add_block): fits the L2 cache, so the
-#: kernel map, the centring and the scaling all run on data the product has just written
-_FILL_CHUNK_BYTES = 1 << 20
 
 
 def _pair_count(n):
@@ -127,7 +124,7 @@ class RankStatistics:
         self.n_pairs = 0
         # pending [G B; Bᵀ ·] of the dense SYRK path, added into G, B, yLy on read
         self._acc = None
-        self._acc_helper = None   # the helper thread's SYRK accumulator (see _fill_in_halves)
+        self._acc_helper = None   # the helper thread's SYRK accumulator (see _accumulate_threads.fill_pieces)
         self._work = None
         # open (split) groups: gid -> [rows_seen, n_g, S (n,), Sy (v,)]
         self._open = {}
@@ -472,66 +469,11 @@ class RankStatistics:
                 if fill is None:
                     _sk.fill_scaled(A[:, :n], Y, sx, sy, gp, center, A, T)      # in place
                 else:
-                    self._fill_in_halves(A, fill, Y, sx, sy, gp, center, T, acc)
+                    fill_pieces(self, A, fill, Y, sx, sy, gp, center, T, acc)
                     return
             _syrk(1.0, A, acc)
         else:
             self._fill_and_syrk(Phi, Y, sx, sy, gp, center, T, acc)
-
-    def _fill_in_halves(self, A, fill, Y, sx, sy, gp, center, T, acc):
-        """acc += AᵀA with Φ = A[:, :n] computed by ``fill`` piece by piece (see :meth:`add_block`).
-
-        Each piece (about ``_FILL_CHUNK_BYTES``, whole groups) is computed,
-        then centred and scaled in place while in cache (``fill_scaled`` with
-        Φ = A[:, :n]).  With two threads
-        (:func:`~._accumulate_threads.accumulate_threads`), and BLAS at one
-        thread per call meanwhile, both threads take pieces from one queue
-        (so they finish filling together: the elementwise work, e.g. the
-        kernel's exp, runs on both cores instead of one while BLAS's second
-        thread spins), then each runs the SYRK of one group-aligned half into
-        its own accumulator (the helper's is added in at :meth:`_flush`);
-        OpenBLAS would serialise the two calls if its pool were larger than one.
-        Main thread only (:func:`~._accumulate_threads.two_threads_here`).
-        """
-        n = self.n_features
-        target = max(1, _FILL_CHUNK_BYTES // (8 * (n + self.n_outputs)))
-        rows = int(gp[-1])
-        chunks = list(_group_chunks(gp, target))
-
-        def fill_chunks(queue):
-            for k in queue:                  # shared iterator: each piece is taken by one thread
-                c0, c1 = chunks[k]
-                a, b = int(gp[c0]), int(gp[c1])
-                fill(a, b, A[a:b, :n])
-                _sk.fill_scaled(A[a:b, :n], Y[a:b], sx[a:b], sy[a:b], gp[c0:c1 + 1] - a, center[c0:c1],
-                                A[a:b], T[c0:c1])                               # in place
-
-        def syrk_into(a, b, out):
-            if b > a:
-                H = A[a:b]
-                out += (H.T @ H).T      # exactly symmetric; .T matches out's Fortran order (a contiguous add)
-
-        if len(chunks) >= 2 and two_threads_here():
-            h = int(gp[chunks[len(chunks) // 2][0]])
-            queue = iter(range(len(chunks)))
-            if self._acc_helper is None:
-                self._acc_helper = np.zeros_like(acc)
-            with one_blas_thread():
-                # pieces from one queue (the threads finish together), then one SYRK per half, each
-                # into its own accumulator (the helper's is added in at _flush)
-                job = helper_thread().submit(fill_chunks, queue)
-                try:
-                    fill_chunks(queue)
-                finally:
-                    job.result()
-                job = helper_thread().submit(syrk_into, h, rows, self._acc_helper)
-                try:
-                    syrk_into(0, h, acc)
-                finally:
-                    job.result()
-            return
-        fill_chunks(iter(range(len(chunks))))
-        syrk_into(0, rows, acc)
 
     def _fill_and_syrk(self, Phi, Y, sx, sy, gp, center, T, acc):
         """acc += AᵀA for A = [sx ∘ Φ | sy ∘ Y], built chunk by chunk (group-aligned) in the workspace."""
@@ -542,7 +484,7 @@ class RankStatistics:
             _sk.fill_scaled(Phi, Y, sx, sy, gp, center, A, T)
             _syrk(1.0, A, acc)
             return
-        for g0, g1 in _group_chunks(gp, target):       # a large group is one chunk
+        for g0, g1 in group_chunks(gp, target):       # a large group is one chunk
             a, b = int(gp[g0]), int(gp[g1])
             A = self._buffer(b - a, "C")
             _sk.fill_scaled(Phi[a:b], Y[a:b], sx[a:b], sy[a:b], gp[g0:g1 + 1] - a, center[g0:g1], A, T[g0:g1])
@@ -711,16 +653,6 @@ class RankStatistics:
 
 
 # ------------------------------------------------------------------ helpers
-def _group_chunks(gp, target, g0=0, g_end=None):
-    """Group-aligned ``(g0, g1)`` ranges of about ``target`` rows (at least one group each) in [g0, g_end)."""
-    g_end = gp.shape[0] - 1 if g_end is None else g_end
-    while g0 < g_end:
-        g1 = int(np.searchsorted(gp, gp[g0] + target, side="right")) - 1
-        g1 = min(max(g1, g0 + 1), g_end)
-        yield g0, g1
-        g0 = g1
-
-
 def _syrk(alpha, A, acc):
     """acc += alpha AᵀA for a float64 A (rows, k), C- or Fortran-contiguous.
 

@@ -55,10 +55,9 @@ def test_sparse_equals_closed_form(rng, kernel, params, group_weight):
 def test_sparse_piecewise_kernel_columns_equal_closed_form(rng, kernel, params, threads, ties, monkeypatch):
     """Φ = k(X_B, X_R) computed a few groups at a time (one or two threads) still gives the closed form."""
     import streamrank.rankrls._accumulate_threads as threads_mod
-    import streamrank.rankrls._statistics as stmod
 
     X, y, qid, _ = make_groups(rng, n_groups=15, n_features=8, levels=3)   # 8 > 6: linear K_RR has full rank
-    monkeypatch.setattr(stmod, "_FILL_CHUNK_BYTES", 8 * 7 * 5)     # ~5 rows a piece (r = 6 basis rows)
+    monkeypatch.setattr(threads_mod, "FILL_CHUNK_BYTES", 8 * 7 * 5)     # ~5 rows a piece (r = 6 basis rows)
     monkeypatch.setattr(threads_mod, "_THREADS", [threads])
     m = sr.KernelRankRLS(kernel=kernel, alpha=0.4, n_basis=6, random_state=5, ties=ties, **params)
     m.fit(sr.as_source(X, y, qid), max_rows=40)

@@ -135,13 +135,12 @@ def test_chunked_fill_and_syrk_equal_one_pass(ties, gw, chunk_rows, rng, monkeyp
 def test_fill_callback_equals_phi_given(ties, gw, threads, chunk_rows, rng, monkeypatch):
     """Φ computed by fill(a, b, out) piece by piece (one or two threads, any piece size) = Φ passed whole."""
     import streamrank.rankrls._accumulate_threads as threads_mod
-    import streamrank.rankrls._statistics as stmod
 
     X, y, _, gp = make_groups(rng, n_groups=11, max_size=9, levels=3, n_outputs=1)
     n = X.shape[1]
     ref = RankStatistics(n, 1, group_weight=gw, ties=ties)
     ref.add_block(X, y, gp)
-    monkeypatch.setattr(stmod, "_FILL_CHUNK_BYTES", 8 * (n + 1) * chunk_rows)
+    monkeypatch.setattr(threads_mod, "FILL_CHUNK_BYTES", 8 * (n + 1) * chunk_rows)
     monkeypatch.setattr(threads_mod, "_THREADS", [threads])
     calls = []
 
@@ -189,7 +188,6 @@ def test_blas_limit_is_set_and_restored_on_the_main_thread_only(rng, monkeypatch
     import threading
 
     import streamrank.rankrls._accumulate_threads as threads_mod
-    import streamrank.rankrls._statistics as stmod
 
     with threads_mod.one_blas_thread():                     # creates the controller
         pass
@@ -198,7 +196,7 @@ def test_blas_limit_is_set_and_restored_on_the_main_thread_only(rng, monkeypatch
         return [i["num_threads"] for i in threads_mod._BLAS[0].info() if i["user_api"] == "blas"]
 
     monkeypatch.setattr(threads_mod, "_THREADS", [2])
-    monkeypatch.setattr(stmod, "_FILL_CHUNK_BYTES", 8 * 6 * 4)
+    monkeypatch.setattr(threads_mod, "FILL_CHUNK_BYTES", 8 * 6 * 4)
     X, y, _, gp = make_groups(rng, n_groups=12, max_size=9, levels=3, n_outputs=1)
     n = X.shape[1]
     ref = RankStatistics(n, 1)
