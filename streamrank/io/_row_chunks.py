@@ -90,10 +90,11 @@ class RowChunkReader:
         """Rows ``[r0, r1)`` as a new array; ``n_rows`` is the committed length (chunks are cut there).
 
         A chunk in the cache is copied from it; the chunks that lie inside
-        ``[r0, r1)`` (or that it ends) are decoded by one zarr call straight
-        into the result, so zarr still decodes them concurrently; a last chunk
-        that the range ends inside is decoded whole into the cache, for the
-        next block.  Peak memory: the result plus ``keep`` chunks.
+        ``[r0, r1)`` (or that it ends) are decoded straight into the result
+        (by the chunk decoder, or by one zarr call, which decodes them
+        concurrently); a last chunk that the range ends inside is decoded
+        whole into the cache, for the next block.  Peak memory: the result
+        plus ``keep`` chunks.
         """
         r0, r1, n_rows = int(r0), int(r1), int(n_rows)
         if not 0 <= r0 <= r1 <= n_rows:
