@@ -34,8 +34,8 @@ _BLAS = []
 def accumulate_threads(n: int | None = None) -> int:
     """Threads (1 or 2) that fill and accumulate one block computed by ``fill`` (kernel columns).
 
-    ``n`` sets it; None reads it.  Default: 2 when the machine has two cores
-    or more; the environment variable ``STREAMRANK_ACCUMULATE_THREADS=1``
+    ``n`` sets it; None reads it.  Default: 2 when the process may run on two
+    cores or more (its CPU affinity); the environment variable ``STREAMRANK_ACCUMULATE_THREADS=1``
     turns the helper thread off (e.g. when every core already runs a dask
     worker thread).
     """
@@ -46,8 +46,16 @@ def accumulate_threads(n: int | None = None) -> int:
         _THREADS[0] = min(n, 2)
     if _THREADS[0] is None:
         env = os.environ.get("STREAMRANK_ACCUMULATE_THREADS")
-        _THREADS[0] = max(1, min(2, int(env))) if env else min(2, os.cpu_count() or 1)
+        _THREADS[0] = max(1, min(2, int(env))) if env else min(2, _usable_cpus())
     return _THREADS[0]
+
+
+def _usable_cpus() -> int:
+    """CPUs this process may run on (its affinity mask, e.g. a container's quota of cores)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):   # pragma: no cover - not Linux
+        return os.cpu_count() or 1
 
 
 def helper_thread():

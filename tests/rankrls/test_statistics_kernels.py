@@ -239,3 +239,15 @@ def test_accumulate_threads_setting(monkeypatch):
     assert threads_mod.accumulate_threads(8) == 2
     with pytest.raises(ValueError, match=">= 1"):
         threads_mod.accumulate_threads(0)
+
+
+def test_accumulate_threads_default_follows_the_cpu_affinity(monkeypatch):
+    import os
+
+    import streamrank.rankrls._accumulate_threads as threads_mod
+
+    monkeypatch.delenv("STREAMRANK_ACCUMULATE_THREADS", raising=False)
+    for cpus, want in (({0}, 1), ({0, 1}, 2), ({0, 1, 2, 3}, 2)):
+        monkeypatch.setattr(threads_mod, "_THREADS", [None])
+        monkeypatch.setattr(os, "sched_getaffinity", lambda pid, c=cpus: c, raising=False)
+        assert threads_mod.accumulate_threads() == want
