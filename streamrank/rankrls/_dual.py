@@ -403,6 +403,34 @@ class LeavePairOut:
         return sp_ * (QLy_U + corr)
 
 
+class PerOutput:
+    """One hold-out object per output column, read as one: ties="exclude" with several outputs.
+
+    Every output has its own tie classes, so its own Laplacian and its own
+    O(m³) decomposition (or leave-pair-out factors); the columns are solved
+    apart and put side by side.  Exposes what the dual model reads:
+    ``coef``, ``fitted``, ``holdout`` (decompositions) and ``__call__``
+    (leave-pair-out), each the per-output results concatenated on the last axis.
+    """
+
+    def __init__(self, parts):
+        self.parts = list(parts)
+        self.m = self.parts[0].m
+        self.alpha = getattr(self.parts[0], "alpha", None)
+
+    def coef(self, alpha):
+        return np.concatenate([p.coef(alpha) for p in self.parts], axis=-1)
+
+    def fitted(self, alpha):
+        return np.concatenate([p.fitted(alpha) for p in self.parts], axis=-1)
+
+    def holdout(self, alpha, sets):
+        return np.concatenate([p.holdout(alpha, sets) for p in self.parts], axis=-1)
+
+    def __call__(self, pairs):
+        return np.concatenate([p(pairs) for p in self.parts], axis=-1)
+
+
 class LeavePairOutExcludeTies:
     """Exact leave-pair-out for object ranking with tied pairs excluded (one group, one output).
 

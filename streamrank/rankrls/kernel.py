@@ -64,7 +64,7 @@ from ..io.blocks import BlockSource, vstack_X
 from ..kernels import KernelColumns, check_kernel, kernel_rows
 from ..laplacian import check_group_weight, check_ties
 from ..persistence import register_model
-from ._dual import DualDecomposition, LaplacianRoot, LeavePairOut, LeavePairOutExcludeTies, check_psd
+from ._dual import DualDecomposition, LaplacianRoot, LeavePairOut, LeavePairOutExcludeTies, PerOutput, check_psd
 from ._statistics import RankStatistics
 
 __all__ = ["KernelRankRLS"]
@@ -408,9 +408,14 @@ class KernelRankRLS(BaseRanker):
         lpo = getattr(self, "_lpo_cache", None)
         if lpo is None or lpo.alpha != alpha:      # one O(m³) step per λ, then O(1) per pair
             self._lpo_cache = None
-            cls = LeavePairOut if self.ties == "include" else LeavePairOutExcludeTies
-            lpo = self._lpo_cache = cls(self._spec()(self.basis_), self._Y, alpha,
-                                        group_weight=self.group_weight)
+            K = self._spec()(self.basis_)
+            Y = np.asarray(self._Y, dtype=np.float64).reshape(m, -1)
+            if self.ties == "include":
+                lpo = LeavePairOut(K, Y, alpha, group_weight=self.group_weight)
+            else:                                   # each output has its own tie classes
+                lpo = PerOutput([LeavePairOutExcludeTies(K, Y[:, k:k + 1], alpha, group_weight=self.group_weight)
+                                 for k in range(Y.shape[1])])
+            self._lpo_cache = lpo
         out = lpo(P)
         return out[:, :, 0] if self._one_d else out
 
@@ -635,10 +640,18 @@ def _dual_decomposition(spec, X, Y, gp, group_weight, ties, *, check):
     ``check``: test that a kernel not PSD by construction is PSD on X (fit;
     a loaded model was checked when it was fitted).
     """
-    root = LaplacianRoot(gp, Y, group_weight=group_weight, ties=ties)
+    Y = np.asarray(Y, dtype=np.float64).reshape(len(Y), -1)
     K = spec(X)
     if check and not spec.psd_by_construction:
         check_psd(K, name="kernel")
+    if ties == "exclude" and Y.shape[1] > 1:     # every output has its own tie classes: one per output
+        parts = []
+        for k in range(Y.shape[1]):
+            root = LaplacianRoot(gp, Y[:, k:k + 1], group_weight=group_weight, ties=ties)
+            held = [root.apply(K.copy() if k + 1 < Y.shape[1] else K, inplace=True)]
+            parts.append(DualDecomposition(held, Y[:, k:k + 1], root))
+        return PerOutput(parts)
+    root = LaplacianRoot(gp, Y, group_weight=group_weight, ties=ties)
     held = [root.apply(K, inplace=True)]     # B K, in the buffer of K, handed over (freed early)
     del K
     return DualDecomposition(held, Y, root)

@@ -158,3 +158,55 @@ def test_leave_pair_out_chunks_and_all_pairs(rng):
     np.testing.assert_allclose(lpo(pairs, chunk=4)[:, :, 0], full, rtol=1e-12, atol=1e-14)
     # swapping the pair swaps the predictions
     np.testing.assert_allclose(m.leave_pair_out(pairs[:, ::-1]), full[:, ::-1], rtol=1e-12, atol=1e-14)
+
+
+@pytest.mark.parametrize("group_weight", ["pair", "query", "size"])
+def test_ties_excluded_with_several_outputs_equals_brute_force(rng, group_weight):
+    """ties="exclude" and two outputs: each column has its own Laplacian (its own tie classes).
+    Fit, path, leave-query-out and k-fold scores equal the per-output brute force."""
+    X, _, qid, _ = make_groups(rng, n_groups=6, n_features=3, levels=3)
+    Y = np.column_stack([rng.integers(0, 3, len(qid)), rng.integers(0, 2, len(qid))]).astype(float)
+    lam, kern = 0.4, dict(gamma=0.5)
+    m = sr.KernelRankRLS(alpha=lam, group_weight=group_weight, ties="exclude", **kern).fit(X, Y, qid)
+    K = kernel_ref(X, X, "rbf", **kern)
+    for k in range(2):
+        L = laplacian_pairs(qid, Y[:, k], group_weight, "exclude")
+        assert _rel(K @ m.dual_coef_[:, k], K @ dual_objective_ref(K, L, Y[:, k], lam)) < 1e-8
+        assert _rel(K @ m.path([2.5])[0][:, k], K @ dual_objective_ref(K, L, Y[:, k], 2.5)) < 1e-8
+    lqo = m.leave_query_out()
+    assert lqo.shape == Y.shape
+    for U in groups_of(qid):
+        keep = np.setdiff1d(np.arange(len(qid)), U)
+        for k in range(2):
+            ref = _retrain_predict(X, Y[:, k], qid, keep, U, lam, "rbf", kern, group_weight, "exclude")
+            assert _rel(lqo[U, k], ref) < 1e-8
+    cv = m.cross_validate(alphas=[0.1, 1.0], folds="query", scoring="squared")
+    assert cv.scores_per_output.shape[-1] == 2 and np.isfinite(cv.scores).all()
+
+
+def test_leave_pair_out_ties_excluded_several_outputs(rng):
+    """Object ranking, ties excluded, two outputs: each column equals retraining without the two rows."""
+    n = 12
+    X = rng.normal(size=(n, 3))
+    Y = np.column_stack([rng.integers(0, 3, n), rng.integers(0, 2, n)]).astype(float)
+    lam, kern = 0.6, dict(gamma=0.5)
+    m = sr.KernelRankRLS(alpha=lam, ties="exclude", **kern).fit(X, Y)
+    pairs = np.array([(0, 1), (3, 7), (11, 2), (5, 4)])
+    out = m.leave_pair_out(pairs)
+    assert out.shape == (4, 2, 2)
+    q = np.zeros(n, dtype=int)
+    for p, (i, j) in enumerate(pairs):
+        keep = np.setdiff1d(np.arange(n), [i, j])
+        for k in range(2):
+            ref = _retrain_predict(X, Y[:, k], q, keep, np.array([i, j]), lam, "rbf", kern, "pair", "exclude")
+            assert _rel(out[p, :, k], ref) < 1e-8
+
+
+def test_ties_excluded_several_outputs_survive_save_load(rng, tmp_path):
+    X, _, qid, _ = make_groups(rng, n_groups=5, n_features=3, levels=3)
+    Y = np.column_stack([rng.integers(0, 3, len(qid)), rng.integers(0, 2, len(qid))]).astype(float)
+    m = sr.KernelRankRLS(alpha=0.4, ties="exclude", gamma=0.5).fit(X, Y, qid)
+    sr.save(m, tmp_path / "m")
+    loaded = sr.load(tmp_path / "m")
+    assert _rel(loaded.path([0.3, 3.0]), m.path([0.3, 3.0])) < 1e-10
+    assert _rel(loaded.leave_query_out(), m.leave_query_out()) < 1e-10
