@@ -440,7 +440,8 @@ def _kernel_stats_task(plan, ref, est, basis, n_outputs):
     block = ref.open().read_block(*plan)
     spec = est._spec()
     return _compact(block_statistics(block, group_weight=est.group_weight, ties=est.ties,
-                                     transform=lambda X: spec(X, basis), n_outputs=n_outputs))
+                                     transform=lambda X: spec(X, basis), n_outputs=n_outputs,
+                                     per_output=est.ties == "exclude" and n_outputs > 1))
 
 
 def _fit_kernel_sparse(est, source, client, *, max_rows, split_every):

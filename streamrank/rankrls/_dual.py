@@ -415,7 +415,7 @@ class PerOutput:
 
     def __init__(self, parts):
         self.parts = list(parts)
-        self.m = self.parts[0].m
+        self.m = getattr(self.parts[0], "m", None)
         self.alpha = getattr(self.parts[0], "alpha", None)
 
     def coef(self, alpha):

@@ -109,9 +109,9 @@ class RankStatistics:
             if not per_output:
                 raise NotImplementedError(
                     f"ties='exclude' with {self.n_outputs} outputs: every output has its own tie classes and "
-                    "so its own G; this solver needs one shared G (linear RankRLS's primal solver and "
-                    "solver='cg' handle it, and so does the exact dual KernelRankRLS, n_basis=None), so fit one "
-                    "model per output column or use ties='include'"
+                    "so its own G; this caller needs one shared G (RankRLS, both its solvers, and "
+                    "KernelRankRLS, dual and sparse, handle it), so fit one model per output column or use "
+                    "ties='include'"
                 )
             # one single-output accumulator per output (each with its own tie classes)
             self._parts = [RankStatistics(n_features, 1, group_weight=group_weight, ties=ties)

@@ -103,6 +103,14 @@ class _SparseSolution:
         return self.T @ (self.z / (self.eigenvalues + float(alpha))[:, None])
 
 
+def _sparse_solution(G, B, K_RR):
+    """The sparse solution of shared statistics, or one per output (G a (v, r, r) stack: ties="exclude")."""
+    G = np.asarray(G, dtype=np.float64)
+    if G.ndim == 3:
+        return PerOutput([_SparseSolution(G[k], B[:, k:k + 1], K_RR) for k in range(G.shape[0])])
+    return _SparseSolution(G, B, K_RR)
+
+
 @register_model
 class KernelRankRLS(BaseRanker):
     """Kernel RankRLS: exact dual solver or sparse (basis-vector) RankRLS.
@@ -233,12 +241,13 @@ class KernelRankRLS(BaseRanker):
             if max_rows is None:
                 max_rows = max(256, (1 << 22) // max(r, 1))
         v = source.n_outputs
-        stats = RankStatistics(r, v, group_weight=self.group_weight, ties=self.ties)
+        per_output = self.ties == "exclude" and v > 1      # every output its own tie classes, its own G
+        stats = RankStatistics(r, v, group_weight=self.group_weight, ties=self.ties, per_output=per_output)
         ys = []
         cols = KernelColumns(spec, Xb)
         for block in source.blocks(max_rows=max_rows, split_groups=True):
             gid = block.group_start + np.arange(block.n_groups, dtype=np.int64)
-            if block.is_split:
+            if block.is_split or per_output:
                 stats.add_block(spec(block.X, Xb), block.y, block.group_ptr, group_size=block.group_size,
                                 group_offset=block.group_offset, group_id=gid)
             else:
@@ -266,7 +275,7 @@ class KernelRankRLS(BaseRanker):
         self.n_outputs_ = stats.n_outputs
         check_n_features(self, source.n_features, reset=True)
         self._sparse_stats = (np.array(stats.G, dtype=np.float64), np.array(stats.B, dtype=np.float64))
-        self._sparse = _SparseSolution(*self._sparse_stats, spec(basis))
+        self._sparse = _sparse_solution(*self._sparse_stats, spec(basis))
         if one_d is None:
             one_d = source.n_outputs == 1 and getattr(source, "y_ndim", 1) == 1
         self._one_d = bool(one_d)
@@ -296,7 +305,7 @@ class KernelRankRLS(BaseRanker):
             return self._decomp
         if mode == "sparse":
             if getattr(self, "_sparse", None) is None:     # loaded: O(r³) once
-                self._sparse = _SparseSolution(*self._sparse_stats, self._spec()(self.basis_))
+                self._sparse = _sparse_solution(*self._sparse_stats, self._spec()(self.basis_))
             return self._sparse
         self._check_fitted("dual_coef_")
         raise ValueError("this model was loaded from a file written without its training targets / "
@@ -349,24 +358,29 @@ class KernelRankRLS(BaseRanker):
             raise ValueError("leave_query_out needs at least 2 query groups; the model was trained "
                              "on one group")
         spec = self._spec()
-        sol = self._sparse
-        d = 1.0 / (sol.eigenvalues + alpha)
-        dz = d[:, None] * sol.z
-        out = np.empty((source.n_rows, sol.z.shape[1]))
+        sol = self._solver()
+        # one solution per output when every output has its own Laplacian (ties="exclude", several outputs)
+        parts = sol.parts if isinstance(sol, PerOutput) else [sol]
+        cols = [slice(k, k + 1) for k in range(len(parts))] if isinstance(sol, PerOutput) else [slice(None)]
+        out = np.empty((source.n_rows, self.n_outputs_))
         for block in source.blocks(max_rows=max_rows, split_groups=False):
-            Psi = spec(block.X, self.basis_) @ sol.T              # ψ in the eigenbasis (rows, r₊)
-            F = Psi @ dz
-            Y = np.asarray(block.y, dtype=np.float64).reshape(block.n_rows, -1)
-            root = LaplacianRoot(block.group_ptr, Y, group_weight=self.group_weight, ties=self.ties)
+            Kb = spec(block.X, self.basis_)
+            Yb = np.asarray(block.y, dtype=np.float64).reshape(block.n_rows, -1)
             gp = block.group_ptr
-            for g in range(block.n_groups):
-                a, b = gp[g], gp[g + 1]
-                Pg = Psi[a:b]
-                H = (Pg * d) @ Pg.T                               # Ψ_g P Ψ_gᵀ
-                S = root.block(g)
-                M = np.eye(b - a) - S @ H @ S
-                corr = H @ S @ np.linalg.solve(M, S @ (F[a:b] - Y[a:b]))
-                out[block.start + a:block.start + b] = F[a:b] + corr
+            for part, c in zip(parts, cols):
+                d = 1.0 / (part.eigenvalues + alpha)
+                Psi = Kb @ part.T                                 # ψ in the eigenbasis (rows, r₊)
+                F = Psi @ (d[:, None] * part.z)
+                Y = Yb[:, c]
+                root = LaplacianRoot(gp, Y, group_weight=self.group_weight, ties=self.ties)
+                for g in range(block.n_groups):
+                    a, b = gp[g], gp[g + 1]
+                    Pg = Psi[a:b]
+                    H = (Pg * d) @ Pg.T                           # Ψ_g P Ψ_gᵀ
+                    S = root.block(g)
+                    M = np.eye(b - a) - S @ H @ S
+                    corr = H @ S @ np.linalg.solve(M, S @ (F[a:b] - Y[a:b]))
+                    out[block.start + a:block.start + b, c] = F[a:b] + corr
         return out
 
     def leave_pair_out(self, pairs, alpha=None):
@@ -537,7 +551,9 @@ class KernelRankRLS(BaseRanker):
         Xb = self.basis_
         r = Xb.shape[0]
         v = source.n_outputs
-        folds = [RankStatistics(r, v, group_weight=self.group_weight, ties=self.ties) for _ in range(n_folds)]
+        per_output = self.ties == "exclude" and v > 1
+        folds = [RankStatistics(r, v, group_weight=self.group_weight, ties=self.ties, per_output=per_output)
+                 for _ in range(n_folds)]
 
         def phi_blocks():
             for block in source.blocks(max_rows=max_rows, split_groups=True):
@@ -546,17 +562,17 @@ class KernelRankRLS(BaseRanker):
         for pb in phi_blocks():
             for f, P, Y, gp, size, off, gid, _ in _split_by_fold(pb, fold_of(pb.qid, n_folds)):
                 folds[f].add_block(P, Y, gp, group_size=size, group_offset=off, group_id=gid)
-        total = RankStatistics(r, v, group_weight=self.group_weight, ties=self.ties)
+        total = RankStatistics(r, v, group_weight=self.group_weight, ties=self.ties, per_output=per_output)
         for st in folds:
             st.check_complete()
             total.merge(st)
         K_RR = spec(Xb)
         coefs = []
         for st in folds:
-            sol = _SparseSolution(total.G - st.G, total.B - st.B, K_RR)
+            sol = _sparse_solution(total.G - st.G, total.B - st.B, K_RR)
             coefs.append(np.stack([sol.coef(a) for a in arr]))          # (a, r, v)
         if kind == "squared":
-            per_out = sum(st.loss(W) for st, W in zip(folds, coefs)) / max(total.n_pairs, 1)
+            per_out = sum(st.loss(W) for st, W in zip(folds, coefs)) / np.maximum(total.pairs_per_output, 1)
         else:
             ev = _Evaluators(kind, k, len(arr), v)
             for pb in phi_blocks():
@@ -620,7 +636,7 @@ class KernelRankRLS(BaseRanker):
             G = np.asarray(arrays["stats_G"], dtype=np.float64)
             B = np.asarray(arrays["stats_B"], dtype=np.float64)
             r = self.basis_.shape[0]
-            if G.shape != (r, r) or B.shape != (r, self.n_outputs_):
+            if G.shape not in ((r, r), (self.n_outputs_, r, r)) or B.shape != (r, self.n_outputs_):
                 raise ValueError(f"stats_G {G.shape} / stats_B {B.shape} do not match the {r} basis rows")
             self._sparse_stats = (G, B)
             self._max_rows = int(attrs.get("max_rows", 0)) or None

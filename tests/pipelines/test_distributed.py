@@ -240,6 +240,18 @@ def test_cg_fit_equals_local_cg(client, store, qid_none):
     np.testing.assert_allclose(dist.coef_, local.coef_, rtol=1e-8, atol=1e-12)
 
 
+def test_sparse_kernel_ties_excluded_several_outputs_equals_local(client):
+    """ties="exclude" with two outputs: the workers keep one G per output, the reduction joins them."""
+    rng = np.random.default_rng(11)
+    X = rng.normal(size=(240, 4))
+    Y = np.column_stack([rng.integers(0, 3, 240), rng.integers(0, 2, 240)]).astype(float)
+    src = sr.as_source(X, Y, np.repeat(np.arange(40), 6))
+    kw = dict(kernel="rbf", gamma=0.3, alpha=0.5, n_basis=15, random_state=2, ties="exclude")
+    local = sr.KernelRankRLS(**kw).fit(src, max_rows=50)
+    dist = srd.fit(sr.KernelRankRLS(**kw), src, client, max_rows=35, split_every=2)
+    np.testing.assert_allclose(dist.dual_coef_, local.dual_coef_, rtol=1e-8, atol=1e-10)
+
+
 @pytest.mark.parametrize("basis", ["random"])
 def test_sparse_kernel_rankrls_equals_local(client, store, basis):
     """Sparse KernelRankRLS: distributed reservoir picks the same basis rows; statistics reduced on workers."""

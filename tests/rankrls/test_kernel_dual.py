@@ -160,11 +160,11 @@ def test_bad_data(rng):
         m.predict(X[:, :2])
     with pytest.raises(sr.NotFittedError):
         sr.KernelRankRLS().predict(X)
-    # ties="exclude" with several outputs: the dual solves each output apart (test_kernel_holdout.py);
-    # sparse RankRLS needs one shared G and says so
+    # ties="exclude" with several outputs: every output is solved apart (test_kernel_holdout.py,
+    # test_sparse_rankrls.py)
     assert sr.KernelRankRLS(ties="exclude").fit(X, np.c_[y, y], qid).dual_coef_.shape == (len(y), 2)
-    with pytest.raises(NotImplementedError, match="2 outputs.*n_basis=None"):
-        sr.KernelRankRLS(ties="exclude", n_basis=5, random_state=0).fit(X, np.c_[y, y], qid)
+    assert sr.KernelRankRLS(ties="exclude", n_basis=5, random_state=0).fit(
+        X, np.c_[y, y], qid).dual_coef_.shape == (5, 2)
 
 
 @pytest.mark.parametrize("group_weight", ["pair", "query", "size"])

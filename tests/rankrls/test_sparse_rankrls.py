@@ -67,6 +67,36 @@ def test_sparse_piecewise_kernel_columns_equal_closed_form(rng, kernel, params, 
     assert _rel(m.dual_coef_, ref) < 1e-8
 
 
+@pytest.mark.parametrize("group_weight", ["pair", "query", "size"])
+def test_sparse_ties_excluded_several_outputs(rng, group_weight, tmp_path):
+    """ties="exclude", two outputs: one G per output.  Each column equals the closed form with its own
+    Laplacian and the single-output model of that column (fit, path, leave-query-out, k-fold CV, save/load),
+    whatever the block cutting."""
+    X, _, qid, _ = make_groups(rng, n_groups=12, n_features=3, levels=3)
+    Y = np.column_stack([rng.integers(0, 3, len(qid)), rng.integers(0, 2, len(qid))]).astype(float)
+    kw = dict(kernel="rbf", gamma=0.5, alpha=0.4, n_basis=7, random_state=3, group_weight=group_weight,
+              ties="exclude")
+    m = sr.KernelRankRLS(**kw).fit(sr.as_source(X, Y, qid), max_rows=13)
+    R = m.basis_
+    K_RM, K_RR = kernel_ref(R, X, "rbf", gamma=0.5), kernel_ref(R, R, "rbf", gamma=0.5)
+    singles = [sr.KernelRankRLS(**kw).fit(sr.as_source(X, Y[:, k], qid), max_rows=40) for k in range(2)]
+    for k in range(2):
+        L = laplacian_pairs(qid, Y[:, k], group_weight, ties="exclude")
+        assert _rel(m.dual_coef_[:, k], sparse_ref(K_RM, K_RR, L, Y[:, k], 0.4)) < 1e-8
+        assert _rel(m.path([3.0])[0][:, k], sparse_ref(K_RM, K_RR, L, Y[:, k], 3.0)) < 1e-8
+        np.testing.assert_array_equal(singles[k].basis_, R)
+    lqo = m.leave_query_out()
+    for k in range(2):
+        assert _rel(lqo[:, k], singles[k].leave_query_out()) < 1e-8
+    cv = m.cross_validate(alphas=[0.1, 2.0], folds=3, scoring="squared")
+    for k in range(2):
+        one = singles[k].cross_validate(alphas=[0.1, 2.0], folds=3, scoring="squared")
+        assert _rel(cv.scores_per_output[:, k], one.scores_per_output[:, 0]) < 1e-8
+    sr.save(m, tmp_path / "m")
+    loaded = sr.load(tmp_path / "m")
+    assert _rel(loaded.path([0.2, 5.0]), m.path([0.2, 5.0])) < 1e-10
+
+
 def test_sparse_leave_query_out_equals_retraining(rng):
     X, y, qid, _ = make_groups(rng, n_groups=6, n_features=3, levels=4)
     R = X[[0, 3, 5, 9, 11]]
