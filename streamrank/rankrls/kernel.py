@@ -241,13 +241,13 @@ class KernelRankRLS(BaseRanker):
             if max_rows is None:
                 max_rows = max(256, (1 << 22) // max(r, 1))
         v = source.n_outputs
-        per_output = self.ties == "exclude" and v > 1      # every output its own tie classes, its own G
-        stats = RankStatistics(r, v, group_weight=self.group_weight, ties=self.ties, per_output=per_output)
+        # per_output: one G per output when each has its own tie classes (ties="exclude", several outputs)
+        stats = RankStatistics(r, v, group_weight=self.group_weight, ties=self.ties, per_output=True)
         ys = []
         cols = KernelColumns(spec, Xb)
         for block in source.blocks(max_rows=max_rows, split_groups=True):
             gid = block.group_start + np.arange(block.n_groups, dtype=np.int64)
-            if block.is_split or per_output:
+            if block.is_split or stats.per_output:
                 stats.add_block(spec(block.X, Xb), block.y, block.group_ptr, group_size=block.group_size,
                                 group_offset=block.group_offset, group_id=gid)
             else:
@@ -551,8 +551,7 @@ class KernelRankRLS(BaseRanker):
         Xb = self.basis_
         r = Xb.shape[0]
         v = source.n_outputs
-        per_output = self.ties == "exclude" and v > 1
-        folds = [RankStatistics(r, v, group_weight=self.group_weight, ties=self.ties, per_output=per_output)
+        folds = [RankStatistics(r, v, group_weight=self.group_weight, ties=self.ties, per_output=True)
                  for _ in range(n_folds)]
 
         def phi_blocks():
@@ -562,7 +561,7 @@ class KernelRankRLS(BaseRanker):
         for pb in phi_blocks():
             for f, P, Y, gp, size, off, gid, _ in _split_by_fold(pb, fold_of(pb.qid, n_folds)):
                 folds[f].add_block(P, Y, gp, group_size=size, group_offset=off, group_id=gid)
-        total = RankStatistics(r, v, group_weight=self.group_weight, ties=self.ties, per_output=per_output)
+        total = RankStatistics(r, v, group_weight=self.group_weight, ties=self.ties, per_output=True)
         for st in folds:
             st.check_complete()
             total.merge(st)
