@@ -441,7 +441,7 @@ def _kernel_stats_task(plan, ref, est, basis, n_outputs):
     spec = est._spec()
     return _compact(block_statistics(block, group_weight=est.group_weight, ties=est.ties,
                                      transform=lambda X: spec(X, basis), n_outputs=n_outputs,
-                                     per_output=est.ties == "exclude" and n_outputs > 1))
+                                     per_output=True))
 
 
 def _fit_kernel_sparse(est, source, client, *, max_rows, split_every):
@@ -528,26 +528,32 @@ def predict(estimator, source, client=None, *, max_rows=DEFAULT_BLOCK_ROWS, out=
     step = int(max_rows)
     ranges = [(a, min(a + step, n)) for a in range(0, n, step)]
     with get_client(client) as c:
-        refs = [_ship_source(c, source)]
-        reship = lambda: refs.__setitem__(0, _ship_source(c, source))  # noqa: E731
+        # the source (if in memory) and the model, scattered once (not broadcast: streamrank._dask_retry)
+        # and again after a lost worker
+        refs = {}
+
+        def ship():
+            refs["source"] = _ship_source(c, source)
+            refs["model"] = c.scatter(est, hash=False)
+
+        ship()
         if out is None:
             if not ranges:
                 return np.zeros(0)
 
             def scores():
-                model = c.scatter(est, hash=False)  # not broadcast (streamrank._dask_retry)
-                parts = c.map(_predict_rows_task, ranges, ref=refs[0], est=model, out=None, pure=False)
+                parts = c.map(_predict_rows_task, ranges, ref=refs["source"], est=refs["model"], out=None,
+                              pure=False)
                 return np.concatenate(c.gather(parts), axis=0)
 
-            return with_retries(c, scores, on_loss=reship)[0]
+            return with_retries(c, scores, on_loss=ship)[0]
         import zarr
 
         def first_row():
-            model = c.scatter(est, hash=False)
-            return c.submit(_predict_rows_task, (0, min(1, n)), ref=refs[0], est=model, out=None,
-                            pure=False).result()
+            return c.submit(_predict_rows_task, (0, min(1, n)), ref=refs["source"], est=refs["model"],
+                            out=None, pure=False).result()
 
-        first = with_retries(c, first_row, on_loss=reship)[0]
+        first = with_retries(c, first_row, on_loss=ship)[0]
         shape = (n,) + tuple(np.shape(first)[1:])
         out = str(out)
         tmp = f"{out}.{uuid.uuid4().hex}.partial"
@@ -555,11 +561,11 @@ def predict(estimator, source, client=None, *, max_rows=DEFAULT_BLOCK_ROWS, out=
                           fill_value=np.nan)
         try:
             def write_all():                        # a redone run rewrites the same chunks with the same values
-                model = c.scatter(est, hash=False)
-                parts = c.map(_predict_rows_task, ranges, ref=refs[0], est=model, out=tmp, pure=False)
+                parts = c.map(_predict_rows_task, ranges, ref=refs["source"], est=refs["model"], out=tmp,
+                              pure=False)
                 return sum(c.gather(parts))
 
-            written = with_retries(c, write_all, on_loss=reship)[0]
+            written = with_retries(c, write_all, on_loss=ship)[0]
             if written != n:  # pragma: no cover - defensive
                 raise RuntimeError(f"wrote {written} of {n} scores")
             if _os.path.exists(out):
