@@ -265,7 +265,9 @@ def fit_sgd_rounds(estimator, source, client=None, *, rounds=10, steps_per_round
         refs = [ref]
 
         def reship():                              # an in-memory source scattered once may have died too
-            if not pairwise and not hasattr(source, "path"):
+            if pairwise:
+                refs[0] = _ship_source(c, source)       # a path for a store, a scatter for arrays
+            elif not hasattr(source, "path"):
                 refs[0] = c.scatter(source, hash=False)
 
         n_retries = 0
