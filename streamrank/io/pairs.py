@@ -257,12 +257,7 @@ def _block_counts(y, gp, left, rng):
     law of one multinomial draw, in any block order.  Updates ``left``.
     """
     counts = np.zeros(len(gp) - 1, dtype=np.int64)
-    local = np.asarray(gp, dtype=np.int64) - int(gp[0])
-    nonempty = np.flatnonzero(local[1:] > local[:-1])
-    if len(nonempty) == 0:
-        return counts
-    starts = local[:-1][nonempty]
-    eligible = nonempty[np.maximum.reduceat(y, starts) > np.minimum.reduceat(y, starts)]
+    eligible = _eligible(y, np.asarray(gp, dtype=np.int64) - int(gp[0]))
     k = len(eligible)
     n, e = left
     if k == 0 or n == 0:
@@ -323,7 +318,14 @@ def _count_eligible(src: BlockSource, max_rows: int, output: int) -> int:
                 count += hi > lo
                 open_g = -1
             continue
-        local = ptr[g0 : g1 + 1] - r0
-        starts = local[:-1][local[1:] > local[:-1]]
-        count += int(np.count_nonzero(np.maximum.reduceat(y, starts) > np.minimum.reduceat(y, starts)))
+        count += len(_eligible(y, ptr[g0 : g1 + 1] - r0))
     return count
+
+
+def _eligible(y, local):
+    """Indices of the non-empty groups (``local`` offsets into ``y``) whose scores are not all equal."""
+    nonempty = np.flatnonzero(local[1:] > local[:-1])
+    if len(nonempty) == 0:
+        return nonempty
+    starts = local[:-1][nonempty]
+    return nonempty[np.maximum.reduceat(y, starts) > np.minimum.reduceat(y, starts)]
