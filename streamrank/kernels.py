@@ -203,11 +203,12 @@ def kernel_matrix(X, Z=None, *, kernel="rbf", gamma=1.0, degree=2, coef0=0.0, ou
 class KernelColumns:
     """``k(X, Z)`` for many row blocks X against one fixed Z (e.g. the basis of sparse RankRLS).
 
-    Z's float64 copy and squared norms are made once; ``cols(X, out)`` then
-    writes the block into ``out`` — a float64 ``(len(X), len(Z))`` array with
-    unit column stride and any row stride, such as rows ``a:b`` of a wider
-    row-major buffer — with one BLAS product straight into ``out`` and the
-    elementwise map in place: no temporary of the block's size.  The values
+    Z's float64 copy and squared norms are made once; ``cols.into_rows(X, A,
+    r0)`` then writes the block into rows ``r0:r0 + len(X)`` of a row-major
+    buffer ``A`` (e.g. a workspace with more columns) with one BLAS product
+    straight into ``A`` and the elementwise map in place: no temporary of the
+    block's size.  ``cols(X, out)`` fills a float64 ``(len(X), len(Z))`` array
+    of any layout.  The values
     are those of :func:`kernel_matrix` (same product, same map).  CSR input
     and callable kernels go through :func:`kernel_matrix` and are copied in.
 
@@ -216,9 +217,9 @@ class KernelColumns:
     >>> import numpy as np
     >>> from streamrank.kernels import KernelColumns, check_kernel, kernel_matrix
     >>> X, Z = np.random.default_rng(0).normal(size=(2, 5, 3))
-    >>> out = np.empty((5, 6))
+    >>> A = np.empty((5, 6))
     >>> cols = KernelColumns(check_kernel("rbf", gamma=0.5), Z)
-    >>> np.allclose(cols(X, out[:, :5]), kernel_matrix(X, Z, kernel="rbf", gamma=0.5))
+    >>> np.allclose(cols.into_rows(X, A, 0)[:, :5], kernel_matrix(X, Z, kernel="rbf", gamma=0.5))
     True
     """
 
@@ -234,14 +235,10 @@ class KernelColumns:
         """Write k(X, Z) into ``out`` (float64, (len(X), len(Z))) and return it."""
         if out.dtype != np.float64 or out.shape != (X.shape[0], self.Z.shape[0]) or not out.flags.writeable:
             raise ValueError(f"out must be a writeable float64 array of shape {(X.shape[0], self.Z.shape[0])}")
-        self._check(X)
-        if not self._fast or sp.issparse(X) or out.strides[1] != 8 or X.shape[0] == 0:
-            out[...] = self.spec(X, self.Z)
-            return out
-        base = out if out.flags.c_contiguous else np.ascontiguousarray(out)
-        self._product_and_map(np.asarray(X, dtype=np.float64), base, 0)
-        if base is not out:
-            out[...] = base
+        if out.flags.c_contiguous:
+            self.into_rows(X, out, 0)
+        else:                                   # any other layout: computed aside, copied in
+            out[...] = self.into_rows(X, np.empty(out.shape), 0)
         return out
 
     def into_rows(self, X, A, r0: int):
