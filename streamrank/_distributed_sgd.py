@@ -192,7 +192,7 @@ def average_models(models):
     W = (W / k).tocoo()
     out = copy.deepcopy(base)
     old = base._fitted()
-    new = SparseW(old.n_rows, old.n_cols, capacity=max(1, W.nnz))
+    new = SparseW(old.n_rows, old.n_cols)
     new.istate[:] = old.istate
     new.istate[K_.I_T] = max(int(m._fitted().istate[K_.I_T]) for m in models)
     new.istate[K_.I_TREFIT] = max(int(m._fitted().istate[K_.I_TREFIT]) for m in models)

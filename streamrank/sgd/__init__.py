@@ -1,12 +1,12 @@
 """Sparse SGD rankers (DESIGN.md §3.6; Chen, Bai, Qi, Lin & Carbonell, ICDM 2010).
 
 * :class:`~streamrank.sgd.bilinear.SparseSGDRanker` -- ``q^T W d`` with a
-  hash-table W, cumulative L1 shrinkage (Algorithm 1) and refit (eq. 8);
+  row-pool W, cumulative L1 shrinkage (Algorithm 1) and refit (eq. 8);
 * :class:`~streamrank.sgd.pairwise.PairwiseSGDRanker` -- ``w . (x+ - x-)`` on
   pairs sampled within groups, the same shrinkage with a vector.
 
-Kernels: ``_sparse_w_kernels`` (hash table, SGD steps, lazy shrinkage) and
-``_pairwise_kernels``; ``_table.SparseW`` owns the table and its state.
+Kernels: ``_sparse_w_kernels`` (rows of W in a pool, SGD steps, lazy shrinkage) and
+``_pairwise_kernels``; ``_table.SparseW`` owns the pool and its state.
 """
 from __future__ import annotations
 

@@ -1,11 +1,14 @@
-"""Python owner of the hash-table W and its shrinkage state (see ``_sparse_w_kernels``).
+"""Python owner of the row-pool W and its shrinkage state (see ``_sparse_w_kernels``).
 
-:class:`SparseW` holds the arrays the kernels work on, grows and shrinks the
-table so that its load stays between ``MIN_LOAD`` and ``MAX_LOAD`` (memory
-proportional to nnz(W)), and turns the table into a CSR matrix.  All the
-state that must survive ``partial_fit`` calls and save/load lives here:
-the table, the step counter ``t``, the sweep counter ``K``, the running
-threshold sums ``S[0..K]`` and the eta accumulated since the last sweep.
+:class:`SparseW` holds the arrays the kernels work on: ``meta`` (one
+``(start, length, capacity, stamp)`` record per row of W) and the pool
+``pc`` (int32 columns) / ``pv`` (float64 values).  It makes room in the pool
+when the kernel asks for it, repacks the pool so that its size stays
+proportional to the entries stored (memory ∝ nnz(W) plus 32 bytes a row),
+and turns the rows into a CSR matrix.  All the state that must survive
+``partial_fit`` calls and save/load lives here: the rows, the step counter
+``t``, the sweep counter ``K``, the running threshold sums ``S[0..K]`` and the
+eta accumulated since the last sweep.
 """
 from __future__ import annotations
 
@@ -16,86 +19,98 @@ from . import _sparse_w_kernels as K_
 
 __all__ = ["SparseW"]
 
-MAX_LOAD = 0.7
-MIN_LOAD = 0.25
-MIN_CAP = 16
-S_REBASE = 1 << 19  # rebase the running sums after this many sweeps (bounded memory, < 2**20 stamps)
-
-
-def _cap_for(n: int) -> int:
-    cap = MIN_CAP
-    while cap * MAX_LOAD <= n + 1:
-        cap *= 2
-    return cap
+MIN_POOL = 64
+POOL_GROWTH = 2  # after a repack the pool holds this many times what the rows take (amortised O(1))
+S_REBASE = 1 << 19  # flush and restart the sweep counter after this many sweeps (bounded S)
+MAX_COLS = np.iinfo(np.int32).max  # columns are stored as int32
 
 
 class SparseW:
-    """Hash-table W of shape ``(n_rows, n_cols)`` plus the cumulative-L1 state.
+    """W of shape ``(n_rows, n_cols)`` as rows in one pool, plus the cumulative-L1 state."""
 
-    ``tab`` (float64, 2 x capacity) holds the slots (see ``_sparse_w_kernels``).
-    """
-
-    def __init__(self, n_rows: int, n_cols: int, capacity: int = MIN_CAP):
+    def __init__(self, n_rows: int, n_cols: int, capacity: int = MIN_POOL):
         self.n_rows = int(n_rows)
         self.n_cols = int(n_cols)
-        if self.n_rows * self.n_cols > K_.MAX_KEY:
+        if self.n_cols > MAX_COLS:
             raise ValueError(
-                f"W of shape ({self.n_rows}, {self.n_cols}) has more than 2**43 entries; "
-                "hash the features into fewer dimensions")
-        cap = max(MIN_CAP, 1 << int(np.ceil(np.log2(max(capacity, 1)))))
-        self.tab = self._empty(cap)
+                f"W has {self.n_cols} item features; at most 2**31 - 1 are supported "
+                "(hash the features into fewer dimensions)")
+        self.meta = np.zeros((self.n_rows, 4), dtype=np.int64)
+        P = max(MIN_POOL, int(capacity))
+        self.pc = np.zeros(P, dtype=np.int32)
+        self.pv = np.zeros(P, dtype=np.float64)
         self.S = np.zeros(64, dtype=np.float64)
         self.istate = np.zeros(K_.N_ISTATE, dtype=np.int64)
         self.fstate = np.zeros(1, dtype=np.float64)
-
-    @staticmethod
-    def _empty(cap: int) -> np.ndarray:
-        tab = np.zeros(2 * cap, dtype=np.float64)
-        tab.view(np.int64)[0::2] = K_.EMPTY
-        return tab
+        self.free = np.full(64, -1, dtype=np.int64)  # free segment lists by size class (kernels' _alloc)
 
     # ---------------------------------------------------------------- sizes
     @property
     def capacity(self) -> int:
-        return int(self.tab.shape[0] // 2)
+        """Entries the pool can hold."""
+        return int(self.pc.shape[0])
 
     @property
     def count(self) -> int:
+        """Entries stored (nonzero, or zero only once the pending shrinkage is applied)."""
         return int(self.istate[K_.I_COUNT])
 
     @property
     def nbytes(self) -> int:
-        return int(self.tab.nbytes + 8 * (int(self.istate[K_.I_K]) + 1))
+        return int(self.pc.nbytes + self.pv.nbytes + self.meta.nbytes + 8 * (int(self.istate[K_.I_K]) + 1))
 
-    # ------------------------------------------------------------- resizing
-    def resize(self, cap: int) -> None:
-        if cap & (cap - 1) or cap * MAX_LOAD <= self.count:
-            raise ValueError(f"capacity {cap} is not a power of two above {self.count} / {MAX_LOAD}")
-        new = self._empty(cap)
-        n = K_.rehash(self.tab, new)
-        assert n == self.count, (n, self.count)
-        self.tab = new
+    def workspace(self):
+        """(dense, slot): fresh all-zero column vectors for the kernels to scatter delta into.
 
-    def reserve(self, extra: int) -> None:
-        """Make room for ``extra`` more entries without exceeding ``MAX_LOAD``."""
-        need = _cap_for(self.count + extra)
-        if need > self.capacity:
-            self.resize(need)
+        One pair per call (never cached on the model), so that ``score`` may
+        run in several threads on one model.
+        """
+        return np.zeros(self.n_cols, dtype=np.float64), np.zeros(self.n_cols, dtype=np.int64)
+
+    # --------------------------------------------------------- pool upkeep
+    def _repack(self, size: int, slack: int, tight: bool) -> None:
+        pc = np.empty(size, dtype=np.int32)  # never read beyond what is written
+        pv = np.empty(size, dtype=np.float64)
+        self.istate[K_.I_USED] = K_.repack(self.meta, self.pc, self.pv, pc, pv, slack, tight)
+        self.istate[K_.I_GARBAGE] = 0
+        self.free[:] = -1
+        self.pc, self.pv = pc, pv
+
+    def repack(self, extra: int = 0, slack: int = 0) -> None:
+        """Copy the rows into a fresh pool, each row in a power-of-two segment with room for ``slack`` more.
+
+        The new pool holds ``POOL_GROWTH`` times what the rows take (and at
+        least ``extra`` more, and never less than now): the segments abandoned
+        by growing rows fill it before the next repack, so a repack is O(1)
+        amortised per entry.  ``fit_capacity`` gives memory back.
+        """
+        packed = int(K_.packed_size(self.meta, slack, False))
+        self._repack(max(MIN_POOL, POOL_GROWTH * packed, packed + int(extra), self.capacity), slack, False)
+
+    def make_room(self, extra: int) -> None:
+        """Room at the end of the pool for ``extra`` more entries (repacking, and growing if need be)."""
+        if int(self.istate[K_.I_USED]) + extra > self.capacity:
+            self.repack(extra)
+
+    def room_for_tuple(self, Q, nd: int, r: int) -> int:
+        """Pool entries tuple r may claim: a fresh segment for every query row it outgrows."""
+        rows = Q.indices[Q.indptr[r]:Q.indptr[r + 1]]
+        n = self.meta[rows, K_.M_LEN] + nd
+        grow = n > self.meta[rows, K_.M_CAP]
+        return int(sum(int(K_.row_capacity(int(v))) for v in n[grow]))
 
     def fit_capacity(self, tight: bool = False) -> None:
-        """Shrink the table when it has become mostly empty (memory ∝ nnz).
+        """Repack when the pool has become mostly empty or wasted (memory ∝ nnz).
 
-        ``tight``: resize to the smallest power of two under ``MAX_LOAD``.
+        ``tight``: repack into a pool of exactly the stored entries.
         """
-        if self.capacity > MIN_CAP and (tight or self.count < MIN_LOAD * self.capacity):
-            cap = _cap_for(self.count)
-            if cap != self.capacity:
-                self.resize(cap)
+        if tight:
+            self._repack(max(MIN_POOL, int(K_.packed_size(self.meta, 0, True))), 0, True)
+        elif self.capacity > 4 * POOL_GROWTH * max(self.count, MIN_POOL):
+            self.repack()
 
     def reserve_sweeps(self, n_steps: int, T: int) -> None:
-        """Room in ``S`` (and in the stamp bits) for the sweeps of ``n_steps`` more steps."""
-        if int(self.istate[K_.I_K]) + n_steps // T + 2 > K_.MAX_STAMP:
-            self.rebase()
+        """Room in ``S`` for the sweeps of ``n_steps`` more steps."""
         k = int(self.istate[K_.I_K])
         need = k + n_steps // T + 2
         if need > self.S.shape[0]:
@@ -107,17 +122,14 @@ class SparseW:
     def flush(self) -> None:
         """Apply every pending shrinkage and remove the zeros (exactly equivalent)."""
         k = int(self.istate[K_.I_K])
-        removed = K_.threshold_all(self.tab, self.S, k, 0.0, 0)
+        removed = K_.flush_rows(self.meta, self.pc, self.pv, self.S, k)
         self.istate[K_.I_COUNT] -= removed
         self.istate[K_.I_FLUSHED] = self.istate[K_.I_COUNT]
 
     def rebase(self) -> None:
-        """Flush and restart the sweep counter at 0 (bounded ``S`` and stamps)."""
+        """Flush and restart the sweep counter at 0 (bounded ``S``)."""
         self.flush()
-        ik = self.tab.view(np.int64)
-        occ = ik[0::2] != K_.EMPTY
-        keys = ik[0::2][occ] >> K_.STAMP_BITS
-        ik[0::2][occ] = keys << K_.STAMP_BITS
+        self.meta[:, K_.M_STAMP] = 0
         self.istate[K_.I_K] = 0
         self.S = np.zeros(max(64, self.S.shape[0]), dtype=np.float64)
 
@@ -126,44 +138,72 @@ class SparseW:
             self.rebase()
 
     # ------------------------------------------------------------ conversion
+    def _rebuild(self, W: sp.csr_matrix, stamps: np.ndarray) -> None:
+        """Replace every row by the rows of the CSR ``W`` (no explicit zeros), stamps per row."""
+        n = np.diff(W.indptr)
+        P = max(MIN_POOL, int(sum(int(K_.row_capacity(int(v))) for v in n[n > 0])))
+        self.pc = np.zeros(P, dtype=np.int32)
+        self.pv = np.zeros(P, dtype=np.float64)
+        self.istate[K_.I_USED] = K_.set_rows(self.meta, self.pc, self.pv, W.indptr.astype(np.int64),
+                                             W.indices.astype(np.int32), W.data.astype(np.float64),
+                                             np.asarray(stamps, dtype=np.int64))
+        self.istate[K_.I_GARBAGE] = 0
+        self.free[:] = -1
+        self.istate[K_.I_COUNT] = W.indptr[-1]
+        self.istate[K_.I_FLUSHED] = W.indptr[-1]
+
     def set_entries(self, rows, cols, values) -> None:
+        """``W[rows[n], cols[n]] = values[n]`` (zeros skipped); every entry is brought up to date."""
         rows = np.asarray(rows, dtype=np.int64)
         cols = np.asarray(cols, dtype=np.int64)
         values = np.asarray(values, dtype=np.float64)
         keep = values != 0
-        keys = rows[keep] * self.n_cols + cols[keep]
-        self.reserve(keys.shape[0])
-        stamps = np.full(keys.shape[0], int(self.istate[K_.I_K]), dtype=np.int64)
-        added = K_.insert_keys(self.tab, keys, values[keep], stamps)
-        self.istate[K_.I_COUNT] += added
+        new = sp.csr_matrix((values[keep], (rows[keep], cols[keep])), shape=(self.n_rows, self.n_cols))
+        new.sum_duplicates()
+        if self.count:
+            cur = self.to_csr().tocoo()
+            taken = new.tocoo()
+            mask = ~np.isin(cur.row * self.n_cols + cur.col, taken.row * self.n_cols + taken.col)
+            new = sp.csr_matrix(
+                (np.concatenate([cur.data[mask], taken.data]),
+                 (np.concatenate([cur.row[mask], taken.row]), np.concatenate([cur.col[mask], taken.col]))),
+                shape=(self.n_rows, self.n_cols))
+        new.eliminate_zeros()
+        new.sort_indices()
+        self._rebuild(new, np.full(self.n_rows, int(self.istate[K_.I_K]), dtype=np.int64))
 
     def to_csr(self) -> sp.csr_matrix:
         k = int(self.istate[K_.I_K])
-        r, c, v = K_.table_to_coo(self.tab, self.S, k, self.n_cols)
+        r, c, v = K_.rows_to_coo(self.meta, self.pc, self.pv, self.S, k)
         W = sp.csr_matrix((v, (r, c)), shape=(self.n_rows, self.n_cols))
         W.sort_indices()
         return W
 
     def nnz(self) -> int:
-        cur = K_.table_values(self.tab, self.S, int(self.istate[K_.I_K]))
-        return int(np.count_nonzero(cur))
+        return int(K_.count_nonzero(self.meta, self.pv, self.S, int(self.istate[K_.I_K])))
 
     def score(self, Q, D) -> np.ndarray:
         out = np.zeros(Q.shape[0], dtype=np.float64)
-        K_.score_rows(self.tab, self.S, int(self.istate[K_.I_K]),
-                      Q.indptr, Q.indices, Q.data, D.indptr, D.indices, D.data,
-                      self.n_cols, out)
+        dense = np.zeros(self.n_cols, dtype=np.float64)
+        K_.score_rows(self.meta, self.pc, self.pv, self.S, int(self.istate[K_.I_K]),
+                      Q.indptr, Q.indices, Q.data, D.indptr, D.indices, D.data, dense, out)
         return out
 
     # ----------------------------------------------------------- persistence
     def state(self, prefix: str):
-        """(attrs, arrays) for persistence; the table is stored compacted (keys, vals, stamps)."""
-        keys, vals, stamps = K_.table_entries(self.tab)
+        """(attrs, arrays) for persistence: the stored entries as (keys, vals, stamps), row-major.
+
+        ``keys = i * n_cols + j``; ``stamps`` is the sweep index of the pending
+        shrinkage (that of the entry's row).
+        """
+        indptr, indices, vals = K_.stored_csr(self.meta, self.pc, self.pv)
+        n = np.diff(indptr)
+        rows = np.repeat(np.arange(self.n_rows, dtype=np.int64), n)
         k = int(self.istate[K_.I_K])
         arrays = {
-            f"{prefix}keys": keys,
+            f"{prefix}keys": rows * self.n_cols + indices,
             f"{prefix}vals": vals,
-            f"{prefix}stamps": stamps.astype(np.int32),
+            f"{prefix}stamps": np.repeat(self.meta[:, K_.M_STAMP], n).astype(np.int32),
             f"{prefix}S": self.S[: k + 1].copy(),
             f"{prefix}istate": self.istate.copy(),
             f"{prefix}fstate": self.fstate.copy(),
@@ -173,16 +213,46 @@ class SparseW:
 
     @classmethod
     def from_state(cls, attrs, arrays, prefix: str) -> "SparseW":
+        """Inverse of :meth:`state`.
+
+        Entries of one row written with different stamps (by the hash-table W of
+        streamrank <= 0.3) are brought up to date, which is exactly equivalent.
+        """
         W = cls(attrs["n_rows"], attrs["n_cols"])
         keys = np.asarray(arrays[f"{prefix}keys"], dtype=np.int64)
         vals = np.asarray(arrays[f"{prefix}vals"], dtype=np.float64)
         stamps = np.asarray(arrays[f"{prefix}stamps"], dtype=np.int64)
         istate = np.asarray(arrays[f"{prefix}istate"], dtype=np.int64)
-        W.istate[: istate.shape[0]] = istate
+        n_old = min(istate.shape[0], K_.I_USED)  # the pool counters are rebuilt below
+        W.istate[:n_old] = istate[:n_old]
         W.fstate = np.asarray(arrays[f"{prefix}fstate"], dtype=np.float64).copy()
         S = np.asarray(arrays[f"{prefix}S"], dtype=np.float64)
         W.S = np.zeros(max(64, 2 * S.shape[0]), dtype=np.float64)
         W.S[: S.shape[0]] = S
-        W.tab = cls._empty(_cap_for(keys.shape[0]))
-        W.istate[K_.I_COUNT] = K_.insert_keys(W.tab, keys, vals, stamps)
+        k = int(W.istate[K_.I_K])
+        rows = keys // W.n_cols
+        cols = keys % W.n_cols
+        row_stamp = np.full(W.n_rows, k, dtype=np.int64)
+        if keys.shape[0]:
+            lo = np.full(W.n_rows, np.iinfo(np.int64).max)
+            hi = np.full(W.n_rows, -1)
+            np.minimum.at(lo, rows, stamps)
+            np.maximum.at(hi, rows, stamps)
+            mixed = (hi >= 0) & (lo != hi)
+            if mixed.any():  # bring those rows up to date: soft(v, S[K] - S[stamp])
+                sel = mixed[rows]
+                sh = W.S[k] - W.S[stamps[sel]]
+                v = vals[sel]
+                vals = vals.copy()
+                vals[sel] = np.sign(v) * np.maximum(np.abs(v) - sh, 0.0)
+                stamps = stamps.copy()
+                stamps[sel] = k
+            has = hi >= 0
+            row_stamp[has] = np.where(mixed[has], k, hi[has])
+        # rows in the stored order of their entries (the margin sums in that order)
+        order = np.argsort(rows, kind="stable")
+        indptr = np.zeros(W.n_rows + 1, dtype=np.int64)
+        np.cumsum(np.bincount(rows, minlength=W.n_rows), out=indptr[1:])
+        M = sp.csr_matrix((vals[order], cols[order], indptr), shape=(W.n_rows, W.n_cols))
+        W._rebuild(M, row_stamp)
         return W

@@ -9,10 +9,11 @@ is ``max(0, 1 - q^T W (d+ - d-))``.  SGD with ``eta_t = eta0 / sqrt(t)``
 with ``refit=True``, SGD without L1 restricted to the support Omega of W
 (eq. 8) over the same tuples.
 
-W is never dense: it lives in a hash table whose memory is proportional to
+W is never dense: its rows live in one pool whose memory is proportional to
 nnz(W) (see :mod:`streamrank.sgd._sparse_w_kernels`); an update touches
-nnz(q) x nnz(d+ - d-) entries and the shrinkage is applied lazily -- exactly
-equivalent to the sweep every T steps, because soft thresholds compose.
+nnz(q) x nnz(d+ - d-) entries, reading each touched row in one sequential
+pass, and the shrinkage is applied lazily, row by row -- exactly equivalent
+to the sweep every T steps, because soft thresholds compose.
 The step counter, the running threshold sums and the pending eta survive
 ``partial_fit`` calls and ``sr.save`` / ``sr.load``: training in chunks,
 or resumed the next night, gives the same W as one long run.
@@ -46,7 +47,7 @@ from ._base import (
     iter_tuple_steps,
     tuple_error,
 )
-from ._table import MAX_LOAD, SparseW
+from ._table import SparseW
 
 __all__ = ["SparseSGDRanker"]
 
@@ -119,7 +120,7 @@ class SparseSGDRanker(BaseRanker):
     ----------
     W_ : scipy.sparse.csr_matrix (n_query_features, n_item_features)
     t_ : int, steps of Algorithm 1 taken so far (``refit_t_`` for the refit)
-    nnz_, density_, memory_bytes_ : size of W (``memory_bytes_`` = hash table)
+    nnz_, density_, memory_bytes_ : size of W (``memory_bytes_`` = the row pool holding W)
     history_ : list of dicts (step, phase, tuple_error, density, nnz, memory_bytes)
     """
 
@@ -174,25 +175,25 @@ class SparseSGDRanker(BaseRanker):
         p = self._params()
         W = self._W
         n = Q.shape[0]
-        nq = np.diff(Q.indptr)
-        nd = np.diff(Dp.indptr) + np.diff(Dn.indptr)
-        work = nq * nd
-        slot_buf = np.empty(max(1, int(work.max())), dtype=np.int64)
-        zero_buf = np.empty(2 * max(1, int(work.max())), dtype=np.int64)
-        dj = np.empty(max(1, int(nd.max())), dtype=np.int64)
-        dx = np.empty(max(1, int(nd.max())), dtype=np.float64)
+        nd = np.diff(Dp.indptr) + np.diff(Dn.indptr)  # >= nnz(d+ - d-)
+        width = max(1, int(nd.max()))
+        dj = np.empty(width, dtype=np.int64)
+        dx = np.empty(width, dtype=np.float64)
+        hit = np.zeros(width + 1, dtype=np.int64)
+        typical = int(np.mean(nd)) // 2  # room left in each row when the pool is repacked
+        dense, slot = W.workspace()
         lazy = bool(self._lazy) and not refit
         r = 0
         while r < n:
             W.reserve_sweeps(n - r, p["T"])
             r_next = K_.sgd_steps(
-                W.tab, W.S, W.istate, W.fstate,
+                W.meta, W.pc, W.pv, W.S, W.istate, W.fstate,
                 Q.indptr, Q.indices, Q.data, Dp.indptr, Dp.indices, Dp.data,
                 Dn.indptr, Dn.indices, Dn.data,
-                r, n, W.n_cols, p["eta0"], p["lr"], 0.0 if refit else p["l1"], p["T"],
-                lazy, refit, MAX_LOAD, slot_buf, dj, dx, zero_buf)
-            if r_next < n:
-                W.reserve(int(work[r_next]) + 1)
+                r, n, p["eta0"], p["lr"], 0.0 if refit else p["l1"], p["T"],
+                lazy, refit, dj, dx, dense, slot, hit, W.free)
+            if r_next < n:  # the pool is full: repack (and grow) it
+                W.make_room(W.room_for_tuple(Q, int(nd[r_next]), r_next))
             r = r_next
         if not refit:
             W.maybe_rebase()
@@ -357,7 +358,7 @@ class SparseSGDRanker(BaseRanker):
 
     @property
     def n_updates_(self) -> int:
-        """Hash-table entries updated so far (for throughput figures)."""
+        """Entries of W updated so far, one per q x (d+ - d-) product of an active step (throughput figures)."""
         return int(self._fitted().istate[K_.I_UPDATES])
 
     def score(self, Q, D) -> np.ndarray:

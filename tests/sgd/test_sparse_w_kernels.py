@@ -1,4 +1,4 @@
-"""The hash-table kernels against a plain dict / numpy reference."""
+"""The row-pool kernels of the bilinear W against plain dict / numpy references."""
 from __future__ import annotations
 
 import numpy as np
@@ -8,129 +8,200 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from streamrank.sgd import _sparse_w_kernels as K
+from streamrank.sgd._sparse_row_kernels import merge_diff
 from streamrank.sgd._table import SparseW
 
 
-def _table(cap):
-    return SparseW._empty(cap)
+def soft(v, thr):
+    return float(np.sign(v) * max(abs(v) - thr, 0.0))
 
 
-def _keys(tab):
-    ik = tab.view(np.int64)[0::2]
-    return np.where(ik == K.EMPTY, K.EMPTY, ik >> K.STAMP_BITS)
+def _pool(rows, n_cols, P=4096, stamps=None):
+    """meta, pc, pv holding ``rows`` (list of {col: value}, in insertion order), each at capacity."""
+    meta = np.zeros((len(rows), 4), dtype=np.int64)
+    pc = np.zeros(P, dtype=np.int32)
+    pv = np.zeros(P, dtype=np.float64)
+    u = 0
+    for i, row in enumerate(rows):
+        n = len(row)
+        cap = K.row_capacity(n) if n else 0
+        pc[u:u + n] = list(row.keys())
+        pv[u:u + n] = list(row.values())
+        meta[i] = (u, n, cap, 0 if stamps is None else stamps[i])
+        u += cap
+    return meta, pc, pv, u
 
 
-def _stamps(tab):
-    ik = tab.view(np.int64)[0::2]
-    return np.where(ik == K.EMPTY, 0, ik & K.MAX_STAMP)
+def _row(meta, pc, pv, i):
+    p, n = meta[i, K.M_START], meta[i, K.M_LEN]
+    return dict(zip(pc[p:p + n].tolist(), pv[p:p + n].tolist()))
 
 
-def _as_dict(tab):
-    keys = _keys(tab)
-    occ = keys != K.EMPTY
-    return dict(zip(keys[occ].tolist(), tab[1::2][occ].tolist()))
+def test_row_capacity():
+    assert [K.row_capacity(n) for n in (0, 1, 4, 5, 8, 9, 1000)] == [4, 4, 4, 8, 8, 16, 1024]
 
 
-def _check_invariant(tab):
-    """Every key is reachable from its home slot without crossing an empty slot."""
-    keys = _keys(tab)
-    cap = keys.shape[0]
-    shift = K._shift_of(cap)
-    for s in range(cap):
-        if keys[s] == K.EMPTY:
-            continue
-        assert K.find_slot(tab.view(np.int64), keys[s], shift, cap - 1) == s
+@settings(max_examples=40, deadline=None)
+@given(n=st.integers(0, 11), sh=st.sampled_from([0.0, 0.3]), seed=st.integers(0, 10_000))
+def test_row_dot_matches_numpy(n, sh, seed):
+    rng = np.random.default_rng(seed)
+    n_cols = 20
+    cols = rng.choice(n_cols, n, replace=False).astype(np.int32)  # any order
+    vals = rng.normal(size=n)
+    dense = np.where(rng.random(n_cols) < 0.5, rng.normal(size=n_cols), 0.0)
+    pc = np.concatenate([[7], cols]).astype(np.int32)  # the row starts at 1
+    pv = np.concatenate([[99.0], vals])
+    got = K._row_dot(pc, pv, 1, n, sh, dense)
+    want = sum(soft(v, sh) * dense[c] for c, v in zip(cols, vals))
+    assert got == pytest.approx(want, abs=1e-14)
 
 
-@settings(max_examples=25, deadline=None)
-@given(ops=st.lists(st.tuples(st.booleans(), st.integers(0, 60)), max_size=120),
-       big=st.booleans())
-def test_insert_delete_match_dict(ops, big):
-    cap = 128  # small table: long probe chains and wrap-around
-    tab = _table(cap)
-    off = K.MAX_KEY - 100 if big else 0  # the largest keys keep their bits next to the stamp
-    ref = {}
-    for n, (insert, key) in enumerate(ops):
-        key += off
-        if insert:
-            added = K.insert_keys(tab, np.array([key]), np.array([float(n + 1)]), np.array([n % 7]))
-            assert added == (key not in ref)
-            ref[key] = float(n + 1)
-        else:
-            assert K.delete_key(tab, key) == (key in ref)
-            ref.pop(key, None)
-        assert _as_dict(tab) == ref
-    _check_invariant(tab)
+def test_shrink_equals_soft_threshold_exactly():
+    for v in (-2.0, -0.5, -0.3, -0.1, 0.0, 0.1, 0.3, 0.5, 2.0, 1e-300, -1e300):
+        for sh in (0.0, 0.3, 1e-320):
+            assert K._shrink(v, sh) == soft(v, sh)
 
 
-def test_dense_cluster_wraparound_and_deletion():
-    cap = 16
-    tab = _table(cap)
-    ks = np.arange(100, 111, dtype=np.int64)  # 11 keys in 16 slots
-    K.insert_keys(tab, ks, ks.astype(float), np.zeros(11, dtype=np.int64))
-    for k in ks[::2]:
-        assert K.delete_key(tab, k) == 1
-        _check_invariant(tab)
-    assert _as_dict(tab) == {int(k): float(k) for k in ks[1::2]}
+@settings(max_examples=60, deadline=None)
+@given(seed=st.integers(0, 10_000), n=st.integers(0, 9), nd=st.integers(0, 6),
+       sh=st.sampled_from([0.0, 0.25]), refit=st.booleans(), move=st.booleans())
+def test_rewrite_row_matches_dict(seed, n, nd, sh, refit, move):
+    rng = np.random.default_rng(seed)
+    n_cols = 12
+    row = dict(zip(rng.choice(n_cols, n, replace=False).tolist(),
+                   np.round(rng.normal(size=n), 1).tolist()))
+    row = {c: v for c, v in row.items() if v != 0.0}
+    dj = np.sort(rng.choice(n_cols, nd, replace=False)).astype(np.int64)
+    dx = np.round(rng.normal(size=nd), 1)
+    dx[dx == 0] = 0.5
+    g = float(rng.choice([0.0, 1.0, -2.0]))
+    if refit:
+        sh = 0.0  # the refit runs on a flushed W
+    meta, pc, pv, used = _pool([row, {0: 5.0}], n_cols)
+    if not move:  # room in place
+        meta[0, K.M_CAP] = max(meta[0, K.M_CAP], len(row) + nd)
+        meta[1, K.M_START] = 512
+        pc[512], pv[512] = 0, 5.0
+    dst = 1024 if move else int(meta[0, K.M_START])
+    dense = np.zeros(n_cols)
+    slot = np.zeros(n_cols, dtype=np.int64)
+    dense[dj] = dx
+    slot[dj] = np.arange(1, nd + 1)
+    hit = np.zeros(nd + 1, dtype=np.int64)
+    added, removed, upd = K._rewrite_row(meta, pc, pv, 0, sh, 3, g, dj, dx, nd, dense, slot, hit,
+                                         refit, dst)
+    want = {}
+    for c, v in row.items():
+        w = soft(v, sh) + g * (dx[list(dj).index(c)] if c in dj else 0.0)
+        if w != 0.0 or refit:
+            want[c] = w
+    n_new = 0
+    for j, x in zip(dj.tolist(), dx.tolist()):
+        if j not in row and not refit and g * x != 0.0:
+            want[j] = g * x
+            n_new += 1
+    got = _row(meta, pc, pv, 0)
+    assert got == pytest.approx(want, abs=1e-15)
+    assert list(got)[:len([c for c in row if c in want])] == [c for c in row if c in want]  # order kept
+    assert meta[0, K.M_START] == dst and meta[0, K.M_STAMP] == 3
+    assert added == n_new
+    assert removed == len(row) - (len(want) - n_new)
+    assert upd == (sum(c in row for c in dj.tolist()) if refit else nd)
+    assert _row(meta, pc, pv, 1) == {0: 5.0}  # the neighbour is untouched
 
 
-@pytest.mark.parametrize("mode", [0, 1])
-def test_threshold_all_matches_soft_threshold(mode):
+def test_flush_and_literal_sweep():
+    rows = [{3: 1.0, 1: -0.2, 7: 0.05}, {}, {2: -3.0, 4: 0.3}]
+    S = np.array([0.0, 0.1, 0.25])
+    meta, pc, pv, _ = _pool(rows, 10, stamps=[0, 0, 1])
+    removed = K.flush_rows(meta, pc, pv, S, 2)
+    want = [{3: 0.75}, {}, {2: -2.85, 4: 0.15}]
+    for i, w in enumerate(want):
+        assert _row(meta, pc, pv, i) == pytest.approx(w, abs=1e-15)
+    assert removed == 2
+    assert np.all(meta[:, K.M_STAMP] == 2)
+    assert K.flush_rows(meta, pc, pv, S, 2) == 0  # nothing pending
+    meta, pc, pv, _ = _pool(rows, 10)
+    removed = K._sweep_rows(meta, pc, pv, 0.25, 5)
+    for i, w in enumerate([{3: 0.75}, {}, {2: -2.75, 4: 0.05}]):
+        assert _row(meta, pc, pv, i) == pytest.approx(w, abs=1e-15)
+    assert removed == 2 and np.all(meta[:, K.M_STAMP] == 5)
+
+
+@pytest.mark.parametrize("slack,tight", [(0, False), (5, False), (0, True)])
+def test_repack_keeps_rows(slack, tight):
     rng = np.random.default_rng(0)
-    cap = 64
-    tab = _table(cap)
-    ks = rng.choice(1000, size=40, replace=False).astype(np.int64)
-    vs = rng.normal(size=40)
-    # mode 0: entries stamped at sweep 0 or 1 are brought to sweep 2
-    K.insert_keys(tab, ks, vs, np.arange(40) % 2)
-    S = np.array([0.0, 0.3, 0.7])
-    pending = {int(k): (S[2] - S[i % 2]) for i, k in enumerate(ks)}
-    before = _as_dict(tab)
-    removed = K.threshold_all(tab, S, 2, 0.5, mode)
-    thr = (lambda k: pending[k]) if mode == 0 else (lambda k: 0.5)
-    expect = {k: float(np.sign(v) * max(abs(v) - thr(k), 0.0)) for k, v in before.items()}
-    expect = {k: v for k, v in expect.items() if v != 0.0}
-    got = _as_dict(tab)
-    assert got.keys() == expect.keys()
-    for k in got:
-        assert got[k] == pytest.approx(expect[k], abs=1e-15)
-    assert removed == len(before) - len(expect)
-    assert np.all(_stamps(tab)[_keys(tab) != K.EMPTY] == 2)
-    _check_invariant(tab)
+    rows = [dict(zip(rng.choice(50, n, replace=False).tolist(), rng.normal(size=n).tolist()))
+            for n in (0, 1, 3, 4, 9, 17)]
+    meta, pc, pv, _ = _pool(rows, 50)
+    meta[:] = meta[::-1].copy()  # rows in the pool in reverse order
+    rows = rows[::-1]
+    size = K.packed_size(meta, slack, tight)
+    new_pc = np.zeros(size, dtype=np.int32)
+    new_pv = np.zeros(size)
+    used = K.repack(meta, pc, pv, new_pc, new_pv, slack, tight)
+    assert used == size
+    for i, row in enumerate(rows):
+        assert _row(meta, new_pc, new_pv, i) == row
+        n = len(row)
+        assert meta[i, K.M_CAP] == (0 if n == 0 else n if tight else K.row_capacity(n + slack))
+    starts = meta[:, K.M_START]
+    assert np.all(np.diff(starts) == meta[:-1, K.M_CAP])  # contiguous, in row order
 
 
-def test_rehash_and_coo_and_score():
-    rng = np.random.default_rng(1)
+def test_alloc_release_reuse_segments_of_the_same_size():
+    pv = np.zeros(256)
+    free = np.full(64, -1, dtype=np.int64)
+    istate = np.zeros(K.N_ISTATE, dtype=np.int64)
+    a = K._alloc(pv, free, istate, 8)
+    b = K._alloc(pv, free, istate, 16)
+    assert (a, b, istate[K.I_USED]) == (0, 8, 24)
+    K._release(pv, free, istate, a, 8)
+    K._release(pv, free, istate, 24, 6)  # not a power of two: garbage, never reused
+    assert istate[K.I_GARBAGE] == 14
+    assert K._alloc(pv, free, istate, 16) == 24  # no free 16: the end of the pool
+    assert K._alloc(pv, free, istate, 8) == a  # the released 8 comes back
+    assert istate[K.I_GARBAGE] == 6 and istate[K.I_USED] == 40
+    assert K._alloc(pv, free, istate, 8) == 40
+
+
+def test_set_rows_coo_count_and_stored():
+    rng = np.random.default_rng(2)
+    W = sp.random(9, 14, density=0.3, random_state=rng, format="csr")
+    W.sort_indices()
+    stamps = np.array([0, 1, 2, 0, 1, 2, 0, 1, 2])
+    S = np.array([0.0, 0.2, 0.3])
+    n = np.diff(W.indptr)
+    meta = np.zeros((9, 4), dtype=np.int64)
+    P = int(sum(K.row_capacity(v) for v in n if v))
+    pc, pv = np.zeros(P, dtype=np.int32), np.zeros(P)
+    assert K.set_rows(meta, pc, pv, W.indptr.astype(np.int64), W.indices, W.data, stamps) == P
+    indptr, indices, vals = K.stored_csr(meta, pc, pv)
+    np.testing.assert_array_equal(sp.csr_matrix((vals, indices, indptr), shape=W.shape).toarray(),
+                                  W.toarray())
+    pending = (S[2] - S[stamps])[:, None]
+    Wd = W.toarray()
+    cur = np.sign(Wd) * np.maximum(np.abs(Wd) - pending, 0.0)
+    r, c, v = K.rows_to_coo(meta, pc, pv, S, 2)
+    np.testing.assert_allclose(sp.csr_matrix((v, (r, c)), shape=W.shape).toarray(), cur, atol=1e-15)
+    assert K.count_nonzero(meta, pv, S, 2) == np.count_nonzero(cur) == len(v)
+
+
+def test_score_rows_matches_dense_formula_and_leaves_workspace_zero():
+    rng = np.random.default_rng(3)
     W = sp.random(13, 17, density=0.3, random_state=rng, format="csr")
     t = SparseW(13, 17)
     r, c = W.nonzero()
     t.set_entries(r, c, np.asarray(W[r, c]).ravel())
-    t.resize(256)
-    t.resize(128)
-    with pytest.raises(ValueError, match="capacity"):
-        t.resize(64)
-    np.testing.assert_array_equal(t.to_csr().toarray(), W.toarray())
     Q = sp.random(20, 13, density=0.3, random_state=rng, format="csr")
     D = sp.random(20, 17, density=0.3, random_state=rng, format="csr")
-    np.testing.assert_allclose(t.score(Q, D), np.asarray((Q @ W).multiply(D).sum(axis=1)).ravel(),
+    dense = np.zeros(17)
+    out = np.zeros(20)
+    K.score_rows(t.meta, t.pc, t.pv, t.S, 0, Q.indptr, Q.indices, Q.data, D.indptr, D.indices, D.data,
+                 dense, out)
+    np.testing.assert_allclose(out, np.einsum("ri,ij,rj->r", Q.toarray(), W.toarray(), D.toarray()),
                                atol=1e-14)
-    # pending shrinkage is applied on read, without changing the table
-    before = t.tab.copy()
-    t.S[:2] = [0.0, 0.1]
-    t.istate[K.I_K] = 1
-    Ws = W.toarray()
-    Ws = np.sign(Ws) * np.maximum(np.abs(Ws) - 0.1, 0)
-    np.testing.assert_allclose(t.to_csr().toarray(), Ws, atol=1e-15)
-    np.testing.assert_allclose(t.score(Q, D), np.einsum("ri,ij,rj->r", Q.toarray(), Ws, D.toarray()),
-                               atol=1e-14)
-    assert t.nnz() == np.count_nonzero(Ws)
-    np.testing.assert_array_equal(t.tab.view(np.int64), before.view(np.int64))
-    # state round trip keeps keys, values and stamps
-    attrs, arrays = t.state("p_")
-    t2 = SparseW.from_state(attrs, arrays, "p_")
-    np.testing.assert_array_equal(t2.to_csr().toarray(), t.to_csr().toarray())
-    with pytest.raises(ValueError, match="2\\*\\*43"):
-        SparseW(1 << 22, 1 << 22)
+    assert not dense.any()
 
 
 def test_merge_diff():
@@ -139,36 +210,107 @@ def test_merge_diff():
     dj = np.zeros(10, dtype=np.int64)
     dx = np.zeros(10)
     for r in range(3):
-        n = K._merge_diff(P.indptr, P.indices, P.data, N.indptr, N.indices, N.data, r, dj, dx)
+        n = merge_diff(P.indptr, P.indices, P.data, N.indptr, N.indices, N.data, r, dj, dx)
         dense = (P[r] - N[r]).toarray().ravel()
         nz = np.flatnonzero(dense)
         np.testing.assert_array_equal(dj[:n], nz)
         np.testing.assert_array_equal(dx[:n], dense[nz])
 
 
-@settings(max_examples=25, deadline=None)
-@given(keys=st.lists(st.integers(0, 400), min_size=1, max_size=22, unique=True),
-       vals=st.lists(st.floats(-1, 1, allow_nan=False), min_size=22, max_size=22),
-       stamps=st.lists(st.integers(0, 2), min_size=22, max_size=22),
-       mode=st.sampled_from([0, 1]))
-def test_threshold_all_in_place_cluster_rebuild(keys, vals, stamps, mode):
-    """Dense small table (long clusters, wrap-around): the one-pass rebuild == dict reference."""
-    cap = 32
-    tab = _table(cap)
-    n = len(keys)
-    K.insert_keys(tab, np.array(keys, dtype=np.int64), np.array(vals[:n]), np.array(stamps[:n]))
-    S = np.array([0.0, 0.25, 0.5])
-    before = _as_dict(tab)
-    st_of = dict(zip(keys, stamps[:n]))
-    removed = K.threshold_all(tab, S, 2, 0.3, mode)
-    expect = {}
-    for k, v in before.items():
-        thr = (S[2] - S[st_of[k]]) if mode == 0 else 0.3
-        w = float(np.sign(v) * max(abs(v) - thr, 0.0))
-        if w != 0.0:
-            expect[k] = w
-    assert _as_dict(tab) == pytest.approx(expect, abs=1e-15)
-    assert removed == len(before) - len(expect)
-    assert np.all(_stamps(tab)[_keys(tab) != K.EMPTY] == 2)
-    assert np.all(tab[1::2][_keys(tab) == K.EMPTY] == 0.0)
-    _check_invariant(tab)
+def _steps(W, Q, P, N, eta0=1.0, l1=0.01, T=3, lazy=True, refit=False):
+    nd = np.diff(P.indptr) + np.diff(N.indptr)
+    width = max(1, int(nd.max()))
+    dj, dx = np.empty(width, dtype=np.int64), np.empty(width)
+    hit = np.zeros(width + 1, dtype=np.int64)
+    dense, slot = W.workspace()
+    r, n, calls = 0, Q.shape[0], 0
+    while r < n:
+        W.reserve_sweeps(n - r, T)
+        t_before = int(W.istate[K.I_T])
+        r_next = K.sgd_steps(W.meta, W.pc, W.pv, W.S, W.istate, W.fstate, Q.indptr, Q.indices, Q.data,
+                             P.indptr, P.indices, P.data, N.indptr, N.indices, N.data, r, n, eta0,
+                             K.LR_INVSQRT, l1, T, lazy, refit, dj, dx, dense, slot, hit, W.free)
+        calls += 1
+        if r_next < n:
+            # an early return has not started tuple r_next
+            assert int(W.istate[K.I_T]) == t_before + (r_next - r)
+            W.make_room(W.room_for_tuple(Q, int(nd[r_next]), r_next))
+        r = r_next
+        assert not dense.any() and not slot.any()
+    return calls
+
+
+def test_sgd_steps_small_pool_equals_big_pool_and_early_returns_are_clean():
+    from tests.sgd.sgd_testdata import random_tuples
+
+    Q, P, N = random_tuples(400, 30, 30, density=0.15, seed=4)
+    small = SparseW(30, 30)
+    big = SparseW(30, 30, capacity=1 << 16)
+    for W in (small, big):
+        W.set_entries(np.arange(30), np.arange(30), np.ones(30))
+    big.repack(1 << 16)
+    assert _steps(small, Q, P, N) > 1  # the small pool filled up and was repacked on the way
+    assert _steps(big, Q, P, N) == 1
+    np.testing.assert_array_equal(small.to_csr().toarray(), big.to_csr().toarray())
+    assert small.count == big.count and small.nnz() == big.nnz()
+    assert small.istate[K.I_UPDATES] == big.istate[K.I_UPDATES]
+
+
+def test_sparse_w_set_entries_state_round_trip_and_rebase():
+    rng = np.random.default_rng(1)
+    W = sp.random(13, 17, density=0.3, random_state=rng, format="csr")
+    t = SparseW(13, 17)
+    r, c = W.nonzero()
+    t.set_entries(r, c, np.asarray(W[r, c]).ravel())
+    np.testing.assert_array_equal(t.to_csr().toarray(), W.toarray())
+    t.set_entries([0, 12], [0, 16], [2.5, -1.0])  # override / add
+    Wd = W.toarray()
+    Wd[0, 0], Wd[12, 16] = 2.5, -1.0
+    np.testing.assert_array_equal(t.to_csr().toarray(), Wd)
+    # pending shrinkage is applied on read, without changing the stored values
+    before = t.pv.copy()
+    t.S[:2] = [0.0, 0.1]
+    t.istate[K.I_K] = 1
+    Ws = np.sign(Wd) * np.maximum(np.abs(Wd) - 0.1, 0)
+    np.testing.assert_allclose(t.to_csr().toarray(), Ws, atol=1e-15)
+    assert t.nnz() == np.count_nonzero(Ws)
+    np.testing.assert_array_equal(t.pv, before)
+    # state round trip keeps values and stamps exactly
+    attrs, arrays = t.state("p_")
+    t2 = SparseW.from_state(attrs, arrays, "p_")
+    np.testing.assert_array_equal(t2.to_csr().toarray(), t.to_csr().toarray())
+    np.testing.assert_array_equal(t2.meta[:, K.M_STAMP], t.meta[:, K.M_STAMP])
+    # a row saved with mixed stamps (the hash-table W of earlier versions) is brought up to date
+    arrays = dict(arrays)
+    arrays["p_stamps"] = arrays["p_stamps"].copy()
+    assert arrays["p_keys"][0] == 0  # W[0, 0], now marked as already up to date
+    arrays["p_stamps"][0] = 1
+    t3 = SparseW.from_state(attrs, arrays, "p_")
+    Ws3 = Ws.copy()
+    Ws3[0, 0] = 2.5
+    np.testing.assert_allclose(t3.to_csr().toarray(), Ws3, atol=1e-15)
+    assert t3.meta[0, K.M_STAMP] == 1 and not t3.meta[1:, K.M_STAMP].any()  # the mixed row made current
+    t.rebase()
+    np.testing.assert_allclose(t.to_csr().toarray(), Ws, atol=1e-15)
+    assert t.istate[K.I_K] == 0 and not t.meta[:, K.M_STAMP].any()
+    t.fit_capacity(tight=True)
+    assert t.capacity == max(64, t.count)
+    np.testing.assert_allclose(t.to_csr().toarray(), Ws, atol=1e-15)
+    with pytest.raises(ValueError, match="2\\*\\*31"):
+        SparseW(3, 1 << 31)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_score_read_only_and_float32_inputs(dtype):
+    rng = np.random.default_rng(5)
+    W = sp.random(8, 9, density=0.5, random_state=rng, format="csr")
+    t = SparseW(8, 9)
+    r, c = W.nonzero()
+    t.set_entries(r, c, np.asarray(W[r, c]).ravel())
+    Q = sp.random(6, 8, density=0.5, random_state=rng, format="csr", dtype=dtype)
+    D = sp.random(6, 9, density=0.5, random_state=rng, format="csr", dtype=dtype)
+    for M in (Q, D):
+        for a in (M.data, M.indices, M.indptr):
+            a.setflags(write=False)
+    np.testing.assert_allclose(t.score(Q, D), np.einsum("ri,ij,rj->r", Q.toarray(), W.toarray(),
+                                                        D.toarray()), rtol=1e-6 if dtype == np.float32 else 1e-13)
