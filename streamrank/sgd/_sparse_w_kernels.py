@@ -49,7 +49,9 @@ from ._sparse_row_kernels import soft as _soft
 __all__ = [
     "I_T", "I_K", "I_COUNT", "I_UPDATES", "I_ACTIVE", "I_TREFIT", "I_FLUSHED", "I_USED", "I_GARBAGE",
     "N_ISTATE", "M_START", "M_LEN", "M_CAP", "M_STAMP", "LR_INVSQRT", "LR_CONSTANT", "MIN_ROW_CAP",
+    "N_CLASSES", "empty_free_lists",
     "row_capacity",
+    "capacity_total",
     "sgd_steps",
     "flush_rows",
     "packed_size",
@@ -66,6 +68,7 @@ N_ISTATE = 9
 M_START, M_LEN, M_CAP, M_STAMP = 0, 1, 2, 3
 LR_INVSQRT, LR_CONSTANT = 0, 1
 MIN_ROW_CAP = 4
+N_CLASSES = 64  # segment sizes 2**c; ``free`` holds N_CLASSES list heads, then their lengths
 
 
 @jit
@@ -75,6 +78,16 @@ def row_capacity(n):
     while c < n:
         c *= 2
     return c
+
+
+@jit
+def capacity_total(lengths):
+    """Sum of ``row_capacity(n)`` over the nonzero ``n`` in ``lengths`` (the pool :func:`set_rows` fills)."""
+    u = 0
+    for n in lengths:
+        if n > 0:
+            u += row_capacity(n)
+    return u
 
 
 @jit
@@ -138,17 +151,38 @@ def _rewrite_row(meta, pc, pv, i, sh, K, g, dj, dx, nd, dense, slot, hit, refit,
     tag = hit[0] + 1
     hit[0] = tag  # hit[0] is the sink of columns outside delta; the tag only grows
     w = dst
-    for k in range(p, p + n):
+    k = p
+    if dst == p:
+        # in place: only the values change until the first entry drops out
+        while k < p + n:
+            c = pc[k]
+            v = pv[k]
+            if sh > 0.0:
+                v = _shrink(v, sh)
+            x = dense[c]
+            v = v + g * x
+            if x != 0.0:  # a column of delta (few in a row): mark it found
+                hit[slot[c]] = tag
+            pv[k] = v
+            k += 1
+            if v == 0.0 and not refit:
+                break
+        w = k - 1 if (k > p and pv[k - 1] == 0.0 and not refit) else k
+    # compaction (or a copy into the new segment): columns move too
+    while k < p + n:
         c = pc[k]
         v = pv[k]
         if sh > 0.0:
             v = _shrink(v, sh)
-        v = v + g * dense[c]
-        hit[slot[c]] = tag
+        x = dense[c]
+        v = v + g * x
+        if x != 0.0:
+            hit[slot[c]] = tag
         pc[w] = c
         pv[w] = v
         if refit or v != 0.0:
             w += 1
+        k += 1
     removed = n - (w - dst)
     added = 0
     found = 0
@@ -275,6 +309,13 @@ def set_rows(meta, pc, pv, indptr, indices, data, stamps):
     return u
 
 
+def empty_free_lists() -> np.ndarray:
+    """The ``free`` array of :func:`_alloc` with every list empty."""
+    free = np.zeros(2 * N_CLASSES, dtype=np.int64)
+    free[:N_CLASSES] = -1
+    return free
+
+
 @jit
 def _size_class(cap):
     c = 0
@@ -288,12 +329,15 @@ def _alloc(pv, free, istate, cap):
     """Start of a free segment of ``cap`` (a power of two) entries: a released one, else the pool's end.
 
     Released segments of each size are chained through their first value
-    slot (``pv.view(int64)[start]`` is the next one, -1 ends the list).
+    slot (``pv.view(int64)[start]`` is the next one, -1 ends the list);
+    ``free[c]`` is the head of the list of segments of ``2**c`` entries and
+    ``free[N_CLASSES + c]`` its length.
     """
     c = _size_class(cap)
     seg = free[c]
     if seg >= 0:
         free[c] = pv.view(np.int64)[seg]
+        free[N_CLASSES + c] -= 1
         istate[I_GARBAGE] -= cap
         return seg
     seg = istate[I_USED]
@@ -309,6 +353,7 @@ def _release(pv, free, istate, start, cap):
         c = _size_class(cap)
         pv.view(np.int64)[start] = free[c]
         free[c] = start
+        free[N_CLASSES + c] += 1
 
 
 @jit
@@ -345,12 +390,16 @@ def sgd_steps(meta, pc, pv, S, istate, fstate,
         q0 = qp[r]
         q1 = qp[r + 1]
         if not refit:
-            # room for every touched row to move into a fresh segment
+            # room for every touched row to move into a fresh segment: a free list
+            # holding at least nnz(q) segments of the size serves any of them
             need = 0
+            nq = q1 - q0
             for a in range(q0, q1):
                 i = qi[a]
                 if meta[i, M_LEN] + nd > meta[i, M_CAP]:
-                    need += row_capacity(meta[i, M_LEN] + nd)
+                    cap = row_capacity(meta[i, M_LEN] + nd)
+                    if free[N_CLASSES + _size_class(cap)] < nq:
+                        need += cap
             if istate[I_USED] + need > P:
                 return r
         if refit:

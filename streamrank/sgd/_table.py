@@ -42,7 +42,7 @@ class SparseW:
         self.S = np.zeros(64, dtype=np.float64)
         self.istate = np.zeros(K_.N_ISTATE, dtype=np.int64)
         self.fstate = np.zeros(1, dtype=np.float64)
-        self.free = np.full(64, -1, dtype=np.int64)  # free segment lists by size class (kernels' _alloc)
+        self.free = K_.empty_free_lists()  # released segments by size class (kernels' _alloc)
 
     # ---------------------------------------------------------------- sizes
     @property
@@ -73,7 +73,7 @@ class SparseW:
         pv = np.empty(size, dtype=np.float64)
         self.istate[K_.I_USED] = K_.repack(self.meta, self.pc, self.pv, pc, pv, slack, tight)
         self.istate[K_.I_GARBAGE] = 0
-        self.free[:] = -1
+        self.free = K_.empty_free_lists()
         self.pc, self.pv = pc, pv
 
     def repack(self, extra: int = 0, slack: int = 0) -> None:
@@ -96,8 +96,7 @@ class SparseW:
         """Pool entries tuple r may claim: a fresh segment for every query row it outgrows."""
         rows = Q.indices[Q.indptr[r]:Q.indptr[r + 1]]
         n = self.meta[rows, K_.M_LEN] + nd
-        grow = n > self.meta[rows, K_.M_CAP]
-        return int(sum(int(K_.row_capacity(int(v))) for v in n[grow]))
+        return int(K_.capacity_total(n[n > self.meta[rows, K_.M_CAP]]))
 
     def fit_capacity(self, tight: bool = False) -> None:
         """Repack when the pool has become mostly empty or wasted (memory ∝ nnz).
@@ -140,15 +139,14 @@ class SparseW:
     # ------------------------------------------------------------ conversion
     def _rebuild(self, W: sp.csr_matrix, stamps: np.ndarray) -> None:
         """Replace every row by the rows of the CSR ``W`` (no explicit zeros), stamps per row."""
-        n = np.diff(W.indptr)
-        P = max(MIN_POOL, int(sum(int(K_.row_capacity(int(v))) for v in n[n > 0])))
+        P = max(MIN_POOL, int(K_.capacity_total(np.diff(W.indptr))))
         self.pc = np.zeros(P, dtype=np.int32)
         self.pv = np.zeros(P, dtype=np.float64)
         self.istate[K_.I_USED] = K_.set_rows(self.meta, self.pc, self.pv, W.indptr.astype(np.int64),
                                              W.indices.astype(np.int32), W.data.astype(np.float64),
                                              np.asarray(stamps, dtype=np.int64))
         self.istate[K_.I_GARBAGE] = 0
-        self.free[:] = -1
+        self.free = K_.empty_free_lists()
         self.istate[K_.I_COUNT] = W.indptr[-1]
         self.istate[K_.I_FLUSHED] = W.indptr[-1]
 

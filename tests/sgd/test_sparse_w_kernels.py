@@ -39,6 +39,7 @@ def _row(meta, pc, pv, i):
 
 def test_row_capacity():
     assert [K.row_capacity(n) for n in (0, 1, 4, 5, 8, 9, 1000)] == [4, 4, 4, 8, 8, 16, 1024]
+    assert K.capacity_total(np.array([0, 1, 5, 0, 9])) == 4 + 8 + 16
 
 
 @settings(max_examples=40, deadline=None)
@@ -151,7 +152,7 @@ def test_repack_keeps_rows(slack, tight):
 
 def test_alloc_release_reuse_segments_of_the_same_size():
     pv = np.zeros(256)
-    free = np.full(64, -1, dtype=np.int64)
+    free = K.empty_free_lists()
     istate = np.zeros(K.N_ISTATE, dtype=np.int64)
     a = K._alloc(pv, free, istate, 8)
     b = K._alloc(pv, free, istate, 16)
@@ -159,6 +160,7 @@ def test_alloc_release_reuse_segments_of_the_same_size():
     K._release(pv, free, istate, a, 8)
     K._release(pv, free, istate, 24, 6)  # not a power of two: garbage, never reused
     assert istate[K.I_GARBAGE] == 14
+    assert free[K.N_CLASSES + 3] == 1 and not free[K.N_CLASSES:].sum() - 1  # one free 8-segment
     assert K._alloc(pv, free, istate, 16) == 24  # no free 16: the end of the pool
     assert K._alloc(pv, free, istate, 8) == a  # the released 8 comes back
     assert istate[K.I_GARBAGE] == 6 and istate[K.I_USED] == 40
