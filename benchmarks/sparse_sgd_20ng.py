@@ -34,7 +34,7 @@ training collection, relevant = same newsgroup, ties entering together
 blocks of ``--map-block`` queries, ``S = (Q_b W) D^T`` with one sparse
 product and one CSR x dense product, so memory is
 O(block x (n_words + n_documents)) whatever the number of queries.
-Memory: ``memory_bytes_`` (the hash table W is trained in) and the CSR size
+Memory: ``memory_bytes_`` (the row pool W is trained in) and the CSR size
 of the final W (int32 indices + float64 values + row pointers); the paper's
 figure is the storage of W.
 
@@ -148,7 +148,7 @@ def main(argv=None) -> int:
     rows = []
 
     def record(key, name, W, model=None, fit_s=0.0, peak=0):
-        if model is not None:  # hash-table scores: no (tuples x features) product is formed
+        if model is not None:  # the model scores: no (tuples x features) product is formed
             s_pos, s_neg = model.score(val[0], val[1]), model.score(val[0], val[2])
         else:  # W = I
             s_pos = np.asarray(val[0].multiply(val[1]).sum(axis=1)).ravel()
@@ -216,9 +216,9 @@ def main(argv=None) -> int:
     print()
     nq = rows[0]["map_queries"] if rows else 0
     print(f"Table II(a), 20NG, {args.steps:,} steps; MAP over {nq:,} test queries, tuple error over "
-          f"{len(tt):,} test tuples.  Paper memory = storage of W; ours = the hash table W is "
+          f"{len(tt):,} test tuples.  Paper memory = storage of W; ours = the row pool W is "
           f"trained in, and W as CSR.  Δ = ours - paper.")
-    print("| method | paper MAP | MAP | Δ MAP | paper error | error | Δ error | paper MB | W table MB | "
+    print("| method | paper MAP | MAP | Δ MAP | paper error | error | Δ error | paper MB | W pool MB | "
           "W CSR MB | density | fit s | peak RSS MB |")
     print("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     for r in rows:

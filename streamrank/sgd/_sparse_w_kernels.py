@@ -1,19 +1,26 @@
-"""Numba kernels of the sparse bilinear SGD ranker: W as sorted rows in a pool.
+"""Numba kernels of the sparse bilinear SGD ranker: W as rows in a pool.
 
 W (n_rows query features x n_cols item features) is held row by row.  Row i
-is a sorted run of column indices ``pc[p : p + n]`` (int32) and values
-``pv[p : p + n]`` (float64) inside one pool; ``meta[i] = (p, n, cap, stamp)``
-gives its start, length, capacity and the sweep index of the shrinkage last
-applied to the whole row.  Memory is proportional to nnz(W) (plus 32 bytes a
-row): a row that outgrows its capacity moves to a segment of twice the size
-at the end of the pool, and the caller repacks the pool when the abandoned
-segments add up to more than the live ones.
+is a run of column indices ``pc[p : p + n]`` (int32, in insertion order) and
+values ``pv[p : p + n]`` (float64) inside one pool; ``meta[i] = (p, n, cap,
+stamp)`` gives its start, length, capacity and the sweep index of the
+shrinkage last applied to the whole row.  A row that outgrows its capacity
+moves to a segment of the next power of two: a segment released earlier
+(free lists by size, :func:`_alloc`) or one at the end of the pool.  When the
+end is reached the caller repacks the pool (``_table.SparseW``), so memory
+is proportional to the entries stored, plus 32 bytes a row.
 
 Why rows.  An SGD step on the tuple (q, d+, d-) touches the entries W[i, j]
-for i in q and j in delta = d+ - d-: for each query feature i, a sorted list
-of columns.  Merging that list with row i reads one short contiguous run
-instead of nnz(delta) random slots of a hash table, and rewriting the row in
-the update (sorted insertion of the new columns) is sequential too.
+for i in q and j in delta = d+ - d-.  With delta scattered into a dense
+column vector (``dense[j] = delta_j``, ``slot[j]`` = its position), the
+margin is one sequential pass over each touched row, and the update one
+rewrite of it, with the columns of delta the row lacks appended at its end:
+sequential reads and writes of a few rows, instead of nnz(q) x nnz(delta)
+random probes of a hash table far larger than the caches (the structure
+streamrank used first; 1.7-2x slower on 20 Newsgroups tuples, see
+``benchmarks/README.md``).  A pass costs the row's length rather than
+nnz(delta): rows much longer than the tuples (a W far denser than the data)
+are the case where a hash table would win.
 
 Cumulative L1 shrinkage (paper eq. 7 and Algorithm 1, step 4): every T steps
 every entry is soft-thresholded by ``thr_k = l1 * sum(eta_s, s = t-T+1..t)``.
@@ -33,7 +40,7 @@ Every function here is a jitted function of arrays and scalars (CSR enters as
 the small arrays ``istate`` / ``fstate`` owned by the Python learner:
 
 * ``istate = [t, K, count, n_updates, n_active, t_refit, count_after_last_flush,
-  pool_used, pool_garbage]``
+  pool_used, pool_garbage, pool_needed]``
 * ``fstate = [window]`` (sum of eta since the last sweep)
 """
 from __future__ import annotations
@@ -47,7 +54,7 @@ from ._prefetch import prefetch as _prefetch
 from ._sparse_row_kernels import soft as _soft
 
 __all__ = [
-    "I_T", "I_K", "I_COUNT", "I_UPDATES", "I_ACTIVE", "I_TREFIT", "I_FLUSHED", "I_USED", "I_GARBAGE",
+    "I_T", "I_K", "I_COUNT", "I_UPDATES", "I_ACTIVE", "I_TREFIT", "I_FLUSHED", "I_USED", "I_GARBAGE", "I_NEED",
     "N_ISTATE", "M_START", "M_LEN", "M_CAP", "M_STAMP", "LR_INVSQRT", "LR_CONSTANT", "MIN_ROW_CAP",
     "N_CLASSES", "empty_free_lists",
     "row_capacity",
@@ -63,8 +70,8 @@ __all__ = [
     "score_rows",
 ]
 
-I_T, I_K, I_COUNT, I_UPDATES, I_ACTIVE, I_TREFIT, I_FLUSHED, I_USED, I_GARBAGE = range(9)
-N_ISTATE = 9
+I_T, I_K, I_COUNT, I_UPDATES, I_ACTIVE, I_TREFIT, I_FLUSHED, I_USED, I_GARBAGE, I_NEED = range(10)
+N_ISTATE = 10
 M_START, M_LEN, M_CAP, M_STAMP = 0, 1, 2, 3
 LR_INVSQRT, LR_CONSTANT = 0, 1
 MIN_ROW_CAP = 4
@@ -357,6 +364,19 @@ def _release(pv, free, istate, start, cap):
 
 
 @jit
+def _moves(n, cap, old_cap):
+    """Whether a row about to hold up to ``n`` entries leaves its segment of ``old_cap``.
+
+    It moves into a segment of ``cap = row_capacity(n)`` when it does not fit,
+    and also when it would use a quarter or less of a segment at least 4x too
+    big (rows shrink as their entries reach zero; the big segment goes back to
+    the free lists).  Growth doubles, shrinking needs 4x: no row moves back
+    and forth between two sizes.
+    """
+    return n > old_cap or 4 * cap <= old_cap
+
+
+@jit
 def sgd_steps(meta, pc, pv, S, istate, fstate,
               qp, qi, qx, pp, pi, px, mp, mi, mx,
               r0, r1, eta0, lr_code, l1, T, lazy, refit, dj, dx, dense, slot, hit, free):
@@ -375,8 +395,8 @@ def sgd_steps(meta, pc, pv, S, istate, fstate,
     step size continues the schedule at ``t + t_refit``.
 
     The kernel returns early (a row < r1) when the pool might not have room
-    for the rows the next tuple could grow; the caller grows or repacks the
-    pool and calls again.  The caller also keeps ``len(S) > K + (r1 - r0) // T + 1``.
+    for the rows the next tuple moves (``istate[I_NEED]`` entries at the end
+    of the pool); the caller repacks (and grows) the pool and calls again.  The caller also keeps ``len(S) > K + (r1 - r0) // T + 1``.
     ``free`` holds the heads of the free lists of :func:`_alloc`.
     ``dj`` / ``dx`` hold at least nnz(delta) entries, ``hit`` one more;
     ``dense`` (float64) and ``slot`` (int64) have one entry per column and are
@@ -396,11 +416,12 @@ def sgd_steps(meta, pc, pv, S, istate, fstate,
             nq = q1 - q0
             for a in range(q0, q1):
                 i = qi[a]
-                if meta[i, M_LEN] + nd > meta[i, M_CAP]:
-                    cap = row_capacity(meta[i, M_LEN] + nd)
+                cap = row_capacity(meta[i, M_LEN] + nd)
+                if _moves(meta[i, M_LEN] + nd, cap, meta[i, M_CAP]):
                     if free[N_CLASSES + _size_class(cap)] < nq:
                         need += cap
             if istate[I_USED] + need > P:
+                istate[I_NEED] = need
                 return r
         if refit:
             istate[I_TREFIT] += 1
@@ -454,11 +475,11 @@ def sgd_steps(meta, pc, pv, S, istate, fstate,
                 n = meta[i, M_LEN]
                 old = -1
                 old_cap = meta[i, M_CAP]
-                if refit or n + nd <= old_cap:
+                cap = row_capacity(n + nd)
+                if refit or not _moves(n + nd, cap, old_cap):
                     dst = meta[i, M_START]
                 else:
                     old = meta[i, M_START]
-                    cap = row_capacity(n + nd)
                     dst = _alloc(pv, free, istate, cap)
                     meta[i, M_CAP] = cap
                 ad, rm, up = _rewrite_row(meta, pc, pv, i, sh, K, g, dj, dx, nd, dense, slot, hit,

@@ -87,16 +87,15 @@ class SparseW:
         packed = int(K_.packed_size(self.meta, slack, False))
         self._repack(max(MIN_POOL, POOL_GROWTH * packed, packed + int(extra), self.capacity), slack, False)
 
-    def make_room(self, extra: int) -> None:
-        """Room at the end of the pool for ``extra`` more entries (repacking, and growing if need be)."""
+    def make_room(self, extra: int | None = None) -> None:
+        """Room at the end of the pool for ``extra`` more entries (repacking, and growing if need be).
+
+        ``None``: what the kernel asked for when it returned early (``I_NEED``).
+        """
+        if extra is None:
+            extra = int(self.istate[K_.I_NEED])
         if int(self.istate[K_.I_USED]) + extra > self.capacity:
             self.repack(extra)
-
-    def room_for_tuple(self, Q, nd: int, r: int) -> int:
-        """Pool entries tuple r may claim: a fresh segment for every query row it outgrows."""
-        rows = Q.indices[Q.indptr[r]:Q.indptr[r + 1]]
-        n = self.meta[rows, K_.M_LEN] + nd
-        return int(K_.capacity_total(n[n > self.meta[rows, K_.M_CAP]]))
 
     def fit_capacity(self, tight: bool = False) -> None:
         """Repack when the pool has become mostly empty or wasted (memory ∝ nnz).
@@ -213,8 +212,9 @@ class SparseW:
     def from_state(cls, attrs, arrays, prefix: str) -> "SparseW":
         """Inverse of :meth:`state`.
 
-        Entries of one row written with different stamps (by the hash-table W of
-        streamrank <= 0.3) are brought up to date, which is exactly equivalent.
+        Entries of one row written with different stamps (by the hash-table W
+        of earlier streamrank versions, which stamped every entry) are brought
+        up to date, which is exactly equivalent.
         """
         W = cls(attrs["n_rows"], attrs["n_cols"])
         keys = np.asarray(arrays[f"{prefix}keys"], dtype=np.int64)

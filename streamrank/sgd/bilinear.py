@@ -184,6 +184,7 @@ class SparseSGDRanker(BaseRanker):
         dense, slot = W.workspace()
         lazy = bool(self._lazy) and not refit
         r = 0
+        stalls = 0
         while r < n:
             W.reserve_sweeps(n - r, p["T"])
             r_next = K_.sgd_steps(
@@ -193,7 +194,11 @@ class SparseSGDRanker(BaseRanker):
                 r, n, p["eta0"], p["lr"], 0.0 if refit else p["l1"], p["T"],
                 lazy, refit, dj, dx, dense, slot, hit, W.free)
             if r_next < n:  # the pool is full: repack (and grow) it
-                W.make_room(W.room_for_tuple(Q, int(nd[r_next]), r_next))
+                # a repack changes the segments, so the kernel may ask twice; never three times
+                stalls = stalls + 1 if r_next == r else 0
+                if stalls > 2:
+                    raise RuntimeError(f"internal error: no room made in the pool of W for tuple {r_next}")
+                W.make_room()
             r = r_next
         if not refit:
             W.maybe_rebase()

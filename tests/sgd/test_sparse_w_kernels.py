@@ -150,6 +150,11 @@ def test_repack_keeps_rows(slack, tight):
     assert np.all(np.diff(starts) == meta[:-1, K.M_CAP])  # contiguous, in row order
 
 
+def test_rows_move_to_grow_and_to_give_back_a_segment_4x_too_big():
+    assert not K._moves(8, 8, 8) and K._moves(9, 16, 8)  # grows past its segment
+    assert not K._moves(5, 8, 16) and K._moves(5, 8, 32)  # 8 <= 32 / 4: gives the 32 back
+
+
 def test_alloc_release_reuse_segments_of_the_same_size():
     pv = np.zeros(256)
     free = K.empty_free_lists()
@@ -236,7 +241,8 @@ def _steps(W, Q, P, N, eta0=1.0, l1=0.01, T=3, lazy=True, refit=False):
         if r_next < n:
             # an early return has not started tuple r_next
             assert int(W.istate[K.I_T]) == t_before + (r_next - r)
-            W.make_room(W.room_for_tuple(Q, int(nd[r_next]), r_next))
+            assert W.istate[K.I_USED] + W.istate[K.I_NEED] > W.capacity
+            W.make_room()
         r = r_next
         assert not dense.any() and not slot.any()
     return calls
