@@ -87,6 +87,11 @@ class SparseW:
         packed = int(K_.packed_size(self.meta, slack, False))
         self._repack(max(MIN_POOL, POOL_GROWTH * packed, packed + int(extra), self.capacity), slack, False)
 
+    def shrink(self) -> None:
+        """Repack into a pool of ``POOL_GROWTH`` times what the rows take (gives memory back)."""
+        packed = int(K_.packed_size(self.meta, 0, False))
+        self._repack(max(MIN_POOL, POOL_GROWTH * packed), 0, False)
+
     def make_room(self, extra: int | None = None) -> None:
         """Room at the end of the pool for ``extra`` more entries (repacking, and growing if need be).
 
@@ -104,8 +109,8 @@ class SparseW:
         """
         if tight:
             self._repack(max(MIN_POOL, int(K_.packed_size(self.meta, 0, True))), 0, True)
-        elif self.capacity > 4 * POOL_GROWTH * max(self.count, MIN_POOL):
-            self.repack()
+        elif self.capacity > 2 * POOL_GROWTH * max(int(K_.packed_size(self.meta, 0, False)), MIN_POOL):
+            self.shrink()  # more than twice what a repack allots
 
     def reserve_sweeps(self, n_steps: int, T: int) -> None:
         """Room in ``S`` for the sweeps of ``n_steps`` more steps."""

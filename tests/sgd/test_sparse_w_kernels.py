@@ -301,6 +301,11 @@ def test_sparse_w_set_entries_state_round_trip_and_rebase():
     t.rebase()
     np.testing.assert_allclose(t.to_csr().toarray(), Ws, atol=1e-15)
     assert t.istate[K.I_K] == 0 and not t.meta[:, K.M_STAMP].any()
+    t.repack(extra=5000)
+    assert t.capacity >= 5000
+    t.fit_capacity()  # far more than twice what a repack allots: shrinks
+    assert t.capacity == max(64, 2 * K.packed_size(t.meta, 0, False))
+    np.testing.assert_allclose(t.to_csr().toarray(), Ws, atol=1e-15)
     t.fit_capacity(tight=True)
     assert t.capacity == max(64, t.count)
     np.testing.assert_allclose(t.to_csr().toarray(), Ws, atol=1e-15)
