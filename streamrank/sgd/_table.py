@@ -182,7 +182,7 @@ class SparseW:
         return W
 
     def nnz(self) -> int:
-        return int(K_.count_nonzero(self.meta, self.pv, self.S, int(self.istate[K_.I_K])))
+        return int(K_.rows_to_coo(self.meta, self.pc, self.pv, self.S, int(self.istate[K_.I_K]))[2].shape[0])
 
     def score(self, Q, D) -> np.ndarray:
         out = np.zeros(Q.shape[0], dtype=np.float64)
