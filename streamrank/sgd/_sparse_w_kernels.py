@@ -249,34 +249,34 @@ def _sweep_rows(meta, pc, pv, thr, K):
 
 
 @jit
-def _packed_cap(n, slack, tight):
+def _packed_cap(n, tight):
     if n == 0:
         return 0
-    return n if tight else row_capacity(n + slack)
+    return n if tight else row_capacity(n)
 
 
 @jit
-def packed_size(meta, slack, tight):
-    """Pool entries :func:`repack` needs with these ``slack`` / ``tight`` arguments."""
+def packed_size(meta, tight):
+    """Pool entries :func:`repack` needs (``tight``: exactly the stored entries)."""
     u = 0
     for i in range(meta.shape[0]):
-        u += _packed_cap(meta[i, M_LEN], slack, tight)
+        u += _packed_cap(meta[i, M_LEN], tight)
     return u
 
 
 @jit
-def repack(meta, pc, pv, new_pc, new_pv, slack, tight):
+def repack(meta, pc, pv, new_pc, new_pv, tight):
     """Copy every row into the fresh pool (new_pc, new_pv), in row order; returns the pool used.
 
-    A row of n entries gets the capacity ``row_capacity(n + slack)`` (a power
-    of two with room for ``slack`` more), or exactly n when ``tight``; an
+    A row of n entries gets the capacity ``row_capacity(n)`` (a power of
+    two), or exactly n when ``tight``; an
     empty row gets none.  :func:`packed_size` says how much that is.
     """
     u = 0
     for i in range(meta.shape[0]):
         p = meta[i, M_START]
         n = meta[i, M_LEN]
-        cap = _packed_cap(n, slack, tight)
+        cap = _packed_cap(n, tight)
         for s in range(n):
             new_pc[u + s] = pc[p + s]
             new_pv[u + s] = pv[p + s]

@@ -68,29 +68,29 @@ class SparseW:
         return np.zeros(self.n_cols, dtype=np.float64), np.zeros(self.n_cols, dtype=np.int64)
 
     # --------------------------------------------------------- pool upkeep
-    def _repack(self, size: int, slack: int, tight: bool) -> None:
+    def _repack(self, size: int, tight: bool) -> None:
         pc = np.empty(size, dtype=np.int32)  # never read beyond what is written
         pv = np.empty(size, dtype=np.float64)
-        self.istate[K_.I_USED] = K_.repack(self.meta, self.pc, self.pv, pc, pv, slack, tight)
+        self.istate[K_.I_USED] = K_.repack(self.meta, self.pc, self.pv, pc, pv, tight)
         self.istate[K_.I_GARBAGE] = 0
         self.free = K_.empty_free_lists()
         self.pc, self.pv = pc, pv
 
-    def repack(self, extra: int = 0, slack: int = 0) -> None:
-        """Copy the rows into a fresh pool, each row in a power-of-two segment with room for ``slack`` more.
+    def repack(self, extra: int = 0) -> None:
+        """Copy the rows into a fresh pool, each row in a power-of-two segment.
 
         The new pool holds ``POOL_GROWTH`` times what the rows take (and at
         least ``extra`` more, and never less than now): the segments abandoned
         by growing rows fill it before the next repack, so a repack is O(1)
         amortised per entry.  ``fit_capacity`` gives memory back.
         """
-        packed = int(K_.packed_size(self.meta, slack, False))
-        self._repack(max(MIN_POOL, POOL_GROWTH * packed, packed + int(extra), self.capacity), slack, False)
+        packed = int(K_.packed_size(self.meta, False))
+        self._repack(max(MIN_POOL, POOL_GROWTH * packed, packed + int(extra), self.capacity), False)
 
     def shrink(self) -> None:
         """Repack into a pool of ``POOL_GROWTH`` times what the rows take (gives memory back)."""
-        packed = int(K_.packed_size(self.meta, 0, False))
-        self._repack(max(MIN_POOL, POOL_GROWTH * packed), 0, False)
+        packed = int(K_.packed_size(self.meta, False))
+        self._repack(max(MIN_POOL, POOL_GROWTH * packed), False)
 
     def make_room(self, extra: int | None = None) -> None:
         """Room at the end of the pool for ``extra`` more entries (repacking, and growing if need be).
@@ -108,8 +108,8 @@ class SparseW:
         ``tight``: repack into a pool of exactly the stored entries.
         """
         if tight:
-            self._repack(max(MIN_POOL, int(K_.packed_size(self.meta, 0, True))), 0, True)
-        elif self.capacity > 2 * POOL_GROWTH * max(int(K_.packed_size(self.meta, 0, False)), MIN_POOL):
+            self._repack(max(MIN_POOL, int(K_.packed_size(self.meta, True))), True)
+        elif self.capacity > 2 * POOL_GROWTH * max(int(K_.packed_size(self.meta, False)), MIN_POOL):
             self.shrink()  # more than twice what a repack allots
 
     def reserve_sweeps(self, n_steps: int, T: int) -> None:

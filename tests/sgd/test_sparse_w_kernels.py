@@ -137,23 +137,23 @@ def test_flush_and_literal_sweep():
     assert removed == 2 and np.all(meta[:, K.M_STAMP] == 5)
 
 
-@pytest.mark.parametrize("slack,tight", [(0, False), (5, False), (0, True)])
-def test_repack_keeps_rows(slack, tight):
+@pytest.mark.parametrize("tight", [False, True])
+def test_repack_keeps_rows(tight):
     rng = np.random.default_rng(0)
     rows = [dict(zip(rng.choice(50, n, replace=False).tolist(), rng.normal(size=n).tolist()))
             for n in (0, 1, 3, 4, 9, 17)]
     meta, pc, pv, _ = _pool(rows, 50)
     meta[:] = meta[::-1].copy()  # rows in the pool in reverse order
     rows = rows[::-1]
-    size = K.packed_size(meta, slack, tight)
+    size = K.packed_size(meta, tight)
     new_pc = np.zeros(size, dtype=np.int32)
     new_pv = np.zeros(size)
-    used = K.repack(meta, pc, pv, new_pc, new_pv, slack, tight)
+    used = K.repack(meta, pc, pv, new_pc, new_pv, tight)
     assert used == size
     for i, row in enumerate(rows):
         assert _row(meta, new_pc, new_pv, i) == row
         n = len(row)
-        assert meta[i, K.M_CAP] == (0 if n == 0 else n if tight else K.row_capacity(n + slack))
+        assert meta[i, K.M_CAP] == (0 if n == 0 else n if tight else K.row_capacity(n))
     starts = meta[:, K.M_START]
     assert np.all(np.diff(starts) == meta[:-1, K.M_CAP])  # contiguous, in row order
 
@@ -308,7 +308,7 @@ def test_sparse_w_set_entries_state_round_trip_and_rebase():
     t.repack(extra=5000)
     assert t.capacity >= 5000
     t.fit_capacity()  # far more than twice what a repack allots: shrinks
-    assert t.capacity == max(64, 2 * K.packed_size(t.meta, 0, False))
+    assert t.capacity == max(64, 2 * K.packed_size(t.meta, False))
     np.testing.assert_allclose(t.to_csr().toarray(), Ws, atol=1e-15)
     t.fit_capacity(tight=True)
     assert t.capacity == max(64, t.count)
