@@ -60,10 +60,10 @@ class SparseW:
         return int(self.pc.nbytes + self.pv.nbytes + self.meta.nbytes + 8 * (int(self.istate[K_.I_K]) + 1))
 
     def workspace(self):
-        """(dense, slot): fresh all-zero column vectors for the kernels to scatter delta into.
+        """(dense, slot): fresh all-zero column vectors for ``sgd_steps`` to scatter delta into.
 
-        One pair per call (never cached on the model), so that ``score`` may
-        run in several threads on one model.
+        One pair per call, never cached on the model (``score`` allocates its
+        own ``dense`` the same way, so it may run in several threads on one model).
         """
         return np.zeros(self.n_cols, dtype=np.float64), np.zeros(self.n_cols, dtype=np.int64)
 
@@ -248,8 +248,6 @@ class SparseW:
                 v = vals[sel]
                 vals = vals.copy()
                 vals[sel] = np.sign(v) * np.maximum(np.abs(v) - sh, 0.0)
-                stamps = stamps.copy()
-                stamps[sel] = k
             has = hi >= 0
             row_stamp[has] = np.where(mixed[has], k, hi[has])
         # rows in the stored order of their entries (the margin sums in that order)
