@@ -25,27 +25,28 @@ def soft(v, thr):
 @jit
 def merge_diff(pp, pi, px, mp, mi, mx, r, dj, dx):
     """Row r of X_pos minus row r of X_neg (sorted CSR rows) into (dj, dx); exact zeros dropped."""
+    u = np.uint64  # unsigned indices: numba emits no negative-index wraparound code
     a = pp[r]
     a1 = pp[r + 1]
     b = mp[r]
     b1 = mp[r + 1]
     n = 0
     while a < a1 or b < b1:
-        if b >= b1 or (a < a1 and pi[a] < mi[b]):
-            j = pi[a]
-            v = np.float64(px[a])
+        if b >= b1 or (a < a1 and pi[u(a)] < mi[u(b)]):
+            j = pi[u(a)]
+            v = np.float64(px[u(a)])
             a += 1
-        elif a >= a1 or mi[b] < pi[a]:
-            j = mi[b]
-            v = -np.float64(mx[b])
+        elif a >= a1 or mi[u(b)] < pi[u(a)]:
+            j = mi[u(b)]
+            v = -np.float64(mx[u(b)])
             b += 1
         else:
-            j = pi[a]
-            v = np.float64(px[a]) - np.float64(mx[b])
+            j = pi[u(a)]
+            v = np.float64(px[u(a)]) - np.float64(mx[u(b)])
             a += 1
             b += 1
         if v != 0.0:
-            dj[n] = j
-            dx[n] = v
+            dj[u(n)] = j
+            dx[u(n)] = v
             n += 1
     return n

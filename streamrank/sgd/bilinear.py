@@ -180,6 +180,10 @@ class SparseSGDRanker(BaseRanker):
         dj = np.empty(width, dtype=np.int64)
         dx = np.empty(width, dtype=np.float64)
         hit = np.zeros(width + 1, dtype=np.int64)
+        kept = np.empty(max(1, int(np.diff(Q.indptr).max(initial=0))), dtype=np.int64)
+        # undo log of the optimistic update (grown when the kernel asks)
+        lpos = np.empty(4096, dtype=np.int64)
+        lval = np.empty(4096, dtype=np.float64)
         typical = int(np.mean(nd)) // 2  # room left in each row when the pool is repacked
         dense, slot = W.workspace()
         lazy = bool(self._lazy) and not refit
@@ -192,12 +196,16 @@ class SparseSGDRanker(BaseRanker):
                 Q.indptr, Q.indices, Q.data, Dp.indptr, Dp.indices, Dp.data,
                 Dn.indptr, Dn.indices, Dn.data,
                 r, n, p["eta0"], p["lr"], 0.0 if refit else p["l1"], p["T"],
-                lazy, refit, dj, dx, dense, slot, hit, W.free)
-            if r_next < n:  # the pool is full: repack (and grow) it
+                lazy, refit, dj, dx, dense, slot, hit, W.free, lpos, lval, kept)
+            if r_next < n:  # the pool (or the undo log) is full: repack and grow it
                 # a repack changes the segments, so the kernel may ask twice; never three times
                 stalls = stalls + 1 if r_next == r else 0
                 if stalls > 2:
                     raise RuntimeError(f"internal error: no room made in the pool of W for tuple {r_next}")
+                need_log = int(W.istate[K_.I_NEED_LOG])
+                if need_log > lpos.shape[0]:
+                    lpos = np.empty(2 * need_log, dtype=np.int64)
+                    lval = np.empty(2 * need_log, dtype=np.float64)
                 W.make_room()
             r = r_next
         if not refit:

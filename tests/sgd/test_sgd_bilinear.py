@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 import sgd_reference as ref
 import streamrank as sr
 from streamrank.base import NotFittedError
+from streamrank.sgd import _sparse_w_kernels as K
 from streamrank.sgd.bilinear import SparseSGDRanker
 
 
@@ -42,6 +43,49 @@ def test_algorithm1_matches_dense_reference(case, lazy):
     assert m.nnz_ == np.count_nonzero(W_ref) == m.W_.nnz
     if kw["l1"] >= 0.01:  # the case really exercised the shrinkage to zero
         assert 0 < m.density_ < 1
+
+
+@pytest.mark.parametrize("lazy", [True, False], ids=["lazy", "sweep"])
+def test_inactive_steps_are_undone_exactly(lazy):
+    """The kernel writes each step before it knows the hinge's verdict and takes it back when inactive.
+
+    Twenty tuples cycled thirty times: once learnt, most steps are inactive
+    (margin >= 1), and with L1 many of the entries they touch have shrunk to
+    zero, so the undo also has to drop the dead entries it put back.
+    """
+    Q, Dp, Dn = random_tuples(20, 9, 9, density=0.35, seed=21)
+    idx = np.tile(np.arange(20), 30)
+    Q, Dp, Dn = Q[idx], Dp[idx], Dn[idx]
+    kw = dict(eta0=3.0, l1=0.01, shrink_every=5, init="identity", learning_rate="invsqrt")
+    m = _model(lazy, refit=False, **kw).partial_fit(Q, Dp, Dn)
+    W_ref, _, _ = ref.algorithm1(Q, Dp, Dn, eta0=3.0, l1=0.01, T=5)
+    np.testing.assert_allclose(m.W_.toarray(), W_ref, rtol=0, atol=1e-10)
+    assert m.nnz_ == np.count_nonzero(W_ref) == m.W_.nnz
+    active = int(m._W.istate[K.I_ACTIVE])
+    assert active < 0.5 * len(idx)  # the undo really ran, for most steps
+    assert m.density_ < 0.9  # and the shrinkage killed entries
+    W = m._W
+    up_to_date = W.meta[:, K.M_STAMP] == W.istate[K.I_K]
+    for i in np.flatnonzero(up_to_date):  # no explicit zero left behind by an update or an undo
+        p, n = W.meta[i, K.M_START], W.meta[i, K.M_LEN]
+        assert np.all(W.pv[p:p + n] != 0.0), i
+    assert W.count == W.meta[:, K.M_LEN].sum()
+    m._W.flush()  # the entry count the kernels keep is exact once the lazy shrinkage is applied
+    assert m._W.count == m.nnz_
+
+
+def test_update_to_exactly_zero_drops_the_entry():
+    """(q, a, b) then (q, b, a) at a constant rate: the second step cancels the first exactly."""
+    Q = sp.csr_matrix(np.array([[1.0, 0.0, 2.0, 0.0]] * 2))
+    a = np.array([0.0, 1.0, 0.5, 0.0])
+    b = np.array([0.0, 0.0, 0.25, 3.0])
+    Dp, Dn = sp.csr_matrix(np.array([a, b])), sp.csr_matrix(np.array([b, a]))
+    m = _model(init="zeros", eta0=0.5, l1=0.0, learning_rate="constant", refit=False)
+    m.partial_fit(Q[:1], Dp[:1], Dn[:1])
+    assert m.nnz_ == 6
+    m.partial_fit(Q[1:], Dp[1:], Dn[1:])
+    assert m.nnz_ == 0 and m.W_.nnz == 0 and m._W.count == 0
+    assert int(m._W.istate[K.I_ACTIVE]) == 2
 
 
 def test_rectangular_zeros_init_matches_reference():

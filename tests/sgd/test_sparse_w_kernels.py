@@ -71,10 +71,11 @@ def test_shrink_equals_soft_threshold_exactly():
             assert K._shrink(v, sh) == soft(v, sh)
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=80, deadline=None)
 @given(seed=st.integers(0, 10_000), n=st.integers(0, 9), nd=st.integers(0, 6),
-       sh=st.sampled_from([0.0, 0.25]), refit=st.booleans(), move=st.booleans())
-def test_rewrite_row_matches_dict(seed, n, nd, sh, refit, move):
+       sh=st.sampled_from([0.0, 0.25]), refit=st.booleans(), move=st.booleans(), undo=st.booleans())
+def test_step_row_matches_dict_and_undo_restores(seed, n, nd, sh, refit, move, undo):
+    """One pass: the row's margin part before the update, the update, the log; then the undo."""
     rng = np.random.default_rng(seed)
     n_cols = 12
     row = dict(zip(rng.choice(n_cols, n, replace=False).tolist(),
@@ -86,6 +87,11 @@ def test_rewrite_row_matches_dict(seed, n, nd, sh, refit, move):
     g = float(rng.choice([0.0, 1.0, -2.0]))
     if refit:
         sh = 0.0  # the refit runs on a flushed W
+    if row and nd and rng.random() < 0.5:
+        # an entry of delta's column that the update takes to exactly 0
+        c0 = int(dj[0])
+        row[c0] = -g * dx[0] + (sh if -g * dx[0] > 0 else -sh) if g != 0.0 else 1.0
+        row = {c: v for c, v in row.items() if v != 0.0}
     meta, pc, pv, used = _pool([row, {0: 5.0}], n_cols)
     if not move:  # room in place
         meta[0, K.M_CAP] = max(meta[0, K.M_CAP], len(row) + nd)
@@ -97,26 +103,49 @@ def test_rewrite_row_matches_dict(seed, n, nd, sh, refit, move):
     dense[dj] = dx
     slot[dj] = np.arange(1, nd + 1)
     hit = np.zeros(nd + 1, dtype=np.int64)
-    added, removed, upd = K._rewrite_row(meta, pc, pv, 0, sh, 3, g, dj, dx, nd, dense, slot, hit,
-                                         refit, dst)
+    lpos = np.full(n + 2, -1, dtype=np.int64)
+    lval = np.zeros(n + 2)
+    u0 = 1  # the log may already hold other rows' entries
+    dot, u, n_kept, removed, zeros = K._step_row(meta, pc, pv, 0, sh, 3, g, dj, dx, nd, dense, slot, hit,
+                                                 refit, dst, lpos, lval, u0)
+    delta = dict(zip(dj.tolist(), dx.tolist()))
+    shrunk = {c: soft(v, sh) for c, v in row.items()}
+    assert dot == pytest.approx(sum(v * delta.get(c, 0.0) for c, v in shrunk.items()), abs=1e-14)
     want = {}
-    for c, v in row.items():
-        w = soft(v, sh) + g * (dx[list(dj).index(c)] if c in dj else 0.0)
-        if w != 0.0 or refit:
+    for c, v in shrunk.items():
+        w = v + g * delta.get(c, 0.0)
+        if w != 0.0 or refit or c in delta:  # delta's columns stay until the caller decides
             want[c] = w
     n_new = 0
-    for j, x in zip(dj.tolist(), dx.tolist()):
+    for j, x in delta.items():
         if j not in row and not refit and g * x != 0.0:
             want[j] = g * x
             n_new += 1
     got = _row(meta, pc, pv, 0)
     assert got == pytest.approx(want, abs=1e-15)
-    assert list(got)[:len([c for c in row if c in want])] == [c for c in row if c in want]  # order kept
+    assert list(got)[:n_kept] == [c for c in row if c in want]  # order kept, appended last
     assert meta[0, K.M_START] == dst and meta[0, K.M_STAMP] == 3
-    assert added == n_new
-    assert removed == len(row) - (len(want) - n_new)
-    assert upd == (sum(c in row for c in dj.tolist()) if refit else nd)
+    assert n_kept == len(want) - n_new
+    assert removed == len(row) - n_kept
+    logged = [c for c in row if c in delta]
+    assert u - u0 == len(logged)
+    p = meta[0, K.M_START]
+    assert [int(pc[q]) for q in lpos[u0:u]] == logged
+    assert lval[u0:u].tolist() == [shrunk[c] for c in logged]
+    assert zeros == sum(want[c] == 0.0 for c in logged)
     assert _row(meta, pc, pv, 1) == {0: 5.0}  # the neighbour is untouched
+    if undo:
+        qi = np.array([0], dtype=np.int64)
+        kept = np.array([n_kept], dtype=np.int64)
+        z = K._undo_rows(meta, pc, pv, qi, 0, 1, lpos[u0:], lval[u0:], u - u0, kept)
+        back = _row(meta, pc, pv, 0)
+        assert back == {c: v for c, v in shrunk.items() if v != 0.0 or refit or c in delta}
+        assert z == sum(back[c] == 0.0 for c in logged)
+        if z and not refit:
+            K._shrink_row(meta, pc, pv, 0, 0.0, 3)
+        if not refit:
+            assert _row(meta, pc, pv, 0) == {c: v for c, v in shrunk.items() if v != 0.0}
+        assert p == meta[0, K.M_START]
 
 
 def test_flush_and_literal_sweep():
@@ -230,11 +259,13 @@ def test_merge_diff():
         np.testing.assert_array_equal(dx[:n], dense[nz])
 
 
-def _steps(W, Q, P, N, eta0=1.0, l1=0.01, T=3, lazy=True, refit=False):
+def _steps(W, Q, P, N, eta0=1.0, l1=0.01, T=3, lazy=True, refit=False, log=4096):
     nd = np.diff(P.indptr) + np.diff(N.indptr)
     width = max(1, int(nd.max()))
     dj, dx = np.empty(width, dtype=np.int64), np.empty(width)
     hit = np.zeros(width + 1, dtype=np.int64)
+    kept = np.empty(max(1, int(np.diff(Q.indptr).max())), dtype=np.int64)
+    lpos, lval = np.empty(log, dtype=np.int64), np.empty(log)
     dense, slot = W.workspace()
     r, n, calls = 0, Q.shape[0], 0
     while r < n:
@@ -242,12 +273,17 @@ def _steps(W, Q, P, N, eta0=1.0, l1=0.01, T=3, lazy=True, refit=False):
         t_before = int(W.istate[K.I_T])
         r_next = K.sgd_steps(W.meta, W.pc, W.pv, W.S, W.istate, W.fstate, Q.indptr, Q.indices, Q.data,
                              P.indptr, P.indices, P.data, N.indptr, N.indices, N.data, r, n, eta0,
-                             K.LR_INVSQRT, l1, T, lazy, refit, dj, dx, dense, slot, hit, W.free)
+                             K.LR_INVSQRT, l1, T, lazy, refit, dj, dx, dense, slot, hit, W.free,
+                             lpos, lval, kept)
         calls += 1
         if r_next < n:
             # an early return has not started tuple r_next
             assert int(W.istate[K.I_T]) == t_before + (r_next - r)
-            assert W.istate[K.I_USED] + W.istate[K.I_NEED] > W.capacity
+            short_log = W.istate[K.I_NEED_LOG] > lpos.shape[0]
+            assert short_log or W.istate[K.I_USED] + W.istate[K.I_NEED] > W.capacity
+            if short_log:
+                lpos = np.empty(int(W.istate[K.I_NEED_LOG]), dtype=np.int64)
+                lval = np.empty(lpos.shape[0])
             W.make_room()
         r = r_next
         assert not dense.any() and not slot.any()
@@ -263,7 +299,8 @@ def test_sgd_steps_small_pool_equals_big_pool_and_early_returns_are_clean():
     for W in (small, big):
         W.set_entries(np.arange(30), np.arange(30), np.ones(30))
     big.repack(1 << 16)
-    assert _steps(small, Q, P, N) > 1  # the small pool filled up and was repacked on the way
+    # the small pool filled up and was repacked on the way, the short undo log grown
+    assert _steps(small, Q, P, N, log=2) > 1
     assert _steps(big, Q, P, N) == 1
     np.testing.assert_array_equal(small.to_csr().toarray(), big.to_csr().toarray())
     assert small.count == big.count and small.nnz() == big.nnz()
@@ -329,3 +366,26 @@ def test_score_read_only_and_float32_inputs(dtype):
             a.setflags(write=False)
     np.testing.assert_allclose(t.score(Q, D), np.einsum("ri,ij,rj->r", Q.toarray(), W.toarray(),
                                                         D.toarray()), rtol=1e-6 if dtype == np.float32 else 1e-13)
+
+
+@pytest.mark.parametrize("active", [False, True])
+def test_sgd_steps_undo_drops_an_entry_the_shrinkage_killed(active):
+    """An inactive step whose delta touches a dead entry: the undo puts back 0, which must go.
+
+    Row 0 holds {0: 10, 1: 0.001} with a pending shrinkage of 0.01, so entry
+    (0, 1) is dead.  The tuple q = e0, delta = e0 + e1 (margin 9.99: inactive),
+    or delta = -e0 + e1 (margin -9.99: active, entry (0, 1) revived by the step).
+    """
+    W = SparseW(1, 2)
+    W.set_entries(np.array([0, 0]), np.array([0, 1]), np.array([10.0, 0.001]))
+    W.reserve_sweeps(10, 100)
+    W.S[1] = 0.01
+    W.istate[K.I_K] = 1
+    Q = sp.csr_matrix(np.array([[1.0]]))
+    P = sp.csr_matrix(np.array([[0.0 if active else 1.0, 1.0]]))
+    N = sp.csr_matrix(np.array([[1.0 if active else 0.0, 0.0]]))
+    _steps(W, Q, P, N, eta0=0.5, l1=0.0, T=100)
+    assert int(W.istate[K.I_ACTIVE]) == int(active)
+    want = {0: 9.99 - 0.5, 1: 0.5} if active else {0: 9.99}
+    assert _row(W.meta, W.pc, W.pv, 0) == pytest.approx(want, abs=1e-15)
+    assert W.count == len(want)
