@@ -143,8 +143,8 @@ def _row_dot(pc, pv, p, n, sh, dense):
 
 
 @jit
-def _step_row(meta, pc, pv, i, sh, K, g, dj, dx, nd, dense, slot, hit, refit, dst, lpos, lval, u):
-    """Row i <- soft(row i, sh) + g * delta, optimistically; returns (dot, u, n_kept, removed, zeros).
+def _step_row(meta, pc, pv, i, sh, K, g, dense, slot, hit, refit, dst, lpos, lval, u):
+    """Row i <- soft(row i, sh) + g * delta on delta's columns it holds, optimistically; returns (dot, u, removed, zeros).
 
     One pass over the row does both halves of an SGD step:
 
@@ -154,19 +154,17 @@ def _step_row(meta, pc, pv, i, sh, K, g, dj, dx, nd, dense, slot, hit, refit, ds
       active (it is for almost every tuple: 98 % on 20 Newsgroups).  For each
       entry in a column of delta the pass logs its position and value before
       the update in ``lpos[u], lval[u]`` (u advances), so that
-      :func:`_undo_row` can take the update back exactly.
+      :func:`_undo_rows` can take the update back exactly.
 
     ``dense[j] = delta_j`` and ``slot[j] = b + 1`` for ``j = dj[b]`` (0
     elsewhere).  The pass reads at the row's start and writes at ``dst`` (the
-    row's own segment when it has room for n + nd entries, else a fresh one; a
-    write never overtakes a read), drops the entries the shrinkage took to
-    zero (those are dead whether or not the step happens) and marks in
-    ``hit`` the columns of delta it found; the columns of delta not found are
-    appended (after ``n_kept`` entries: the row's length without them).
+    row's own segment, or a smaller one it moves to; a write never overtakes a
+    read), drops the entries the shrinkage took to zero (those are dead
+    whether or not the step happens) and marks in ``hit`` (tag ``hit[0]``)
+    the columns of delta it found; :func:`_append_missing` adds the others.
     An entry of delta's columns stays even when its new value is exactly 0
     (it might be undone); ``zeros`` counts those, and the caller drops them.
-    ``refit``: nothing is appended (the support stays fixed), nothing shrinks
-    and exact zeros stay.
+    ``refit``: nothing shrinks and exact zeros stay (the support is fixed).
     """
     p = meta[i, M_START]
     n = meta[i, M_LEN]
@@ -221,20 +219,54 @@ def _step_row(meta, pc, pv, i, sh, K, g, dj, dx, nd, dense, slot, hit, refit, ds
             zeros += v1 == 0.0
         w += refit | (v1 != 0.0) | (x != 0.0)
         k += 1
-    removed = n - (w - dst)
-    n_kept = w - dst
-    if not refit:
-        for b in range(nd):
-            if hit[_u(b + 1)] != tag:
-                v = g * dx[_u(b)]
-                if v != 0.0:
-                    pc[_u(w)] = dj[_u(b)]
-                    pv[_u(w)] = v
-                    w += 1
     meta[i, M_START] = dst
     meta[i, M_LEN] = w - dst
     meta[i, M_STAMP] = K
-    return a0, u, n_kept, removed, zeros
+    return a0, u, n - (w - dst), zeros
+
+
+@jit
+def _append_missing(meta, pc, pv, i, g, dj, dx, nd, hit, free, istate, lpos, u0, u):
+    """Append ``g * delta_j`` to row i for the columns j of delta its last pass did not find; returns how many.
+
+    The pass (:func:`_step_row`) marked the columns it found with the tag
+    ``hit[0]``.  When the row's segment is too small for the new entries, the
+    row first moves to a segment of ``row_capacity(n + missing)`` (and its
+    entries ``lpos[u0:u]`` in the undo log move with it): rows move only when
+    they really grow past their segment, not whenever nnz(delta) more might not fit.
+    """
+    tag = hit[0]
+    missing = 0
+    for b in range(nd):
+        missing += (hit[_u(b + 1)] != tag) & (g * dx[_u(b)] != 0.0)
+    if missing == 0:
+        return 0
+    p = meta[i, M_START]
+    n = meta[i, M_LEN]
+    cap = meta[i, M_CAP]
+    if n + missing > cap:
+        new_cap = row_capacity(n + missing)
+        seg = _alloc(pv, free, istate, new_cap)
+        for k in range(n):
+            pc[_u(seg + k)] = pc[_u(p + k)]
+            pv[_u(seg + k)] = pv[_u(p + k)]
+        for e in range(u0, u):
+            lpos[_u(e)] += seg - p
+        if cap > 0:
+            _release(pv, free, istate, p, cap)
+        p = seg
+        meta[i, M_START] = seg
+        meta[i, M_CAP] = new_cap
+    w = p + n
+    for b in range(nd):
+        if hit[_u(b + 1)] != tag:
+            v = g * dx[_u(b)]
+            if v != 0.0:
+                pc[_u(w)] = dj[_u(b)]
+                pv[_u(w)] = v
+                w += 1
+    meta[i, M_LEN] = n + missing
+    return missing
 
 
 @jit
@@ -445,8 +477,7 @@ def sgd_steps(meta, pc, pv, S, istate, fstate,
             if not refit:
                 cap = row_capacity(n + nd)
                 if _moves(n + nd, cap, meta[i, M_CAP]):
-                    if free[N_CLASSES + _size_class(cap)] < nq:
-                        need += cap
+                    need += cap
         if istate[I_USED] + need > P or lneed > lpos.shape[0]:
             istate[I_NEED] = need
             istate[I_NEED_LOG] = lneed
@@ -503,18 +534,21 @@ def sgd_steps(meta, pc, pv, S, istate, fstate,
                 old = -1
                 old_cap = meta[i, M_CAP]
                 cap = row_capacity(n + nd)
-                if refit or not _moves(n + nd, cap, old_cap):
-                    dst = meta[i, M_START]
-                else:
+                if refit or 4 * cap > old_cap:
+                    dst = meta[i, M_START]  # in place (the appends move the row if it outgrows its segment)
+                else:  # the row uses a quarter or less of its segment: copied into a smaller one
                     old = meta[i, M_START]
                     dst = _alloc(pv, free, istate, cap)
                     meta[i, M_CAP] = cap
-                dot, u, nk, rm, z = _step_row(meta, pc, pv, i, sh, K, g, dj, dx, nd, dense, slot, hit,
-                                              refit, dst, lpos, lval, u)
-                kept[a - q0] = nk
+                u0 = u
+                dot, u, rm, z = _step_row(meta, pc, pv, i, sh, K, g, dense, slot, hit, refit, dst,
+                                          lpos, lval, u)
                 s += np.float64(qx[a]) * dot
                 if old >= 0 and old_cap > 0:
                     _release(pv, free, istate, old, old_cap)
+                kept[a - q0] = meta[i, M_LEN]
+                if not refit:
+                    _append_missing(meta, pc, pv, i, g, dj, dx, nd, hit, free, istate, lpos, u0, u)
                 removed += rm
                 zeros += z
             added = 0

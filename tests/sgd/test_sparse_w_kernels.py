@@ -73,8 +73,9 @@ def test_shrink_equals_soft_threshold_exactly():
 
 @settings(max_examples=80, deadline=None)
 @given(seed=st.integers(0, 10_000), n=st.integers(0, 9), nd=st.integers(0, 6),
-       sh=st.sampled_from([0.0, 0.25]), refit=st.booleans(), move=st.booleans(), undo=st.booleans())
-def test_step_row_matches_dict_and_undo_restores(seed, n, nd, sh, refit, move, undo):
+       sh=st.sampled_from([0.0, 0.25]), refit=st.booleans(), move=st.booleans(), undo=st.booleans(),
+       full=st.booleans())
+def test_step_row_matches_dict_and_undo_restores(seed, n, nd, sh, refit, move, undo, full):
     """One pass: the row's margin part before the update, the update, the log; then the undo."""
     rng = np.random.default_rng(seed)
     n_cols = 12
@@ -106,8 +107,20 @@ def test_step_row_matches_dict_and_undo_restores(seed, n, nd, sh, refit, move, u
     lpos = np.full(n + 2, -1, dtype=np.int64)
     lval = np.zeros(n + 2)
     u0 = 1  # the log may already hold other rows' entries
-    dot, u, n_kept, removed, zeros = K._step_row(meta, pc, pv, 0, sh, 3, g, dj, dx, nd, dense, slot, hit,
-                                                 refit, dst, lpos, lval, u0)
+    dot, u, removed, zeros = K._step_row(meta, pc, pv, 0, sh, 3, g, dense, slot, hit, refit, dst,
+                                         lpos, lval, u0)
+    n_kept = int(meta[0, K.M_LEN])
+    if move:  # the caller's bookkeeping of a move
+        meta[0, K.M_CAP] = 16
+    if full:  # no room left in the segment: an append moves the row
+        meta[0, K.M_CAP] = n_kept
+    cap = int(meta[0, K.M_CAP])
+    istate = np.zeros(K.N_ISTATE, dtype=np.int64)
+    istate[K.I_USED] = 2048
+    free = K.empty_free_lists()
+    start_before = int(meta[0, K.M_START])
+    n_added = 0 if refit else K._append_missing(meta, pc, pv, 0, g, dj, dx, nd, hit, free, istate, lpos,
+                                                u0, u)
     delta = dict(zip(dj.tolist(), dx.tolist()))
     shrunk = {c: soft(v, sh) for c, v in row.items()}
     assert dot == pytest.approx(sum(v * delta.get(c, 0.0) for c, v in shrunk.items()), abs=1e-14)
@@ -124,8 +137,14 @@ def test_step_row_matches_dict_and_undo_restores(seed, n, nd, sh, refit, move, u
     got = _row(meta, pc, pv, 0)
     assert got == pytest.approx(want, abs=1e-15)
     assert list(got)[:n_kept] == [c for c in row if c in want]  # order kept, appended last
-    assert meta[0, K.M_START] == dst and meta[0, K.M_STAMP] == 3
+    assert meta[0, K.M_STAMP] == 3 and n_added == n_new
     assert n_kept == len(want) - n_new
+    if n_kept + n_new > cap:  # grown out of its segment: moved to the pool's end, the old one released
+        assert meta[0, K.M_START] == 2048 and meta[0, K.M_CAP] == K.row_capacity(n_kept + n_new)
+        assert istate[K.I_USED] == 2048 + K.row_capacity(n_kept + n_new)
+        assert istate[K.I_GARBAGE] == cap
+    else:
+        assert meta[0, K.M_START] == (dst if move else start_before)
     assert removed == len(row) - n_kept
     logged = [c for c in row if c in delta]
     assert u - u0 == len(logged)
