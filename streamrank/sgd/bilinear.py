@@ -186,6 +186,7 @@ class SparseSGDRanker(BaseRanker):
         lval = np.empty(4096, dtype=np.float64)
         typical = int(np.mean(nd)) // 2  # room left in each row when the pool is repacked
         dense, slot = W.workspace()
+        mask = np.zeros(W.n_cols // 64 + 1, dtype=np.uint64)  # delta's columns, a bit each
         lazy = bool(self._lazy) and not refit
         r = 0
         stalls = 0
@@ -196,7 +197,7 @@ class SparseSGDRanker(BaseRanker):
                 Q.indptr, Q.indices, Q.data, Dp.indptr, Dp.indices, Dp.data,
                 Dn.indptr, Dn.indices, Dn.data,
                 r, n, p["eta0"], p["lr"], 0.0 if refit else p["l1"], p["T"],
-                lazy, refit, dj, dx, dense, slot, hit, W.free, lpos, lval, kept)
+                lazy, refit, dj, dx, dense, slot, mask, hit, W.free, lpos, lval, kept)
             if r_next < n:  # the pool (or the undo log) is full: repack and grow it
                 # a repack changes the segments, so the kernel may ask twice; never three times
                 stalls = stalls + 1 if r_next == r else 0

@@ -97,6 +97,16 @@ def test_rectangular_zeros_init_matches_reference():
     np.testing.assert_allclose(m.W_.toarray(), W_ref, atol=1e-10)
 
 
+def test_many_item_features_match_reference():
+    """Item features spread over several 64-bit words of the kernel's delta bit mask."""
+    Q, _, _ = random_tuples(300, 6, 6, density=0.5, seed=13)
+    _, Dp, Dn = random_tuples(300, 200, 200, density=0.03, seed=14)
+    m = _model(init="zeros", eta0=1.0, l1=0.01, shrink_every=3, refit=False).partial_fit(Q, Dp, Dn)
+    W_ref, _, _ = ref.algorithm1(Q, Dp, Dn, eta0=1.0, l1=0.01, T=3, init="zeros")
+    np.testing.assert_allclose(m.W_.toarray(), W_ref, atol=1e-10)
+    assert m.W_.indices.max() >= 128  # the last words of the mask were used
+
+
 def test_lazy_equals_literal_sweep_bigger_problem():
     """The lazy cumulative shrinkage is the every-T sweep, entry by entry."""
     Q, Dp, Dn = random_tuples(1500, 40, 40, density=0.1, seed=5)

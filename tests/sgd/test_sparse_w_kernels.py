@@ -107,7 +107,10 @@ def test_step_row_matches_dict_and_undo_restores(seed, n, nd, sh, refit, move, u
     lpos = np.full(n + 2, -1, dtype=np.int64)
     lval = np.zeros(n + 2)
     u0 = 1  # the log may already hold other rows' entries
-    dot, u, removed, zeros = K._step_row(meta, pc, pv, 0, sh, 3, g, dense, slot, hit, refit, dst,
+    mask = np.zeros(1, dtype=np.uint64)
+    for j in dj.tolist():
+        mask[0] |= np.uint64(1 << j)
+    dot, u, removed, zeros = K._step_row(meta, pc, pv, 0, sh, 3, g, dense, slot, mask, hit, refit, dst,
                                          lpos, lval, u0)
     n_kept = int(meta[0, K.M_LEN])
     if move:  # the caller's bookkeeping of a move
@@ -286,13 +289,14 @@ def _steps(W, Q, P, N, eta0=1.0, l1=0.01, T=3, lazy=True, refit=False, log=4096)
     kept = np.empty(max(1, int(np.diff(Q.indptr).max())), dtype=np.int64)
     lpos, lval = np.empty(log, dtype=np.int64), np.empty(log)
     dense, slot = W.workspace()
+    mask = np.zeros(W.n_cols // 64 + 1, dtype=np.uint64)
     r, n, calls = 0, Q.shape[0], 0
     while r < n:
         W.reserve_sweeps(n - r, T)
         t_before = int(W.istate[K.I_T])
         r_next = K.sgd_steps(W.meta, W.pc, W.pv, W.S, W.istate, W.fstate, Q.indptr, Q.indices, Q.data,
                              P.indptr, P.indices, P.data, N.indptr, N.indices, N.data, r, n, eta0,
-                             K.LR_INVSQRT, l1, T, lazy, refit, dj, dx, dense, slot, hit, W.free,
+                             K.LR_INVSQRT, l1, T, lazy, refit, dj, dx, dense, slot, mask, hit, W.free,
                              lpos, lval, kept)
         calls += 1
         if r_next < n:
@@ -305,7 +309,7 @@ def _steps(W, Q, P, N, eta0=1.0, l1=0.01, T=3, lazy=True, refit=False, log=4096)
                 lval = np.empty(lpos.shape[0])
             W.make_room()
         r = r_next
-        assert not dense.any() and not slot.any()
+        assert not dense.any() and not slot.any() and not mask.any()
     return calls
 
 
