@@ -12,25 +12,33 @@ is proportional to the entries stored, plus 32 bytes a row.
 
 Why rows.  An SGD step on the tuple (q, d+, d-) touches the entries W[i, j]
 for i in q and j in delta = d+ - d-.  With delta scattered into a dense
-column vector (``dense[j] = delta_j``, ``slot[j]`` = its position), the
-margin is one sequential pass over each touched row, and the update one
-rewrite of it, with the columns of delta the row lacks appended at its end:
-sequential reads and writes of a few rows, instead of nnz(q) x nnz(delta)
-random probes of a hash table far larger than the caches (the structure
-streamrank used first; 1.7-2x slower on 20 Newsgroups tuples, see
-``benchmarks/README.md``).  A pass costs the row's length rather than
-nnz(delta): rows much longer than the tuples (a W far denser than the data)
-are the case where a hash table would win.
+column vector (``dense[j] = delta_j``, ``slot[j]`` = its position, and one
+bit per column in ``mask``), a step is one sequential pass over each touched
+row (:func:`_step_row`) that adds the row's part of the margin and writes
+its update in the same read, then appends the columns of delta the row
+lacks (:func:`_append_missing`): sequential reads and writes of a few rows,
+instead of nnz(q) x nnz(delta) random probes of a hash table far larger than
+the caches (the structure streamrank used first; 3x slower on 20 Newsgroups
+tuples, see ``benchmarks/README.md``).  A pass costs the row's length rather
+than nnz(delta): rows much longer than the tuples (a W far denser than the
+data) are the case where a hash table would win.
+
+The update is written before the hinge's verdict is known (the margin needs
+the whole pass) -- it is active for 98 % of the 20 Newsgroups steps -- and
+taken back from a log of the overwritten values when it is not
+(:func:`_undo_rows`): W is exactly what a margin pass followed by a
+conditional update gives, and each row is read once instead of twice.
 
 Cumulative L1 shrinkage (paper eq. 7 and Algorithm 1, step 4): every T steps
 every entry is soft-thresholded by ``thr_k = l1 * sum(eta_s, s = t-T+1..t)``.
 Consecutive soft thresholds compose, ``soft(soft(w, a), b) = soft(w, a + b)``,
 so the kernels keep the running sums ``S[k] = thr_1 + ... + thr_k`` and one
-stamp per ROW: every entry of row i is ``soft(pv, S[K] - S[stamp_i])``.  An
-update of row i rewrites the whole row anyway, so it brings every entry of
-the row up to date, drops the ones that reached zero and sets the stamp to K.
-Rows not touched for a long time keep their dead entries until a flush of
-every row, run once the stored entries have doubled since the last flush
+stamp per ROW: every entry of row i is ``soft(pv, S[K] - S[stamp_i])``.  A
+step's pass reads the whole row anyway, so it brings every entry of the row
+up to date, drops the ones that reached zero (dead whether or not the step
+happens) and sets the stamp to K.  Rows not touched for a long time keep
+their dead entries until a flush of every row, run once the stored entries
+have doubled since the last flush
 (O(1) amortised per insertion, memory O(nnz)).  ``lazy=False`` runs the
 literal sweep of every entry at every T-th step instead; tests check the two
 against each other and against a dense numpy implementation of Algorithm 1.
@@ -40,7 +48,7 @@ Every function here is a jitted function of arrays and scalars (CSR enters as
 the small arrays ``istate`` / ``fstate`` owned by the Python learner:
 
 * ``istate = [t, K, count, n_updates, n_active, t_refit, count_after_last_flush,
-  pool_used, pool_garbage, pool_needed]``
+  pool_used, pool_garbage, pool_needed, undo_log_needed]``
 * ``fstate = [window]`` (sum of eta since the last sweep)
 """
 from __future__ import annotations
