@@ -475,7 +475,8 @@ def sgd_steps(meta, pc, pv, S, istate, fstate,
     ``free`` holds the heads of the free lists of :func:`_alloc`.
     ``dj`` / ``dx`` hold at least nnz(delta) entries, ``hit`` one more;
     ``kept`` at least nnz(q); ``dense`` (float64) and ``slot`` (int64) have
-    one entry per column and are all zeros (they are again on return).
+    one entry per column, ``mask`` (uint64) one bit per column, and all are
+    zeros (they are again on return).
     """
     P = pc.shape[0]
     mflat = meta.reshape(-1)
@@ -484,9 +485,9 @@ def sgd_steps(meta, pc, pv, S, istate, fstate,
         nd = _merge_diff(pp, pi, px, mp, mi, mx, r, dj, dx)
         q0 = qp[r]
         q1 = qp[r + 1]
-        # room for every touched row to move into a fresh segment (a free list
-        # holding at least nnz(q) segments of the size serves any of them), and
-        # in the undo log for every entry of delta's columns in those rows
+        # room at the pool's end for every touched row that might move (the free
+        # lists are not counted: a row's new size is known only after its pass),
+        # and in the undo log for every entry of delta's columns in those rows
         need = 0
         lneed = 1
         nq = q1 - q0
