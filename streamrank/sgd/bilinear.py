@@ -125,6 +125,7 @@ class SparseSGDRanker(BaseRanker):
     """
 
     _lazy = True  # tests switch this to run the literal sweep of every entry
+    _undo_log_size = 4096  # entries of the undo log a partial_fit starts with (tests shrink it)
 
     def __init__(self, *, eta0=200.0, l1=1e-5, shrink_every=100, init="identity",
                  learning_rate="invsqrt", refit=True, refit_steps=None, random_state=0):
@@ -182,8 +183,8 @@ class SparseSGDRanker(BaseRanker):
         hit = np.zeros(width + 1, dtype=np.int64)
         kept = np.empty(max(1, int(np.diff(Q.indptr).max(initial=0))), dtype=np.int64)
         # undo log of the optimistic update (grown when the kernel asks)
-        lpos = np.empty(4096, dtype=np.int64)
-        lval = np.empty(4096, dtype=np.float64)
+        lpos = np.empty(self._undo_log_size, dtype=np.int64)
+        lval = np.empty(self._undo_log_size, dtype=np.float64)
         typical = int(np.mean(nd)) // 2  # room left in each row when the pool is repacked
         dense, slot = W.workspace()
         mask = np.zeros(W.n_cols // 64 + 1, dtype=np.uint64)  # delta's columns, a bit each

@@ -74,6 +74,20 @@ def test_inactive_steps_are_undone_exactly(lazy):
     assert m._W.count == m.nnz_
 
 
+def test_undo_log_grows_when_a_tuple_needs_more():
+    """A short undo log makes the kernel stop, the learner grow the log, and W stays exact."""
+    Q, Dp, Dn = random_tuples(80, 30, 30, density=0.8, seed=22)
+    kw = dict(eta0=0.05, l1=0.001, shrink_every=4, refit=False)
+    short = _model(**kw)
+    short._undo_log_size = 2  # less than one row's entries in delta's columns
+    short.partial_fit(Q, Dp, Dn)
+    full = _model(**kw).partial_fit(Q, Dp, Dn)
+    W_ref, _, _ = ref.algorithm1(Q, Dp, Dn, eta0=0.05, l1=0.001, T=4)
+    np.testing.assert_allclose(short.W_.toarray(), W_ref, atol=1e-10)
+    np.testing.assert_array_equal(short.W_.toarray(), full.W_.toarray())
+    assert short.nnz_ > 300  # the rows were long enough to need a long log
+
+
 def test_update_to_exactly_zero_drops_the_entry():
     """(q, a, b) then (q, b, a) at a constant rate: the second step cancels the first exactly."""
     Q = sp.csr_matrix(np.array([[1.0, 0.0, 2.0, 0.0]] * 2))
