@@ -60,12 +60,15 @@ class SparseW:
         return int(self.pc.nbytes + self.pv.nbytes + self.meta.nbytes + 8 * (int(self.istate[K_.I_K]) + 1))
 
     def workspace(self):
-        """(dense, slot): fresh all-zero column vectors for ``sgd_steps`` to scatter delta into.
+        """(dense, slot, mask): fresh all-zero buffers for ``sgd_steps`` to scatter delta into.
 
-        One pair per call, never cached on the model (``score`` allocates its
-        own ``dense`` the same way, so it may run in several threads on one model).
+        ``dense`` and ``slot`` hold a value and a position per column, ``mask``
+        a bit per column.  New ones per call, never cached on the model
+        (``score`` allocates its own ``dense`` the same way, so it may run in
+        several threads on one model).
         """
-        return np.zeros(self.n_cols, dtype=np.float64), np.zeros(self.n_cols, dtype=np.int64)
+        return (np.zeros(self.n_cols, dtype=np.float64), np.zeros(self.n_cols, dtype=np.int64),
+                np.zeros(self.n_cols // 64 + 1, dtype=np.uint64))
 
     # --------------------------------------------------------- pool upkeep
     def _repack(self, size: int, tight: bool) -> None:

@@ -185,9 +185,7 @@ class SparseSGDRanker(BaseRanker):
         # undo log of the optimistic update (grown when the kernel asks)
         lpos = np.empty(self._undo_log_size, dtype=np.int64)
         lval = np.empty(self._undo_log_size, dtype=np.float64)
-        typical = int(np.mean(nd)) // 2  # room left in each row when the pool is repacked
-        dense, slot = W.workspace()
-        mask = np.zeros(W.n_cols // 64 + 1, dtype=np.uint64)  # delta's columns, a bit each
+        dense, slot, mask = W.workspace()
         lazy = bool(self._lazy) and not refit
         r = 0
         stalls = 0

@@ -283,8 +283,7 @@ def _steps(W, Q, P, N, eta0=1.0, l1=0.01, T=3, lazy=True, refit=False, log=4096)
     hit = np.zeros(width + 1, dtype=np.int64)
     kept = np.empty(max(1, int(np.diff(Q.indptr).max())), dtype=np.int64)
     lpos, lval = np.empty(log, dtype=np.int64), np.empty(log)
-    dense, slot = W.workspace()
-    mask = np.zeros(W.n_cols // 64 + 1, dtype=np.uint64)
+    dense, slot, mask = W.workspace()
     r, n, calls = 0, Q.shape[0], 0
     while r < n:
         W.reserve_sweeps(n - r, T)
