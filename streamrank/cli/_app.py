@@ -145,6 +145,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="letor (svmlight text), npz (X, y, qid) or zarr (a store); default: by the path")
     p.add_argument("--batch-id", default=None, metavar="ID", help="batch id in the store's append log")
     p.add_argument("--features", type=int, default=None, help="number of features (default: inferred)")
+    p.add_argument("--max-features", type=int, default=1 << 24, metavar="N",
+                   help="cap on a feature count inferred from text (default 2^24; a larger index is an error "
+                        "naming its line: pass --features if the data really is that wide)")
     p.add_argument("--sparse", action="store_true", help="store X as CSR (new stores)")
     p.add_argument("--limit", type=int, default=None, metavar="N", help="stop after about N rows (whole queries)")
     p.add_argument("--chunk-mb", type=float, default=8.0, help="text parsed per append (MB, default 8)")

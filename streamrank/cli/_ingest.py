@@ -94,7 +94,8 @@ def _ingest_letor(args, src, member, counts):
         with _progress(args, total, unit="B", desc=f"ingest {Path(name).name}") as bar:
             chunks = iter_svmlight(f, n_features=n_features, dense=not sparse,
                                    chunk_bytes=int(args.chunk_mb * 2**20), name=name,
-                                   null_value=args.null_value)
+                                   null_value=args.null_value,
+                                   max_features=getattr(args, "max_features", 1 << 24))
             for i, (X, y, qid) in enumerate(chunks):
                 if qid is None:
                     raise ValueError(f"{name}: LETOR lines must carry qid: (got a line without it)")

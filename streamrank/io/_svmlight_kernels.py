@@ -9,6 +9,11 @@ Line grammar (LETOR / svmlight)::
 
     line    := ws* [ label ws+ [ "qid:" int ws+ ] { index ":" value ws+ } ] [ "#" comment ] ("\\n" | "\\r\\n" | EOF)
 
+A carriage return is part of a line end only before ``\\n`` (or at the very
+end of the text): a bare ``\\r`` elsewhere outside a comment is an error (code
+11), never the silent end of a line.  Files whose line ends are bare ``\\r``
+(classic Mac) are translated to ``\\n`` by the caller before parsing.
+
 Numbers are parsed with Clinger's fast path: up to 19 significant digits
 into an integer mantissa ``m`` and a decimal exponent ``e``; when ``m < 2**53``
 and ``|e| <= 22`` the value ``m * 10**e`` (or ``m / 10**-e``) is the
@@ -36,6 +41,7 @@ ERRORS = {
     8: "NULL feature value (pass null_value= to substitute a number)",
     9: "missing ':' in a feature (expected <index>:<value>)",
     10: "feature value out of the float32 range",
+    11: "stray carriage return (\\r) inside the line; line ends must be \\n or \\r\\n",
 }
 
 _POW10 = np.array([10.0 ** i for i in range(23)], dtype=np.float64)
@@ -194,6 +200,8 @@ def parse_svmlight(buf, zero_based, max_index, max_abs, null_value, has_null, qi
         if i >= n:
             break
         c = buf[i]
+        if c == 13 and i + 1 < n and buf[i + 1] != 10:  # a bare CR, then more of the line
+            return 11, row, nnz, line, line, i, qid_mode, max_col, n_slow
         if c == 10 or c == 13 or c == 35:  # empty line or comment line
             while i < n and buf[i] != 10:
                 i += 1
@@ -275,6 +283,8 @@ def parse_svmlight(buf, zero_based, max_index, max_abs, null_value, has_null, qi
                 nnz += 1
             if col > max_col:
                 max_col = col
+        if i + 1 < n and buf[i] == 13 and buf[i + 1] != 10:  # a bare CR would hide the rest of the line
+            return 11, row, nnz, line, line, i, qid_mode, max_col, n_slow
         if qid_mode == -1:
             qid_mode = has_q
         elif qid_mode != has_q:

@@ -4,11 +4,19 @@ Format (one example per line; Joachims' SVMlight, used by LETOR)::
 
     <label> [qid:<int>] <index>:<value> <index>:<value> ... [# comment]
 
-Empty lines, comment lines, CRLF line ends and gzip-compressed files (by
-magic bytes) are accepted.  Feature indices are 1-based by default (LETOR,
+Empty lines, comment lines, CRLF line ends, bare-CR line ends (a file whose
+first line end is a lone ``\\r``, classic Mac) and gzip-compressed files (by
+magic bytes) are accepted; a stray ``\\r`` inside a line of an LF file is an
+error naming the line (it would otherwise hide the rest of the line).  Feature indices are 1-based by default (LETOR,
 SVMlight); ``zero_based=True`` for libsvm files written from 0.  Indices must
 increase strictly within a line.  A malformed line raises ``ValueError``
 naming ``file:line``.
+
+When ``n_features`` is not given it is inferred from the largest index seen,
+capped by ``max_features`` (default :data:`DEFAULT_MAX_FEATURES` = 2**24):
+one line with index 2147483647 must not make a 2.1-billion-feature store.
+The error names the 1-based line; pass ``n_features`` (or a larger
+``max_features``, or None for no cap) when the file really is that wide.
 
 :func:`iter_svmlight` reads ``chunk_bytes`` of text at a time and yields
 :class:`SvmlightChunk` ``(X, y, qid)`` whose rows end on a query-group
@@ -41,7 +49,10 @@ import scipy.sparse as sp
 
 from . import _svmlight_kernels as _k
 
-__all__ = ["SvmlightChunk", "iter_svmlight", "read_svmlight", "open_text_bytes"]
+__all__ = ["SvmlightChunk", "iter_svmlight", "read_svmlight", "open_text_bytes", "DEFAULT_MAX_FEATURES"]
+
+#: cap on the number of features inferred from text (``max_features=``)
+DEFAULT_MAX_FEATURES = 1 << 24
 
 
 class SvmlightChunk(NamedTuple):
@@ -94,7 +105,8 @@ def _error(code, name, line_no, buf, pos):
     return ValueError(f"{name}:{line_no}: {_k.ERRORS.get(code, 'parse error')}: {text!r}")
 
 
-def _parse(buf_bytes, name, first_line, zero_based, n_features, null_value, qid_mode=-1, inferred=False):
+def _parse(buf_bytes, name, first_line, zero_based, n_features, null_value, qid_mode=-1, inferred=False,
+           max_features=None):
     buf = np.frombuffer(buf_bytes, dtype=np.uint8)
     n_nl, n_colon = _k.count_lines_colons(buf)
     cap_rows = int(n_nl) + 1
@@ -104,7 +116,10 @@ def _parse(buf_bytes, name, first_line, zero_based, n_features, null_value, qid_
     indptr = np.empty(cap_rows + 1, dtype=np.int64)
     indices = np.empty(cap_nnz, dtype=np.int32)
     values = np.empty(cap_nnz, dtype=np.float64)
-    max_index = -1 if n_features is None else int(n_features) - 1
+    if n_features is not None:
+        max_index = int(n_features) - 1
+    else:
+        max_index = -1 if max_features is None else int(max_features) - 1
     has_null = null_value is not None
     cap_slow = 64 + cap_rows // 4
     while True:
@@ -117,6 +132,11 @@ def _parse(buf_bytes, name, first_line, zero_based, n_features, null_value, qid_
         cap_slow = int(n_slow)
     if status:
         line_no = first_line + int(err_line)
+        if status == 6 and n_features is None and max_features is not None:
+            err = _error(status, name, line_no, buf, int(err_pos))
+            raise ValueError(f"{err}: more than max_features={max_features} features, the cap on a feature "
+                             "count inferred from text; pass n_features (or a larger max_features) if the "
+                             "file really is that wide")
         if status == 6 and n_features is not None:
             err = _error(status, name, line_no, buf, int(err_pos))
             if inferred:
@@ -135,6 +155,20 @@ def _parse(buf_bytes, name, first_line, zero_based, n_features, null_value, qid_
         values[sl[~lab_rows, 1]] = exact[~lab_rows]
     return (labels[:rows], qids[:rows], indptr[:rows + 1], indices[:nnz], values[:nnz],
             int(n_lines), int(qid_mode), int(max_col))
+
+
+def _bare_cr_line_ends(head, eof):
+    """True if the text's line ends are lone ``\\r`` (None: undecided, no line end seen yet).
+
+    Decided on the text read before the first ``\\n``: CR without any LF
+    means CR line ends, read as if they were ``\\n``.  In any other file a
+    lone CR is left to the parser, which refuses it inside a line.
+    """
+    if b"\n" in head:
+        return False
+    if b"\r" in head:
+        return True
+    return False if eof else None
 
 
 def _to_X(indptr, indices, values, n_features, dense):
@@ -164,7 +198,8 @@ def _join(parts):
 
 def iter_svmlight(source, *, n_features: int | None = None, dense: bool = True,
                   zero_based: bool = False, chunk_bytes: int = 8 << 20,
-                  null_value: float | None = None, name: str | None = None) -> Iterator[SvmlightChunk]:
+                  null_value: float | None = None, name: str | None = None,
+                  max_features: int | None = DEFAULT_MAX_FEATURES) -> Iterator[SvmlightChunk]:
     """Yield :class:`SvmlightChunk` of whole queries from an svmlight/LETOR file.
 
     Parameters
@@ -187,12 +222,18 @@ def iter_svmlight(source, *, n_features: int | None = None, dense: bool = True,
         default they are an error.
     name : str, optional
         Name of the source in error messages.
+    max_features : int or None
+        Cap on an inferred ``n_features`` (default 2**24): a larger index
+        raises ``ValueError`` naming ``file:line``.  None: no cap.  Ignored
+        when ``n_features`` is given.
     """
     chunk_bytes = -1 if chunk_bytes is None else int(chunk_bytes)
     if chunk_bytes == 0 or chunk_bytes < -1:
         raise ValueError(f"chunk_bytes must be >= 1, got {chunk_bytes}")
     if n_features is not None and int(n_features) < 1:
         raise ValueError(f"n_features must be >= 1, got {n_features}")
+    if max_features is not None and int(max_features) < 1:
+        raise ValueError(f"max_features must be >= 1 or None, got {max_features}")
     f, fname, close = open_text_bytes(source)
     fname = name or fname
     nf = None if n_features is None else int(n_features)
@@ -200,6 +241,7 @@ def iter_svmlight(source, *, n_features: int | None = None, dense: bool = True,
     line0 = 1
     carry = b""
     pending = []  # parts (labels, qids, indptr, indices, values) of the last, maybe unfinished, query
+    cr_mode = None  # True: the file's line ends are bare CR (decided at its first line end)
     try:
         eof = False
         nxt = _read(f, chunk_bytes, fname)
@@ -208,6 +250,12 @@ def iter_svmlight(source, *, n_features: int | None = None, dense: bool = True,
             if data:
                 nxt = _read(f, chunk_bytes, fname)
             eof = not nxt
+            if cr_mode is None and data:
+                cr_mode = _bare_cr_line_ends(carry + data, eof)
+                if cr_mode:
+                    carry = carry.replace(b"\r", b"\n")
+            if cr_mode:
+                data = data.replace(b"\r", b"\n")
             if eof:
                 # the last piece of text (may lack a final newline)
                 text = carry + data
@@ -225,7 +273,8 @@ def iter_svmlight(source, *, n_features: int | None = None, dense: bool = True,
                 continue
             if text:
                 lab, q, ip, ind, val, n_lines, mode, max_col = _parse(
-                    text, fname, line0, zero_based, nf, null_value, qid_mode, inferred=n_features is None)
+                    text, fname, line0, zero_based, nf, null_value, qid_mode, inferred=n_features is None,
+                    max_features=None if max_features is None else int(max_features))
                 qid_mode = mode
                 if nf is None and max_col >= 0:
                     nf = max_col + 1
@@ -268,14 +317,15 @@ def iter_svmlight(source, *, n_features: int | None = None, dense: bool = True,
 
 
 def read_svmlight(source, *, n_features: int | None = None, dense: bool = False, zero_based: bool = False,
-                  null_value: float | None = None, name: str | None = None):
+                  null_value: float | None = None, name: str | None = None,
+                  max_features: int | None = DEFAULT_MAX_FEATURES):
     """Read a whole svmlight/LETOR file: ``(X, y, qid)`` (``qid`` None without ``qid:``).
 
     Unlike :func:`iter_svmlight`, ``n_features=None`` is inferred from the
     whole file.  For files larger than memory use :func:`iter_svmlight`.
     """
     parts = list(iter_svmlight(source, n_features=n_features, dense=False, zero_based=zero_based,
-                               null_value=null_value, name=name, chunk_bytes=None))
+                               null_value=null_value, name=name, chunk_bytes=None, max_features=max_features))
     if not parts:
         nf = n_features or 0
         X = np.zeros((0, nf), np.float32) if dense else sp.csr_matrix((0, nf), dtype=np.float32)
