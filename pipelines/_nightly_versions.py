@@ -6,9 +6,20 @@ a hidden temp directory and renamed into place.  ``DIR/current`` is a file
 naming the promoted version, replaced atomically (temp file, fsync,
 ``os.replace``, directory fsync).  Reports go to ``DIR/reports/<time>.json``,
 one summary line to stdout and (with matplotlib) ``DIR/metrics.png``.
+
+One writer per models directory: a run holds an exclusive ``flock`` on
+``DIR/.nightly.lock`` (:func:`models_lock`, released by the OS if the run
+dies); a second run fails at once with :class:`ModelsLocked`.  Temporary
+entries are named ``.<name>.<pid>-<random>.partial`` / ``.tmp`` and the
+start-up sweep removes only those whose process is dead (as ``sr.save`` does).
+``current`` must name a complete version inside ``DIR`` (a plain directory
+name with a ``version.json``): anything else — empty, a directory, a path
+such as ``../../elsewhere`` — is a :class:`ModelsDirError` naming the file,
+as is a missing or unreadable ``version.json``.
 """
 from __future__ import annotations
 
+import contextlib
 import datetime as _dt
 import json
 import os
@@ -20,12 +31,56 @@ import numpy as np
 
 import streamrank as sr
 
-__all__ = ["POINTER", "META", "KERNEL_STATS", "current_version", "list_versions", "read_version", "switch_current",
-           "prune", "summary_line", "finish_report"]
+__all__ = ["POINTER", "META", "KERNEL_STATS", "LOCK", "ModelsDirError", "ModelsLocked", "models_lock",
+           "current_version", "list_versions", "read_version", "switch_current", "prune", "summary_line",
+           "finish_report"]
 
 POINTER = "current"
 META = "version.json"
 KERNEL_STATS = "statistics.npz"
+LOCK = ".nightly.lock"
+
+
+class ModelsDirError(ValueError):
+    """The models directory holds something the pipeline did not write (a damaged pointer or version)."""
+
+
+class ModelsLocked(RuntimeError):
+    """Another process holds the models directory's lock (one writer at a time)."""
+
+
+@contextlib.contextmanager
+def models_lock(models_dir):
+    """Hold the exclusive lock ``DIR/.nightly.lock`` for a run; :class:`ModelsLocked` if another run has it.
+
+    An advisory ``flock``: the OS releases it when the holder dies, so a killed
+    run never blocks the next night.  The holder's pid and start time are
+    written into the file for the loser's message.
+    """
+    import fcntl
+
+    path = Path(models_dir) / LOCK
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            try:
+                holder = os.pread(fd, 200, 0).decode("utf-8", "replace").strip() or "unknown"
+            except OSError:
+                holder = "unknown"
+            raise ModelsLocked(f"{models_dir} is locked by another nightly run ({holder}; lock {path}); "
+                               "one writer at a time: this run changed nothing") from None
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, f"pid {os.getpid()}, started {_now()}".encode(), 0)
+        yield
+    finally:
+        os.close(fd)
+
+
+def _tmp_name(d, name, kind):
+    """``.<name>.<pid>-<random>.<kind>``: the pid tells a dead run's leftover from a live one's."""
+    return Path(d) / f".{name}.{os.getpid()}-{uuid.uuid4().hex}.{kind}"
 
 
 def _now() -> str:
@@ -33,12 +88,34 @@ def _now() -> str:
 
 
 def current_version(models_dir):
-    """Name of the promoted version (the ``current`` pointer), or None."""
-    p = Path(models_dir) / POINTER
-    if not p.is_file():
+    """Name of the promoted version (the ``current`` pointer), or None if there is no pointer.
+
+    :class:`ModelsDirError` (naming the file) if ``current`` is not a file, is
+    empty or unreadable, or names anything but a complete version directly
+    inside ``models_dir``.
+    """
+    d = Path(models_dir)
+    p = d / POINTER
+    if not os.path.lexists(p):
         return None
-    name = p.read_text().strip()
-    return name or None
+    if p.is_dir():
+        raise ModelsDirError(f"{p} is a directory; it should be the pointer file naming the promoted version")
+    if not p.is_file():
+        raise ModelsDirError(f"{p} is not a regular file (a dangling link?); it should name the promoted version")
+    try:
+        raw = p.read_bytes()[:4096]
+        name = raw.decode("utf-8").strip()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ModelsDirError(f"{p} cannot be read as the name of a version: {exc}") from None
+    if not name:
+        raise ModelsDirError(f"{p} is empty; it should name the promoted version (restore it, or delete it and "
+                             "run with --full to retrain from scratch)")
+    if (name in (".", "..") or name.startswith(".") or "/" in name or "\\" in name or "\0" in name
+            or not (d / name).is_dir() or (d / name).is_symlink()):
+        raise ModelsDirError(f"{p} names {name[:80]!r}, which is not a version directory inside {d}")
+    if not (d / name / META).is_file():
+        raise ModelsDirError(f"{p} names {name!r}, but {d / name / META} is missing (an incomplete version)")
+    return name
 
 
 def list_versions(models_dir):
@@ -51,14 +128,40 @@ def list_versions(models_dir):
 
 
 def read_version(models_dir, version) -> dict:
-    with open(Path(models_dir) / version / META) as fh:
-        return json.load(fh)
+    """``DIR/<version>/version.json``; :class:`ModelsDirError` naming the file if missing or damaged."""
+    f = Path(models_dir) / version / META
+    try:
+        with open(f, "rb") as fh:
+            meta = json.loads(fh.read().decode("utf-8"))
+    except FileNotFoundError:
+        raise ModelsDirError(f"{f} is missing (an incomplete or damaged version)") from None
+    except IsADirectoryError:
+        raise ModelsDirError(f"{f} is a directory, not the version's metadata") from None
+    except (UnicodeDecodeError, ValueError) as exc:
+        raise ModelsDirError(f"{f} is not valid JSON (truncated or damaged?): {exc}") from None
+    if not isinstance(meta, dict):
+        raise ModelsDirError(f"{f} holds a JSON {type(meta).__name__}, not a version's metadata object")
+    return meta
+
+
+def seen_by(models_dir, version, unit) -> int:
+    """How many ``unit`` (groups / tuples) the version's model was trained on (its ``data`` record)."""
+    meta = read_version(models_dir, version)
+    try:
+        n = meta["data"][unit][1]
+        if isinstance(n, bool) or not isinstance(n, int) or n < 0:
+            raise TypeError
+    except (KeyError, IndexError, TypeError):
+        raise ModelsDirError(f"{Path(models_dir) / version / META}: 'data.{unit}' is missing or not a "
+                             f"[start, end] of non-negative integers (was this version written for another "
+                             "learner?)") from None
+    return int(n)
 
 
 def _write_version(models_dir, name, model, meta, arrays=None):
     """Model (+ statistics) + version.json in a hidden temp dir, then one rename: complete or absent."""
     d = Path(models_dir)
-    tmp = d / f".{name}.{uuid.uuid4().hex}.partial"
+    tmp = _tmp_name(d, name, "partial")
     sr.save(model, tmp)
     if arrays:
         np.savez(tmp / KERNEL_STATS, **arrays)
@@ -72,7 +175,7 @@ def _write_version(models_dir, name, model, meta, arrays=None):
 def switch_current(models_dir, version):
     """Atomically point ``DIR/current`` at ``version`` (write a temp file, fsync, os.replace)."""
     d = Path(models_dir)
-    tmp = d / f".{POINTER}.{uuid.uuid4().hex}.tmp"
+    tmp = _tmp_name(d, POINTER, "tmp")
     with open(tmp, "w") as fh:
         fh.write(version + "\n")
         fh.flush()
@@ -89,10 +192,15 @@ def switch_current(models_dir, version):
 
 
 def _clean_partial(models_dir):
+    """Remove temporary versions and pointer files of runs that died (never those of a live process)."""
+    from streamrank.persistence import _writer_alive
+
     for p in Path(models_dir).glob(".*.partial"):
-        shutil.rmtree(p, ignore_errors=True)
+        if not _writer_alive(p):
+            shutil.rmtree(p, ignore_errors=True)
     for p in Path(models_dir).glob(f".{POINTER}.*.tmp"):
-        p.unlink(missing_ok=True)
+        if not _writer_alive(p):
+            p.unlink(missing_ok=True)
 
 
 def prune(models_dir, keep):
@@ -106,7 +214,7 @@ def prune(models_dir, keep):
     for v in vs[:-keep]:
         if v != cur:
             # rename first (atomic): a crash mid-delete leaves a hidden .partial that the next run removes
-            doomed = Path(models_dir) / f".{v}.{uuid.uuid4().hex}.partial"
+            doomed = _tmp_name(models_dir, v, "partial")
             os.replace(Path(models_dir) / v, doomed)
             shutil.rmtree(doomed, ignore_errors=True)
             removed.append(v)
@@ -127,7 +235,12 @@ def finish_report(report, models_dir, keep, plot, out):
     os.replace(tmp, rdir / f"{stamp}.json")
     if plot:
         report["plot"] = _plot(models_dir)
-    out.write(summary_line(report) + "\n")
+        if report["plot"] is None:
+            report["plot_skipped"] = "matplotlib is not installed (pip install 'streamrank[plot]')"
+    line = summary_line(report)
+    if report.get("plot_skipped"):
+        line += f"; metrics.png skipped: {report['plot_skipped']}"
+    out.write(line + "\n")
     out.flush()
     return report
 
@@ -151,39 +264,16 @@ def summary_line(report) -> str:
 
 
 def _plot(models_dir):
-    path = Path(models_dir) / "metrics.png"
-    tmp = path.with_name(".metrics.png.tmp")
-    try:  # the library's plot of the run reports, when streamrank.plot provides it
-        from streamrank.plot import nightly_history
-    except (ImportError, AttributeError):
-        nightly_history = None
-    if nightly_history is not None:
-        import matplotlib.pyplot as plt
-
-        fig = nightly_history(models_dir)
-        fig.savefig(tmp, format="png")
-        plt.close(fig)
-        os.replace(tmp, path)
-        return str(path)
+    """``DIR/metrics.png`` over versions; None (and nothing written) when matplotlib is not installed."""
     try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
+        import matplotlib  # noqa: F401 - the optional ``plot`` extra
     except ImportError:
         return None
-    vs = list_versions(models_dir)
-    metas = [read_version(models_dir, v) for v in vs]
-    if not metas:
-        return None
-    fig, ax = plt.subplots(figsize=(6, 3.5))
-    for name in sorted({k for m in metas for k in (m.get("metrics") or {})}):
-        ax.plot([m["seq"] for m in metas], [(m.get("metrics") or {}).get(name, np.nan) for m in metas],
-                marker="o", label=name)
-    ax.set_xlabel("version")
-    ax.set_title("validation metrics over nights")
-    ax.legend()
-    fig.savefig(tmp, format="png", dpi=80)
+    from streamrank.plot import nightly_history
+
+    path = Path(models_dir) / "metrics.png"
+    fig = nightly_history(models_dir, path)
+    import matplotlib.pyplot as plt
+
     plt.close(fig)
-    os.replace(tmp, path)
     return str(path)

@@ -63,6 +63,17 @@ One run = one night::
 5. **Report**: ``DIR/reports/<time>.json``, one summary line on stdout and,
    with matplotlib (the ``plot`` extra), ``DIR/metrics.png`` over versions.
 
+One run per models directory: a run holds an exclusive lock on
+``DIR/.nightly.lock`` from ingest to report; a second run started meanwhile
+exits at once (code 5, "locked by another nightly run"), changing nothing.
+The start-up sweep removes only temporary versions of dead processes.
+``current`` must name a complete version inside ``DIR``; a damaged pointer
+or ``version.json`` is an error naming the file, never a silent retrain.
+Every failure is one line on stderr and an exit code (those of the
+``streamrank`` command: 3 not found, 4 bad data, 5 cannot write — lock held,
+disk full —, 1 unexpected).  Without matplotlib the plot is skipped and the
+summary line says so.
+
 Crash safety: a run killed anywhere leaves ``current`` at the previous model
 (or at the new one, once the pointer has been switched) and the store at a
 committed state.  A version whose pointer switch was lost is found again by
@@ -110,16 +121,21 @@ from pipelines._nightly_learners import (  # noqa: E402,F401
 )
 from pipelines._nightly_versions import (  # noqa: E402,F401
     KERNEL_STATS,
+    LOCK,
     META,
     POINTER,
+    ModelsDirError,
+    ModelsLocked,
     _clean_partial,
     _now,
     _write_version,
     current_version,
     finish_report,
     list_versions,
+    models_lock,
     prune,
     read_version,
+    seen_by,
     summary_line,
     switch_current,
 )
@@ -127,7 +143,7 @@ from pipelines._nightly_versions import (  # noqa: E402,F401
 __all__ = ["main", "run_night", "build_parser", "ingest", "ingest_tuples", "read_day", "read_tuple_day", "iter_day",
            "content_hash", "GroupRange", "select_alpha", "select_alpha_kernel", "kernel_fold_statistics",
            "tuple_range", "validate", "switch_current", "current_version", "list_versions", "read_version", "prune",
-           "summary_line", "POINTER", "META", "KERNEL_STATS"]
+           "summary_line", "POINTER", "META", "KERNEL_STATS", "LOCK", "ModelsDirError", "ModelsLocked"]
 
 LEARNERS = ("rankrls", "sparse-kernel", "sgd-bilinear", "sgd-pairwise")
 
@@ -233,14 +249,23 @@ def run_night(store_path, new_files, models_dir, *, learner="rankrls", alphas=No
     out = sys.stdout if out is None else out
     if learner not in LEARNERS:
         raise ValueError(f"--learner must be one of {LEARNERS}, got {learner!r}")
-    tuples = learner == "sgd-bilinear"
-    unit = "tuples" if tuples else "groups"
     from streamrank.rankrls.linear import DEFAULT_ALPHAS
 
     alphas = np.asarray(DEFAULT_ALPHAS if alphas is None else alphas, dtype=np.float64)
     models_dir = Path(models_dir)
+    if models_dir.exists() and not models_dir.is_dir():
+        raise NotADirectoryError(f"--models {models_dir} exists and is not a directory")
     models_dir.mkdir(parents=True, exist_ok=True)
-    _clean_partial(models_dir)
+    with models_lock(models_dir):  # one run per models directory: ingest, train, promote, prune
+        _clean_partial(models_dir)
+        return _run_locked(store_path, new_files, models_dir, learner, alphas, full, keep, tolerance, folds,
+                           validation, k, max_rows, plot, out, learner_params, verify, chunk_bytes)
+
+
+def _run_locked(store_path, new_files, models_dir, learner, alphas, full, keep, tolerance, folds, validation, k,
+                max_rows, plot, out, learner_params, verify, chunk_bytes):
+    tuples = learner == "sgd-bilinear"
+    unit = "tuples" if tuples else "groups"
     started = _now()
     report = {"started": started, "store": str(store_path), "models": str(models_dir), "learner": learner}
 
@@ -258,8 +283,7 @@ def run_night(store_path, new_files, models_dir, *, learner="rankrls", alphas=No
 
     # 2. update
     cur = current_version(models_dir)
-    cur_meta = read_version(models_dir, cur) if cur else None
-    cur_seen = int(cur_meta["data"][unit][1]) if cur else 0
+    cur_seen = seen_by(models_dir, cur, unit) if cur else 0
     base = None if (full or cur is None) else cur
     seen = 0 if base is None else cur_seen
     if seen > total:
@@ -353,6 +377,7 @@ def build_parser():
                         "(default: only tonight's new batches)")
     p.add_argument("--chunk-mb", type=float, default=8.0, help="day file input read per append (MB)")
     p.add_argument("--no-plot", action="store_true", help="do not write metrics.png")
+    p.add_argument("-v", "--verbose", action="store_true", help="print the traceback of an error")
     p.add_argument("--group-weight", default="pair", choices=("pair", "query", "size"),
                    help="rankrls: weight of each query's pairs (fixed at the first night)")
     p.add_argument("--ties", default="include", choices=("include", "exclude"), help="rankrls: tied pairs")
@@ -375,11 +400,35 @@ def _learner_params(args):
 
 
 def main(argv=None) -> int:
+    """Run one night; every failure is one line on stderr and an exit code (those of ``streamrank``:
+    3 not found, 4 bad data, 5 cannot write — lock held, disk full —, 1 unexpected; ``--verbose``
+    adds the traceback)."""
+    import traceback
+
+    from streamrank.cli._app import _exit_code
+    from streamrank.cli._common import EXIT_BUG, EXIT_SIGINT
+
     args = build_parser().parse_args(argv)
-    run_night(args.store, args.new, args.models, learner=args.learner, alphas=args.alphas, full=args.full,
-              keep=args.keep, tolerance=args.tolerance, folds=args.folds, validation=args.validation,
-              max_rows=args.max_rows, plot=not args.no_plot, verify=args.verify,
-              chunk_bytes=max(1, int(args.chunk_mb * 2**20)), learner_params=_learner_params(args))
+    try:
+        run_night(args.store, args.new, args.models, learner=args.learner, alphas=args.alphas, full=args.full,
+                  keep=args.keep, tolerance=args.tolerance, folds=args.folds, validation=args.validation,
+                  max_rows=args.max_rows, plot=not args.no_plot, verify=args.verify,
+                  chunk_bytes=max(1, int(args.chunk_mb * 2**20)), learner_params=_learner_params(args))
+    except KeyboardInterrupt:
+        print("nightly: interrupted; the store keeps its last commit and current its last promoted version",
+              file=sys.stderr, flush=True)
+        return EXIT_SIGINT
+    except Exception as exc:  # noqa: BLE001 - every failure: one line and an exit code
+        code = _exit_code(exc)
+        if args.verbose:
+            traceback.print_exc(file=sys.stderr)
+        text = str(exc).strip()
+        msg = text.splitlines()[0] if text else type(exc).__name__
+        if isinstance(exc, OSError) and exc.filename and str(exc.filename) not in msg:
+            msg += f": {exc.filename}"
+        hint = f" [{type(exc).__name__}; unexpected: rerun with --verbose and report it]" if code == EXIT_BUG else ""
+        print(f"nightly: error: {msg}{hint}", file=sys.stderr, flush=True)
+        return code
     return 0
 
 

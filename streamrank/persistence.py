@@ -196,6 +196,8 @@ def load(path):
     path = Path(path)
     if path.is_file() and path.name == "current":  # pointer file of the nightly pipeline
         target = path.read_text().strip()
+        if target in ("", ".", "..") or "/" in target or "\\" in target:  # only a version beside the pointer
+            raise ModelFormatError(f"{path} names {target[:80]!r}, not a version directory beside it")
         path = path.parent / target
     if not path.exists():
         old = _replaced_copy(path) if path.parent.is_dir() else None

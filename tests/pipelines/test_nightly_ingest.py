@@ -114,7 +114,7 @@ def test_killed_chunked_ingest_resumes_with_another_chunk_size(tmp_path):
     np.testing.assert_allclose(sr.load(models / "current").coef_, scratch.coef_, rtol=1e-8)
 
 
-def test_verify_new_batches_and_full_verify(tmp_path):
+def test_verify_new_batches_and_full_verify(tmp_path, capsys):
     store, models = tmp_path / "logs.zarr", tmp_path / "models"
     days = []
     for d in (1, 2, 3):
@@ -137,8 +137,13 @@ def test_verify_new_batches_and_full_verify(tmp_path):
     assert r3["status"] == "promoted" and r3["verify"]["batches"] == 2
     before = nightly.current_version(models)
     with pytest.raises(sr.io.schema.StoreFormatError, match="batch 'sha256:"):
-        nightly.main(["--store", str(store), "--new", str(days[2]), "--models", str(models), "--alphas", "1",
-                      "--no-plot", "--verify", "--full"])
+        nightly.run_night(store, [days[2]], models, verify=True, full=True, out=io.StringIO(), **run)
+    # the command line: the same error as one line, exit code 4 (bad data)
+    capsys.readouterr()
+    assert nightly.main(["--store", str(store), "--new", str(days[2]), "--models", str(models), "--alphas", "1",
+                         "--no-plot", "--verify", "--full"]) == 4
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and err.startswith("nightly: error: ") and "batch 'sha256:" in err
     assert nightly.current_version(models) == before and len(nightly.list_versions(models)) == 3
 
 

@@ -1,0 +1,220 @@
+"""Nightly pipeline (issue 16): one run per models directory, the ``current`` pointer and version.json are
+checked, leftovers of live runs are kept, and every failure is one line with an exit code."""
+from __future__ import annotations
+
+import errno
+import json
+import shutil
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import streamrank as sr
+from pipeline_data import make_day
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT))
+from pipelines import nightly  # noqa: E402
+
+GRID = "2^-2:2^2"
+
+
+def _day(tmp, d):
+    p = tmp / f"day{d}.npz"
+    X, y, qid = make_day(d)
+    np.savez(p, X=X, y=y, qid=qid)
+    return p
+
+
+def _argv(tmp, d=1, *extra):
+    return ["--store", str(tmp / "logs.zarr"), "--new", str(_day(tmp, d)), "--models", str(tmp / "models"),
+            "--alphas", GRID, "--tolerance", "1.0", "--no-plot", "--folds", "2", *extra]
+
+
+def _run(tmp, capsys, d=1, *extra):
+    code = nightly.main(_argv(tmp, d, *extra))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+@pytest.fixture
+def night1(tmp_path, capsys):
+    code, out, err = _run(tmp_path, capsys)
+    assert code == 0 and "-> promoted; current=v0001" in out, err
+    return tmp_path
+
+
+def _dead_pid():
+    p = subprocess.Popen([sys.executable, "-c", "pass"])
+    p.wait()
+    return p.pid
+
+
+def _one_line(err):
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("nightly: error: "), err
+    assert "Traceback" not in err
+    return lines[0]
+
+
+@pytest.mark.parametrize("damage, expect", [
+    (lambda m: (m / "current").write_text("../../elsewhere\n"), r"current names '\.\./\.\./elsewhere'"),
+    (lambda m: (m / "current").write_text("v0001/../../elsewhere"), r"not a version directory inside"),
+    (lambda m: (m / "current").write_text(""), r"current is empty"),
+    (lambda m: (m / "current").write_text("   \n"), r"current is empty"),
+    (lambda m: ((m / "current").unlink(), (m / "current").mkdir()), r"current is a directory"),
+    (lambda m: (m / "current").write_text("v0009"), r"names 'v0009', which is not a version"),
+    (lambda m: (m / "current").write_text(".v0001"), r"not a version directory"),
+    (lambda m: (m / "v0001" / "version.json").unlink(), r"v0001/version\.json is missing"),
+    (lambda m: (m / "v0001" / "version.json").write_text('{"seq": 1, "data": {"gro'),
+     r"v0001/version\.json is not valid JSON"),
+    (lambda m: (m / "v0001" / "version.json").write_text("[1, 2]"), r"version\.json holds a JSON list"),
+    (lambda m: (m / "v0001" / "version.json").write_text('{"seq": 1, "data": {}}'),
+     r"version\.json: 'data\.groups' is missing"),
+])
+def test_damaged_pointer_or_version_is_one_line_naming_the_file(night1, capsys, damage, expect):
+    """Not a silent full retrain, not a JSONDecodeError, never a model from outside the directory."""
+    tmp = night1
+    models = tmp / "models"
+    elsewhere = tmp / "elsewhere"          # a perfectly loadable model outside the models directory
+    shutil.copytree(models / "v0001", elsewhere)
+    (models / "sub").mkdir()
+    damage(models)
+    before = sorted(p.name for p in models.iterdir())
+    code, out, err = _run(tmp, capsys, 2)
+    line = _one_line(err)
+    assert code == 4, err
+    assert __import__("re").search(expect, line), line
+    assert str(models) in line
+    assert sorted(p.name for p in models.iterdir()) == before  # nothing trained, nothing promoted
+    if (models / "current").is_file() and "/" in (models / "current").read_text():
+        with pytest.raises(sr.persistence.ModelFormatError, match="not a version directory beside it"):
+            sr.load(models / "current")
+
+
+def test_lock_held_is_one_line_exit_5(night1, capsys):
+    from pipelines._nightly_versions import models_lock
+
+    with models_lock(night1 / "models"):
+        code, out, err = _run(night1, capsys, 2)
+    assert code == 5 and "locked by another nightly run (pid " in _one_line(err)
+    assert "one writer at a time" in err
+    assert not out
+    code, out, err = _run(night1, capsys, 2)       # released: the next run goes ahead
+    assert code == 0 and "-> promoted; current=v0002" in out, err
+
+
+def test_disk_full_is_one_line_exit_5(night1, capsys, monkeypatch):
+    def full(*a, **k):
+        raise OSError(errno.ENOSPC, "No space left on device", str(night1 / "models" / ".v0002.partial"))
+
+    monkeypatch.setattr(nightly, "_write_version", full)
+    code, out, err = _run(night1, capsys, 2)
+    assert code == 5 and "No space left on device" in _one_line(err)
+    assert nightly.current_version(night1 / "models") == "v0001"
+
+
+def test_missing_day_file_is_one_line_exit_3(tmp_path, capsys):
+    argv = _argv(tmp_path)
+    argv[argv.index("--new") + 1] = str(tmp_path / "nope.npz")
+    code = nightly.main(argv)
+    assert code == 3 and "nope.npz" in _one_line(capsys.readouterr().err)
+
+
+def test_startup_sweep_keeps_leftovers_of_live_runs(night1, capsys):
+    """Only a dead process's temporary version is removed (was: every hidden *.partial, a concurrent run's too)."""
+    models = night1 / "models"
+    dead, live = _dead_pid(), sr.persistence.os.getpid()
+    for pid in (dead, live):
+        (models / f".v0007.{pid}-0a1b.partial").mkdir()
+        (models / f".v0007.{pid}-0a1b.partial" / "x").write_text("half a model")
+        (models / f".current.{pid}-0a1b.tmp").write_text("v0007")
+    (models / ".v0008.0a1b2c.partial").mkdir()       # an unknown writer: kept
+    code, out, err = _run(night1, capsys, 2)
+    assert code == 0, err
+    assert not (models / f".v0007.{dead}-0a1b.partial").exists()
+    assert not (models / f".current.{dead}-0a1b.tmp").exists()
+    assert (models / f".v0007.{live}-0a1b.partial" / "x").read_text() == "half a model"
+    assert (models / f".current.{live}-0a1b.tmp").exists()
+    assert (models / ".v0008.0a1b2c.partial").exists()
+
+
+NO_MPL = textwrap.dedent("""
+    import sys
+    sys.modules["matplotlib"] = None          # the optional 'plot' extra is not installed
+    sys.path.insert(0, {root!r})
+    from pipelines import nightly
+    sys.exit(nightly.main(sys.argv[1:]))
+""")
+
+
+def test_runs_without_matplotlib_and_says_it_skipped_the_plot(tmp_path):
+    script = tmp_path / "nompl.py"
+    script.write_text(NO_MPL.format(root=str(ROOT)))
+    argv = [a for a in _argv(tmp_path) if a != "--no-plot"]
+    proc = subprocess.run([sys.executable, str(script), *argv], capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    assert "-> promoted; current=v0001" in proc.stdout
+    assert "metrics.png skipped: matplotlib is not installed (pip install 'streamrank[plot]')" in proc.stdout
+    assert not (tmp_path / "models" / "metrics.png").exists()
+    rep = json.loads(next((tmp_path / "models" / "reports").glob("*.json")).read_text())
+    assert rep["status"] == "promoted"
+
+
+RACER = textwrap.dedent("""
+    import sys, time
+    sys.path.insert(0, {root!r})
+    from pipelines import nightly
+    import streamrank.rankrls.linear                  # imports done before the start line
+    print("ready", flush=True)
+    t0 = float(sys.stdin.readline())
+    while time.time() < t0:
+        pass
+    sys.exit(nightly.main(sys.argv[1:]))
+""")
+
+
+@pytest.mark.slow
+def test_two_real_overlapping_nights_never_break_current(tmp_path):
+    """Two nightly processes on one models directory, the second started 0 … 1 s after the first.
+
+    Never both "promoted", ``current`` always names a complete loadable version, and a loser that
+    overlapped gets the one-line lock error (exit 5).  (Was: both promoted, ``current`` pointing at a
+    version the other run's start-up sweep had deleted.)
+    """
+    script = tmp_path / "racer.py"
+    script.write_text(RACER.format(root=str(ROOT)))
+    outcomes = []
+    for i, offset in enumerate([0.0, 0.05, 0.3, 1.0]):
+        run = tmp_path / f"r{i}"
+        run.mkdir()
+        argv = _argv(run)
+        procs = [subprocess.Popen([sys.executable, str(script), *argv], stdin=subprocess.PIPE,
+                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for _ in range(2)]
+        for p in procs:
+            assert p.stdout.readline().strip() == "ready", p.stderr.read()
+        t0 = time.time() + 0.05
+        for p, dt in zip(procs, (0.0, offset)):
+            p.stdin.write(f"{t0 + dt!r}\n")
+            p.stdin.flush()
+        res = [(p.wait(timeout=300), *p.communicate()) for p in procs]
+        promoted = [r for r in res if "-> promoted" in r[1]]
+        assert len(promoted) == 1, res
+        for code, out, err in res:
+            if code != 0:
+                assert code == 5 and "locked by another nightly run" in _one_line(err), (code, err)
+            else:
+                assert "-> promoted" in out or "model up to date, current=v0001" in out, out
+        models = run / "models"
+        assert nightly.current_version(models) == "v0001"
+        assert nightly.list_versions(models) == ["v0001"]
+        assert not list(models.glob(".*.partial"))
+        sr.load(models / "current").predict(make_day(1)[0])
+        outcomes.append(sorted(code for code, _, _ in res))
+    assert [0, 5] in outcomes, outcomes  # the race window was hit at least once
+    print("exit codes per offset:", outcomes)
