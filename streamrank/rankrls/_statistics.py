@@ -97,8 +97,15 @@ class RankStatistics:
         see :attr:`pairs_per_output`), ``n_groups`` complete groups.
     """
 
-    def __init__(self, n_features, n_outputs=1, *, group_weight="pair", ties="include", per_output=False):
+    def __init__(self, n_features, n_outputs=1, *, group_weight="pair", ties="include", per_output=False,
+                 moments=False):
         self.n_features = int(n_features)
+        # column moments of Φ (normalize=; streamrank.normalize), gathered by add_block, merged by merge
+        self.moments = None
+        if moments:
+            from ..normalize import FeatureMoments
+
+            self.moments = FeatureMoments(self.n_features)
         self.n_outputs = int(n_outputs)
         if self.n_features < 0 or self.n_outputs < 1:
             raise ValueError(f"need n_features >= 0 and n_outputs >= 1, got {n_features}, {n_outputs}")
@@ -261,7 +268,7 @@ class RankStatistics:
 
     def copy(self) -> "RankStatistics":
         out = RankStatistics(self.n_features, self.n_outputs, group_weight=self.group_weight, ties=self.ties,
-                             per_output=self.per_output)
+                             per_output=self.per_output, moments=self.moments is not None)
         out.merge(self)
         return out
 
@@ -304,6 +311,10 @@ class RankStatistics:
         Y = np.asarray(Y, dtype=np.float64).reshape(rows, -1) if rows else np.zeros((0, self.n_outputs))
         if Y.shape[1] != self.n_outputs:
             raise ValueError(f"Y has {Y.shape[1]} output column(s); the statistics have {self.n_outputs}")
+        if self.moments is not None:
+            if fill is not None or self._is_workspace(Phi):
+                raise ValueError("moments need Φ before it is centred: not with the workspace or fill=")
+            self.moments.update(Phi)
         if self._parts is not None:   # one pass per output over the same block (own scaling, own ties)
             w = None
             for k, part in enumerate(self._parts):
@@ -569,6 +580,11 @@ class RankStatistics:
     def merge(self, other: "RankStatistics") -> "RankStatistics":
         """Add ``other`` into ``self`` (sums; open groups are joined) and return ``self``."""
         self._check_compatible(other)
+        if (self.moments is None) != (other.moments is None):
+            raise ValueError("cannot merge statistics gathered with and without feature moments "
+                             "(normalize= changed between fits? refit from scratch)")
+        if self.moments is not None:
+            self.moments.merge(other.moments)
         if self._parts is not None:
             for mine, theirs in zip(self._parts, other._parts):
                 mine.merge(theirs)
@@ -621,6 +637,28 @@ class RankStatistics:
         }
         if self._parts is not None:
             out[f"{prefix}pairs"] = self.pairs_per_output
+        if self.moments is not None:
+            out.update(self.moments.to_arrays(f"{prefix}moments_"))
+        return out
+
+    def scaled(self, d) -> "RankStatistics":
+        """The statistics of Φ diag(d): G' = D G D, B' = D B (yLy and counts unchanged).
+
+        A congruence: it is what one pass over the scaled features would have
+        accumulated (any shift of the features is removed by the per-group
+        centring), so :mod:`streamrank.normalize` costs no extra pass.
+        Complete statistics only; the result carries no moments.
+        """
+        self.check_complete()
+        d = np.asarray(d, dtype=np.float64)
+        if d.shape != (self.n_features,):
+            raise ValueError(f"d has shape {d.shape}; expected ({self.n_features},)")
+        arrays = self.to_arrays()
+        G = arrays["G"]
+        arrays["G"] = G * d[:, None] * d[None, :] if G.ndim == 2 else G * d[None, :, None] * d[None, None, :]
+        arrays["B"] = arrays["B"] * d[:, None]
+        out = RankStatistics.from_arrays(arrays, group_weight=self.group_weight, ties=self.ties)
+        out.moments = None
         return out
 
     @classmethod
@@ -638,13 +676,13 @@ class RankStatistics:
                 part._yLy[...] = yLy[k:k + 1]
                 part.n_rows, part.n_groups, part.n_pairs = n_rows, n_groups, int(pairs[k])
             out._sync_counts()
-            return out
+            return _with_moments(out, arrays, prefix)
         out = cls(G.shape[0], B.shape[1], group_weight=group_weight, ties=ties)
         out._G[...] = G
         out._B[...] = B
         out._yLy[...] = np.asarray(arrays[f"{prefix}yLy"], dtype=np.float64)
         out.n_rows, out.n_groups, out.n_pairs = (int(c) for c in np.asarray(arrays[f"{prefix}counts"]))
-        return out
+        return _with_moments(out, arrays, prefix)
 
     def __repr__(self):
         open_ = self._parts[0]._open if self._parts is not None else self._open
@@ -654,6 +692,16 @@ class RankStatistics:
 
 
 # ------------------------------------------------------------------ helpers
+def _with_moments(stats, arrays, prefix):
+    if f"{prefix}moments_mean" in arrays:
+        from ..normalize import FeatureMoments
+
+        stats.moments = FeatureMoments.from_arrays(arrays, f"{prefix}moments_")
+        if stats.moments.n_features != stats.n_features:
+            raise ValueError(f"{prefix}moments have {stats.moments.n_features} features; G has {stats.n_features}")
+    return stats
+
+
 def _syrk(alpha, A, acc):
     """acc += alpha AᵀA for a float64 A (rows, k), C- or Fortran-contiguous.
 
@@ -718,7 +766,7 @@ def _dense_row(S, g):
 
 
 def block_statistics(block, *, group_weight="pair", ties="include", transform=None,
-                     n_outputs=None, per_output=False) -> RankStatistics:
+                     n_outputs=None, per_output=False, moments=False) -> RankStatistics:
     """One block's partial :class:`RankStatistics` (what a dask worker returns).
 
     ``transform`` maps ``block.X`` to Φ (e.g. kernel columns); default Φ = X.
@@ -728,7 +776,8 @@ def block_statistics(block, *, group_weight="pair", ties="include", transform=No
     Phi = block.X if transform is None else transform(block.X)
     Y = np.asarray(block.y, dtype=np.float64)
     v = (1 if Y.ndim == 1 else Y.shape[1]) if n_outputs is None else n_outputs
-    st = RankStatistics(Phi.shape[1], v, group_weight=group_weight, ties=ties, per_output=per_output)
+    st = RankStatistics(Phi.shape[1], v, group_weight=group_weight, ties=ties, per_output=per_output,
+                        moments=moments)
     gid = block.group_start + np.arange(block.n_groups, dtype=np.int64)
     st.add_block(Phi, Y, block.group_ptr, group_size=block.group_size, group_offset=block.group_offset,
                  group_id=gid)

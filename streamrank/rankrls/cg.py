@@ -539,19 +539,24 @@ def block_diagonal(block, group_weight, ties, table, n_outputs, opens):
     return diag, closes
 
 
-def gram_diagonal(source, *, group_weight="pair", ties="include", max_rows=65_536, ties_table=None):
+def gram_diagonal(source, *, group_weight="pair", ties="include", max_rows=65_536, ties_table=None,
+                  moments=None):
     """diag(Xᵀ L X) in one pass (Jacobi preconditioner), O(n) memory.
 
     With ``ties="exclude"`` the tie classes of output 0 are used.  For a split
     group whose class sums are not cached (:class:`TieTable`) the
     non-negative term ``s_g Σ_c (S_c)_j²`` is left out: a valid (smaller,
     still positive with alpha) preconditioner, not the exact diagonal.
+    ``moments``: a :class:`~streamrank.normalize.FeatureMoments` updated with
+    every block on the way (normalize=, no pass of its own).
     """
     n, v = source.n_features, source.n_outputs
     table = _ties_table(source, ties, max_rows, ties_table)
     diag = np.zeros(n)
     opens = _Open(group_weight)
     for block in source.blocks(max_rows=max_rows, split_groups=True):
+        if moments is not None:
+            moments.update(block.X)
         d, closes = block_diagonal(block, group_weight, ties, table, v, opens)
         diag += d
         for s, S, _ in closes:
@@ -631,10 +636,31 @@ class RankingOperator(_PassOperator):
         return laplacian_pass(self.source, V, group_weight=self.group_weight, ties=self.ties,
                               max_rows=self.max_rows, ties_table=table, split_sums=self._split_sums)
 
-    def gram_diagonal(self):
-        """diag(XᵀLX), one pass (not counted: :func:`solve_cg` counts it)."""
+    def gram_diagonal(self, moments=None):
+        """diag(XᵀLX), one pass (not counted: :func:`solve_cg` counts it); ``moments`` updated on the way."""
         return gram_diagonal(self.source, group_weight=self.group_weight, ties=self.ties,
-                             max_rows=self.max_rows, ties_table=self.ties_table())
+                             max_rows=self.max_rows, ties_table=self.ties_table(), moments=moments)
+
+
+class _ScaledOperator(_PassOperator):
+    """``V -> (D XᵀLX D + alpha I) V``, D = diag(d): CG on the features scaled by d (normalize=)."""
+
+    def __init__(self, op, d):
+        super().__init__(dtype=np.float64, shape=op.shape)
+        self.op, self.d = op, np.asarray(d, dtype=np.float64)[:, None]
+        self.alpha = op.alpha
+
+    @property
+    def n_passes(self):
+        return self.op.n_passes
+
+    @n_passes.setter
+    def n_passes(self, value):
+        if hasattr(self, "op"):
+            self.op.n_passes = value
+
+    def _pass(self, V):
+        return self.d * (self.op._pass(None) if V is None else self.op._pass(self.d * V))
 
 
 def validation_loss(source, W, *, group_weight="pair", ties="include", max_rows=65_536, ties_table=None):
@@ -690,7 +716,7 @@ def validation_loss(source, W, *, group_weight="pair", ties="include", max_rows=
 
 def solve_cg(source, *, alpha, group_weight="pair", ties="include", tol=1e-6, max_iter=None,
              max_rows=65_536, callback=None, validation=None, patience=5, x0=None, _operator=None,
-             _rhs=None, _diag=None):
+             _rhs=None, _diag=None, normalize=None):
     """Jacobi-preconditioned CG for ``(XᵀLX + alpha I) W = XᵀLY``, all outputs at once.
 
     Parameters
@@ -705,6 +731,10 @@ def solve_cg(source, *, alpha, group_weight="pair", ties="include", tol=1e-6, ma
         iteration stops when it has not improved for ``patience`` iterations;
         the best iterate is returned.
     x0 : optional (n,) or (n, v) starting point (warm start; one more pass for its residual)
+    normalize : None, "standard" or "minmax" — solve for the features scaled by
+        :mod:`streamrank.normalize`; the moments are gathered in the
+        preconditioner's pass, ``W`` is on the normalized scale and
+        ``info["normalizer"]`` holds the fitted normalizer
 
     Returns
     -------
@@ -722,6 +752,20 @@ def solve_cg(source, *, alpha, group_weight="pair", ties="include", tol=1e-6, ma
         raise ValueError(f"validation has {validation.n_features} features; the training source has {n}")
     # _rhs, _diag: XᵀLY and diag(XᵀLX) of an earlier solve on the same data (path, cross-validation)
     B = op.rhs() if _rhs is None else _rhs
+    norm = None
+    if normalize is not None:
+        from ..normalize import FeatureMoments
+
+        if _diag is not None or not isinstance(op, RankingOperator):
+            raise NotImplementedError("normalize= with cg needs the local solver's own preconditioner pass "
+                                      "(not a warm start, a path or a cluster fit); fit locally")
+        moments = FeatureMoments(n)
+        _diag = op.gram_diagonal(moments)
+        op.n_passes += 1
+        norm = moments.normalizer(normalize)
+        d = 1.0 / norm.scale
+        B, _diag = B * d[:, None], _diag * d * d
+        op = _ScaledOperator(op, d)
     if _diag is None:
         _diag = op.gram_diagonal()
         op.n_passes += 1
@@ -758,7 +802,8 @@ def solve_cg(source, *, alpha, group_weight="pair", ties="include", tol=1e-6, ma
         if callback is not None and callback(it, float(res.max()), W[:, 0] if v == 1 else W):
             break
         if validation is not None:
-            vl = float(np.mean(validation_loss(validation, W, group_weight=group_weight, ties=ties,
+            Wraw = W if norm is None else W / norm.scale[:, None]
+            vl = float(np.mean(validation_loss(validation, Wraw, group_weight=group_weight, ties=ties,
                                                max_rows=max_rows, ties_table=vtable)))
             info["validation_losses"].append(vl)
             if vl < best[0]:
@@ -775,6 +820,8 @@ def solve_cg(source, *, alpha, group_weight="pair", ties="include", tol=1e-6, ma
     info["n_iter"] = it
     info["converged"] = not active.any()
     info["n_passes"] = op.n_passes
+    if norm is not None:
+        info["normalizer"] = norm
     if info["stopped_early"]:
         W = best[1]
         info["best_iteration"] = best[2]

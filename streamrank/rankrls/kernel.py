@@ -167,12 +167,14 @@ class KernelRankRLS(BaseRanker):
         return A[:, 0] if self._one_d else A
 
     # -------------------------------------------------------------------- fit
-    def fit(self, X, y=None, qid=None, *, max_rows=None):
+    def fit(self, X, y=None, qid=None, *, max_rows=None, feature_names=None):
         """Fit from arrays ``(X, y, qid)`` or from a :class:`~streamrank.BlockSource`.
 
         ``n_basis=None``: the exact dual in memory (a source is read whole).
         ``n_basis=r``: sparse RankRLS, two streaming passes (basis, statistics)
         in blocks of ``max_rows`` rows (default: about 4M/r rows).
+        ``feature_names``: names of X's columns, kept as ``feature_names_in_``
+        (default: the store's feature names, if any).
         """
         spec = self._check_params()
         if isinstance(X, BlockSource):
@@ -196,6 +198,7 @@ class KernelRankRLS(BaseRanker):
                 from ..io.sources import as_source
                 source = as_source(X, y, qid)
             self._fit_sparse(spec, source, max_rows)
+        self._set_feature_names(self.n_features_in_, feature_names, source)
         return self
 
     def _fit_dual(self, spec, X, y, qid):

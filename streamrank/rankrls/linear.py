@@ -25,6 +25,7 @@ from .._validation import check_alpha, check_X, is_dask
 from ..base import BaseRanker
 from ..io.blocks import BlockSource
 from ..laplacian import check_group_weight, check_ties
+from ..normalize import check_normalize
 from ..persistence import register_model
 from ._statistics import EigenPath, RankStatistics, block_statistics
 
@@ -77,6 +78,19 @@ class RankRLS(BaseRanker):
         cg: stop when ||r|| ≤ tol ||b|| (per output).
     max_iter : int or None
         cg: iteration limit (default 10 n, capped at 10,000).
+    normalize : {None, "standard", "minmax"}
+        Scale every feature by statistics of all training rows, gathered in
+        the same pass (:mod:`streamrank.normalize`): the model scores
+        ``Σ_j coef_j (x_j − o_j) / s_j``, with (o, s) the mean and standard
+        deviation ("standard") or the minimum and range ("minmax"), kept in
+        ``normalizer_``, applied by :meth:`predict`, saved and exported.  No
+        extra pass: the statistics of the scaled features are the congruence
+        D G D, D B (D = diag(1/s)) of the accumulated ones, and the per-group
+        centring removes the shift o.  So "standard" means: the model of
+        RankRLS on globally standardized features — the mean moves every score
+        by one constant (no ranking changes); the scale changes what
+        ``alpha ||coef_||²`` penalises.  ``coef_`` is on the normalized scale.
+        (cg: the moments come with the preconditioner's pass.)
 
     Attributes
     ----------
@@ -97,7 +111,8 @@ class RankRLS(BaseRanker):
     """
 
     def __init__(self, alpha=1.0, solver="auto", group_weight="pair", ties="include", tol=1e-6,
-                 max_iter=None):
+                 max_iter=None, normalize=None):
+        self.normalize = normalize
         self.alpha = alpha
         self.solver = solver
         self.group_weight = group_weight
@@ -112,6 +127,7 @@ class RankRLS(BaseRanker):
             raise ValueError(f"solver must be one of {SOLVERS}, got {self.solver!r}")
         check_group_weight(self.group_weight)
         check_ties(self.ties)
+        check_normalize(self.normalize)
         if not (isinstance(self.tol, (int, float)) and np.isfinite(self.tol) and self.tol > 0):
             raise ValueError(f"tol must be a finite number > 0, got {self.tol!r}")
         if self.max_iter is not None and (not isinstance(self.max_iter, (int, np.integer)) or self.max_iter < 1):
@@ -130,11 +146,21 @@ class RankRLS(BaseRanker):
     # ------------------------------------------------- statistics (pass 1)
     def _new_statistics(self, n_features, n_outputs) -> RankStatistics:
         return RankStatistics(n_features, n_outputs, group_weight=self.group_weight, ties=self.ties,
-                              per_output=True)
+                              per_output=True, moments=self.normalize is not None)
 
     def _statistics_of_block(self, block) -> RankStatistics:
         """One block's partial statistics (a dask worker's job); merge with ``+=``."""
-        return block_statistics(block, group_weight=self.group_weight, ties=self.ties, per_output=True)
+        return block_statistics(block, group_weight=self.group_weight, ties=self.ties, per_output=True,
+                                moments=self.normalize is not None)
+
+    def _solve_statistics(self, stats: RankStatistics) -> RankStatistics:
+        """The statistics the solve uses: ``stats`` itself, or their congruence D G D, D B (normalize=)."""
+        if self.normalize is None:
+            return stats
+        if stats.moments is None:
+            raise ValueError("normalize= needs statistics gathered with it; this model's statistics were "
+                             "accumulated without normalize: refit")
+        return stats.scaled(1.0 / self.normalizer_.scale)
 
     def _accumulate(self, source, max_rows, stats=None) -> RankStatistics:
         if stats is None:
@@ -170,7 +196,14 @@ class RankRLS(BaseRanker):
         self._check_params()
         stats.check_complete()
         alpha = check_alpha(self.alpha)
-        W = self._solve(stats, alpha)
+        if self.normalize is not None:
+            if stats.moments is None:
+                raise ValueError("normalize= needs statistics gathered with it; these were accumulated "
+                                 "without normalize: refit")
+            self.normalizer_ = stats.moments.normalizer(self.normalize)
+        else:
+            self.__dict__.pop("normalizer_", None)
+        W = self._solve(self._solve_statistics(stats), alpha)
         if y_1d is None:
             y_1d = getattr(self, "_y_1d", stats.n_outputs == 1)
         self._y_1d = bool(y_1d and stats.n_outputs == 1)
@@ -184,16 +217,19 @@ class RankRLS(BaseRanker):
 
     # ----------------------------------------------------------------- fit
     def fit(self, X, y=None, qid=None, *, max_rows=DEFAULT_BLOCK_ROWS, callback=None, validation=None,
-            patience=5):
+            patience=5, feature_names=None):
         """Fit on arrays (numpy, scipy.sparse, dask) or any block source.
 
         ``qid=None``: one global group.  ``callback``, ``validation`` and
         ``patience`` are for ``solver="cg"`` (see
         :func:`streamrank.rankrls.cg.solve_cg`).  ``max_rows`` is the block budget.
+        ``feature_names``: names of X's columns, kept as ``feature_names_in_``
+        (default: the store's feature names, if any) for :func:`streamrank.export`.
         """
         self._check_params()
         source = _source_of(X, y, qid)
         self._check_source(source)
+        self._set_feature_names(source.n_features, feature_names, source)
         for attr in ("coef_", "stats_", "fold_stats_", "n_iter_", "_eigen"):
             self.__dict__.pop(attr, None)
         y_1d = _source_y_1d(source, y)
@@ -206,7 +242,8 @@ class RankRLS(BaseRanker):
 
             W, info = solve_cg(source, alpha=check_alpha(self.alpha), group_weight=self.group_weight,
                                ties=self.ties, tol=self.tol, max_iter=self.max_iter, max_rows=max_rows,
-                               callback=callback, validation=validation, patience=patience)
+                               callback=callback, validation=validation, patience=patience,
+                               normalize=self.normalize)
             self._set_cg_solution(W, info, source, y_1d)
         self._train_source = source
         return self
@@ -223,8 +260,12 @@ class RankRLS(BaseRanker):
         self.cg_info_ = info
         self.n_features_in_ = source.n_features
         self.n_outputs_ = W.shape[1]
+        if "normalizer" in info:
+            self.normalizer_ = info.pop("normalizer")
+        else:
+            self.__dict__.pop("normalizer_", None)
 
-    def partial_fit(self, X, y=None, qid=None, *, max_rows=DEFAULT_BLOCK_ROWS):
+    def partial_fit(self, X, y=None, qid=None, *, max_rows=DEFAULT_BLOCK_ROWS, feature_names=None):
         """Add new groups; the model equals ``fit`` on all data seen so far (primal only).
 
         Every call brings whole new groups (a query id seen in an earlier call
@@ -247,6 +288,7 @@ class RankRLS(BaseRanker):
                 )
             stats = self._new_statistics(source.n_features, source.n_outputs)
             self._y_1d = _source_y_1d(source, y)
+            self._set_feature_names(source.n_features, feature_names, source)
         else:
             stats = self.stats_
             if source.n_features != stats.n_features:
@@ -278,6 +320,9 @@ class RankRLS(BaseRanker):
         """Scores ``X @ coef_``: (rows,) or (rows, n_outputs); dask in -> dask out."""
         self._check_fitted()
         W = self.coef_
+        if is_dask(X) and getattr(self, "normalizer_", None) is not None:
+            Ws, c = self.normalizer_.fold(W)
+            return _dask_predict(X, Ws, self.n_features_in_) + c
         if is_dask(X):
             if X.ndim != 2 or X.shape[1] != self.n_features_in_:
                 raise ValueError(f"X has shape {X.shape}; expected (rows, {self.n_features_in_})")
@@ -291,6 +336,10 @@ class RankRLS(BaseRanker):
             raise TypeError("predict takes arrays; for a source, predict block by block "
                             "(for b in source.blocks(): model.predict(b.X))")
         X = check_X(X, "X", n_features=self.n_features_in_, min_rows=0, finite=True)
+        norm = getattr(self, "normalizer_", None)
+        if norm is not None:   # Σ w (x − o)/s = x·(w/s) − o·(w/s): sparse rows stay sparse
+            Ws, c = norm.fold(W)
+            return np.asarray(X @ Ws, dtype=np.float64) + c
         out = X @ W
         return np.asarray(out, dtype=np.float64)
 
@@ -306,7 +355,8 @@ class RankRLS(BaseRanker):
     def _eigenpath(self) -> EigenPath:
         ep = getattr(self, "_eigen", None)
         if ep is None:
-            ep = EigenPath(self.stats_.G, self.stats_.B)
+            st = self._solve_statistics(self.stats_)
+            ep = EigenPath(st.G, st.B)
             self._eigen = ep
         return ep
 
@@ -324,6 +374,7 @@ class RankRLS(BaseRanker):
         if getattr(self, "solver_", None) == "cg":
             from .cg_selection import path_of_model
 
+            self._refuse_normalized_cg("path")
             return path_of_model(self, alphas, source, max_rows)
         self._check_stats("path")
         alphas = DEFAULT_ALPHAS if alphas is None else np.atleast_1d(np.asarray(alphas, dtype=np.float64))
@@ -332,6 +383,17 @@ class RankRLS(BaseRanker):
         W = np.stack([self._eigenpath().coef(a) for a in alphas]) if len(alphas) else \
             np.zeros((0,) + self.stats_.B.shape)
         return W[:, :, 0] if self._y_1d else W
+
+    def _refuse_normalized_cg(self, what):
+        if self.normalize is not None:
+            raise NotImplementedError(f"{what} with solver='cg' and normalize={self.normalize!r} is not "
+                                      "implemented; use the primal solver (dense, n <= "
+                                      f"{PRIMAL_MAX_FEATURES}) or normalize=None")
+
+    def _refuse_normalized(self, what):
+        if self.normalize is not None:
+            raise NotImplementedError(f"{what} with normalize={self.normalize!r} is not implemented yet; "
+                                      "fit with normalize=None for it")
 
     def leave_query_out(self, source=None, *, alpha=None, max_rows=DEFAULT_BLOCK_ROWS):
         """Exact held-out predictions, each query left out in turn (Woodbury; one pass).
@@ -350,6 +412,7 @@ class RankRLS(BaseRanker):
 
             raise NotImplementedError(LEAVE_QUERY_OUT_MESSAGE)
         self._check_stats("leave_query_out")
+        self._refuse_normalized("leave_query_out")
         return leave_query_out(self, self._source_for(source), alpha=alpha, max_rows=max_rows)
 
     def cross_validate(self, source=None, alphas=None, folds=5, scoring="squared", *,
@@ -370,6 +433,7 @@ class RankRLS(BaseRanker):
         if self._resolve_solver(src) == "cg":  # k-fold by warm-started CG solves (cg_selection)
             from .cg_selection import cross_validate_cg
 
+            self._refuse_normalized_cg("cross_validate")
             return cross_validate_cg(self, src, alphas=alphas, folds=folds, scoring=scoring, max_rows=max_rows)
         return cross_validate(self, source, alphas=alphas, folds=folds, scoring=scoring, max_rows=max_rows)
 
@@ -442,3 +506,13 @@ def _source_y_1d(source, y) -> bool:
     if y is not None:
         return np.ndim(y) == 1
     return source.n_outputs == 1 and getattr(source, "y_ndim", 1) == 1
+
+
+def _dask_predict(X, W, n_features):
+    if X.ndim != 2 or X.shape[1] != n_features:
+        raise ValueError(f"X has shape {X.shape}; expected (rows, {n_features})")
+    X = X.rechunk({1: -1})
+    if W.ndim == 1:
+        return X.map_blocks(lambda b: np.asarray(b @ W, dtype=np.float64), drop_axis=1, dtype=np.float64)
+    return X.map_blocks(lambda b: np.asarray(b @ W, dtype=np.float64), chunks=(X.chunks[0], (W.shape[1],)),
+                        dtype=np.float64)

@@ -191,6 +191,7 @@ def cross_validate(model, source=None, *, alphas=None, folds=5, scoring="squared
                                   "resolves to solver='cg'")
     n_out = source.n_outputs
     if folds == "query":
+        model._refuse_normalized("leave-query-out cross-validation (folds='query')")
         if source.n_groups < 2:
             raise ValueError(f"leave-query-out cross-validation needs at least 2 groups; the source has "
                              f"{source.n_groups}")
@@ -212,10 +213,17 @@ def cross_validate(model, source=None, *, alphas=None, folds=5, scoring="squared
         total = model._new_statistics(source.n_features, n_out)
         for st in fold_stats:
             total.merge(st)
+        # normalize=: each fold's model is solved on the features scaled by the scales of all rows
+        # (the congruence of streamrank.normalize) and mapped back to raw-feature weights d * w'
+        d = np.ones(source.n_features)
+        if model.normalize is not None:
+            d = 1.0 / total.moments.normalizer(model.normalize).scale
         Ws = []
         for st in fold_stats:
-            ep = EigenPath(total.G - st.G, total.B - st.B)
-            Ws.append(np.stack([ep.coef(a) for a in alphas]))          # (a, n, v)
+            G, B = total.G - st.G, total.B - st.B
+            G = G * d[:, None] * d[None, :] if G.ndim == 2 else G * d[None, :, None] * d[None, None, :]
+            ep = EigenPath(G, B * d[:, None])
+            Ws.append(np.stack([ep.coef(a) for a in alphas]) * d[None, :, None])   # (a, n, v), raw features
         if kind == "squared":
             per_out = sum(st.loss(W) for st, W in zip(fold_stats, Ws)) / np.maximum(total.pairs_per_output, 1)
         else:

@@ -51,6 +51,7 @@ from .._validation import check_X
 from ..base import BaseRanker, NotFittedError
 from ..persistence import register_model
 from . import _pairwise_kernels as PK
+from ..normalize import FeatureMoments, check_normalize
 from ._base import _canonical_csr, check_choice, check_eta0, check_int, check_nonneg
 
 __all__ = ["PairwiseSGDRanker"]
@@ -58,6 +59,13 @@ __all__ = ["PairwiseSGDRanker"]
 _LR = {"invsqrt": 0, "constant": 1}
 _LOSS = {"hinge": PK.LOSS_HINGE, "logistic": PK.LOSS_LOGISTIC}
 _L1 = {"cumulative": PK.L1_CUMULATIVE, "window": PK.L1_WINDOW}
+
+
+def _scale_columns(X, scale):
+    """X / scale column by column (dense: C-contiguous float64; CSR stays CSR)."""
+    if sp.issparse(X):
+        return sp.csr_matrix(X @ sp.diags(1.0 / scale))
+    return np.ascontiguousarray(X / scale)
 
 
 @register_model
@@ -81,6 +89,14 @@ class PairwiseSGDRanker(BaseRanker):
     random_state : int
         Seed of the pair sampling (call c of ``partial_fit`` uses the seed
         sequence ``(random_state, c)``).
+    normalize : {None, "standard", "minmax"}
+        Learn on features scaled by :mod:`streamrank.normalize`: the model
+        scores ``Σ_j coef_j (x_j − o_j) / s_j`` ((o, s) in ``normalizer_``,
+        applied by :meth:`predict`, saved and exported).  A pair's difference
+        does not see the shift o, so the steps use ``(x⁺ − x⁻) / s``.  ``fit``
+        gathers (o, s) in one pass over the source before sampling pairs (SGD
+        has no statistics pass to ride along); ``partial_fit`` takes them from
+        its first batch and keeps them (later batches are scaled the same).
 
     Attributes
     ----------
@@ -89,7 +105,8 @@ class PairwiseSGDRanker(BaseRanker):
     """
 
     def __init__(self, *, eta0=0.1, l1=1e-4, l2=0.0, shrink_every=100, loss="hinge",
-                 learning_rate="invsqrt", l1_rule="cumulative", random_state=0):
+                 learning_rate="invsqrt", l1_rule="cumulative", random_state=0, normalize=None):
+        self.normalize = normalize
         self.eta0 = eta0
         self.l1 = l1
         self.l2 = l2
@@ -100,6 +117,7 @@ class PairwiseSGDRanker(BaseRanker):
         self.random_state = random_state
 
     def _params(self):
+        check_normalize(self.normalize)
         return dict(
             eta0=check_eta0(self.eta0),
             l1=check_nonneg(self.l1, "l1"),
@@ -109,6 +127,15 @@ class PairwiseSGDRanker(BaseRanker):
             lr=_LR[check_choice(self.learning_rate, "learning_rate", set(_LR))],
             l1_rule=_L1[check_choice(self.l1_rule, "l1_rule", set(_L1))],
         )
+
+    def _fit_normalizer(self, src, max_rows):
+        """normalize=: (o, s) from one pass over ``src`` (dropped when normalize is None)."""
+        self.__dict__.pop("normalizer_", None)
+        if self.normalize is not None:
+            moments = FeatureMoments(src.n_features)
+            for block in src.blocks(max_rows=max_rows):
+                moments.update(block.X)
+            self.normalizer_ = moments.normalizer(self.normalize)
 
     def _start(self, n_features):
         self._v = np.zeros(int(n_features), dtype=np.float64)
@@ -135,6 +162,10 @@ class PairwiseSGDRanker(BaseRanker):
             self._start(Xp.shape[1])
         if Xp.shape[0] == 0:
             return self
+        if self.normalize is not None:
+            if getattr(self, "normalizer_", None) is None:   # first pairs seen: their rows fix the scales
+                self.normalizer_ = FeatureMoments(Xp.shape[1]).update(Xp).update(Xn).normalizer(self.normalize)
+            Xp, Xn = _scale_columns(Xp, self.normalizer_.scale), _scale_columns(Xn, self.normalizer_.scale)
         args = (p["eta0"], p["lr"], p["l1"], p["l2"], p["T"], p["loss"], p["l1_rule"])
         if not sp.issparse(Xp) and not sp.issparse(Xn):
             # dense twin: same steps bit for bit, without building CSR (check_X: C-contiguous float32/64)
@@ -156,7 +187,7 @@ class PairwiseSGDRanker(BaseRanker):
         self._calls += 1
         return np.random.default_rng(seed)
 
-    def partial_fit(self, X, y, qid=None, n_pairs=None):
+    def partial_fit(self, X, y, qid=None, n_pairs=None, *, feature_names=None):
         """Sample ``n_pairs`` (default: one per row) pairs within the groups of this batch and step.
 
         ``qid=None``: the batch is one group.  Continues t and the shrinkage state.
@@ -174,6 +205,8 @@ class PairwiseSGDRanker(BaseRanker):
                              f"with {nf} features")
         if getattr(self, "_v", None) is None:
             self._start(src.n_features)
+            self._set_feature_names(src.n_features, feature_names, src)
+            self._fit_normalizer(src, max(src.n_rows, 1))
         n_pairs = src.n_rows if n_pairs is None else check_int(n_pairs, "n_pairs", 0)
         if n_pairs == 0:
             return self
@@ -182,11 +215,13 @@ class PairwiseSGDRanker(BaseRanker):
             self.partial_fit_pairs(b.X_pos, b.X_neg)
         return self
 
-    def fit(self, source, y=None, qid=None, *, n_pairs=None, max_rows=100_000, batch_size=8192):
+    def fit(self, source, y=None, qid=None, *, n_pairs=None, max_rows=100_000, batch_size=8192,
+            feature_names=None):
         """Learn from ``n_pairs`` pairs sampled within the groups of ``source`` (resets).
 
         ``source``: a GroupStore / BlockSource, or ``X`` with ``y`` and ``qid``.
-        ``n_pairs=None``: as many pairs as the source has rows.
+        ``n_pairs=None``: as many pairs as the source has rows.  ``feature_names``:
+        names of the columns, kept as ``feature_names_in_`` (default: the store's).
         """
         from ..io.pairs import pairs_from_groups
         from ..io.sources import as_source
@@ -197,6 +232,8 @@ class PairwiseSGDRanker(BaseRanker):
             raise ValueError("empty input: X has 0 rows; at least two rows of one group are needed")
         self._v = None
         self._start(src.n_features)
+        self._set_feature_names(src.n_features, feature_names, src)
+        self._fit_normalizer(src, max_rows)
         n_pairs = src.n_rows if n_pairs is None else check_int(n_pairs, "n_pairs", 0)
         if n_pairs:
             for b in pairs_from_groups(src, n_pairs, random_state=self._seed(), shuffle=True,
@@ -226,6 +263,10 @@ class PairwiseSGDRanker(BaseRanker):
 
         self._fitted()
         X = check_X(X, "X", n_features=self.n_features_in_)
+        norm = getattr(self, "normalizer_", None)
+        if norm is not None:   # Σ w (x − o)/s = x·(w/s) − o·(w/s): sparse rows stay sparse
+            w, c = norm.fold(self.coef_)
+            return np.asarray(X @ w, dtype=np.float64).ravel() + c
         s = X @ self.coef_
         return np.asarray(s, dtype=np.float64).ravel()
 
