@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import inspect
 
+import numpy as np
+
 __all__ = ["BaseRanker", "NotFittedError"]
 
 
@@ -86,6 +88,48 @@ class BaseRanker:
             raise NotFittedError(
                 f"This {type(self).__name__} is not fitted yet; call fit (or partial_fit) first"
             )
+
+    # ------------------------------- feature names and normalization (exports)
+    def _set_feature_names(self, n_features: int, feature_names=None, source=None) -> None:
+        """``feature_names_in_`` from ``feature_names=`` or the source's (a store's) names; else none.
+
+        The names travel with the model (``sr.save``) so that exports can name
+        features (:func:`streamrank.export`).
+        """
+        names = feature_names if feature_names is not None else getattr(source, "feature_names", None)
+        if names is None:
+            self.__dict__.pop("feature_names_in_", None)
+            return
+        names = [str(s) for s in names]
+        if len(names) != int(n_features):
+            raise ValueError(f"feature_names has {len(names)} names; X has {n_features} features")
+        if len(set(names)) != len(names):
+            raise ValueError("feature_names must be unique; repeated: "
+                             f"{sorted({s for s in names if names.count(s) > 1})[:3]}")
+        self.feature_names_in_ = np.asarray(names, dtype=object)
+
+    def _extra_state(self):
+        """Feature names and the fitted normalizer, saved beside every learner's own state."""
+        attrs, arrays = {}, {}
+        names = getattr(self, "feature_names_in_", None)
+        if names is not None:
+            attrs["feature_names_in_"] = [str(s) for s in names]
+        norm = getattr(self, "normalizer_", None)
+        if norm is not None:
+            attrs["normalizer_kind"] = norm.kind
+            arrays.update(norm.to_arrays("normalizer_"))
+        return attrs, arrays
+
+    def _set_extra_state(self, attrs, arrays) -> None:
+        names = attrs.get("feature_names_in_")
+        if names is not None:
+            if not isinstance(names, list) or not all(isinstance(s, str) for s in names):
+                raise ValueError("feature_names_in_ must be a list of strings")
+            self.feature_names_in_ = np.asarray(names, dtype=object)
+        if "normalizer_kind" in attrs:
+            from .normalize import Normalizer
+
+            self.normalizer_ = Normalizer.from_arrays(attrs["normalizer_kind"], arrays, "normalizer_")
 
     def _get_state(self):
         """Return ``(attrs: dict, arrays: dict[str, ndarray | csr_matrix])``."""

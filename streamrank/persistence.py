@@ -65,6 +65,8 @@ def save(model, path) -> None:
     import zarr
 
     attrs, arrays = model._get_state()
+    extra_attrs, extra_arrays = model._extra_state()   # feature names, normalizer (streamrank.base)
+    attrs, arrays = {**attrs, **extra_attrs}, {**arrays, **extra_arrays}
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = _sibling(path, "partial")
@@ -239,6 +241,7 @@ def load(path):
     try:
         model = cls(**meta.get("params", {}))
         model._set_state(meta.get("state", {}), arrays)
+        model._set_extra_state(meta.get("state", {}), arrays)
     except (TypeError, KeyError, ValueError, IndexError) as exc:
         raise ModelFormatError(f"{path}: the saved state of {cls.__name__} cannot be restored "
                                f"({type(exc).__name__}: {exc})") from exc
