@@ -35,10 +35,12 @@ _NAMES = {
     "SparseSGDRanker": "streamrank.sgd.bilinear",
     "PairwiseSGDRanker": "streamrank.sgd.pairwise",
     "save": "streamrank.persistence",
+    "export": "streamrank.exporters",
     "load": "streamrank.persistence",
     "NotFittedError": "streamrank.base",
 }
-_SUBMODULES = {"metrics", "distributed", "plot", "datasets", "persistence", "io", "rankrls", "sgd"}
+_SUBMODULES = {"metrics", "distributed", "plot", "datasets", "persistence", "io", "rankrls", "sgd",
+               "exporters", "normalize"}
 
 # modules whose classes must be registered before sr.load() looks one up
 LEARNER_MODULES = (

@@ -1,0 +1,105 @@
+"""``sr.export(model, path, format=...)`` (defined here): models out, to the engines and runtimes where rankers serve.
+
+=================  ==========================================================  ==========================
+format             what is written                                              models
+=================  ==========================================================  ==========================
+``onnx``           an ONNX graph (float32 in/out, normalization included)       every named-kernel model
+``opensearch``     the LTR plugin's ``_createmodel`` body, ``model/linear``     linear, one output
+``elasticsearch``  the same body (the Elasticsearch LTR plugin's format)        linear, one output
+``solr``           a Solr LTR ``LinearModel`` model-store entry                 linear, one output
+``json``           a plain, versioned description (:mod:`.json_format`)         every model
+=================  ==========================================================  ==========================
+
+Linear models are RankRLS (primal and cg) and PairwiseSGDRanker; kernel models
+KernelRankRLS (dual and sparse) and TransductiveRankRLS; SparseSGDRanker is
+bilinear.  A model a format cannot express is refused with
+:class:`CannotExport`, whose message names the formats that can.  Formats and
+formulas: :mod:`.ltr` (taken from the plugins' own parser and scorer classes),
+:mod:`.onnx_graph`, :mod:`.json_format`.  ONNX needs the ``export`` extra
+(``pip install 'streamrank[export]'``, the ``onnx`` package).
+"""
+from __future__ import annotations
+
+import importlib
+import json
+import os
+import tempfile
+from pathlib import Path
+
+from ._describe import CannotExport, ModelDescription, describe
+
+__all__ = ["export", "FORMATS", "CannotExport", "describe", "ModelDescription", "require"]
+
+FORMATS = ("onnx", "opensearch", "elasticsearch", "solr", "json")
+
+_EXTRAS = {"onnx": "export", "onnxruntime": "test"}
+
+
+def require(module: str):
+    """Import an optional dependency, or raise a one-line ImportError naming the extra that installs it."""
+    try:
+        return importlib.import_module(module)
+    except ImportError:
+        extra = _EXTRAS.get(module, "export")
+        raise ImportError(f"this needs the {module!r} package: pip install 'streamrank[{extra}]'") from None
+
+
+def _write_atomic(path: Path, data: bytes) -> None:
+    """Write ``data`` to a temporary sibling and rename it into place (a crash leaves the old file)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".partial", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(data)
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+
+
+def export(model, path, format: str = "json", *, name: str | None = None, feature_names=None,
+           solr_store: str = "_DEFAULT_", bilinear_graph: str = "auto"):
+    """Write ``model`` to ``path`` in ``format`` (see the table in :mod:`streamrank.exporters`).
+
+    Parameters
+    ----------
+    model : a fitted streamrank learner
+    path : file to write (replaced atomically)
+    format : {"onnx", "opensearch", "elasticsearch", "solr", "json"}
+    name : the model's name in the engine (default: the file name without its suffix)
+    feature_names : the names of the features in column order, overriding the model's
+        ``feature_names_in_`` (the engine's feature names; required by the search-engine
+        formats when the model carries none).  For a SparseSGDRanker a pair (query names,
+        item names).
+    solr_store : the Solr feature store the model's features live in
+    bilinear_graph : SparseSGDRanker's ONNX graph, {"auto", "dense", "gather"} (see
+        :mod:`streamrank.exporters.onnx_graph`)
+
+    Returns the written document: the ``onnx.ModelProto`` or the JSON dict.
+    """
+    if format not in FORMATS:
+        raise ValueError(f"format must be one of {FORMATS}, got {format!r}")
+    path = Path(path)
+    name = path.stem if name is None else str(name)
+    desc = describe(model, feature_names=feature_names)
+    if format == "onnx":
+        from .onnx_graph import to_onnx
+
+        doc = to_onnx(desc, name=name, bilinear_graph=bilinear_graph)
+        _write_atomic(path, doc.SerializeToString())
+        return doc
+    if format in ("opensearch", "elasticsearch"):
+        from .ltr import opensearch_body
+
+        doc = opensearch_body(desc, name, format)
+    elif format == "solr":
+        from .ltr import solr_model
+
+        doc = solr_model(desc, name, solr_store)
+    else:
+        from .json_format import to_json
+
+        doc = to_json(desc)
+    _write_atomic(path, (json.dumps(doc, indent=1, allow_nan=False) + "\n").encode("utf-8"))
+    return doc
