@@ -736,6 +736,14 @@ def solve_cg(source, *, alpha, group_weight="pair", ties="include", tol=1e-6, ma
         preconditioner's pass, ``W`` is on the normalized scale and
         ``info["normalizer"]`` holds the fitted normalizer
 
+    Scale: the solution is linear in the right-hand side, so each output is
+    solved for ``B_j / s_j`` with ``s_j`` the power of two nearest ``max |B_j|``
+    and the result multiplied back.  Powers of two are exact, so this changes
+    no digit in the usual range, and labels of 1e150 or 1e-200 (whose squared
+    residual norms would overflow to inf or underflow to 0 and stop the
+    iteration at a zero model) solve as well as labels of 1.  A right-hand side
+    that is itself not finite (the pass overflowed float64) is a ``ValueError``.
+
     Returns
     -------
     W : (n, v) float64
@@ -766,6 +774,8 @@ def solve_cg(source, *, alpha, group_weight="pair", ties="include", tol=1e-6, ma
         d = 1.0 / norm.scale
         B, _diag = B * d[:, None], _diag * d * d
         op = _ScaledOperator(op, d)
+    scale = _rhs_scale(B)
+    B = B / scale
     if _diag is None:
         _diag = op.gram_diagonal()
         op.n_passes += 1
@@ -776,7 +786,7 @@ def solve_cg(source, *, alpha, group_weight="pair", ties="include", tol=1e-6, ma
     Minv = 1.0 / np.maximum(Mdiag, alpha)[:, None]
     max_iter = int(min(10 * n, 1000)) if max_iter is None else int(max_iter)
     v = B.shape[1]
-    W = np.zeros((n, v)) if x0 is None else np.array(x0, dtype=np.float64).reshape(n, v)
+    W = np.zeros((n, v)) if x0 is None else np.array(x0, dtype=np.float64).reshape(n, v) / scale
     R = B - op.matmat(W) if x0 is not None else B.copy()
     bnorm = np.linalg.norm(B, axis=0)
     bnorm_safe = np.where(bnorm > 0, bnorm, 1.0)
@@ -799,10 +809,13 @@ def solve_cg(source, *, alpha, group_weight="pair", ties="include", tol=1e-6, ma
         res = np.linalg.norm(R, axis=0) / bnorm_safe
         active &= res > tol
         info["residuals"].append(float(res.max()))
-        if callback is not None and callback(it, float(res.max()), W[:, 0] if v == 1 else W):
+        if not np.isfinite(res).all():
+            raise FloatingPointError(f"cg: the residual became {res.max()} at iteration {it} (alpha={alpha}); "
+                                     "the system is too ill-conditioned for float64")
+        if callback is not None and callback(it, float(res.max()), (W * scale)[:, 0] if v == 1 else W * scale):
             break
         if validation is not None:
-            Wraw = W if norm is None else W / norm.scale[:, None]
+            Wraw = W * scale if norm is None else W * scale / norm.scale[:, None]
             vl = float(np.mean(validation_loss(validation, Wraw, group_weight=group_weight, ties=ties,
                                                max_rows=max_rows, ties_table=vtable)))
             info["validation_losses"].append(vl)
@@ -825,4 +838,18 @@ def solve_cg(source, *, alpha, group_weight="pair", ties="include", tol=1e-6, ma
     if info["stopped_early"]:
         W = best[1]
         info["best_iteration"] = best[2]
-    return W, info
+    return W * scale, info
+
+
+def _rhs_scale(B):
+    """Per-output power of two nearest ``max |B_j|`` (1 for a zero column); ValueError if B is not finite."""
+    B = np.asarray(B, dtype=np.float64)
+    if not np.isfinite(B).all():
+        j = int(np.flatnonzero(~np.isfinite(B).all(axis=0))[0])
+        raise ValueError(f"cg: the right-hand side XᵀLY of output {j} is not finite: the labels (or features) "
+                         "overflow float64 in the pass; rescale the labels")
+    top = np.max(np.abs(B), axis=0) if B.size else np.zeros(B.shape[1])
+    e = np.zeros(B.shape[1])
+    nz = top > 0
+    e[nz] = np.clip(np.round(np.log2(top[nz])), -1022, 1023)
+    return np.ldexp(1.0, e.astype(np.int32))
