@@ -1,14 +1,221 @@
-"""Plots (the ``plot`` extra: matplotlib, imported only inside the functions).
+"""Plots (the ``plot`` extra: matplotlib, imported lazily with the non-interactive Agg backend).
 
 * :func:`learning_curve` -- the two panels of Figure 1 of Chen et al. 2010
   for an SGD ranker: tuple error on the validation tuples and density of W
   against the number of iterations, from ``model.history_``;
-* :func:`regularization_path`, :func:`nightly_history`, :func:`convergence`
-  -- model selection and nightly pipeline plots (``streamrank._plot_selection``).
+* :func:`regularization_path` -- cross-validation score against λ (log
+  axis), the chosen λ marked;
+* :func:`nightly_history` -- the validation metrics of every nightly run
+  (``pipelines/nightly.py`` reports in ``DIR/reports/*.json``), promoted
+  and rejected candidates told apart, with the chosen λ below;
+* :func:`convergence` -- a generic convergence curve (e.g. CG residuals per pass).
+
+Every function returns the matplotlib Figure and, when ``path`` is given,
+writes a PNG of ``figsize * dpi`` pixels (written to a temporary file and
+renamed, so a reader never sees half a PNG).
 """
 from __future__ import annotations
 
+import json
+import os
+import uuid
+from pathlib import Path
+
+import numpy as np
+
 __all__ = ["learning_curve", "regularization_path", "nightly_history", "convergence"]
+
+
+def _plt():
+    try:
+        import matplotlib
+    except ImportError:  # pragma: no cover - plot extra missing
+        raise ImportError("plotting needs matplotlib: pip install 'streamrank[plot]'") from None
+    if matplotlib.get_backend().lower() not in ("agg", "module://matplotlib_inline.backend_inline"):
+        matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def _save(fig, path, dpi):
+    if path is None:
+        return
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{uuid.uuid4().hex}.tmp")
+    try:
+        fig.savefig(tmp, format="png", dpi=dpi)
+        os.replace(tmp, path)
+    finally:
+        if tmp.exists():
+            tmp.unlink()
+
+
+def _cv_fields(cv):
+    """(alphas, scores, best_alpha, scoring, greater_is_better, folds) of a CVResult or its dict."""
+    get = (lambda k, d=None: cv.get(k, d)) if isinstance(cv, dict) else (lambda k, d=None: getattr(cv, k, d))
+    alphas = np.asarray(get("alphas"), dtype=np.float64)
+    scores = np.asarray([np.nan if s is None else s for s in get("scores")], dtype=np.float64)
+    if alphas.ndim != 1 or alphas.shape != scores.shape or alphas.size == 0:
+        raise ValueError(f"cv must hold equally long 1-D alphas and scores; got {alphas.shape} and {scores.shape}")
+    greater = bool(get("greater_is_better", False))
+    best = get("best_alpha")
+    if best is None:
+        valid = np.where(np.isnan(scores), -np.inf if greater else np.inf, scores)
+        best = alphas[int(np.argmax(valid) if greater else np.argmin(valid))]
+    return alphas, scores, float(best), str(get("scoring", "score")), greater, get("folds")
+
+
+def regularization_path(cv, path=None, *, ax=None, figsize=(6.4, 4.0), dpi=100, title=None):
+    """Cross-validation score against λ with the chosen λ marked.
+
+    Parameters
+    ----------
+    cv : :class:`~streamrank.rankrls.selection.CVResult` or dict
+        From ``model.cross_validate(...)`` (RankRLS, KernelRankRLS) or the
+        ``cv`` record the command line stores with a model fitted with
+        ``--alphas GRID --cv K``: ``alphas``, ``scores``, ``best_alpha``,
+        ``scoring``, ``greater_is_better``, ``folds``.
+    path : str or Path, optional
+        Write a PNG there (``figsize * dpi`` pixels).
+    ax : matplotlib Axes, optional
+        Draw into it instead of a new figure.
+
+    Returns the Figure.
+
+    Example
+    -------
+    >>> import numpy as np, streamrank as sr
+    >>> rng = np.random.default_rng(0)
+    >>> X = rng.normal(size=(200, 5)); qid = np.repeat(np.arange(20), 10)
+    >>> y = X @ rng.normal(size=5) + rng.normal(size=200)
+    >>> m = sr.RankRLS(); res = m.cross_validate(sr.as_source(X, y, qid), alphas=2.0 ** np.arange(-5, 6))
+    >>> fig = sr.plot.regularization_path(res)
+    >>> fig.axes[0].get_xscale()
+    'log'
+    """
+    plt = _plt()
+    alphas, scores, best, scoring, greater, folds = _cv_fields(cv)
+    own = ax is None
+    if own:
+        fig, ax = plt.subplots(figsize=figsize, dpi=dpi)
+    else:
+        fig = ax.figure
+    order = np.argsort(alphas)
+    ax.plot(alphas[order], scores[order], marker="o", ms=3.5, lw=1.5, color="C0", label=f"CV {scoring}")
+    bi = int(np.argmin(np.abs(np.log(alphas) - np.log(best))))
+    ax.axvline(best, color="C3", ls="--", lw=1)
+    ax.plot([alphas[bi]], [scores[bi]], marker="*", ms=14, color="C3", ls="none",
+            label=f"chosen λ = {best:.3g}")
+    ax.set_xscale("log")
+    ax.set_xlabel("λ (alpha)")
+    fold_txt = "leave-one-query-out" if folds == "query" else (f"{folds}-fold by query" if folds else "CV")
+    ax.set_ylabel(f"{scoring} ({'higher' if greater else 'lower'} is better)")
+    ax.set_title(title or f"regularization path ({fold_txt})")
+    ax.grid(True, which="major", alpha=0.3)
+    ax.legend(loc="best", fontsize="small")
+    if own:
+        fig.tight_layout()
+        _save(fig, path, dpi)
+    return fig
+
+
+def _read_reports(source):
+    """Nightly run reports (dicts) from a model directory, a reports directory, files or dicts."""
+    if isinstance(source, (str, os.PathLike)):
+        p = Path(source)
+        if not p.exists():
+            raise FileNotFoundError(f"no nightly model directory at {p}")
+        rdir = p / "reports" if (p / "reports").is_dir() else p
+        files = sorted(f for f in rdir.glob("*.json") if not f.name.startswith("."))
+        if not files:
+            raise ValueError(f"{rdir} holds no nightly reports (*.json); run pipelines/nightly.py first")
+        reports = []
+        for f in files:
+            try:
+                reports.append(json.loads(f.read_text()))
+            except ValueError as exc:
+                raise ValueError(f"{f}: not a JSON report ({exc})") from None
+        return reports
+    return [dict(r) for r in source]
+
+
+def nightly_history(source, path=None, *, metrics=None, figsize=(8.0, 5.0), dpi=100, title=None):
+    """Validation metrics and chosen λ of every nightly run.
+
+    Parameters
+    ----------
+    source : path of a nightly model directory (``--models DIR`` of
+        ``pipelines/nightly.py``; its ``reports/*.json`` are read), a
+        reports directory, or a list of report dicts.
+    path : write a PNG there (``figsize * dpi`` pixels).
+    metrics : names to draw (default: every metric in the reports, e.g.
+        ``ndcg@10`` and ``disagreement``).
+
+    Top panel: the candidate's metrics per run (filled marker: promoted,
+    hollow: rejected) and the current model's on the same validation slice
+    (dashed).  Bottom panel: the λ chosen each night (log scale).  Runs with
+    nothing new ("up-to-date") are shown as grey ticks at the bottom.
+    """
+    plt = _plt()
+    reports = sorted(_read_reports(source), key=lambda r: r.get("started", ""))
+    if not reports:
+        raise ValueError("no nightly reports to plot")
+    x = np.arange(1, len(reports) + 1)
+    names = metrics or sorted({k for r in reports for k in (r.get("metrics") or {})})
+    fig, (ax, ax2) = plt.subplots(2, 1, figsize=figsize, dpi=dpi, sharex=True,
+                                  gridspec_kw={"height_ratios": [3, 1.3]})
+    for i, name in enumerate(names):
+        color = f"C{i}"
+        vals = np.array([(r.get("metrics") or {}).get(name, np.nan) for r in reports], dtype=float)
+        cur = np.array([((r.get("current_metrics") or {}) or {}).get(name, np.nan) for r in reports], dtype=float)
+        ax.plot(x, vals, color=color, lw=1.2, label=name)
+        prom = np.array([bool(r.get("promoted")) for r in reports])
+        ok = ~np.isnan(vals)
+        ax.plot(x[prom & ok], vals[prom & ok], "o", color=color, ms=6)
+        ax.plot(x[~prom & ok], vals[~prom & ok], "o", mfc="white", mec=color, ms=6)
+        if np.any(~np.isnan(cur)):
+            ax.plot(x, cur, "--", color=color, lw=1, alpha=0.7, label=f"{name} (current model)")
+    idle = np.array([r.get("status") == "up-to-date" for r in reports])
+    ax.set_ylabel("validation metric")
+    ax.set_title(title or "nightly runs (filled: promoted, hollow: rejected)")
+    ax.grid(True, alpha=0.3)
+    if names:
+        ax.legend(loc="best", fontsize="small")
+    alphas = np.array([np.nan if r.get("alpha") is None else r["alpha"] for r in reports], dtype=float)
+    ok = ~np.isnan(alphas) & (alphas > 0)
+    if ok.any():
+        ax2.plot(x[ok], alphas[ok], "s-", color="C7", ms=4, lw=1)
+        ax2.set_yscale("log")
+    for xi in x[idle]:
+        ax2.axvline(xi, color="0.8", lw=3, zorder=0)
+    ax2.set_ylabel("chosen λ")
+    ax2.set_xlabel("run")
+    labels = [("up to date" if r.get("status") == "up-to-date" else str(r.get("version") or r.get("started", "")[:10]))
+              for r in reports]
+    ax2.set_xticks(x)
+    ax2.set_xticklabels(labels, rotation=45 if len(x) > 6 else 0, fontsize="small")
+    ax2.grid(True, alpha=0.3)
+    fig.tight_layout()
+    _save(fig, path, dpi)
+    return fig
+
+
+def convergence(curve: dict, path=None, *, figsize=(6.4, 4.0), dpi=100, title=None):
+    """A generic convergence curve ``{"x", "y", "xlabel", "ylabel", "log_y"}`` (e.g. CG residuals)."""
+    plt = _plt()
+    fig, ax = plt.subplots(figsize=figsize, dpi=dpi)
+    ax.plot(np.asarray(curve["x"], dtype=float), np.asarray(curve["y"], dtype=float), lw=1.5, marker=".")
+    if curve.get("log_y"):
+        ax.set_yscale("log")
+    ax.set_xlabel(curve.get("xlabel", "iteration"))
+    ax.set_ylabel(curve.get("ylabel", ""))
+    ax.set_title(title or "convergence")
+    ax.grid(True, alpha=0.3)
+    fig.tight_layout()
+    _save(fig, path, dpi)
+    return fig
 
 
 def learning_curve(model, path=None, *, figsize=(10.0, 4.0), dpi=100, title=None):
@@ -19,8 +226,6 @@ def learning_curve(model, path=None, *, figsize=(10.0, 4.0), dpi=100, title=None
     set was given, ``tuple_error``; the refit phase (``phase == "refit"``)
     is drawn as its own line.  Returns the matplotlib Figure.
     """
-    from ._plot_selection import _plt, _save
-
     history = list(getattr(model, "history_", None) or [])
     if not history:
         raise ValueError(f"{type(model).__name__} has no history_; fit with checkpoint_every=N "
@@ -52,11 +257,3 @@ def learning_curve(model, path=None, *, figsize=(10.0, 4.0), dpi=100, title=None
     fig.tight_layout()
     _save(fig, path, dpi)
     return fig
-
-
-def __getattr__(name):
-    if name in ("regularization_path", "nightly_history", "convergence"):
-        from . import _plot_selection
-
-        return getattr(_plot_selection, name)
-    raise AttributeError(f"module 'streamrank.plot' has no attribute {name!r}")

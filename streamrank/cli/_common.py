@@ -3,6 +3,8 @@ from __future__ import annotations
 
 import logging
 
+from .._defaults import DEFAULT_BLOCK_ROWS
+
 EXIT_OK, EXIT_BUG, EXIT_USAGE, EXIT_NOT_FOUND, EXIT_DATA, EXIT_WRITE, EXIT_UNSUPPORTED = 0, 1, 2, 3, 4, 5, 6
 EXIT_SIGINT, EXIT_SIGTERM = 130, 143
 EXIT_CODES = {
@@ -14,7 +16,7 @@ EXIT_CODES = {
 LEARNERS = ("rankrls", "cg", "kernel", "sparse-kernel", "sgd-bilinear", "sgd-pairwise")
 FORMATS = ("letor", "npz", "zarr")
 METRICS = ("ndcg@10", "disagreement", "map", "auc")
-DEFAULT_MAX_ROWS = 65_536
+DEFAULT_MAX_ROWS = DEFAULT_BLOCK_ROWS
 
 log = logging.getLogger("streamrank")
 
@@ -33,7 +35,7 @@ class _Terminated(BaseException):
 
 
 def _progress(args, total=None, unit="rows", desc=None):
-    from .._progress import Progress
+    from ._progress import Progress
 
     return Progress(total, unit=unit, desc=desc or args.command, quiet=args.quiet)
 

@@ -74,7 +74,7 @@ def _preflight(args, cv_folds):
 
 def _fit_model(args, *, cv_folds=None):
     """Fit (and cross-validate) per ``args``; returns (model, record dict)."""
-    from .._progress import ProgressSource, ProgressTuples
+    from ._progress import ProgressSource, ProgressTuples
 
     _preflight(args, cv_folds)
     model = _estimator(args)
@@ -166,8 +166,8 @@ def cmd_cv(args) -> int:
         _save_model(model, args.model, record)
         _say(args, f"saved the model refitted with alpha={cv['best_alpha']:.6g} to {args.model}")
     if args.plot:
-        from .. import _plot_selection
+        from .. import plot
 
-        _plot_selection.regularization_path(cv, args.plot)
+        plot.regularization_path(cv, args.plot)
         _say(args, f"wrote {args.plot}")
     return EXIT_OK

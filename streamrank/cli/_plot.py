@@ -8,7 +8,7 @@ from ._stores import _kind_of, _load_model, _model_meta
 
 
 def cmd_plot(args) -> int:
-    from .. import _plot_selection as P
+    from .. import plot as P
 
     src = Path(args.model)
     if not src.exists():

@@ -306,7 +306,7 @@ def test_progress_lines_when_not_a_tty(data, tmp_path):
 def test_progress_uses_tqdm_on_a_tty():
     import io
 
-    from streamrank._progress import Progress
+    from streamrank.cli._progress import Progress
 
     class TTY(io.StringIO):
         def isatty(self):

@@ -22,7 +22,7 @@ import os
 import sys
 import time
 
-from .io.blocks import BlockSource
+from ..io.blocks import BlockSource
 
 __all__ = ["Progress", "ProgressSource", "ProgressTuples", "format_eta"]
 
