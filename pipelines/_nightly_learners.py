@@ -25,6 +25,7 @@ from pathlib import Path
 import numpy as np
 
 import streamrank as sr
+from streamrank import DEFAULT_BLOCK_ROWS
 from streamrank.io.blocks import BlockSource
 
 from pipelines._nightly_versions import KERNEL_STATS
@@ -34,7 +35,6 @@ __all__ = ["DEFAULT_FOLDS", "DEFAULT_BLOCK_ROWS", "GroupRange", "select_alpha", 
            "tuple_range", "validate", "validate_tuples"]
 
 DEFAULT_FOLDS = 5
-DEFAULT_BLOCK_ROWS = 65_536
 
 
 class GroupRange(BlockSource):

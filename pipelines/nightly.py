@@ -249,7 +249,7 @@ def run_night(store_path, new_files, models_dir, *, learner="rankrls", alphas=No
     out = sys.stdout if out is None else out
     if learner not in LEARNERS:
         raise ValueError(f"--learner must be one of {LEARNERS}, got {learner!r}")
-    from streamrank.rankrls.linear import DEFAULT_ALPHAS
+    from streamrank import DEFAULT_ALPHAS
 
     alphas = np.asarray(DEFAULT_ALPHAS if alphas is None else alphas, dtype=np.float64)
     models_dir = Path(models_dir)

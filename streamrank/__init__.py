@@ -38,6 +38,8 @@ _NAMES = {
     "export": "streamrank.exporters",
     "load": "streamrank.persistence",
     "NotFittedError": "streamrank.base",
+    "DEFAULT_ALPHAS": "streamrank._defaults",
+    "DEFAULT_BLOCK_ROWS": "streamrank._defaults",
 }
 _SUBMODULES = {"metrics", "distributed", "plot", "datasets", "persistence", "io", "rankrls", "sgd",
                "exporters", "normalize"}

@@ -46,6 +46,7 @@ import numpy as np
 import scipy.sparse as sp
 from scipy.sparse.linalg import LinearOperator
 
+from .._defaults import DEFAULT_BLOCK_ROWS
 from ..laplacian import apply_laplacian, group_weights, tie_classes
 from ._statistics import _id_sums, _indicator
 
@@ -459,7 +460,7 @@ def _ties_table(source, ties, max_rows, ties_table):
     return TieTable.for_source(source, max_rows)
 
 
-def laplacian_pass(source, V=None, *, group_weight="pair", ties="include", max_rows=65_536, ties_table=None,
+def laplacian_pass(source, V=None, *, group_weight="pair", ties="include", max_rows=DEFAULT_BLOCK_ROWS, ties_table=None,
                    split_sums=None):
     """One pass: ``Xᵀ L X V`` for V (n, k), or ``Xᵀ L Y`` when V is None.  Returns (n, k) float64.
 
@@ -539,7 +540,7 @@ def block_diagonal(block, group_weight, ties, table, n_outputs, opens):
     return diag, closes
 
 
-def gram_diagonal(source, *, group_weight="pair", ties="include", max_rows=65_536, ties_table=None,
+def gram_diagonal(source, *, group_weight="pair", ties="include", max_rows=DEFAULT_BLOCK_ROWS, ties_table=None,
                   moments=None):
     """diag(Xᵀ L X) in one pass (Jacobi preconditioner), O(n) memory.
 
@@ -607,7 +608,7 @@ class RankingOperator(_PassOperator):
     products (regularization path).
     """
 
-    def __init__(self, source, *, alpha=0.0, group_weight="pair", ties="include", max_rows=65_536):
+    def __init__(self, source, *, alpha=0.0, group_weight="pair", ties="include", max_rows=DEFAULT_BLOCK_ROWS):
         n = source.n_features
         super().__init__(dtype=np.float64, shape=(n, n))
         self.source = source
@@ -663,7 +664,7 @@ class _ScaledOperator(_PassOperator):
         return self.d * (self.op._pass(None) if V is None else self.op._pass(self.d * V))
 
 
-def validation_loss(source, W, *, group_weight="pair", ties="include", max_rows=65_536, ties_table=None):
+def validation_loss(source, W, *, group_weight="pair", ties="include", max_rows=DEFAULT_BLOCK_ROWS, ties_table=None):
     """Held-out least-squares ranking loss ``(y - Xw)ᵀ L (y - Xw)`` per output (v,), one pass.
 
     A split group with ``ties="exclude"`` uses its tie class counts
@@ -715,7 +716,7 @@ def validation_loss(source, W, *, group_weight="pair", ties="include", max_rows=
 
 
 def solve_cg(source, *, alpha, group_weight="pair", ties="include", tol=1e-6, max_iter=None,
-             max_rows=65_536, callback=None, validation=None, patience=5, x0=None, _operator=None,
+             max_rows=DEFAULT_BLOCK_ROWS, callback=None, validation=None, patience=5, x0=None, _operator=None,
              _rhs=None, _diag=None, normalize=None):
     """Jacobi-preconditioned CG for ``(XᵀLX + alpha I) W = XᵀLY``, all outputs at once.
 

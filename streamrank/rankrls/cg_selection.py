@@ -35,11 +35,11 @@ from __future__ import annotations
 
 import numpy as np
 
-from .._validation import check_alpha
+from .._defaults import DEFAULT_BLOCK_ROWS, check_alphas
 from ..io.blocks import Block
 from ..laplacian import tie_classes
 from .cg import RankingOperator, TieTable, _is_piece, solve_cg, validation_loss
-from .selection import CVResult, _check_alphas, _Evaluators, _parse_scoring, check_folds, fold_of
+from .selection import CVResult, _Evaluators, _parse_scoring, check_folds, fold_of
 
 __all__ = ["FoldView", "cg_path", "path_of_model", "cross_validate_cg", "PARTIAL_FIT_MESSAGE",
            "LEAVE_QUERY_OUT_MESSAGE"]
@@ -80,7 +80,7 @@ class FoldView:
         self.n_groups = int(self.keep.sum())
         self.y_ndim = getattr(source, "y_ndim", 1)
 
-    def blocks(self, max_rows=65_536, **kwargs):
+    def blocks(self, max_rows=DEFAULT_BLOCK_ROWS, **kwargs):
         for block in self.source.blocks(max_rows=max_rows, **kwargs):
             keep = self.keep[block.group_start + np.arange(block.n_groups)]
             if keep.all():
@@ -118,7 +118,7 @@ def _iter_path(source, alphas, *, group_weight, ties, tol, max_iter, max_rows):
 
 
 def cg_path(source, alphas, *, group_weight="pair", ties="include", tol=1e-6, max_iter=None,
-            max_rows=65_536):
+            max_rows=DEFAULT_BLOCK_ROWS):
     """Warm-started CG solutions for every alpha: ``(len(alphas), n, v)`` and a list of the solves' infos.
 
     Passes: ``2 + Σ_λ (n_iter(λ) + 1)`` (``infos[-1]["n_passes"]`` after the last solve is the total
@@ -149,16 +149,12 @@ def _model_source(model, source):
     return src
 
 
-def path_of_model(model, alphas, source=None, max_rows=65_536):
+def path_of_model(model, alphas, source=None, max_rows=DEFAULT_BLOCK_ROWS):
     """:meth:`RankRLS.path` of a cg model: warm-started CG per alpha over its training data (or ``source``).
 
     Sets ``model.path_info_`` = {"n_passes", "n_iter" (per alpha), "converged" (per alpha)}.
     """
-    from .linear import DEFAULT_ALPHAS
-
-    alphas = DEFAULT_ALPHAS if alphas is None else np.atleast_1d(np.asarray(alphas, dtype=np.float64))
-    for a in alphas:
-        check_alpha(float(a), "alphas")
+    alphas = check_alphas(alphas, allow_empty=True)
     if alphas.size == 0:
         shape = (0, model.n_features_in_) + (() if model._y_1d else (model.n_outputs_,))
         return np.zeros(shape)
@@ -193,7 +189,7 @@ def _n_pairs(source, ties, max_rows):
     return total
 
 
-def cross_validate_cg(model, source=None, *, alphas=None, folds=5, scoring="squared", max_rows=65_536):
+def cross_validate_cg(model, source=None, *, alphas=None, folds=5, scoring="squared", max_rows=DEFAULT_BLOCK_ROWS):
     """k-fold group cross-validation of a cg RankRLS; refits ``model`` on all data with the best alpha.
 
     Scores are those of :func:`streamrank.rankrls.selection.cross_validate`
@@ -204,7 +200,7 @@ def cross_validate_cg(model, source=None, *, alphas=None, folds=5, scoring="squa
     """
     model._check_params()
     kind, k = _parse_scoring(scoring)
-    alphas = _check_alphas(alphas)
+    alphas = check_alphas(alphas)
     source = model._source_for(source)
     model._check_source(source)
     if folds == "query":

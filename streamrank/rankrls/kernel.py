@@ -51,6 +51,7 @@ import numpy as np
 import scipy.linalg as la
 import scipy.sparse as sp
 
+from .._defaults import check_alphas
 from .._validation import (
     check_alpha,
     check_n_features,
@@ -68,15 +69,6 @@ from ._dual import DualDecomposition, LaplacianRoot, LeavePairOut, LeavePairOutE
 from ._statistics import RankStatistics
 
 __all__ = ["KernelRankRLS"]
-
-
-def _alphas(alphas):
-    arr = np.atleast_1d(np.asarray(alphas, dtype=np.float64))
-    if arr.ndim != 1 or arr.size == 0:
-        raise ValueError(f"alphas must be a non-empty 1-D sequence of positive numbers, got {alphas!r}")
-    for a in arr:
-        check_alpha(float(a), "alphas")
-    return arr
 
 
 class _SparseSolution:
@@ -320,10 +312,7 @@ class KernelRankRLS(BaseRanker):
 
         Returns (len(alphas), n_basis_rows) or (len(alphas), n_basis_rows, n_outputs).
         """
-        if alphas is None:
-            from .linear import DEFAULT_ALPHAS
-            alphas = DEFAULT_ALPHAS
-        arr = _alphas(alphas)
+        arr = check_alphas(alphas)
         solver = self._solver()
         return np.stack([self._y_out(solver.coef(a)) for a in arr])
 
@@ -453,10 +442,10 @@ class KernelRankRLS(BaseRanker):
         formula; the decomposition is done once.  Returns a
         :class:`~streamrank.rankrls.selection.CVResult`.
         """
-        from .selection import CVResult, _check_alphas, _parse_scoring, fold_of
+        from .selection import CVResult, _parse_scoring, fold_of
 
         kind, k = _parse_scoring(scoring)
-        arr = _check_alphas(alphas)
+        arr = check_alphas(alphas)
         self._check_params()
         if source is not None:
             if isinstance(source, tuple):

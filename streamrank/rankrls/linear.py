@@ -21,6 +21,7 @@ from __future__ import annotations
 import numpy as np
 import scipy.linalg
 
+from .._defaults import DEFAULT_ALPHAS, DEFAULT_BLOCK_ROWS, check_alphas
 from .._validation import check_alpha, check_X, is_dask
 from ..base import BaseRanker
 from ..io.blocks import BlockSource
@@ -32,8 +33,6 @@ from ._statistics import EigenPath, RankStatistics, block_statistics
 __all__ = ["RankRLS", "PRIMAL_MAX_FEATURES", "DEFAULT_ALPHAS"]
 
 PRIMAL_MAX_FEATURES = 4096
-DEFAULT_BLOCK_ROWS = 65_536
-DEFAULT_ALPHAS = 2.0 ** np.arange(-15, 16)  # the papers' grid 2^-15 ... 2^15
 SOLVERS = ("auto", "primal", "cg")
 
 
@@ -377,9 +376,7 @@ class RankRLS(BaseRanker):
             self._refuse_normalized_cg("path")
             return path_of_model(self, alphas, source, max_rows)
         self._check_stats("path")
-        alphas = DEFAULT_ALPHAS if alphas is None else np.atleast_1d(np.asarray(alphas, dtype=np.float64))
-        for a in alphas:
-            check_alpha(float(a), "alphas")
+        alphas = check_alphas(alphas, allow_empty=True)
         W = np.stack([self._eigenpath().coef(a) for a in alphas]) if len(alphas) else \
             np.zeros((0,) + self.stats_.B.shape)
         return W[:, :, 0] if self._y_1d else W

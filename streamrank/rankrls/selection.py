@@ -32,6 +32,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from .._defaults import DEFAULT_BLOCK_ROWS, check_alphas
 from .._validation import check_alpha
 from ._statistics import EigenPath
 
@@ -139,17 +140,6 @@ def _parse_scoring(scoring):
                      f"got {scoring!r}")
 
 
-def _check_alphas(alphas):
-    from .linear import DEFAULT_ALPHAS
-
-    alphas = DEFAULT_ALPHAS if alphas is None else np.atleast_1d(np.asarray(alphas, dtype=np.float64))
-    if alphas.ndim != 1 or alphas.size == 0:
-        raise ValueError("alphas must be a non-empty 1-D sequence of positive numbers")
-    for a in alphas:
-        check_alpha(float(a), "alphas")
-    return alphas
-
-
 class _Evaluators:
     """One metric accumulator per (alpha, output)."""
 
@@ -174,7 +164,7 @@ class _Evaluators:
         return out
 
 
-def cross_validate(model, source=None, *, alphas=None, folds=5, scoring="squared", max_rows=65_536):
+def cross_validate(model, source=None, *, alphas=None, folds=5, scoring="squared", max_rows=DEFAULT_BLOCK_ROWS):
     """Group cross-validation of ``model`` over ``alphas``; refits ``model`` with the best one.
 
     ``folds``: an int k >= 2 (k-fold by query, from per-fold statistics) or
@@ -183,7 +173,7 @@ def cross_validate(model, source=None, *, alphas=None, folds=5, scoring="squared
     """
     model._check_params()
     kind, k = _parse_scoring(scoring)
-    alphas = _check_alphas(alphas)
+    alphas = check_alphas(alphas)
     source = model._source_for(source)
     model._check_source(source)
     if model._resolve_solver(source) != "primal":
@@ -331,7 +321,7 @@ def _lqo_blocks(model, source, alphas, max_rows):
         yield block, P
 
 
-def leave_query_out(model, source, *, alpha=None, max_rows=65_536):
+def leave_query_out(model, source, *, alpha=None, max_rows=DEFAULT_BLOCK_ROWS):
     """Held-out predictions of every row with its query left out: (rows,) or (rows, v), source order."""
     alpha = check_alpha(model.alpha if alpha is None else alpha)
     if source.n_groups < 2:
