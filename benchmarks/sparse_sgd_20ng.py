@@ -121,7 +121,7 @@ def main(argv=None) -> int:
     from streamrank._memory import PeakRSS
     from streamrank.datasets.newsgroups import CITATION, DEFAULT_ARCHIVE, load_newsgroups
     from streamrank.datasets.tuples import class_tuples
-    from streamrank.io.tuple_store import ArrayTupleSource
+    from streamrank.io.tuples import ArrayTupleSource
 
     if args.smoke:
         args.limit, args.steps, args.max_features = 400, 3000, 2000

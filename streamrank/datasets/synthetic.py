@@ -472,7 +472,7 @@ def planted_bilinear(n_features: int = 1000, n_train: int = 100_000, n_test: int
     else:
         e = sp.csr_matrix((0, n_features), dtype=np.float32)
         test = (e, e, e)
-    from ..io.tuple_store import as_tuple_source
+    from ..io.tuples import as_tuple_source
 
     return PlantedBilinear(W=W, Q=Q, D=D, tuples=t, test=test, train=as_tuple_source(Q, D, t))
 

@@ -8,7 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import streamrank as sr
-from streamrank.io.tuple_store import TupleSource, as_tuple_source
+from streamrank.io.tuples import TupleSource, as_tuple_source
 
 
 def _data(rng, n_q=5, n_d=8, l_=30, fq=6, fd=7):

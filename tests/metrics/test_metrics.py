@@ -232,7 +232,7 @@ def test_incomplete_split_group_is_an_error_and_merge_completes_it():
 
 
 def test_tuple_error_streams_a_tuple_source():
-    from streamrank.io.tuple_store import as_tuple_source
+    from streamrank.io.tuples import as_tuple_source
 
     rng = np.random.default_rng(0)
     Q = sp.random(30, 6, density=0.5, random_state=1, format="csr")
