@@ -8,7 +8,7 @@ Printed, each measured in the same run (min of ``--repeat``):
 
 1. seconds of one product ``(XᵀLX + λI) v`` with the local operator
    (:class:`streamrank.rankrls.cg.RankingOperator`, one process) and with
-   :class:`streamrank._distributed_cg.DistributedRankingOperator` on a
+   :class:`streamrank.distributed._cg.DistributedRankingOperator` on a
    LocalCluster of ``--workers`` single-threaded processes reading their own
    blocks from the store, for ties="include", ties="exclude" with the class
    sums cached (one sweep) and forced uncached (two sweeps) — and the ratio
@@ -79,9 +79,10 @@ def main(argv=None):
     import distributed
 
     import streamrank as sr
-    from streamrank import _distributed_cg as dcg
+    from streamrank.distributed import _cg as dcg
+    from streamrank.distributed._cluster import _ship_source
     from streamrank import distributed as srd
-    from streamrank.rankrls import cg
+    from streamrank.rankrls import _split_groups, cg
 
     X, y = _hashed(a.rows, a.features, a.nnz, a.levels)
     with scratch_dir("sr-dcg-ties-", a.dir) as tmp:
@@ -97,13 +98,13 @@ def main(argv=None):
         v = np.random.default_rng(1).normal(size=(a.features, 1))
         rows = []
         with srd.local_cluster(a.workers) as cluster, distributed.Client(cluster) as client:
-            ref = srd._ship_source(client, store)
+            ref = _ship_source(client, store)
             for label, ties, cache in (("ties=include", "include", None),
                                        ("ties=exclude, class sums cached", "exclude", None),
                                        ("ties=exclude, uncached (2 sweeps)", "exclude", 0)):
-                old = cg.TIE_CACHE_ENTRIES
+                old = _split_groups.TIE_CACHE_ENTRIES
                 if cache is not None:
-                    cg.TIE_CACHE_ENTRIES = cache
+                    _split_groups.TIE_CACHE_ENTRIES = cache
                 try:
                     loc = cg.RankingOperator(store, alpha=1.0, ties=ties, max_rows=a.max_rows)
                     t_lt, _ = _best(loc.ties_table, 1)
@@ -118,7 +119,7 @@ def main(argv=None):
                     t_dist, z_dist = _best(lambda: dist.matmat(v), a.repeat)
                     moved = (_outgoing(client) - b0) / a.repeat
                 finally:
-                    cg.TIE_CACHE_ENTRIES = old
+                    _split_groups.TIE_CACHE_ENTRIES = old
                 diff = np.abs(z_dist - z_loc).max() / np.abs(z_loc).max()
                 rows.append((label, t_loc, t_dist, t_lt, t_dt, moved, diff))
             result_bytes = _serialized_bytes(np.zeros((a.features, 1)))

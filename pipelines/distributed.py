@@ -72,7 +72,7 @@ def _tuple_quality(model, store):
 
 def run_sgd(args, out):
     """Data-parallel SGD rounds; quality against one machine taking the same number of steps."""
-    from streamrank._distributed_sgd import _refit_round_task, _round_task
+    from streamrank.distributed._sgd import _refit_round_task, _round_task
 
     store = sr.TupleStore.open(args.store)
     est = build_estimator(args)

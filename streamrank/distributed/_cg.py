@@ -5,7 +5,7 @@ operator is replaced by :class:`DistributedRankingOperator`, whose every
 product ``Xᵀ L X V`` is a map over the planned blocks (each worker reads its
 blocks from the store) plus a tree sum.  ``V`` (n × k) is scattered to the
 workers once per product, not once per block.  The per-block work is
-:func:`streamrank.rankrls.cg._block_apply` — the same code the local pass
+:func:`streamrank.rankrls._split_groups._block_apply` — the same code the local pass
 runs; a group cut across blocks (``split_groups=True``) travels as its
 running sums ``S_g = Σ_p X_pᵀ1``, ``t_g = Σ_p 1ᵀu_p`` (O(n) per open group)
 and is closed when its pieces meet in the reduction (``- s_g S_g t_gᵀ``).
@@ -13,9 +13,9 @@ The Jacobi diagonal is reduced the same way
 (:func:`streamrank.rankrls.cg.block_diagonal`).
 
 ``ties="exclude"`` on a split group (e.g. ``qid=None``: one global group over
-many blocks) uses the group's :class:`~streamrank.rankrls.cg.TieTable`, built
+many blocks) uses the group's :class:`~streamrank.rankrls._split_groups.TieTable`, built
 once per operator by a setup step: a map over the pieces giving
-:class:`~streamrank.rankrls.cg.TieCounts` (class counts, and class feature
+:class:`~streamrank.rankrls._split_groups.TieCounts` (class counts, and class feature
 sums S_c while they fit ``TIE_CACHE_ENTRIES``) plus a tree sum — and, when
 only the tied classes' sums fit, a second map for those.  The table without
 its sums (O(distinct targets)) is scattered once; the sums S_c stay on the
@@ -23,10 +23,10 @@ client.  In a product each piece adds its row-local part
 ``s_g (n_g − n_c(i)) X_pᵀ u_p`` and its per-class sums ``T_c = 1_cᵀ u_p``
 (O(classes) numbers, summed in the tree with the group's other open sums);
 the client finishes the class term ``s_g Σ_c S_c T_c``
-(:func:`streamrank.rankrls.cg.finish_classes`) — or, when the sums are not
+(:func:`streamrank.rankrls._split_groups.finish_classes`) — or, when the sums are not
 cached, scatters the T's (O(classes)) and maps the second sweep
 ``X_pᵀ (s_g T_{c(i)})_i`` over the pieces
-(:func:`streamrank.rankrls.cg.deferred_piece`), as the local pass does.
+(:func:`streamrank.rankrls._split_groups.deferred_piece`), as the local pass does.
 What moves per product is O(n k + classes) per task, whatever the rows.
 
 A worker that dies mid-fit costs one redone pass: scatters go to one worker
@@ -38,8 +38,11 @@ from __future__ import annotations
 
 import numpy as np
 
-from ._dask_retry import with_retries
-from .rankrls import cg as _cg
+from .._defaults import DEFAULT_BLOCK_ROWS
+from ..rankrls import _split_groups as _sg
+from ..rankrls import cg as _cg
+from ._cluster import DEFAULT_SPLIT_EVERY, _ship_source, get_client, reset_fitted, tree_reduce
+from ._retry import with_retries
 
 __all__ = ["DistributedRankingOperator", "fit_cg"]
 
@@ -49,7 +52,7 @@ class _Partial:
 
     def __init__(self, Z, opens):
         self.Z = Z
-        self.opens = opens          # a cg._Open: gid -> [rows, size, S, t]; class_sums gid -> [T per column]
+        self.opens = opens          # a _split_groups._Open: gid -> [rows, size, S, t]; class_sums gid -> [T per column]
 
     def merge(self, other):
         self.Z = self.Z + other.Z
@@ -82,11 +85,11 @@ class _GroupSums:
 def _product_task(plan, ref, V, n_outputs, group_weight, ties, table=None):
     """One block's ``X_Bᵀ (L U)_B`` (U = X_B V, or Y_B when V is None) and its open groups."""
     block = ref.open().read_block(*plan)
-    Y = _cg._block_Y(block, n_outputs)
+    Y = _sg._block_Y(block, n_outputs)
     U = Y if V is None else np.asarray(block.X @ V, dtype=np.float64)
-    opens = _cg._Open(group_weight)
-    LU, closes = _cg._block_apply(block, U, Y, group_weight, ties, opens, table)
-    Z = _cg._xtu(block.X, LU)
+    opens = _sg._Open(group_weight)
+    LU, closes = _sg._block_apply(block, U, Y, group_weight, ties, opens, table)
+    Z = _sg._xtu(block.X, LU)
     for s, S, t in closes:
         Z -= s * np.outer(S, t)
     return _Partial(Z, opens)
@@ -95,13 +98,13 @@ def _product_task(plan, ref, V, n_outputs, group_weight, ties, table=None):
 def _deferred_task(plan, ref, n_outputs, table, deferred, k):
     """Second sweep of a product over one piece of a split group whose class sums are not cached."""
     block = ref.open().read_block(*plan)
-    return _Partial(_cg.deferred_piece(block, table, deferred, k, n_outputs), _cg._Open("pair"))
+    return _Partial(_sg.deferred_piece(block, table, deferred, k, n_outputs), _sg._Open("pair"))
 
 
 def _tie_counts_task(plan, ref, n_features, n_outputs, cache_entries):
     """One piece's tie classes (and class feature sums while they fit ``cache_entries``)."""
     block = ref.open().read_block(*plan)
-    return _cg.TieCounts(n_features, n_outputs, cache_entries).add_piece(block)
+    return _sg.TieCounts(n_features, n_outputs, cache_entries).add_piece(block)
 
 
 def _tied_sums_task(plan, ref, table):
@@ -112,7 +115,7 @@ def _tied_sums_task(plan, ref, table):
 def _diagonal_task(plan, ref, group_weight, ties, n_outputs, table=None):
     """One block's part of diag(XᵀLX); a piece of a split group keeps S_g open (t unused)."""
     block = ref.open().read_block(*plan)
-    opens = _cg._Open(group_weight)
+    opens = _sg._Open(group_weight)
     d, closes = _cg.block_diagonal(block, group_weight, ties, table, n_outputs, opens)
     for s, S, _ in closes:
         d -= s * S ** 2
@@ -155,12 +158,10 @@ class DistributedRankingOperator(_cg._PassOperator):
         self._table_built = False
 
     def _tree(self, futures):
-        from .distributed import tree_reduce
-
         return tree_reduce(self.client, futures, split_every=self.split_every).result()
 
     def ties_table(self):
-        """The :class:`~streamrank.rankrls.cg.TieTable` of the split groups (ties="exclude"), or None.
+        """The :class:`~streamrank.rankrls._split_groups.TieTable` of the split groups (ties="exclude"), or None.
 
         Built on the first call by one distributed pass over the pieces (two
         when only the tied classes' sums fit the cache); the table without
@@ -174,8 +175,8 @@ class DistributedRankingOperator(_cg._PassOperator):
         c = self.client
         n = self.shape[0]
         parts = c.map(_tie_counts_task, self.pieces, ref=self.ref, n_features=n, n_outputs=self.n_outputs,
-                      cache_entries=_cg.TIE_CACHE_ENTRIES, pure=False)
-        tab = _cg.TieTable.from_counts(self._tree(parts), self.max_rows)
+                      cache_entries=_sg.TIE_CACHE_ENTRIES, pure=False)
+        tab = _sg.TieTable.from_counts(self._tree(parts), self.max_rows)
         if tab.needs_tied_sums:
             light = c.scatter(tab.without_sums(), hash=False)
             sums = self._tree(c.map(_tied_sums_task, self.pieces, ref=self.ref, table=light, pure=False))
@@ -193,7 +194,7 @@ class DistributedRankingOperator(_cg._PassOperator):
         return out
 
     def _pass(self, V):
-        """One distributed pass; a pass that loses a worker is run again (:mod:`streamrank._dask_retry`).
+        """One distributed pass; a pass that loses a worker is run again (:mod:`streamrank.distributed._retry`).
 
         Products are pure functions of the vector and the store, so a redone
         pass returns the same numbers; the tie table is scattered again.
@@ -210,7 +211,7 @@ class DistributedRankingOperator(_cg._PassOperator):
         c = self.client
         table = self.ties_table()
         if V is not None:
-            V = c.scatter(np.ascontiguousarray(V, dtype=np.float64), hash=False)   # not broadcast: _dask_retry
+            V = c.scatter(np.ascontiguousarray(V, dtype=np.float64), hash=False)   # not broadcast: _retry
             self.n_scatters += 1
         parts = c.map(_product_task, self.plan, ref=self.ref, V=V, n_outputs=self.n_outputs,
                       group_weight=self.group_weight, ties=self.ties, table=self._table_ref, pure=False)
@@ -218,7 +219,7 @@ class DistributedRankingOperator(_cg._PassOperator):
         Z = out.Z
         if out.opens.tie_done:
             deferred = {}
-            _cg.finish_classes(Z, table, out.opens.tie_done, Z.shape[1], self.n_outputs, deferred)
+            _sg.finish_classes(Z, table, out.opens.tie_done, Z.shape[1], self.n_outputs, deferred)
             if deferred:    # class sums not cached: a second sweep over the pieces, the T's scattered once
                 self.n_passes += 1
                 d = c.scatter([deferred], hash=False)[0]     # a list: one future of the dict
@@ -239,11 +240,10 @@ class DistributedRankingOperator(_cg._PassOperator):
         return diag
 
 
-def fit_cg(estimator, source, client=None, *, max_rows=65_536, split_every=8, **kwargs):
+def fit_cg(estimator, source, client=None, *, max_rows=DEFAULT_BLOCK_ROWS, split_every=DEFAULT_SPLIT_EVERY, **kwargs):
     """``RankRLS(solver="cg").fit(source)`` with every pass on the cluster (see module doc)."""
-    from ._validation import check_alpha
-    from .distributed import _ship_source, get_client
-    from .rankrls.cg import solve_cg
+    from .._validation import check_alpha
+    from ..rankrls.cg import solve_cg
 
     est = estimator
     alpha = check_alpha(est.alpha)
@@ -258,9 +258,7 @@ def fit_cg(estimator, source, client=None, *, max_rows=65_536, split_every=8, **
     info["n_scatters"] = op.n_scatters
     info["n_retries"] = op.n_retries
     info["n_class_scatters"] = op.n_class_scatters
-    for attr in ("coef_", "stats_", "fold_stats_", "n_iter_", "_eigen"):
-        est.__dict__.pop(attr, None)
-    y_1d = source.n_outputs == 1 and getattr(source, "y_ndim", 1) == 1
+    y_1d = reset_fitted(est, source)
     est._set_cg_solution(W, info, source, y_1d)
     est._train_source = source
     return est

@@ -1,8 +1,8 @@
 """Redo a piece of distributed work that lost a worker (killed, unreachable).
 
 Used where the client drives many short steps whose inputs it scatters —
-one CG product (:mod:`streamrank._distributed_cg`), one SGD round
-(:mod:`streamrank._distributed_sgd`).  dask recomputes lost *tasks* by
+one CG product (:mod:`streamrank.distributed._cg`), one SGD round
+(:mod:`streamrank.distributed._sgd`).  dask recomputes lost *tasks* by
 itself, but scattered data is not recomputable, and a scatter or gather that
 meets a dead worker raises.  Each step here is a pure function of what the
 client holds (the vector, the round's model), so running it again gives the

@@ -44,8 +44,10 @@ import copy
 
 import numpy as np
 
-from ._dask_retry import with_retries
-from .io.tuple_store import _CACHE_BYTES
+from .._defaults import DEFAULT_BLOCK_ROWS
+from ..io.tuples import _CACHE_BYTES
+from ._cluster import _as_source, _ship_source, get_client
+from ._retry import with_retries
 
 __all__ = ["fit_sgd_rounds", "average_models"]
 
@@ -127,7 +129,7 @@ def _refit_round_task(shard, ref, model, n_shards, round_, steps, step_batch, ca
     """
     import scipy.sparse as sp
 
-    from .io.tuple_store import TupleSource
+    from ..io.tuples import TupleSource
 
     source = ref
     m = copy.deepcopy(model)
@@ -181,8 +183,8 @@ def average_models(models):
     every shard updates only entries of the common support Ω, so the average
     keeps Ω (an entry can leave it only by averaging to exactly 0.0).
     """
-    from .sgd import _sparse_w_kernels as K_
-    from .sgd._table import SparseW
+    from ..sgd import _sparse_w_kernels as K_
+    from ..sgd._table import SparseW
 
     base = models[0]
     k = len(models)
@@ -206,7 +208,7 @@ def average_models(models):
 
 
 def fit_sgd_rounds(estimator, source, client=None, *, rounds=10, steps_per_round=10_000, n_shards=None,
-                   batch_size=1024, max_rows=65_536, refit_rounds=None, refit_steps_per_round=None,
+                   batch_size=1024, max_rows=DEFAULT_BLOCK_ROWS, refit_rounds=None, refit_steps_per_round=None,
                    cache_bytes=_CACHE_BYTES):
     """Data-parallel rounds of SGD (see module doc); fits ``estimator`` in place and returns it.
 
@@ -226,8 +228,6 @@ def fit_sgd_rounds(estimator, source, client=None, *, rounds=10, steps_per_round
     ``rounds_history_`` records both phases.  ``cache_bytes`` bounds each
     worker's cache of decoded Q/D rows (see ``TupleStore.batches``).
     """
-    from .distributed import _as_source, _ship_source, get_client
-
     rounds = int(rounds)
     steps = int(steps_per_round)
     if rounds < 1 or steps < 1:
@@ -273,7 +273,7 @@ def fit_sgd_rounds(estimator, source, client=None, *, rounds=10, steps_per_round
         n_retries = 0
         for phase, r, n_steps in phases:
             def one_round(model=model, phase=phase, r=r, n_steps=n_steps):
-                mf = c.scatter(model, hash=False)       # once per round; not broadcast (_dask_retry)
+                mf = c.scatter(model, hash=False)       # once per round; not broadcast (_retry)
                 if pairwise:
                     parts = c.map(_pairwise_round_task, range(k), ref=refs[0], model=mf, n_shards=k, round_=r,
                                   steps=n_steps, plan=plan, pure=False)

@@ -38,7 +38,8 @@ import numpy as np
 from .._defaults import DEFAULT_BLOCK_ROWS, check_alphas
 from ..io.blocks import Block
 from ..laplacian import tie_classes
-from .cg import RankingOperator, TieTable, _is_piece, solve_cg, validation_loss
+from ._split_groups import TieTable, _is_piece
+from .cg import RankingOperator, solve_cg, validation_loss
 from .selection import CVResult, _Evaluators, _parse_scoring, check_folds, fold_of
 
 __all__ = ["FoldView", "cg_path", "path_of_model", "cross_validate_cg", "PARTIAL_FIT_MESSAGE",

@@ -250,7 +250,7 @@ class RankRLS(BaseRanker):
     def _set_cg_solution(self, W, info, source, y_1d):
         """The learned state of a :func:`~streamrank.rankrls.cg.solve_cg` solution ``W`` (n, v).
 
-        Shared by :meth:`fit` and the cluster fit (``streamrank._distributed_cg.fit_cg``).
+        Shared by :meth:`fit` and the cluster fit (``streamrank.distributed._cg.fit_cg``).
         """
         self._y_1d = bool(y_1d and W.shape[1] == 1)
         self.coef_ = W[:, 0] if self._y_1d else W

@@ -4,7 +4,7 @@ from __future__ import annotations
 import numpy as np
 
 import streamrank as sr
-from streamrank._distributed_sgd import average_pairwise
+from streamrank.distributed._sgd import average_pairwise
 
 
 def _shard(seed, X, y, qid, **kw):

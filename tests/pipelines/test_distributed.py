@@ -14,6 +14,7 @@ import pytest
 
 import streamrank as sr
 from streamrank import distributed as srd
+from streamrank.distributed import _cluster
 from streamrank.metrics import evaluate
 
 from pipeline_data import make_store
@@ -57,7 +58,7 @@ def test_statistics_never_pull_rows(client, store):
     ref = srd.SourceRef(store)
     assert ref.kind == "group_store" and ref.source is None and ref.path == store.path
     srd.statistics(sr.RankRLS(solver="primal"), store, client, max_rows=50)
-    paths = client.run(lambda: sorted(k[0] for k in srd._OPEN_STORES))
+    paths = client.run(lambda: sorted(k[0] for k in _cluster._OPEN_STORES))
     assert any(store.path in p for p in paths.values())
 
 
@@ -98,7 +99,9 @@ def test_predict_and_evaluate_are_redone_when_they_lose_a_worker(client, store, 
     m = sr.RankRLS(alpha=2.0, solver="primal").fit(store)
     local = np.concatenate([m.predict(b.X) for b in store.blocks(max_rows=1000)])
     want = evaluate(store, m, k=5)
-    real_gather, real_tree = client.gather, srd.tree_reduce
+    from streamrank.distributed import _predict
+
+    real_gather, real_tree = client.gather, _predict.tree_reduce
     fail = {"gather": 1, "tree": 1}
 
     def gather(*a, **kw):
@@ -114,7 +117,7 @@ def test_predict_and_evaluate_are_redone_when_they_lose_a_worker(client, store, 
         return real_tree(*a, **kw)
 
     monkeypatch.setattr(client, "gather", gather)
-    monkeypatch.setattr(srd, "tree_reduce", tree)
+    monkeypatch.setattr(_predict, "tree_reduce", tree)   # evaluate's reduction (streamrank.distributed._predict)
     np.testing.assert_allclose(srd.predict(m, store, client, max_rows=37), local, rtol=1e-12)
     fail["gather"] = 1
     import zarr
@@ -198,7 +201,7 @@ def test_cg_pass_that_loses_a_worker_is_run_again(client, store, monkeypatch):
     """The retry path itself, deterministically: a pass whose scatter dies is redone, same iterates."""
     from distributed.comm.core import CommClosedError
 
-    from streamrank import _distributed_cg as dcg
+    from streamrank.distributed import _cg as dcg
 
     kw = dict(alpha=0.5, solver="cg", tol=1e-10, max_iter=8)
     local = sr.RankRLS(**kw).fit(store, max_rows=80)
@@ -215,9 +218,9 @@ def test_cg_pass_that_loses_a_worker_is_run_again(client, store, monkeypatch):
     m = srd.fit(sr.RankRLS(**kw), store, client, max_rows=80, split_every=3)
     assert m.cg_info_["n_retries"] == 2
     np.testing.assert_allclose(m.coef_, local.coef_, rtol=1e-8, atol=1e-12)
-    from streamrank import _dask_retry
+    from streamrank.distributed import _retry
 
-    monkeypatch.setattr(_dask_retry, "RETRIES", 1)
+    monkeypatch.setattr(_retry, "RETRIES", 1)
     calls.clear()
     with pytest.raises(CommClosedError):              # more losses than retries: the error, not a hang
         srd.fit(sr.RankRLS(**kw), store, client, max_rows=80, split_every=3)
@@ -363,7 +366,7 @@ def test_sgd_round_that_loses_a_worker_is_run_again(client, tmp_path, monkeypatc
 
 
 def test_sgd_rounds_average_is_sparse_and_close_to_single_machine(client, tmp_path):
-    from streamrank._distributed_sgd import average_models
+    from streamrank.distributed._sgd import average_models
 
     ts, Q, D, tup = _tuple_store(tmp_path / "t.zarr")
     kw = dict(eta0=0.5, l1=1e-4, shrink_every=10, refit=False)
@@ -446,7 +449,7 @@ def test_cli_sgd_pairwise(client, store, tmp_path):
 
 def test_sgd_round_reads_tuples_and_rows_in_bounded_pieces(tmp_path):
     """A round task never reads Q/D whole: rows come through a small row cache, same W as whole matrices."""
-    from streamrank._distributed_sgd import _round_task, _shard_segments, _shard_tuples
+    from streamrank.distributed._sgd import _round_task, _shard_segments, _shard_tuples
 
     ts, Q, D, tup = _tuple_store(tmp_path / "t.zarr", n_queries=400, n_items=800, n_tuples=2000)
     for n, k, r, steps in [(2000, 2, 3, 700), (7, 2, 5, 9), (2000, 3, 0, 5000)]:
@@ -496,7 +499,7 @@ def test_sgd_refit_rounds_two_workers_keep_support_and_quality(client, tmp_path)
     assert set(zip(*dist.W_.nonzero())) == set(zip(*main.W_.nonzero()))
     assert not np.allclose(dist.W_.toarray(), main.W_.toarray())
     # one machine on the same tuples (shard after shard): main phase then refit
-    from streamrank._distributed_sgd import _refit_round_task, _round_task
+    from streamrank.distributed._sgd import _refit_round_task, _round_task
 
     single = sr.SparseSGDRanker(refit=True, **kw)
     single._params()
@@ -528,7 +531,9 @@ def test_task_results_are_o_n2_bytes_whatever_the_block(store):
     """A statistics task returns its sums without the block-sized scratch workspace (what travels)."""
     import pickle
 
-    from streamrank.distributed import SourceRef, _chunks, _fold_stats_task, _stats_task
+    from streamrank.distributed import SourceRef
+    from streamrank.distributed._cluster import _chunks
+    from streamrank.distributed._statistics import _fold_stats_task, _stats_task
 
     est = sr.RankRLS(solver="primal")
     plan = store.plan(10_000, split_groups=True)

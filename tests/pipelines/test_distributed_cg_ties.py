@@ -2,7 +2,7 @@
 
 Real LocalCluster (2 worker processes, one per module).  Oracles: the local
 cg operator and fit (streamrank.rankrls.cg) and the all-pairs brute force,
-in the three ways a split group's class sums are handled (cg.TieTable:
+in the three ways a split group's class sums are handled (_split_groups.TieTable:
 cached in one setup pass, cached after a second setup pass over the pieces,
 not cached = a second sweep per product).
 """
@@ -16,9 +16,10 @@ import pytest
 import scipy.sparse as sp
 
 import streamrank as sr
-from streamrank import _distributed_cg as dcg
+from streamrank.distributed import _cg as dcg
 from streamrank import distributed as srd
-from streamrank.rankrls import cg
+from streamrank.distributed import _cluster
+from streamrank.rankrls import _split_groups, cg
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "reference"))
 from rankrls_reference import brute_rankrls  # noqa: E402
@@ -52,7 +53,7 @@ def _budget(mode, src):
         return 1 << 20
     if mode == "uncached":
         return 0
-    counts = cg.TieTable.build(src, MAX_ROWS, 0)
+    counts = _split_groups.TieTable.build(src, MAX_ROWS, 0)
     n_tied = sum(int((t[2] >= 0).sum()) for ent in counts.groups.values() for t in ent)
     return n_tied * src.n_features       # the tied classes' sums fit, all distinct values' do not
 
@@ -65,8 +66,8 @@ def mode(request):
 def _setup(mode, n_outputs, sparse, monkeypatch):
     X, y, qid, gp = _data(n_outputs, sparse)
     src = sr.as_source(X, y, qid)
-    monkeypatch.setattr(cg, "TIE_CACHE_ENTRIES", _budget(mode, src))
-    tab = cg.TieTable.build(src, MAX_ROWS)
+    monkeypatch.setattr(_split_groups, "TIE_CACHE_ENTRIES", _budget(mode, src))
+    tab = _split_groups.TieTable.build(src, MAX_ROWS)
     assert (tab.cached, tab.n_passes) == {"cached": (True, 1), "two-pass": (True, 2),
                                           "uncached": (False, 1)}[mode]
     return X, y, qid, gp, src
@@ -82,7 +83,7 @@ def test_operator_products_equal_local(client, mode, n_outputs, sparse, monkeypa
     """rhs, products and the Jacobi diagonal of the distributed operator equal the local operator's."""
     X, y, qid, gp, src = _setup(mode, n_outputs, sparse, monkeypatch)
     local = cg.RankingOperator(src, alpha=0.5, ties="exclude", group_weight="query", max_rows=MAX_ROWS)
-    ref = srd._ship_source(client, src)
+    ref = _cluster._ship_source(client, src)
     plan = src.plan(MAX_ROWS, split_groups=True)
     pieces = dcg.pieces_of_plan(plan, src.group_ptr)
     assert len(pieces) >= 6 and len(pieces) < len(plan) + (n_outputs == 1)

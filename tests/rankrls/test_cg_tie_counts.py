@@ -1,4 +1,4 @@
-"""cg.TieCounts: the first pass of a TieTable as a mergeable sum (what the dask setup step reduces).
+"""_split_groups.TieCounts: the first pass of a TieTable as a mergeable sum (what the dask setup step reduces).
 
 Whatever the order the pieces are added and merged in, the table equals the
 one built by ``TieTable.build`` and its class sums equal the explicit sums.
@@ -10,18 +10,18 @@ import pytest
 import scipy.sparse as sp
 
 import streamrank as sr
-from streamrank.rankrls import cg
+from streamrank.rankrls import _split_groups
 
 
 def _pieces(X, y, qid, max_rows):
-    return [b for b in sr.as_source(X, y, qid).blocks(max_rows=max_rows, split_groups=True) if cg._is_piece(b)]
+    return [b for b in sr.as_source(X, y, qid).blocks(max_rows=max_rows, split_groups=True) if _split_groups._is_piece(b)]
 
 
 def _tree(parts, fan):
     while len(parts) > 1:
         nxt = []
         for i in range(0, len(parts), fan):
-            acc = cg.TieCounts(parts[i].n_features, parts[i].n_outputs, parts[i].cache_entries)
+            acc = _split_groups.TieCounts(parts[i].n_features, parts[i].n_outputs, parts[i].cache_entries)
             for p in parts[i:i + fan]:
                 acc.merge(p)
             nxt.append(acc)
@@ -32,8 +32,8 @@ def _tree(parts, fan):
 def _table(pieces, n, v, max_rows, cache_entries, fan, order):
     parts = []
     for i in order:
-        parts.append(cg.TieCounts(n, v, cache_entries).add_piece(pieces[i]))
-    tab = cg.TieTable.from_counts(_tree(parts, fan), max_rows)
+        parts.append(_split_groups.TieCounts(n, v, cache_entries).add_piece(pieces[i]))
+    tab = _split_groups.TieTable.from_counts(_tree(parts, fan), max_rows)
     if tab.needs_tied_sums:
         for i in order[::-1]:
             tab.add_tied_sums(int(pieces[i].group_start), tab.tied_sums_of_piece(pieces[i]))
@@ -50,7 +50,7 @@ def test_merged_counts_equal_build_any_order(cache_entries, sparse, rng):
     y = np.round(rng.normal(size=(60, 2)), 1)
     qid = np.r_[np.zeros(40, np.int64), np.ones(20, np.int64)]       # two split groups at max_rows=7
     Xin = sp.csr_matrix(X) if sparse else X
-    want = cg.TieTable.build(sr.as_source(Xin, y, qid), 7, cache_entries)
+    want = _split_groups.TieTable.build(sr.as_source(Xin, y, qid), 7, cache_entries)
     pieces = _pieces(Xin, y, qid, 7)
     assert len({int(b.group_start) for b in pieces}) == 2
     for fan, order in ((2, range(len(pieces))), (3, rng.permutation(len(pieces)))):
@@ -76,8 +76,8 @@ def test_merged_counts_equal_build_any_order(cache_entries, sparse, rng):
     light = want.without_sums()
     assert all(t[3] is None for ent in light.groups.values() for t in ent)
     b = pieces[0]
-    c1, n1 = light.rows(b, cg._block_Y(b, 2), 1)
-    c2, n2 = want.rows(b, cg._block_Y(b, 2), 1)
+    c1, n1 = light.rows(b, _split_groups._block_Y(b, 2), 1)
+    c2, n2 = want.rows(b, _split_groups._block_Y(b, 2), 1)
     np.testing.assert_array_equal(c1, c2)
     np.testing.assert_array_equal(n1, n2)
 
@@ -87,9 +87,9 @@ def test_piece_sums_not_computed_beyond_budget(rng):
     X = rng.normal(size=(30, 5))
     y = np.arange(30.0)
     piece = _pieces(X, y, None, 10)[0]
-    tc = cg.TieCounts(5, 1, 49).add_piece(piece)        # 10 values x 5 features > 49
+    tc = _split_groups.TieCounts(5, 1, 49).add_piece(piece)        # 10 values x 5 features > 49
     assert not tc.cache and tc.groups[0][0][2] is None
-    tc = cg.TieCounts(5, 1, 50).add_piece(piece)
+    tc = _split_groups.TieCounts(5, 1, 50).add_piece(piece)
     assert tc.cache and tc.groups[0][0][2].shape == (10, 5)
-    tc.merge(cg.TieCounts(5, 1, 50).add_piece(_pieces(X, y, None, 10)[1]))   # 20 values: no longer fits
+    tc.merge(_split_groups.TieCounts(5, 1, 50).add_piece(_pieces(X, y, None, 10)[1]))   # 20 values: no longer fits
     assert not tc.cache and tc.groups[0][0][2] is None and tc.groups[0][0][1].sum() == 20

@@ -15,7 +15,7 @@ from rankrls_testdata import make_groups
 
 import streamrank as sr
 from streamrank.laplacian import laplacian_dense
-from streamrank.rankrls import cg
+from streamrank.rankrls import _split_groups, cg
 
 
 def rel(a, b):
@@ -25,9 +25,9 @@ def rel(a, b):
 
 @pytest.fixture(params=["cached", "two-pass-cache", "uncached"])
 def cache_mode(request, monkeypatch):
-    """The three ways a split group's class sums S_c are handled (see cg.TieTable)."""
+    """The three ways a split group's class sums S_c are handled (see _split_groups.TieTable)."""
     n = {"cached": 1 << 20, "two-pass-cache": 70, "uncached": 0}[request.param]
-    monkeypatch.setattr(cg, "TIE_CACHE_ENTRIES", n)
+    monkeypatch.setattr(_split_groups, "TIE_CACHE_ENTRIES", n)
     return request.param
 
 
@@ -110,7 +110,7 @@ def test_distributed_block_apply_still_refuses_split_ties_without_table(rng):
     X, y = _ties_data(rng, n=12)
     block = next(b for b in sr.as_source(X, y).blocks(max_rows=5, split_groups=True))
     with pytest.raises(NotImplementedError, match="TieTable"):
-        cg._block_apply(block, X[:5] @ np.ones((3 + 1, 1)), y[:5, None], "pair", "exclude", cg._Open("pair"))
+        _split_groups._block_apply(block, X[:5] @ np.ones((3 + 1, 1)), y[:5, None], "pair", "exclude", _split_groups._Open("pair"))
 
 
 # ------------------------------------------------------------------------------ path

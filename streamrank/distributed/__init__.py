@@ -1,0 +1,109 @@
+"""The same learners on a dask.distributed cluster (DESIGN §1, §4).
+
+Distribution is a different way to *reduce the same per-block results*, never
+a second implementation of the math:
+
+* **statistics learners** (primal :class:`~streamrank.RankRLS`, and any
+  learner exposing ``_statistics_of_block(block)`` + ``_fit_statistics(stats)``):
+  the client plans the blocks (``source.plan(max_rows, split_groups=True)``,
+  the same plan a local ``fit`` streams), each worker reads *its own* blocks
+  from the store, adds them into one statistics object (as the local ``fit``)
+  and returns it without its scratch workspace (O(n²) bytes, whatever the
+  rows or the block size), a tree reduction (``split_every`` inputs per node) sums them on
+  the workers, and the client solves.  The sums are the local fit's sums in
+  another order, so the model equals ``estimator.fit(source)`` to
+  floating-point reduction order;
+* **conjugate-gradient RankRLS**: each product ``(XᵀLX + λI) v`` is a map over
+  blocks plus a tree sum; ``v`` is scattered once per iteration; with
+  ``ties="exclude"`` on a group cut across blocks (``qid=None``) the group's
+  tie classes are reduced once in a setup step (see
+  :mod:`streamrank.distributed._cg`);
+* **SGD rankers**: data-parallel rounds (see :func:`fit_sgd_rounds`);
+* **prediction / evaluation**: blocks are scored on the workers; predictions
+  come back in row order, metrics as one merged
+  :class:`~streamrank.metrics.RankingEvaluator`.
+
+The data never travels through the client: a :class:`~streamrank.GroupStore`
+is sent to workers as its path (:class:`SourceRef`) and opened there (any
+path the workers can reach — local disk in tests, shared storage in
+production).  In-memory sources (numpy, scipy.sparse) are scattered once.
+A worker that dies mid-run loses only its tasks; the scheduler recomputes
+them from the same plan, so the result does not change (tasks never modify
+their inputs).
+
+``client=None`` starts a :class:`distributed.LocalCluster` (one process per
+core, one thread each) for the call; ``client`` may also be a scheduler
+address ``"tcp://host:port"``.
+
+Layout: this module is the public face; one private module per strategy
+(``_statistics``, ``_cg``, ``_kernel``, ``_sgd``, ``_predict``) sits on the
+cluster plumbing (``_cluster``, ``_retry``), which imports none of them.
+"""
+from __future__ import annotations
+
+from .._defaults import DEFAULT_BLOCK_ROWS
+from ._cg import fit_cg
+from ._cluster import DEFAULT_SPLIT_EVERY, SourceRef, _as_source, get_client, local_cluster, tree_reduce
+from ._kernel import fit_kernel_sparse
+from ._predict import evaluate, predict
+from ._sgd import fit_sgd_rounds as _fit_sgd_rounds
+from ._statistics import fit_statistics, statistics
+
+__all__ = ["fit", "predict", "evaluate", "statistics", "fit_sgd_rounds", "SourceRef", "get_client", "local_cluster",
+           "tree_reduce", "DEFAULT_BLOCK_ROWS", "DEFAULT_SPLIT_EVERY"]
+
+
+def _is_statistics_learner(estimator, source):
+    if not (hasattr(estimator, "_statistics_of_block") and hasattr(estimator, "_fit_statistics")):
+        return False
+    resolve = getattr(estimator, "_resolve_solver", None)
+    return resolve is None or resolve(source) == "primal"
+
+
+def fit(estimator, source, client=None, *, max_rows=DEFAULT_BLOCK_ROWS, split_every=DEFAULT_SPLIT_EVERY,
+        **kwargs):
+    """Fit ``estimator`` on ``source`` with a dask cluster; same result as ``estimator.fit(source)``.
+
+    Parameters
+    ----------
+    estimator : a streamrank learner (fitted in place and returned)
+    source : GroupStore, any BlockSource, a store path, or an (X, y, qid) tuple
+    client : distributed.Client, scheduler address, or None (a LocalCluster for the call)
+    max_rows : block budget (the same default as the local learners)
+    split_every : fan-in of the tree reduction
+
+    Primal RankRLS: the statistics are accumulated on the workers and
+    reduced there; the client only solves (O(n³)).  CG RankRLS: every
+    product is a distributed pass.  Sparse KernelRankRLS: distributed basis
+    reservoir, then statistics.  SGD rankers on a tuple source: data-parallel
+    rounds (``rounds=``, ``steps_per_round=``, ``n_shards=`` keywords; with the
+    bilinear learner's ``refit`` flag, refit rounds follow: ``refit_rounds=``,
+    ``refit_steps_per_round=``; see :func:`fit_sgd_rounds`) — close to, not
+    equal to, the single-machine run (one shard: equal).
+    """
+    if (hasattr(source, "n_tuples") and hasattr(estimator, "partial_fit")) or hasattr(estimator, "partial_fit_pairs"):
+        if hasattr(estimator, "partial_fit_pairs"):
+            kwargs["max_rows"] = max_rows
+        return _fit_sgd_rounds(estimator, source, client, **kwargs)
+    source = _as_source(source)
+    if source.n_rows == 0:
+        raise ValueError("empty input: the source has no rows")
+    if hasattr(estimator, "_check_params"):
+        estimator._check_params()
+    if _is_statistics_learner(estimator, source):
+        return fit_statistics(estimator, source, client, max_rows=max_rows, split_every=split_every,
+                              **{k: kwargs[k] for k in ("blocks_per_task",) if k in kwargs})
+    if getattr(estimator, "n_basis", None) is not None and hasattr(estimator, "_spec"):
+        return fit_kernel_sparse(estimator, source, client, max_rows=max_rows, split_every=split_every)
+    if hasattr(estimator, "_resolve_solver") and estimator._resolve_solver(source) == "cg":
+        return fit_cg(estimator, source, client, max_rows=max_rows, split_every=split_every, **kwargs)
+    raise NotImplementedError(
+        f"sr.distributed.fit does not know how to distribute {type(estimator).__name__}: it needs "
+        "_statistics_of_block/_fit_statistics (statistics learners) or the RankRLS cg solver; "
+        "SGD rankers: use streamrank.distributed.fit_sgd_rounds"
+    )
+
+
+def fit_sgd_rounds(estimator, tuple_source, client=None, **kwargs):
+    """Data-parallel SGD rounds with sparse-aware model averaging (see :mod:`streamrank.distributed._sgd`)."""
+    return _fit_sgd_rounds(estimator, tuple_source, client, **kwargs)

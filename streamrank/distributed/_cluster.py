@@ -1,0 +1,222 @@
+"""Cluster plumbing shared by every distributed strategy (the bottom floor of :mod:`streamrank.distributed`).
+
+Getting a client or a local cluster, shipping a source to the workers
+(:class:`SourceRef`: a store travels as its path), cutting a plan into
+tasks, a tree reduction of mergeable partial results, and the copies of an
+estimator that travel (parameters only / fitted model without its training
+data).
+"""
+from __future__ import annotations
+
+import contextlib
+import copy
+import os
+
+from .._defaults import DEFAULT_BLOCK_ROWS
+from ..io.blocks import BlockSource
+
+__all__ = ["SourceRef", "get_client", "local_cluster", "tree_reduce", "DEFAULT_BLOCK_ROWS", "DEFAULT_SPLIT_EVERY",
+           "DEFAULT_BLOCKS_PER_TASK", "TASKS_PER_WORKER"]
+
+DEFAULT_SPLIT_EVERY = 8
+DEFAULT_BLOCKS_PER_TASK = 4
+TASKS_PER_WORKER = 4
+
+# worker-process cache of stores opened by path: (path, created) -> store
+_OPEN_STORES: dict = {}
+# ------------------------------------------------------------------ sources
+class SourceRef:
+    """What a worker needs to read blocks of ``source`` itself.
+
+    A :class:`~streamrank.GroupStore` travels as ``(path, committed rows,
+    creation stamp)`` and is reopened read-only on the worker (cached per
+    worker process; reopened when the store has grown).  Its zarr handles are
+    never pickled.  Any other :class:`BlockSource` travels as itself (the
+    caller scatters it once).
+    """
+
+    def __init__(self, source):
+        from ..io.group_store import GroupStore
+
+        if isinstance(source, GroupStore):
+            self.kind = "group_store"
+            self.path = source.path
+            self.n_rows = source.n_rows
+            self.created = source._attrs.get("created")
+            self.source = None
+        else:
+            self.kind = "object"
+            self.path = None
+            self.n_rows = source.n_rows
+            self.created = None
+            self.source = source
+
+    def open(self) -> BlockSource:
+        """The source, opened in this process."""
+        if self.kind == "object":
+            return self.source
+        from ..io.group_store import GroupStore
+
+        key = (self.path, self.created)
+        st = _OPEN_STORES.get(key)
+        if st is None or st.n_rows < self.n_rows:
+            st = GroupStore.open(self.path, mode="r")
+            if st.n_rows < self.n_rows:
+                raise RuntimeError(f"worker sees {st.n_rows} committed rows in {self.path}, the client "
+                                   f"planned {self.n_rows}: is the store on storage shared with the workers?")
+            _OPEN_STORES[key] = st
+        return st
+
+    def __repr__(self):
+        return f"SourceRef({self.kind}, path={self.path!r}, n_rows={self.n_rows})"
+
+
+def _as_source(source) -> BlockSource:
+    if isinstance(source, BlockSource):
+        return source
+    if isinstance(source, (str, os.PathLike)):
+        from ..io.group_store import GroupStore
+
+        return GroupStore.open(source, mode="r")
+    if isinstance(source, tuple):
+        from ..io.sources import as_source
+
+        return as_source(*source)
+    raise TypeError(f"source must be a BlockSource, a store path or an (X, y, qid) tuple; "
+                    f"got {type(source).__name__}")
+
+
+def _ship_source(client, source):
+    ref = SourceRef(source)
+    if ref.kind == "object":  # in-memory data: scattered once, referenced by every task
+        return client.scatter(ref, broadcast=False, hash=False)
+    return ref
+
+# ------------------------------------------------------------------ clients
+@contextlib.contextmanager
+def get_client(client=None, *, n_workers=None):
+    """Yield a :class:`distributed.Client`.
+
+    ``client``: an existing Client (used as is), a scheduler address
+    (connected, closed on exit) or None (a LocalCluster of ``n_workers``
+    single-threaded worker processes, default one per core, shut down on
+    exit).
+    """
+    from distributed import Client
+
+    if client is not None and not isinstance(client, str):
+        yield client
+        return
+    if isinstance(client, str):
+        with Client(client) as c:
+            yield c
+        return
+    with local_cluster(n_workers) as cl, Client(cl) as c:
+        yield c
+
+
+@contextlib.contextmanager
+def local_cluster(n_workers=None, **kwargs):
+    """A :class:`distributed.LocalCluster` of single-threaded worker processes, tuned for streaming.
+
+    dask's nanny sets ``MALLOC_TRIM_THRESHOLD_=65536`` in every worker before
+    it starts; any explicit value switches off glibc's dynamic mmap threshold,
+    so every block-sized buffer is mmapped and unmapped again and its pages
+    faulted in on every block: the same streaming fit then costs ~3x the CPU
+    of a plain process (``benchmarks/distributed_scaling.py`` measures it).
+    The clusters started here leave the variable unset.  For a cluster you
+    start yourself, set ``distributed.nanny.pre-spawn-environ.MALLOC_TRIM_THRESHOLD_``
+    to null in the dask config (and do not export the variable).
+    """
+    import dask
+    from distributed import LocalCluster
+
+    n = int(n_workers) if n_workers else max(1, os.cpu_count() or 1)
+    opts = dict(n_workers=n, threads_per_worker=1, processes=True, dashboard_address=":0")
+    opts.update(kwargs)
+    with dask.config.set({"distributed.nanny.pre-spawn-environ.MALLOC_TRIM_THRESHOLD_": None}):
+        with LocalCluster(**opts) as cl:
+            yield cl
+
+
+def _params_only(estimator):
+    """A fresh copy of ``estimator`` holding its parameters only (what workers need)."""
+    return type(estimator)(**estimator.get_params())
+
+
+def _without_source(estimator):
+    """A shallow copy of a fitted estimator without its training source (never sent to workers)."""
+    est = copy.copy(estimator)
+    # training data and solver caches (KernelRankRLS keeps its m × m decomposition) stay on the client
+    for attr in ("_train_source", "_eigen", "_decomp", "_lpo_cache", "_sparse", "_Y"):
+        est.__dict__.pop(attr, None)
+    return est
+
+# ------------------------------------------------------------ worker tasks
+def _blocks_of_task(plans, ref):
+    """The blocks of one task, the next one read in a background thread while this one is summed."""
+    from ..io.blocks import _prefetched
+
+    source = ref.open()
+    if len(plans) == 1:
+        return iter([source.read_block(*plans[0])])
+    return _prefetched(source.read_block, plans)
+
+
+def _compact(st):
+    """Drop a statistics object's scratch workspace (a block-sized float64 buffer) before it leaves the
+    worker: a task's result is then O(n²) bytes to pickle, send and merge, whatever the block size."""
+    release = getattr(st, "_release_workspace", None)
+    if release is not None:
+        release()
+    return st
+
+
+def _chunks(plan, blocks_per_task, n_workers=1):
+    """Consecutive planned blocks in tasks of ``blocks_per_task``, but small enough that every worker
+    gets at least ``TASKS_PER_WORKER`` tasks when the plan allows it (the last task of a worker waits
+    for no one: the idle tail is at most one short task)."""
+    k = max(1, int(blocks_per_task))
+    k = max(1, min(k, len(plan) // max(1, TASKS_PER_WORKER * int(n_workers))))
+    return [plan[i:i + k] for i in range(0, len(plan), k)]
+
+
+def _merge_task(parts):
+    """Sum of mergeable partial results; inputs are never modified (a rerun must see them intact)."""
+    out = copy.deepcopy(parts[0])
+    for p in parts[1:]:
+        if isinstance(out, list):
+            for a, b in zip(out, p):
+                a.merge(b)
+        else:
+            out.merge(p)
+    return out
+
+
+def tree_reduce(client, futures, merge=_merge_task, split_every=DEFAULT_SPLIT_EVERY):
+    """Reduce futures with ``merge(list)`` in a tree of fan-in ``split_every``, on the workers."""
+    split_every = int(split_every)
+    if split_every < 2:
+        raise ValueError(f"split_every must be >= 2, got {split_every}")
+    futures = list(futures)
+    if not futures:
+        raise ValueError("nothing to reduce: the plan has no blocks")
+    level = 0
+    while len(futures) > 1:
+        futures = [client.submit(merge, futures[i:i + split_every], pure=False,
+                                 key=f"streamrank-merge-{level}-{i}-{os.urandom(4).hex()}")
+                   for i in range(0, len(futures), split_every)]
+        level += 1
+    return futures[0]
+
+
+def reset_fitted(estimator, source):
+    """Forget ``estimator``'s previous fit before a distributed fit sets the new one; True when y is 1-D.
+
+    The attributes a local ``fit`` would overwrite (coefficients, statistics,
+    fold statistics, iteration count, cached eigendecomposition) are dropped
+    so that no state of an earlier fit survives the new one.
+    """
+    for attr in ("coef_", "stats_", "fold_stats_", "n_iter_", "_eigen"):
+        estimator.__dict__.pop(attr, None)
+    return source.n_outputs == 1 and getattr(source, "y_ndim", 1) == 1

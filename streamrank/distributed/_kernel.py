@@ -1,0 +1,99 @@
+"""Sparse (basis) KernelRankRLS on a cluster: a distributed reservoir of the basis rows, then statistics."""
+from __future__ import annotations
+
+import numpy as np
+
+from ._cluster import _compact, _params_only, _ship_source, get_client, tree_reduce
+from ._retry import with_retries
+
+__all__ = ["fit_kernel_sparse"]
+
+
+class _Reservoir:
+    """Mergeable Algorithm-R reservoir: slot -> (row index t, row); the largest t wins a slot."""
+
+    def __init__(self, slots):
+        self.slots = slots
+
+    def merge(self, other):
+        for k, (t, row) in other.slots.items():
+            cur = self.slots.get(k)
+            if cur is None or t > cur[0]:
+                self.slots[k] = (t, row)
+        return self
+
+
+def _reservoir_task(plan, ref, r, state):
+    """Slots won by this block's rows: the draw of global row t is the t-th uniform of the stream."""
+    import scipy.sparse as sp
+
+    block = ref.open().read_block(*plan)
+    n = block.n_rows
+    t = block.start + np.arange(n)
+    bg = getattr(np.random, state["bit_generator"])()
+    bg.state = state
+    bg.advance(block.start)          # one 64-bit draw per uniform: jump to this block's first row
+    u = np.random.Generator(bg).random(n)
+    j = np.where(t < r, t, np.floor(u * (t + 1)).astype(np.int64))
+    slots = {}
+    for row in np.flatnonzero(j < r):   # later rows overwrite earlier ones, as in the local pass
+        x = block.X[row] if sp.issparse(block.X) else np.array(block.X[row], dtype=np.float64)
+        slots[int(j[row])] = (int(t[row]), x)
+    return _Reservoir(slots)
+
+
+def _kernel_stats_task(plan, ref, est, basis, n_outputs):
+    from ..rankrls._statistics import block_statistics
+
+    block = ref.open().read_block(*plan)
+    spec = est._spec()
+    return _compact(block_statistics(block, group_weight=est.group_weight, ties=est.ties,
+                                     transform=lambda X: spec(X, basis), n_outputs=n_outputs,
+                                     per_output=True))
+
+
+def fit_kernel_sparse(est, source, client, *, max_rows, split_every):
+    """Sparse (basis) KernelRankRLS: distributed reservoir of the basis rows, then distributed statistics.
+
+    The reservoir reproduces the local one exactly (Algorithm R with the
+    t-th uniform of ``default_rng(random_state)`` for row t; each worker
+    jumps its generator to its block's first row with ``advance``), so the
+    basis, and hence the model, equal ``est.fit(source)``'s.
+    """
+    import scipy.sparse as sp
+
+    from .._validation import check_X
+
+    est._check_params()
+    m = source.n_rows
+    proto = _params_only(est)
+    with get_client(client) as c:
+        ref = _ship_source(c, source)
+        if isinstance(est.basis, str):
+            r = int(est.n_basis)
+            if r > m:
+                raise ValueError(f"n_basis={r} exceeds the number of training rows ({m})")
+            rng = np.random.default_rng(est.random_state)
+            state = rng.bit_generator.state
+            if not hasattr(rng.bit_generator, "advance"):
+                raise NotImplementedError(f"random_state's bit generator {state['bit_generator']} cannot jump "
+                                          "ahead; pass an int seed")
+            parts = c.map(_reservoir_task, source.plan(max_rows, split_groups=True), ref=ref, r=r, state=state,
+                          pure=False)
+            res = tree_reduce(c, parts, split_every=split_every).result()
+            rows = [res.slots[k][1] for k in range(r)]
+            Xb = (sp.vstack(rows, format="csr").astype(np.float64) if sp.issparse(rows[0])
+                  else np.vstack(rows).astype(np.float64))
+        else:
+            Xb = check_X(est.basis, "basis", n_features=source.n_features, min_rows=1)
+            r = Xb.shape[0]
+        refs = [ref]
+
+        def kernel_stats():
+            basis = c.scatter(Xb, hash=False)       # not broadcast (streamrank.distributed._retry)
+            parts = c.map(_kernel_stats_task, source.plan(max_rows, split_groups=True), ref=refs[0], est=proto,
+                          basis=basis, n_outputs=source.n_outputs, pure=False)
+            return tree_reduce(c, parts, split_every=split_every).result()
+
+        stats, _ = with_retries(c, kernel_stats, on_loss=lambda: refs.__setitem__(0, _ship_source(c, source)))
+    return est._fit_statistics(stats, Xb, source, max_rows)

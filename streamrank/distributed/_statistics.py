@@ -1,0 +1,108 @@
+"""Statistics learners on a cluster: per-block statistics summed on the workers, solved on the client.
+
+The client plans the blocks (``source.plan(max_rows, split_groups=True)``,
+the same plan a local ``fit`` streams), each worker reads *its own* blocks
+from the store, adds them into one statistics object (as the local ``fit``)
+and returns it without its scratch workspace (O(n²) bytes, whatever the rows
+or the block size), a tree reduction sums them on the workers, and the
+client solves.  The sums are the local fit's sums in another order, so the
+model equals ``estimator.fit(source)`` to floating-point reduction order.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from .._defaults import DEFAULT_BLOCK_ROWS
+from ._cluster import (DEFAULT_BLOCKS_PER_TASK, DEFAULT_SPLIT_EVERY, _as_source, _blocks_of_task, _chunks, _compact,
+                       _params_only, _ship_source, get_client, reset_fitted, tree_reduce)
+
+__all__ = ["statistics", "fit_statistics"]
+
+
+def _stats_task(plans, ref, est):
+    """The summed statistics of one task's blocks.
+
+    Learners with ``_new_statistics`` (RankRLS) add every block into one
+    statistics object, as the local ``fit`` does (one workspace reused, no
+    per-block merge); others merge their per-block ``_statistics_of_block``.
+    """
+    out = None
+    blocks = _blocks_of_task(plans, ref)
+    if hasattr(est, "_new_statistics"):
+        for block in blocks:
+            if out is None:
+                out = est._new_statistics(block.X.shape[1], 1 if np.ndim(block.y) == 1 else block.y.shape[1])
+            gid = block.group_start + np.arange(block.n_groups, dtype=np.int64)
+            out.add_block(block.X, block.y, block.group_ptr, group_size=block.group_size,
+                          group_offset=block.group_offset, group_id=gid)
+        return _compact(out)
+    for block in blocks:
+        st = est._statistics_of_block(block)
+        out = st if out is None else out.merge(st)
+    return _compact(out)
+
+
+def _fold_stats_task(plans, ref, est, n_folds):
+    from ..rankrls.selection import _split_by_fold, fold_of
+
+    folds = None
+    for block in _blocks_of_task(plans, ref):
+        if folds is None:
+            folds = [est._new_statistics(block.X.shape[1], 1 if np.ndim(block.y) == 1 else block.y.shape[1])
+                     for _ in range(n_folds)]
+        fog = fold_of(block.qid, n_folds)
+        for f, X, Y, gp, size, off, gid, _ in _split_by_fold(block, fog):
+            folds[f].add_block(X, Y, gp, group_size=size, group_offset=off, group_id=gid)
+    return [_compact(st) for st in folds]
+
+def statistics(estimator, source, client=None, *, max_rows=DEFAULT_BLOCK_ROWS, split_every=DEFAULT_SPLIT_EVERY,
+               folds=None, blocks_per_task=DEFAULT_BLOCKS_PER_TASK):
+    """Summed per-block statistics of ``source`` computed on the workers.
+
+    Returns the learner's mergeable statistics (``estimator._statistics_of_block``
+    summed over the plan ``source.plan(max_rows, split_groups=True)``), or with
+    ``folds=k`` the list of k per-fold statistics (folds by query id, as
+    :func:`streamrank.rankrls.selection.accumulate_folds`).  Only the reduced
+    statistics reach the client.  A task sums ``blocks_per_task`` consecutive
+    planned blocks (fewer when the plan would otherwise give a worker fewer
+    than ``TASKS_PER_WORKER`` tasks), reading the next block while it sums the current one (as
+    the local prefetching pass does); a rerun after a worker loss redoes
+    only those blocks.
+    """
+    source = _as_source(source)
+    if source.n_rows == 0:
+        raise ValueError("empty input: the source has no rows")
+    proto = _params_only(estimator)
+    with get_client(client) as c:
+        ref = _ship_source(c, source)
+        plan = source.plan(max_rows, split_groups=True)
+        tasks = _chunks(plan, blocks_per_task, len(c.scheduler_info()["workers"]))
+        if folds is None:
+            parts = c.map(_stats_task, tasks, ref=ref, est=proto, pure=False)
+        else:
+            parts = c.map(_fold_stats_task, tasks, ref=ref, est=proto, n_folds=int(folds), pure=False)
+        total = tree_reduce(c, parts, split_every=split_every).result()
+    if folds is None:
+        total.check_complete()
+    else:
+        for st in total:
+            st.check_complete()
+    return total
+
+
+def _is_statistics_learner(estimator, source):
+    if not (hasattr(estimator, "_statistics_of_block") and hasattr(estimator, "_fit_statistics")):
+        return False
+    resolve = getattr(estimator, "_resolve_solver", None)
+    return resolve is None or resolve(source) == "primal"
+
+
+def fit_statistics(estimator, source, client=None, *, max_rows=DEFAULT_BLOCK_ROWS, split_every=DEFAULT_SPLIT_EVERY,
+                   blocks_per_task=DEFAULT_BLOCKS_PER_TASK):
+    """Fit a statistics learner from the statistics summed on the workers (see module doc)."""
+    stats = statistics(estimator, source, client, max_rows=max_rows, split_every=split_every,
+                       blocks_per_task=blocks_per_task)
+    y_1d = reset_fitted(estimator, source)
+    estimator._fit_statistics(stats, y_1d=y_1d)
+    estimator._train_source = source
+    return estimator
