@@ -46,7 +46,9 @@ from the learner's statistics (rankrls, kernel, sparse-kernel only).""",
     "evaluate": """examples:
   streamrank evaluate --model m.zarr --store test.zarr
   streamrank evaluate --model m.zarr --store test.zarr --metrics ndcg@5,map,auc --json
-  streamrank evaluate --model w.zarr --store test_tuples.zarr     # tuple error""",
+  streamrank evaluate --model w.zarr --store test_tuples.zarr     # tuple error
+  streamrank evaluate --model m.zarr --store test.zarr --metrics ndcg@1,3,5,10,map,mrr,p@10,err@10 --gain linear --empty zero --json
+  streamrank evaluate --run run.txt --qrels qrels.txt --metrics ndcg@10,map,p@10 --gain linear --empty zero""",
     "predict": """examples:
   streamrank predict --model m.zarr --store test.zarr --out scores.npy
   streamrank predict --model m.zarr --store test.zarr --out scores.zarr   # + qid, group_ptr""",
@@ -182,9 +184,19 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("evaluate", help="ranking metrics of a model on a store", epilog=EXAMPLES["evaluate"],
                        formatter_class=fmt, description="Stream a store through a model; print the mean "
                                                         "metrics over queries (AUC: one global group).")
-    p.add_argument("--model", required=True, metavar="M")
-    p.add_argument("--store", required=True)
-    p.add_argument("--metrics", default="ndcg@10,disagreement,map", help="comma list of ndcg@K, disagreement, map, auc")
+    p.add_argument("--model", metavar="M", help="a saved model (with --store)")
+    p.add_argument("--store", help="a group or tuple store (with --model)")
+    p.add_argument("--run", metavar="RUN", help="a TREC run file: qid Q0 docid rank score tag (with --qrels)")
+    p.add_argument("--qrels", metavar="QRELS", help="TREC judgments: qid iter docid rel (with --run)")
+    p.add_argument("--metrics", default="ndcg@10,disagreement,map",
+                   help="comma list of ndcg@K[,K..], map[@K], mrr[@K], p@K, recall@K, err@K, disagreement, auc")
+    p.add_argument("--gain", choices=("exp2", "linear"), default="exp2",
+                   help="NDCG/ERR gain: 2^rel - 1 (default) or rel (trec_eval)")
+    p.add_argument("--empty", choices=("skip", "zero", "one"), default="skip",
+                   help="queries without a relevant item: leave out (default), count 0 (trec_eval) or 1")
+    p.add_argument("--ties", choices=("expected", "trec"), default=None,
+                   help="tied scores: expected value (default with --store) or trec_eval's docid order "
+                        "(default with --run)")
     p.add_argument("--output", type=int, default=0, help="score column for multi-output stores")
     p.add_argument("--max-rows", type=int, default=DEFAULT_MAX_ROWS)
     p.add_argument("--json", action="store_true", help="print JSON")

@@ -15,28 +15,19 @@ from ._stores import _jsonable, _kind_of, _load_model, _open_store
 
 
 def _parse_metrics(text):
-    names = [m.strip().lower() for m in text.split(",") if m.strip()]
-    k = None
-    out = []
-    for m in names:
-        if m.startswith("ndcg"):
-            rest = m[4:]
-            if rest in ("", "@"):
-                k = 10
-            elif rest.startswith("@") and rest[1:].isdigit() and int(rest[1:]) > 0:
-                if k is not None and k != int(rest[1:]):
-                    raise UsageError("one NDCG cut-off per run (e.g. --metrics ndcg@10,map)")
-                k = int(rest[1:])
-            else:
-                raise UsageError(f"bad metric {m!r}: use ndcg@K with K a positive integer")
-            out.append("ndcg")
-        elif m in ("disagreement", "map", "auc", "tuple_error"):
-            out.append(m)
-        else:
-            raise UsageError(f"unknown metric {m!r}; choose from ndcg@K, disagreement, map, auc")
-    if not out:
+    """--metrics text -> list of names for metrics.evaluate (auc and tuple_error kept by name)."""
+    from ..metrics import parse_metrics
+
+    names = [m.strip() for m in text.split(",") if m.strip()]
+    if not names:
         raise UsageError("--metrics is empty")
-    return out, (k or 10)
+    ranking = [m for m in names if m.lower() not in ("auc", "tuple_error")]
+    if ranking:
+        try:
+            parse_metrics(ranking)
+        except ValueError as e:
+            raise UsageError(f"{e} (or auc)") from None
+    return names
 
 
 def _tuple_scores(model, store, args, bar):
@@ -46,8 +37,27 @@ def _tuple_scores(model, store, args, bar):
 
 
 def cmd_evaluate(args) -> int:
-    from ..metrics import RankingEvaluator, auc
+    from ..metrics import evaluate, evaluate_run
 
+    names = _parse_metrics(args.metrics)
+    options = dict(gain=args.gain, empty=args.empty)
+    if args.ties is None:
+        args.ties = "trec" if args.run is not None else "expected"
+    if args.run is not None or args.qrels is not None:
+        if args.run is None or args.qrels is None:
+            raise UsageError("--run and --qrels go together (a TREC run file and its judgments)")
+        if args.model is not None or args.store is not None:
+            raise UsageError("evaluate takes either --model and --store, or --run and --qrels")
+        bad = [m for m in names if m.lower() in ("auc", "tuple_error")]
+        if bad:
+            raise UsageError(f"{bad[0]} is not available for a run file")
+        res = evaluate_run(args.run, args.qrels, ",".join(names), ties=args.ties, **options)
+        _report_metrics(args, res, {"run": args.run, "qrels": args.qrels})
+        return EXIT_OK
+    if args.model is None or args.store is None:
+        raise UsageError("evaluate needs --model and --store (or --run and --qrels)")
+    if args.ties != "expected":
+        raise UsageError("--ties trec needs document ids: evaluate a TREC run (--run, --qrels) instead")
     model = _load_model(args.model)
     kind = _kind_of(args.store)
     if type(model).__name__ == "SparseSGDRanker" or kind == "tuple":
@@ -59,54 +69,51 @@ def cmd_evaluate(args) -> int:
         wrong = n = 0
         with _progress(args, store.n_tuples, unit="tuples", desc="evaluate") as bar:
             for sp_, sn in _tuple_scores(model, store, args, bar):
-                wrong += int(np.count_nonzero(sp_ <= sn))
+                wrong += int(np.count_nonzero(~(sp_ > sn)))
                 n += len(sp_)
-        res = {"tuple_error": float(wrong / n) if n else float("nan")}
-        _report_metrics(args, res, {"tuple_error": n})
+        from ..metrics import MetricResult
+
+        res = {"tuple_error": MetricResult("tuple_error", float(wrong / n) if n else float("nan"), n, 0)}
+        _report_metrics(args, res, {"model": args.model, "store": args.store}, unit="tuples")
         return EXIT_OK
-    metrics, k = _parse_metrics(args.metrics)
     store = _open_store(args.store, want="group")
     _check_features(model, store)
-    ranking = tuple(m for m in metrics if m in ("ndcg", "disagreement", "map"))
-    ev = RankingEvaluator(k, ranking) if ranking else None
-    ys, ss = [], []
     with _progress(args, store.n_rows, desc="evaluate") as bar:
-        for block in store.blocks(max_rows=args.max_rows):
-            s = np.asarray(model.predict(block.X), dtype=np.float64)
-            y = np.asarray(block.y)
-            if s.ndim == 2 and s.shape[1] == 1:
-                s = s[:, 0]
-            if y.ndim == 2 or s.ndim == 2:
-                y = y.reshape(block.n_rows, -1)[:, args.output]
-                s = s.reshape(block.n_rows, -1)[:, args.output]
-            if ev is not None:
-                ev.update(y, s, block.group_ptr, qid=block.qid)
-            if "auc" in metrics:
-                ys.append(y)
-                ss.append(s)
-            bar.update(block.n_rows)
-    values, counts = {}, {}
-    if ev is not None:
-        for name, r in ev.result().items():
-            values[name] = r.value
-            counts[name] = r.n_queries
-    if "auc" in metrics:
-        values["auc"] = float(auc(np.concatenate(ys), np.concatenate(ss)))
-        counts["auc"] = None
-    _report_metrics(args, values, counts)
+        res = evaluate(_Counted(store, bar), model, 10, metrics=names, max_rows=args.max_rows,
+                       output=args.output, **options)
+    _report_metrics(args, res, {"model": args.model, "store": args.store})
     return EXIT_OK
 
 
-def _report_metrics(args, values, counts):
+class _Counted:
+    """The store's blocks, advancing the progress bar as each one is read."""
+
+    def __init__(self, store, bar):
+        self.store, self.bar = store, bar
+
+    def blocks(self, max_rows):
+        for block in self.store.blocks(max_rows=max_rows):
+            yield block
+            self.bar.update(block.n_rows)
+
+
+def _report_metrics(args, res, where, unit="queries"):
+    values = {name: r.value for name, r in res.items()}
     if args.json:
-        print(json.dumps(_jsonable({"model": args.model, "store": args.store, "metrics": values,
-                                    "n_queries": counts}), sort_keys=True))
+        counts = {name: (None if name == "auc" else r.n_queries) for name, r in res.items()}
+        skipped = {name: (None if name == "auc" else r.n_skipped) for name, r in res.items()}
+        print(json.dumps(_jsonable({**where, "metrics": values, "n_queries": counts, "n_skipped": skipped,
+                                    "gain": args.gain, "empty": args.empty, "ties": args.ties}),
+                         sort_keys=True))
         return
-    for name, v in values.items():
-        c = counts.get(name)
-        what = f"  ({c:,} queries)" if c is not None and name != "tuple_error" else (
-            f"  ({c:,} tuples)" if c is not None else "  (one global group)")
-        print(f"{name:<14} {v:.6f}{what}", flush=True)
+    for name, r in res.items():
+        if name == "auc":
+            what = "  (one global group)"
+        elif unit == "tuples":
+            what = f"  ({r.n_queries:,} tuples)"
+        else:
+            what = f"  ({r.n_queries:,} queries" + (f", {r.n_skipped:,} skipped)" if r.n_skipped else ")")
+        print(f"{name:<14} {r.value:.6f}{what}", flush=True)
 
 
 def _check_features(model, store):

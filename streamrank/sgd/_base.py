@@ -4,9 +4,9 @@
 * :func:`iter_tuple_steps` streams exactly ``n_steps`` tuples from anything
   with ``.batches(batch_size=, shuffle_buffer=, random_state=)``, making
   further passes (pass p uses seed ``random_state + p``) when the source holds
-  fewer tuples, so that the same call replays the same tuple order;
-* :func:`tuple_error` is the paper's test error (§IV.A): a tuple counts as an
-  error when ``q^T W d+ <= q^T W d-`` (ties are errors).
+  fewer tuples, so that the same call replays the same tuple order.
+
+The paper's test error lives in :func:`streamrank.metrics.tuple_error`.
 """
 from __future__ import annotations
 
@@ -24,7 +24,6 @@ __all__ = [
     "check_choice",
     "check_tuples",
     "iter_tuple_steps",
-    "tuple_error",
 ]
 
 
@@ -127,12 +126,3 @@ def iter_tuple_steps(source, n_steps: int, *, batch_size: int, shuffle_buffer: i
         if got == 0:
             raise ValueError("tuple_source yielded no tuples; nothing to learn from")
         p += 1
-
-
-def tuple_error(score_pos, score_neg) -> float:
-    """Fraction of tuples with ``score_pos <= score_neg`` (paper §IV.A, ties count)."""
-    score_pos = np.asarray(score_pos, dtype=np.float64)
-    score_neg = np.asarray(score_neg, dtype=np.float64)
-    if score_pos.size == 0:
-        return float("nan")
-    return float(np.mean(score_pos <= score_neg))

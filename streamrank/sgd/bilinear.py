@@ -45,8 +45,8 @@ from ._base import (
     check_nonneg,
     check_tuples,
     iter_tuple_steps,
-    tuple_error,
 )
+from ..metrics import tuple_error
 from ._table import SparseW
 
 __all__ = ["SparseSGDRanker"]

@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 import metrics_reference as ref
-from streamrank import _metrics_kernels as K
+from streamrank.metrics import _kernels as K
 
 
 def _ro(a):
@@ -24,15 +24,32 @@ def _groups(draw_sizes, rng, levels=3, score_levels=4, dtype=np.float64):
     return y, s, gp
 
 
+def _f64(a):
+    """The boundary hands the kernels writeable C float64 (see metrics._checks.check_scores)."""
+    return np.require(a, dtype=np.float64, requirements=["C", "W"])
+
+
+def _ndcg(y, s, gp, k):
+    y, s, gp = _f64(y), _f64(s), np.require(gp, np.int64, ["C", "W"])
+    out = np.empty((len(gp) - 1, 1))
+    K.ndcg_groups(y, s, gp, y, gp, np.array([k], np.int64), True, out)
+    return out[:, 0]
+
+
+def _ap(y, s, gp, k=0):
+    y, s, gp = _f64(y), _f64(s), np.require(gp, np.int64, ["C", "W"])
+    pos = np.concatenate(([0], np.cumsum(y > 0)))
+    out = np.empty((len(gp) - 1, 1))
+    K.average_precision_groups(y, s, gp, (pos[gp[1:]] - pos[gp[:-1]]).astype(np.int64), np.array([k], np.int64), out)
+    return out[:, 0]
+
+
 def _run_all(y, s, gp, k):
     g = len(gp) - 1
-    nd = np.empty(g)
-    K.ndcg_groups(y, s, gp, k, nd)
+    nd = _ndcg(y, s, gp, k)
     d, t, p = (np.empty(g, np.int64) for _ in range(3))
-    K.cindex_groups(y, s, gp, d, t, p)
-    ap = np.empty(g)
-    K.average_precision_groups(y, s, gp, ap)
-    return nd, (d, t, p), ap
+    K.cindex_groups(_f64(y), _f64(s), np.require(gp, np.int64, ["C", "W"]), d, t, p)
+    return nd, (d, t, p), _ap(y, s, gp)
 
 
 def _check(y, s, gp, k):
@@ -43,7 +60,7 @@ def _check(y, s, gp, k):
         kk = None if k <= 0 else k
         np.testing.assert_allclose(nd[g], ref.ndcg_expected(yy, ss, kk), rtol=1e-12, equal_nan=True)
         assert (d[g], t[g], p[g]) == ref.cindex_counts(yy, ss)
-        np.testing.assert_allclose(ap[g], ref.average_precision(yy, ss), rtol=1e-12, equal_nan=True)
+        np.testing.assert_allclose(ap[g], ref.average_precision_expected(yy, ss), rtol=1e-12, equal_nan=True)
 
 
 @settings(max_examples=25, deadline=None)
@@ -63,8 +80,7 @@ def test_ndcg_ties_equal_exhaustive_average():
         y = rng.integers(0, 4, n).astype(float)
         s = rng.integers(0, 3, n).astype(float)
         for k in (1, 3, None):
-            out = np.empty(1)
-            K.ndcg_groups(y, s, np.array([0, n]), 0 if k is None else k, out)
+            out = _ndcg(y, s, np.array([0, n]), 0 if k is None else k)
             np.testing.assert_allclose(out[0], ref.ndcg_bruteforce(y, s, k), rtol=1e-12, equal_nan=True)
 
 
@@ -103,15 +119,14 @@ def test_large_group_cindex_matches_pairs():
     n = 600
     y = rng.integers(0, 5, n).astype(float)
     s = np.round(rng.normal(size=n), 1)
-    assert K.cindex_group(y, s, 0, n) == ref.cindex_counts(y, s)
+    assert K.cindex_group(y, _f64(s), 0, n) == ref.cindex_counts(y, s)
 
 
 def test_ap_without_ties_is_textbook():
     rng = np.random.default_rng(5)
     y = rng.integers(0, 2, 30).astype(float)
     s = rng.permutation(30).astype(float)
-    out = np.empty(1)
-    K.average_precision_groups(y, s, np.array([0, 30]), out)
+    out = _ap(y, s, np.array([0, 30]))
     assert out[0] == pytest.approx(ref.average_precision_no_ties(y, s), rel=1e-12)
 
 
@@ -121,7 +136,7 @@ def test_auc_counts_match_pairs(n, seed, levels, f32):
     rng = np.random.default_rng(seed)
     pos = _ro(rng.random(n) < 0.4)
     s = _ro(rng.integers(0, levels, n).astype(np.float32 if f32 else np.float64))
-    wrong, pairs = K.auc_counts(pos, s)
+    wrong, pairs = K.auc_counts(_f64(pos), _f64(s))
     d, t, p = ref.cindex_counts(pos.astype(float), s)
     assert pairs == p and wrong == d + 0.5 * t
 
@@ -138,7 +153,6 @@ def test_ndcg_with_negative_labels_never_exceeds_one():
         n = int(rng.integers(1, 9))
         yy = rng.integers(-4, 4, size=n).astype(np.float64)
         ss = rng.normal(size=n)
-        out = np.empty(1)
-        K.ndcg_groups(yy, ss, np.array([0, n], dtype=np.int64), int(rng.integers(0, 6)), out)
+        out = _ndcg(yy, ss, np.array([0, n], dtype=np.int64), int(rng.integers(0, 6)))
         assert np.isnan(out[0]) or out[0] <= 1.0 + 1e-12
     _check(y, s, gp, 3)

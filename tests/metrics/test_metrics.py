@@ -57,22 +57,28 @@ def test_disagreement_and_map_match_references():
     d1 = ref.per_group(ref.disagreement_pairs, y, s, qid, 1.0)
     assert M.disagreement(y, s, qid, ties="error") == pytest.approx(np.nanmean(d1), rel=1e-12)
     src = sr.as_source(np.zeros((len(y), 1)), y, qid)
-    assert M.disagreement(src, lambda X: s, ties="error") == pytest.approx(np.nanmean(d1), rel=1e-12)
+    got = M.evaluate(src, lambda X: s, metrics=["disagreement"], disagreement_ties="error")["disagreement"]
+    assert got.value == pytest.approx(np.nanmean(d1), rel=1e-12)
     with pytest.raises(ValueError, match="ties must be"):
         M.disagreement(y, s, qid, ties="full")
-    a = ref.per_group(ref.average_precision, y, s, qid)
+    a = ref.per_group(ref.average_precision_expected, y, s, qid)
     r = M.mean_average_precision(y, s, qid, return_details=True)
     assert r.value == pytest.approx(np.nanmean(a), rel=1e-12)
     assert r.n_skipped == int(np.isnan(a).sum())
 
 
 def test_map_matches_sklearn_average_precision():
+    """Without tied scores AP is scikit-learn's; with ties scikit-learn lets tied items enter together
+    (step-wise), streamrank takes the expected value over their orders (issue 21)."""
     from sklearn.metrics import average_precision_score
 
     rng = np.random.default_rng(4)
     y = rng.integers(0, 3, 200)
-    s = rng.integers(0, 20, 200).astype(float)
+    s = rng.permutation(200).astype(float)
     assert M.mean_average_precision(y, s) == pytest.approx(average_precision_score(y > 0, s), rel=1e-12)
+    s = rng.integers(0, 20, 200).astype(float)
+    assert M.mean_average_precision(y, s) == pytest.approx(ref.average_precision_expected(y, s), rel=1e-12)
+    assert abs(M.mean_average_precision(y, s) - average_precision_score(y > 0, s)) > 1e-4
 
 
 def test_auc_matches_sklearn_and_pairs():
@@ -179,7 +185,10 @@ def test_streaming_equals_in_memory(max_rows, shuffle, seed, sparse):
     assert res["disagreement"].value == pytest.approx(M.disagreement(y, s, qid), rel=1e-12)
     assert res["map"].value == pytest.approx(M.mean_average_precision(y, s, qid), rel=1e-12)
     assert res["ndcg@5"].n_skipped == M.ndcg(y, s, qid, k=5, return_details=True).n_skipped
-    assert M.ndcg(blocks, model, k=5) == pytest.approx(M.ndcg(y, s, qid, k=5), rel=1e-12)
+    assert M.evaluate(blocks, model, k=5, metrics=["ndcg"])["ndcg@5"].value == pytest.approx(
+        M.ndcg(y, s, qid, k=5), rel=1e-12)
+    with pytest.raises(TypeError, match="metrics.evaluate"):
+        M.ndcg(blocks, model, k=5)
 
 
 @settings(max_examples=15, deadline=None)
@@ -200,11 +209,12 @@ def test_source_form_and_merge_and_per_query():
     X, y, qid, model = _problem(9)
     s = model.predict(X)
     src = sr.as_source(X, y, qid)
-    assert M.disagreement(src, model, max_rows=17) == pytest.approx(M.disagreement(y, s, qid), rel=1e-12)
-    assert M.ndcg(src, lambda X: X @ model.w, k=3) == pytest.approx(M.ndcg(y, s, qid, k=3), rel=1e-12)
-    pq = M.ndcg(src, model, per_query=True, max_rows=12)
-    np.testing.assert_allclose(pq, M.ndcg(y, s, qid, per_query=True), rtol=1e-12)
-    det = M.ndcg(src, model, return_details=True, max_rows=12)
+    assert M.evaluate(src, model, metrics="disagreement", max_rows=17)["disagreement"].value == pytest.approx(
+        M.disagreement(y, s, qid), rel=1e-12)
+    assert M.evaluate(src, lambda X: X @ model.w, k=3, metrics=["ndcg"])["ndcg@3"].value == pytest.approx(
+        M.ndcg(y, s, qid, k=3), rel=1e-12)
+    det = M.evaluate(src, model, metrics="ndcg@10", keep_per_query=True, max_rows=12)["ndcg@10"]
+    np.testing.assert_allclose(det.per_query, M.ndcg(y, s, qid, per_query=True), rtol=1e-12)
     np.testing.assert_array_equal(det.qid, np.unique(qid))
     a, b = RankingEvaluator(), RankingEvaluator()
     blocks = list(src.blocks(max_rows=20))
@@ -212,8 +222,9 @@ def test_source_form_and_merge_and_per_query():
         (a if i % 2 else b).update_block(blk, model.predict(blk.X))
     res = a.merge(b).result()
     assert res["map"].value == pytest.approx(M.mean_average_precision(y, s, qid), rel=1e-12)
-    assert M.auc(sr.as_source(X, (y > 1).astype(float)), model) == pytest.approx(M.auc(y > 1, s), rel=1e-12)
-    with pytest.raises(TypeError, match="takes no qid"):
+    got = M.evaluate(sr.as_source(X, (y > 1).astype(float)), model, metrics=["auc"])["auc"].value
+    assert got == pytest.approx(M.auc(y > 1, s), rel=1e-12)
+    with pytest.raises(TypeError, match="takes arrays"):
         M.ndcg(src, model, qid)
 
 
@@ -244,7 +255,9 @@ def test_tuple_error_streams_a_tuple_source():
         return np.asarray((Qb @ W) * Db.toarray()).sum(axis=1)
 
     want = M.tuple_error(score(Q[t[:, 0]], D[t[:, 1]]), score(Q[t[:, 0]], D[t[:, 2]]))
-    assert M.tuple_error(as_tuple_source(Q, D, t), score, batch_size=64) == pytest.approx(want)
+    assert M.evaluate_tuples(as_tuple_source(Q, D, t), score, batch_size=64) == pytest.approx(want)
+    with pytest.raises(TypeError, match="evaluate"):
+        M.tuple_error(as_tuple_source(Q, D, t), score)
 
 
 def test_class_retrieval_map_matches_per_query_reference():
@@ -252,7 +265,7 @@ def test_class_retrieval_map_matches_per_query_reference():
     Q, D = rng.normal(size=(13, 4)), rng.normal(size=(50, 4))
     yq, yd = rng.integers(0, 3, 13), rng.integers(0, 3, 50)
     S = Q @ D.T
-    want = np.mean([ref.average_precision((yd == yq[i]).astype(float), S[i]) for i in range(13)])
+    want = np.mean([ref.average_precision_expected((yd == yq[i]).astype(float), S[i]) for i in range(13)])
     got = M.class_retrieval_map(lambda Qb, D_: Qb @ D_.T, Q, yq, D, yd, batch_size=5, return_details=True)
     assert got.value == pytest.approx(want, rel=1e-12) and got.n_queries == 13
     with pytest.raises(ValueError, match="y_q has 3 rows"):

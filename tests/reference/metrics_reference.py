@@ -132,3 +132,131 @@ def per_group(fn, y, s, qid, *args):
     qid = np.asarray(qid)
     starts = np.concatenate(([0], np.flatnonzero(qid[1:] != qid[:-1]) + 1, [len(qid)]))
     return np.array([fn(y[a:b], s[a:b], *args) for a, b in zip(starts[:-1], starts[1:])])
+
+
+# ------------------------------------------------- textbook metrics of one order
+# ``order`` lists the row indices of one group from the top of the ranking down.
+def ap_of_order(y, order, k=None, n_rel=None):
+    """(1/R) sum over relevant items ranked <= k of precision at their rank; NaN for R == 0."""
+    rel = np.asarray(y) > 0
+    n_rel = int(rel.sum()) if n_rel is None else n_rel
+    if n_rel == 0:
+        return np.nan
+    kk = len(order) if k is None else min(k, len(order))
+    hits, total = 0, 0.0
+    for r in range(kk):
+        if rel[order[r]]:
+            hits += 1
+            total += hits / (r + 1)
+    return total / n_rel
+
+
+def hits_of_order(y, order, k=None):
+    kk = len(order) if k is None else min(k, len(order))
+    return sum(1 for r in range(kk) if y[order[r]] > 0)
+
+
+def rr_of_order(y, order, k=None):
+    """1 / rank of the first relevant item within k (0 if none there); NaN without relevant items."""
+    if not np.any(np.asarray(y) > 0):
+        return np.nan
+    kk = len(order) if k is None else min(k, len(order))
+    for r in range(kk):
+        if y[order[r]] > 0:
+            return 1.0 / (r + 1)
+    return 0.0
+
+
+def err_of_order(y, order, k=None, max_grade=4.0, exp2=True):
+    """Chapelle et al. (2009) eq. (4) literally; NaN without relevant items."""
+    if not np.any(np.asarray(y) > 0):
+        return np.nan
+    kk = len(order) if k is None else min(k, len(order))
+    reach, total = 1.0, 0.0
+    for r in range(kk):
+        g = y[order[r]]
+        R = (2.0 ** g - 1.0) / 2.0 ** max_grade if exp2 else g / max_grade
+        total += reach * R / (r + 1)
+        reach *= 1.0 - R
+    return total
+
+
+def tie_orders(s):
+    """Every order of the rows consistent with decreasing ``s`` (tied rows in any order)."""
+    s = np.asarray(s, dtype=np.float64)
+    blocks = [list(np.flatnonzero(s == v)) for v in np.unique(s)[::-1]]
+    for perms in itertools.product(*[itertools.permutations(b) for b in blocks]):
+        yield [i for p in perms for i in p]
+
+
+def expected_over_ties(fn, y, s, *args, **kw):
+    """Average of ``fn(y, order, ...)`` over every tie order (exhaustive: tiny groups only)."""
+    vals = [fn(y, order, *args, **kw) for order in tie_orders(s)]
+    return float(np.mean(vals)) if vals else np.nan
+
+
+def monte_carlo_over_ties(fn, y, s, n_draws, rng, *args, **kw):
+    """Mean and standard error of ``fn`` over random tie orders (random keys break the ties)."""
+    s = np.asarray(s, dtype=np.float64)
+    vals = []
+    for _ in range(n_draws):
+        order = np.lexsort((rng.random(len(s)), -s))
+        vals.append(fn(y, list(order), *args, **kw))
+    vals = np.asarray(vals)
+    return float(vals.mean()), float(vals.std(ddof=1) / np.sqrt(n_draws))
+
+
+def trec_order(s, doc_ids):
+    """trec_eval's order: score descending, then document id descending (as strings)."""
+    ids = [str(d) for d in doc_ids]
+    return sorted(range(len(s)), key=lambda i: (-float(s[i]), _Desc(ids[i])))
+
+
+class _Desc:
+    def __init__(self, v):
+        self.v = v
+
+    def __lt__(self, other):
+        return self.v > other.v
+
+    def __eq__(self, other):
+        return self.v == other.v
+
+
+def ndcg_of_order(y, order, k=None, ideal_labels=None, linear=False):
+    """NDCG@k of one order; the ideal from ``ideal_labels`` (default: y); NaN when the ideal <= 0."""
+    y = np.asarray(y, dtype=np.float64)
+    lab = np.sort(np.asarray(y if ideal_labels is None else ideal_labels, dtype=np.float64))[::-1]
+    gain = (lambda v: v) if linear else (lambda v: 2.0 ** v - 1.0)
+    kk = len(order) if k is None else min(k, len(order))
+    ki = len(lab) if k is None else min(k, len(lab))
+    dcg = sum(gain(y[order[r]]) / math.log2(r + 2) for r in range(kk))
+    ideal = sum(gain(lab[r]) / math.log2(r + 2) for r in range(ki))
+    return dcg / ideal if ideal > 0 else np.nan
+
+
+def average_precision_expected(y, s, k=None):
+    """Expected AP over tie orders by a second derivation: per relevant item, over its offset t
+    in its run and the number j of the run's other relevant items above it (hypergeometric)."""
+    y = np.asarray(y, dtype=np.float64)
+    s = np.asarray(s, dtype=np.float64)
+    rel = y > 0
+    R = int(rel.sum())
+    if R == 0:
+        return np.nan
+    n = len(y)
+    kk = n if k is None else min(k, n)
+    total = 0.0
+    for i in np.flatnonzero(rel):
+        a = int(np.sum(s > s[i]))                        # rows strictly above the run
+        c = int(np.sum(rel & (s > s[i])))                # relevant rows above the run
+        m = int(np.sum(s == s[i]))
+        r_other = int(np.sum(rel & (s == s[i]))) - 1     # other relevant rows in the run
+        for t in range(m):
+            if a + t >= kk:
+                break
+            for j in range(0, min(t, r_other) + 1):
+                # j of the t rows above i (drawn from m - 1 others) are relevant
+                p = math.comb(r_other, j) * math.comb(m - 1 - r_other, t - j) / math.comb(m - 1, t)
+                total += (1.0 / m) * p * (c + 1 + j) / (a + t + 1)
+    return total / R

@@ -1,0 +1,412 @@
+"""Numba kernels of the ranking metrics, one query group at a time.
+
+Only jitted functions of arrays and scalars live here (see
+:mod:`streamrank._numba`).  The boundary (:mod:`streamrank.metrics._checks`)
+hands every kernel C-contiguous, writeable float64 labels ``y`` and scores
+``s`` and int64 group offsets ``gp`` (rows of group g are ``gp[g]:gp[g+1]``),
+so each kernel compiles once.  Cut-offs come as an int64 array ``ks``
+(``0``: no cut-off); a kernel writes ``out[g, j]`` for group g and cut-off
+``ks[j]``.  The plain-numpy references the tests compare against are in
+``tests/reference/metrics_reference.py``.
+
+Ties in the scores: every kernel returns the *expected* value under a
+uniformly random order of the items tied in ``s`` (McSherry & Najork, ECIR
+2008), computed in closed form per run of tied items.  A run occupying the
+0-based positions ``a .. b-1`` puts each of its items at each of those
+positions with probability ``1 / (b - a)``.  The trec_eval order (score
+descending, then document id descending) is a strict order: the boundary
+turns it into distinct scores, and the same kernels apply.
+
+Relevance of the binary metrics is ``y > 0``.  A group without a relevant
+item (``n_rel[g] == 0``, or an ideal DCG <= 0) gets NaN; the caller applies
+the ``empty`` convention.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from .._numba import jit
+
+__all__ = ["ndcg_groups", "err_groups", "average_precision_groups", "hits_groups",
+           "reciprocal_rank_groups", "cindex_group", "cindex_groups", "auc_counts"]
+
+
+@jit
+def _order_desc(s, lo, hi):
+    """Rows lo:hi in decreasing score (stable; equal scores stay together)."""
+    return np.argsort(-s[lo:hi], kind="mergesort")
+
+
+@jit
+def _run_end(s, lo, order, a, n):
+    """End of the run of scores tied with position ``a`` of ``order``."""
+    sa = s[lo + order[a]]
+    b = a + 1
+    while b < n and s[lo + order[b]] == sa:
+        b += 1
+    return b
+
+
+@jit
+def _cut(k, n):
+    """Positions that count for cut-off ``k`` (0: all) in a list of ``n``."""
+    return n if (k <= 0 or k > n) else k
+
+
+@jit
+def _gain(v, exp2):
+    return 2.0 ** v - 1.0 if exp2 else v
+
+
+@jit
+def ndcg_groups(y, s, gp, iy, igp, ks, exp2, out):
+    """Expected NDCG@k of every group.
+
+    ``DCG@k = sum_{p<k} gain(rel_p) / log2(p + 2)`` (0-based p) in the
+    predicted order; a run of tied items shares the mean discount of its
+    positions (0 beyond k).  The ideal DCG@k sorts the labels ``iy[igp[g]:
+    igp[g+1]]`` (the group's own rows, or the judged documents of its query
+    when qrels are given).  NaN when the ideal DCG@k is <= 0.
+    """
+    n_groups = gp.shape[0] - 1
+    nk = ks.shape[0]
+    max_n = 1
+    for g in range(n_groups):
+        max_n = max(max_n, gp[g + 1] - gp[g], igp[g + 1] - igp[g])
+    disc = np.empty(max_n)
+    for p in range(max_n):
+        disc[p] = 1.0 / np.log2(p + 2.0)
+    for g in range(n_groups):
+        lo = gp[g]
+        n = gp[g + 1] - lo
+        ideal = -np.sort(-iy[igp[g]:igp[g + 1]])
+        ni = ideal.shape[0]
+        for j in range(nk):
+            kk = _cut(ks[j], ni)
+            idcg = 0.0
+            for p in range(kk):
+                idcg += _gain(ideal[p], exp2) * disc[p]
+            out[g, j] = idcg               # keep the ideal until the DCG is known
+        dcg = np.zeros(nk)
+        if n > 0:
+            order = _order_desc(s, lo, lo + n)
+            a = 0
+            while a < n:
+                b = _run_end(s, lo, order, a, n)
+                gain = 0.0
+                for t in range(a, b):
+                    gain += _gain(y[lo + order[t]], exp2)
+                for j in range(nk):
+                    kk = _cut(ks[j], n)
+                    dsum = 0.0
+                    for p in range(a, min(b, kk)):
+                        dsum += disc[p]
+                    dcg[j] += gain * dsum / (b - a)
+                a = b
+        for j in range(nk):
+            out[g, j] = dcg[j] / out[g, j] if out[g, j] > 0.0 else np.nan
+
+
+@jit
+def err_groups(y, s, gp, ks, exp2, max_grade, out):
+    """Expected reciprocal rank ERR@k of every group (Chapelle et al., CIKM 2009).
+
+    ``ERR@k = sum_{p<k} R_p / (p + 1) * prod_{q<p} (1 - R_q)`` with the
+    stopping probability ``R = (2^y - 1) / 2^max_grade`` (``exp2``) or
+    ``y / max_grade``.  Ties: the expectation over random orders of a run,
+    exactly: an item at offset t of its run is preceded by a uniformly random
+    t-subset of the other items of the run, whose mean product of
+    ``1 - R`` is built by a convex-combination recurrence (O(m^2 t) a run of
+    m).  NaN for a group without an item with ``y > 0``.
+    """
+    n_groups = gp.shape[0] - 1
+    nk = ks.shape[0]
+    for g in range(n_groups):
+        lo = gp[g]
+        n = gp[g + 1] - lo
+        has_rel = False
+        for i in range(lo, lo + n):
+            if y[i] > 0:
+                has_rel = True
+        if not has_rel:
+            for j in range(nk):
+                out[g, j] = np.nan
+            continue
+        kmax = 0
+        for j in range(nk):
+            kmax = max(kmax, _cut(ks[j], n))
+        at = np.zeros(kmax)               # expected contribution of each position
+        order = _order_desc(s, lo, lo + n)
+        before = 1.0                      # probability the user reaches the run
+        a = 0
+        while a < kmax:
+            b = _run_end(s, lo, order, a, n)
+            m = b - a
+            R = np.empty(m)
+            for t in range(m):
+                v = y[lo + order[a + t]]
+                R[t] = (2.0 ** v - 1.0) / 2.0 ** max_grade if exp2 else v / max_grade
+            top = min(m - 1, kmax - 1 - a)   # largest offset that still counts
+            mean_prod = np.empty(top + 1)
+            for i in range(m):
+                if R[i] == 0.0:
+                    continue
+                # mean over t-subsets of the other items of prod(1 - R), t <= top
+                mean_prod[:] = 0.0
+                mean_prod[0] = 1.0
+                c = 0
+                for o in range(m):
+                    if o == i:
+                        continue
+                    x = 1.0 - R[o]
+                    for t in range(min(c + 1, top), 0, -1):
+                        mean_prod[t] = ((c + 1 - t) * mean_prod[t] + t * x * mean_prod[t - 1]) / (c + 1)
+                    c += 1
+                for t in range(top + 1):
+                    at[a + t] += before * R[i] * mean_prod[t] / m / (a + t + 1.0)
+            for t in range(m):
+                before *= 1.0 - R[t]
+            a = b
+        for j in range(nk):
+            kk = _cut(ks[j], n)
+            total = 0.0
+            for p in range(kk):
+                total += at[p]
+            out[g, j] = total
+
+
+@jit
+def average_precision_groups(y, s, gp, n_rel, ks, out):
+    """Expected average precision AP@k of every group (McSherry & Najork 2008).
+
+    ``AP@k = (1 / n_rel) sum_{relevant i at position p < k} prec@(p+1)``
+    with ``n_rel[g]`` relevant items in the query (trec_eval's ``map`` /
+    ``map_cut``: the divisor is not cut at k).  A run of m tied items with r
+    relevant, c relevant before it, starting at position a: a relevant item
+    sits at offset t with probability 1/m and then has ``c + 1 + t (r - 1) /
+    (m - 1)`` relevant items at or above it on average.  NaN if
+    ``n_rel[g] == 0``.
+    """
+    n_groups = gp.shape[0] - 1
+    nk = ks.shape[0]
+    for g in range(n_groups):
+        lo = gp[g]
+        n = gp[g + 1] - lo
+        if n_rel[g] <= 0:
+            for j in range(nk):
+                out[g, j] = np.nan
+            continue
+        kmax = 0
+        for j in range(nk):
+            kmax = max(kmax, _cut(ks[j], n))
+        at = np.zeros(kmax)
+        order = _order_desc(s, lo, lo + n)
+        c = 0
+        a = 0
+        while a < kmax:
+            b = _run_end(s, lo, order, a, n)
+            m = b - a
+            r = 0
+            for t in range(a, b):
+                if y[lo + order[t]] > 0:
+                    r += 1
+            if r > 0:
+                for t in range(min(m, kmax - a)):
+                    above = c + 1.0 + (t * (r - 1.0) / (m - 1.0) if m > 1 else 0.0)
+                    at[a + t] += r / m * above / (a + t + 1.0)
+            c += r
+            a = b
+        for j in range(nk):
+            kk = _cut(ks[j], n)
+            total = 0.0
+            for p in range(kk):
+                total += at[p]
+            out[g, j] = total / n_rel[g]
+
+
+@jit
+def hits_groups(y, s, gp, ks, out):
+    """Expected number of relevant items (``y > 0``) in the top k of every group.
+
+    A run of m tied items with r relevant that has ``h`` of its positions
+    within the top k contributes ``r h / m``.  Precision@k is this over k,
+    recall@k this over the number of relevant items.
+    """
+    n_groups = gp.shape[0] - 1
+    nk = ks.shape[0]
+    for g in range(n_groups):
+        lo = gp[g]
+        n = gp[g + 1] - lo
+        for j in range(nk):
+            out[g, j] = 0.0
+        if n == 0:
+            continue
+        order = _order_desc(s, lo, lo + n)
+        a = 0
+        while a < n:
+            b = _run_end(s, lo, order, a, n)
+            r = 0
+            for t in range(a, b):
+                if y[lo + order[t]] > 0:
+                    r += 1
+            if r > 0:
+                for j in range(nk):
+                    kk = _cut(ks[j], n)
+                    if a < kk:
+                        out[g, j] += r * (min(b, kk) - a) / (b - a)
+            a = b
+
+
+@jit
+def reciprocal_rank_groups(y, s, gp, ks, out):
+    """Expected reciprocal rank of the first relevant item within the top k.
+
+    0 when no relevant item is ranked within k, NaN when the group has none.
+    In the first run holding r of its m items relevant, starting at position
+    a, the first relevant item sits at offset t with probability
+    ``prod_{j<t} (m - r - j) / (m - j) * r / (m - t)``.
+    """
+    n_groups = gp.shape[0] - 1
+    nk = ks.shape[0]
+    for g in range(n_groups):
+        lo = gp[g]
+        n = gp[g + 1] - lo
+        for j in range(nk):
+            out[g, j] = np.nan
+        if n == 0:
+            continue
+        order = _order_desc(s, lo, lo + n)
+        a = 0
+        while a < n:
+            b = _run_end(s, lo, order, a, n)
+            m = b - a
+            r = 0
+            for t in range(a, b):
+                if y[lo + order[t]] > 0:
+                    r += 1
+            if r > 0:
+                for j in range(nk):
+                    kk = _cut(ks[j], n)
+                    none_yet = 1.0
+                    total = 0.0
+                    for t in range(m - r + 1):
+                        if a + t >= kk:
+                            break
+                        total += none_yet * r / (m - t) / (a + t + 1.0)
+                        none_yet *= (m - r - t) / (m - t)
+                    out[g, j] = total
+                break
+            a = b
+
+
+@jit
+def _fenwick_prefix(tree, i):
+    """Sum of counts at ranks 0..i-1."""
+    total = 0
+    while i > 0:
+        total += tree[i]
+        i -= i & (-i)
+    return total
+
+
+@jit
+def _fenwick_add(tree, i):
+    i += 1
+    m = tree.shape[0]
+    while i < m:
+        tree[i] += 1
+        i += i & (-i)
+
+
+@jit
+def cindex_group(y, s, lo, hi):
+    """(discordant, score_ties, ordered_pairs) of rows lo:hi, O(n log n).
+
+    Ordered pairs are (i, j) with y_i < y_j; discordant when s_i > s_j; tied
+    when s_i == s_j.  Items are inserted into a Fenwick tree over the dense
+    ranks of the scores in increasing order of y, one label class at a time;
+    every item counts the already inserted (strictly lower label) items with
+    a smaller, equal and larger score.
+    """
+    n = hi - lo
+    if n < 2:
+        return 0, 0, 0
+    ss = s[lo:hi]
+    ys = y[lo:hi]
+    order_s = np.argsort(ss, kind="mergesort")
+    rank = np.empty(n, dtype=np.int64)
+    r = 0
+    for t in range(n):
+        if t > 0 and ss[order_s[t]] != ss[order_s[t - 1]]:
+            r += 1
+        rank[order_s[t]] = r
+    tree = np.zeros(r + 2, dtype=np.int64)
+    order_y = np.argsort(ys, kind="mergesort")
+    inserted = 0
+    disc = 0
+    ties = 0
+    pairs = 0
+    t = 0
+    while t < n:
+        u = t + 1
+        yt = ys[order_y[t]]
+        while u < n and ys[order_y[u]] == yt:
+            u += 1
+        for v in range(t, u):
+            ri = rank[order_y[v]]
+            less = _fenwick_prefix(tree, ri)
+            leq = _fenwick_prefix(tree, ri + 1)
+            ties += leq - less
+            disc += inserted - leq
+        pairs += inserted * (u - t)
+        for v in range(t, u):
+            _fenwick_add(tree, rank[order_y[v]])
+        inserted += u - t
+        t = u
+    return disc, ties, pairs
+
+
+@jit
+def cindex_groups(y, s, gp, disc, ties, pairs):
+    """Per-group discordant pairs, score-tied pairs and ordered pairs (int64 outputs)."""
+    n_groups = gp.shape[0] - 1
+    for g in range(n_groups):
+        d, t, p = cindex_group(y, s, gp[g], gp[g + 1])
+        disc[g] = d
+        ties[g] = t
+        pairs[g] = p
+
+
+@jit
+def auc_counts(y, s):
+    """(wrong pairs + 0.5 tied pairs, n_pos * n_neg) with positives ``y > 0``: one sort.
+
+    Walks the runs of equal scores in increasing order; a positive is beaten
+    by every negative scored higher and tied with the negatives of its run
+    (Mann-Whitney U with mid-ranks).  Returns float64 wrong, int64 pairs.
+    """
+    n = s.shape[0]
+    order = np.argsort(s, kind="mergesort")
+    n_pos = 0
+    for i in range(n):
+        if y[i] > 0:
+            n_pos += 1
+    n_neg = n - n_pos
+    good = 0.0
+    neg_below = 0
+    a = 0
+    while a < n:
+        sa = s[order[a]]
+        b = a + 1
+        while b < n and s[order[b]] == sa:
+            b += 1
+        p_run = 0
+        for t in range(a, b):
+            if y[order[t]] > 0:
+                p_run += 1
+        n_run = (b - a) - p_run
+        good += p_run * neg_below + 0.5 * p_run * n_run
+        neg_below += n_run
+        a = b
+    pairs = n_pos * n_neg
+    return pairs - good, pairs
