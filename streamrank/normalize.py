@@ -32,10 +32,14 @@ regularization, λ‖w‖² on the standardized scale.
 """
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import scipy.sparse as sp
 
-__all__ = ["NORMALIZE", "FeatureMoments", "Normalizer", "check_normalize"]
+from .io.blocks import BlockSource
+
+__all__ = ["NORMALIZE", "FeatureMoments", "Normalizer", "NormalizedSource", "check_normalize"]
 
 NORMALIZE = (None, "standard", "minmax")
 
@@ -200,3 +204,47 @@ class Normalizer:
 
     def __repr__(self):
         return f"Normalizer({self.kind!r}, n_features={self.n_features})"
+
+
+class NormalizedSource(BlockSource):
+    """The blocks of ``source`` with X replaced by the dense ``normalizer.transform(X)`` (same groups, y, qid).
+
+    For learners that compute on the normalized features themselves (kernel
+    RankRLS evaluates k(x̃, R̃)); memory per block: one dense float64 copy of X.
+    """
+
+    def __init__(self, source: BlockSource, normalizer: Normalizer):
+        if source.n_features != normalizer.n_features:
+            raise ValueError(f"the source has {source.n_features} features; the normalizer {normalizer.n_features}")
+        self.inner, self.normalizer = source, normalizer
+        self.n_rows, self.n_groups = source.n_rows, source.n_groups
+        self.n_features, self.n_outputs = source.n_features, source.n_outputs
+        self.sparse = False
+        for attr in ("y_ndim", "global_group", "feature_names"):
+            if hasattr(source, attr):
+                setattr(self, attr, getattr(source, attr))
+
+    def _group_ptr(self):
+        return self.inner.group_ptr
+
+    def _group_qid(self, g0, g1):
+        return self.inner._group_qid(g0, g1)
+
+    def _read_rows(self, r0, r1):
+        X, y = self.inner._read_rows(r0, r1)
+        return self.normalizer.transform(X), y
+
+    def _read_y(self, r0, r1):
+        return self.inner.read_y(r0, r1)
+
+    def plan(self, *args, **kwargs):
+        return self.inner.plan(*args, **kwargs)
+
+    def read_block(self, row0, row1, g0, g1):
+        b = self.inner.read_block(row0, row1, g0, g1)
+        return dataclasses.replace(b, X=self.normalizer.transform(b.X))
+
+    def blocks(self, *args, **kwargs):
+        """The inner source's blocks (its own reader and prefetch), X normalized."""
+        for b in self.inner.blocks(*args, **kwargs):
+            yield dataclasses.replace(b, X=self.normalizer.transform(b.X))

@@ -64,6 +64,7 @@ from ..base import BaseRanker
 from ..io.blocks import BlockSource, vstack_X
 from ..kernels import KernelColumns, check_kernel, kernel_rows
 from ..laplacian import check_group_weight, check_ties
+from ..normalize import FeatureMoments, NormalizedSource, check_normalize
 from ..persistence import register_model
 from ._dual import DualDecomposition, LaplacianRoot, LeavePairOut, LeavePairOutExcludeTies, PerOutput, check_psd
 from ._statistics import RankStatistics
@@ -117,6 +118,12 @@ class KernelRankRLS(BaseRanker):
     group_weight : {"pair", "query", "size"}, ties : {"include", "exclude"} — see
         :mod:`streamrank.laplacian`
     random_state : seed of the reservoir sample
+    normalize : None, "standard" or "minmax" — evaluate the kernel on features
+        scaled by statistics of all training rows (:mod:`streamrank.normalize`):
+        f(x) = k(x̃, R̃) A with x̃ = (x − o) / s, (o, s) in ``normalizer_``.
+        Dual: from the rows in memory.  Sparse: the moments are gathered in
+        the basis-sampling pass (no extra pass; an array ``basis`` has no such
+        pass, so it costs one).  ``basis_`` holds the normalized basis rows.
 
     Attributes
     ----------
@@ -126,7 +133,8 @@ class KernelRankRLS(BaseRanker):
     """
 
     def __init__(self, kernel="rbf", gamma=1.0, degree=2, coef0=0.0, alpha=1.0, n_basis=None,
-                 basis="random", group_weight="pair", ties="include", random_state=None):
+                 basis="random", group_weight="pair", ties="include", random_state=None, normalize=None):
+        self.normalize = normalize
         self.kernel = kernel
         self.gamma = gamma
         self.degree = degree
@@ -147,6 +155,7 @@ class KernelRankRLS(BaseRanker):
         check_alpha(self.alpha, "alpha")
         check_group_weight(self.group_weight)
         check_ties(self.ties)
+        check_normalize(self.normalize)
         if self.n_basis is not None:
             if isinstance(self.n_basis, bool) or not isinstance(self.n_basis, numbers.Integral) \
                     or self.n_basis < 1:
@@ -181,10 +190,17 @@ class KernelRankRLS(BaseRanker):
         for attr in _FITTED_STATE:
             if hasattr(self, attr):
                 delattr(self, attr)
+        self.__dict__.pop("normalizer_", None)
         if self.n_basis is None and isinstance(self.basis, str):
             if source is not None:
                 X, y, qid = _read_all(source)
+            if self.normalize is not None:   # the dual holds the rows: normalize them once, in memory
+                X = check_X(X, "X")
+                normalizer = FeatureMoments(X.shape[1]).update(X).normalizer(self.normalize)
+                X = normalizer.transform(X)
             self._fit_dual(spec, X, y, qid)
+            if self.normalize is not None:
+                self.normalizer_ = normalizer
         else:
             if source is None:
                 from ..io.sources import as_source
@@ -227,7 +243,9 @@ class KernelRankRLS(BaseRanker):
                                  f"use n_basis <= {m} (n_basis = rows gives the exact dual)")
             if max_rows is None:
                 max_rows = max(256, (1 << 22) // max(r, 1))
-            Xb = _reservoir(source, r, self.random_state, max(max_rows, 1 << 16))  # rows only: large reads
+            moments = None if self.normalize is None else FeatureMoments(source.n_features)
+            Xb = _reservoir(source, r, self.random_state, max(max_rows, 1 << 16),  # rows only: large reads
+                            moments=moments)
         else:
             Xb = check_X(self.basis, "basis", n_features=source.n_features, min_rows=1)
             if self.n_basis is not None and Xb.shape[0] != self.n_basis:
@@ -235,6 +253,16 @@ class KernelRankRLS(BaseRanker):
             r = Xb.shape[0]
             if max_rows is None:
                 max_rows = max(256, (1 << 22) // max(r, 1))
+            moments = None
+            if self.normalize is not None:   # no sampling pass to ride along: one pass of its own
+                moments = FeatureMoments(source.n_features)
+                for block in source.blocks(max_rows=max(max_rows, 1 << 16), split_groups=True):
+                    moments.update(block.X)
+        normalizer = None
+        if moments is not None:
+            normalizer = moments.normalizer(self.normalize)
+            Xb = normalizer.transform(Xb)
+            source = NormalizedSource(source, normalizer)
         v = source.n_outputs
         # per_output: one G per output when each has its own tie classes (ties="exclude", several outputs)
         stats = RankStatistics(r, v, group_weight=self.group_weight, ties=self.ties, per_output=True)
@@ -253,9 +281,10 @@ class KernelRankRLS(BaseRanker):
                                 fill=lambda a, b, out, Xblk=Xblk, W=W: cols.into_rows(Xblk[a:b], W, a))
             if len(ys) < 1:
                 ys.append(np.ndim(block.y))
-        return self._fit_statistics(stats, Xb, source, max_rows, one_d=bool(ys and ys[0] == 1))
+        return self._fit_statistics(stats, Xb, source, max_rows, one_d=bool(ys and ys[0] == 1),
+                                    normalizer=normalizer)
 
-    def _fit_statistics(self, stats, basis, source, max_rows, *, one_d=None):
+    def _fit_statistics(self, stats, basis, source, max_rows, *, one_d=None, normalizer=None):
         """Finish sparse RankRLS from summed basis statistics (DESIGN §3.5).
 
         ``stats`` holds K_RM L K_MR and K_RM L Y (any sum of per-block
@@ -265,8 +294,14 @@ class KernelRankRLS(BaseRanker):
         """
         stats.check_complete()
         spec = self._check_params()
+        if self.normalize is not None and normalizer is None:
+            raise NotImplementedError(f"normalize={self.normalize!r}: this fit path (a cluster or nightly fit "
+                                      "from statistics) does not gather the feature moments; fit locally "
+                                      "or use normalize=None")
         for attr in _FITTED_STATE:
             self.__dict__.pop(attr, None)
+        if normalizer is not None:
+            self.normalizer_ = normalizer
         self.n_outputs_ = stats.n_outputs
         check_n_features(self, source.n_features, reset=True)
         self._sparse_stats = (np.array(stats.G, dtype=np.float64), np.array(stats.B, dtype=np.float64))
@@ -287,6 +322,8 @@ class KernelRankRLS(BaseRanker):
         """Scores f(x) = k(x, basis_) A for every row of X (processed in row chunks)."""
         self._check_fitted("dual_coef_")
         X = check_X(X, "X", n_features=self.n_features_in_)
+        if getattr(self, "normalizer_", None) is not None:
+            X = self.normalizer_.transform(X)
         A = self.dual_coef_
         return kernel_rows(self._spec(), X, self.basis_, A)
 
@@ -346,6 +383,8 @@ class KernelRankRLS(BaseRanker):
         elif not isinstance(source, BlockSource):
             raise TypeError(f"source must be a block source (sr.as_source(X, y, qid), a GroupStore); got "
                             f"{type(source).__name__}")
+        elif getattr(self, "normalizer_", None) is not None:
+            source = NormalizedSource(source, self.normalizer_)
         if source.n_groups < 2:
             raise ValueError("leave_query_out needs at least 2 query groups; the model was trained "
                              "on one group")
@@ -681,8 +720,11 @@ def _read_all(source):
     return X, y, qid
 
 
-def _reservoir(source, r, random_state, max_rows):
-    """Uniform sample of r rows in one pass (Algorithm R; one uniform per row in row order)."""
+def _reservoir(source, r, random_state, max_rows, moments=None):
+    """Uniform sample of r rows in one pass (Algorithm R; one uniform per row in row order).
+
+    ``moments`` (a :class:`~streamrank.normalize.FeatureMoments`) is updated with every block on the way.
+    """
     rng = np.random.default_rng(random_state)
     dense = None
     sparse_rows = None
@@ -693,6 +735,8 @@ def _reservoir(source, r, random_state, max_rows):
         if block.start != t0:
             raise ValueError("reservoir sampling needs the blocks in row order")
         t0 += n
+        if moments is not None:
+            moments.update(block.X)
         u = rng.random(n)
         j = np.where(t < r, t, np.floor(u * (t + 1)).astype(np.int64))
         take = np.flatnonzero(j < r)

@@ -108,3 +108,30 @@ def test_pairwise_sgd_equals_fit_on_prescaled_features(kind, tmp_path):
     np.testing.assert_allclose(m.predict(X), ref.predict(_prescaled(X, kind)), rtol=1e-8, atol=1e-8)
     sr.save(m, tmp_path / "p.zarr")
     np.testing.assert_array_equal(sr.load(tmp_path / "p.zarr").predict(X), m.predict(X))
+
+
+@pytest.mark.parametrize("kind", ["standard", "minmax"])
+@pytest.mark.parametrize("n_basis", [None, 30])
+def test_kernel_rankrls_equals_fit_on_prescaled_features(kind, n_basis):
+    X, y, q = _data(5)
+    X = X[:, :5]                                     # rbf on the constant column is fine, but keep it lean
+    args = dict(kernel="rbf", gamma=0.2, alpha=0.5, n_basis=n_basis, random_state=3)
+    m = sr.KernelRankRLS(normalize=kind, **args).fit(X, y, q)
+    ref = sr.KernelRankRLS(**args).fit(_prescaled(X, kind), y, q)
+    np.testing.assert_allclose(m.basis_, ref.basis_, rtol=1e-12, atol=1e-12)
+    np.testing.assert_allclose(m.dual_coef_, ref.dual_coef_, rtol=1e-8, atol=1e-10)
+    np.testing.assert_allclose(m.predict(X), ref.predict(_prescaled(X, kind)), rtol=1e-8, atol=1e-10)
+    np.testing.assert_allclose(m.leave_query_out(), ref.leave_query_out(), rtol=1e-7, atol=1e-9)
+    # the moments of the sparse fit come from the basis-sampling pass: same scales as numpy's
+    np.testing.assert_allclose(m.normalizer_.offset, (X.mean(0) if kind == "standard" else X.min(0)), rtol=1e-12)
+
+
+def test_kernel_normalize_refused_where_moments_are_not_gathered():
+    X, y, q = _data(6)
+    from streamrank.rankrls._statistics import RankStatistics
+
+    m = sr.KernelRankRLS(kernel="rbf", n_basis=5, normalize="standard")
+    st = RankStatistics(5, 1)
+    st.add_block(np.ones((4, 5)), np.arange(4.0), np.array([0, 4]))
+    with pytest.raises(NotImplementedError, match="moments"):
+        m._fit_statistics(st, X[:5, :], sr.as_source(X, y, q), 100)

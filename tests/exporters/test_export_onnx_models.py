@@ -25,6 +25,9 @@ KERNELS = {
     "dual-linear": dict(kernel="linear"),
     "sparse-rbf": dict(kernel="rbf", gamma=0.05, n_basis=60, random_state=0),
     "sparse-poly": dict(kernel="poly", gamma=0.1, degree=2, coef0=0.5, n_basis=60, random_state=0),
+    "dual-rbf-minmax": dict(kernel="rbf", gamma=0.05, normalize="minmax"),
+    "sparse-rbf-standard": dict(kernel="rbf", gamma=0.01, n_basis=60, random_state=0, normalize="standard"),
+    "sparse-linear-standard": dict(kernel="linear", n_basis=60, random_state=0, normalize="standard"),
 }
 
 
