@@ -7,6 +7,7 @@
     streamrank fit      --store PATH --model OUT --learner LEARNER [options] [--alpha A | --alphas GRID --cv K]
     streamrank evaluate --model M --store PATH [--metrics ndcg@10,disagreement,map,auc]
     streamrank predict  --model M --store PATH --out SCORES.npy|SCORES.zarr
+    streamrank export   --model M --format onnx|opensearch|elasticsearch|solr|json --out PATH
     streamrank cv       --store PATH --learner LEARNER --alphas GRID --folds K|query
     streamrank plot     --model M --out PNG
 
@@ -56,7 +57,7 @@ Modules
 -------
 ``_app`` parser, ``main``, error -> exit code; ``_grid`` the GRID syntax
 (``parse_grid``) and other argument types; ``_ingest`` ingest/info; ``_fit``
-fit/cv; ``_evaluate`` evaluate/predict; ``_plot`` plot; ``_stores`` opening
+fit/cv; ``_evaluate`` evaluate/predict; ``_export`` export; ``_plot`` plot; ``_stores`` opening
 stores and models; ``_atomic`` atomic model/score writes; ``_common`` exit
 codes and exceptions.
 """

@@ -12,6 +12,7 @@ from ._common import (DEFAULT_MAX_ROWS, EXIT_BUG, EXIT_CODES, EXIT_DATA, EXIT_NO
                       EXIT_SIGTERM, EXIT_UNSUPPORTED, EXIT_USAGE, EXIT_WRITE, FORMATS, LEARNERS, Unsupported,
                       UsageError, _Terminated, log)
 from ._evaluate import cmd_evaluate, cmd_predict
+from ._export import cmd_export
 from ._fit import cmd_cv, cmd_fit
 from ._grid import _folds_type, _grid_type, _positive_float
 from ._ingest import cmd_info, cmd_ingest
@@ -52,6 +53,18 @@ from the learner's statistics (rankrls, kernel, sparse-kernel only).""",
     "predict": """examples:
   streamrank predict --model m.zarr --store test.zarr --out scores.npy
   streamrank predict --model m.zarr --store test.zarr --out scores.zarr   # + qid, group_ptr""",
+    "export": """examples:
+  streamrank export --model m.zarr --format opensearch --out m.json --name mq2008_rankrls
+  streamrank export --model m.zarr --format solr --out m.json --feature-names @features.txt
+  streamrank export --model k.zarr --format onnx --out k.onnx
+
+FORMAT: onnx (every named-kernel model; needs the export extra: pip install
+'streamrank[export]'), opensearch / elasticsearch (the LTR plugin's
+_createmodel body: POST it to _ltr/_featureset/SET/_createmodel), solr (a
+LinearModel for the model store), json (a plain versioned description).  The
+search-engine formats take linear models (rankrls, cg, sgd-pairwise) and name
+every feature: the store's feature names, or --feature-names.  A format that
+cannot express the model exits 6 naming the formats that can.""",
     "cv": """examples:
   streamrank cv --store train.zarr --learner rankrls --alphas 2^-15:2^15 --folds 5
   streamrank cv --store train.zarr --learner kernel --alphas 1e-3:1e3:7 --folds query --scoring ndcg@10 --plot path.png""",
@@ -119,6 +132,9 @@ def _learner_options(p, *, cv_option: bool):
     s.add_argument("--validation", default=None, metavar="TUPLESTORE",
                    help="sgd-bilinear: tuple store whose tuple error is recorded in the history")
     p.add_argument("--seed", type=int, default=0, help="random seed (basis sample, tuple order)")
+    p.add_argument("--normalize", choices=("standard", "minmax"), default=None,
+                   help="scale features by statistics of the training rows, kept in the model and its exports "
+                        "(rankrls, cg, kernel, sparse-kernel, sgd-pairwise)")
 
 
 def _synopsis() -> str:
@@ -211,6 +227,23 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--max-rows", type=int, default=DEFAULT_MAX_ROWS)
     _common(p)
     p.set_defaults(func=cmd_predict)
+
+    p = sub.add_parser("export", help="write a saved model for a search engine or runtime", epilog=EXAMPLES["export"],
+                       formatter_class=fmt, description="Write a saved model as ONNX, an OpenSearch/Elasticsearch "
+                                                        "LTR model, a Solr LTR model or plain JSON (atomic).")
+    p.add_argument("--model", required=True, metavar="M")
+    p.add_argument("--format", required=True, choices=("onnx", "opensearch", "elasticsearch", "solr", "json"),
+                   metavar="FORMAT", help="onnx, opensearch, elasticsearch, solr or json")
+    p.add_argument("--out", required=True, metavar="PATH")
+    p.add_argument("--name", default=None, help="the model's name in the engine (default: PATH's stem)")
+    p.add_argument("--feature-names", default=None, metavar="NAMES",
+                   help="the engine's feature names in column order: 'a,b,c' or @FILE (one per line); "
+                        "default: the names the model was fitted with")
+    p.add_argument("--solr-store", default="_DEFAULT_", help="solr: the feature store (default _DEFAULT_)")
+    p.add_argument("--bilinear-graph", choices=("auto", "dense", "gather"), default="auto",
+                   help="onnx of sgd-bilinear: W dense or as its nonzeros (default auto: dense up to 2^22 entries)")
+    _common(p)
+    p.set_defaults(func=cmd_export)
 
     p = sub.add_parser("cv", help="cross-validate λ over a grid", epilog=EXAMPLES["cv"], formatter_class=fmt,
                        description="Group cross-validation of a grid of λ from one pass of statistics; "

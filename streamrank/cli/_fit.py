@@ -15,13 +15,19 @@ def _estimator(args):
 
     L = args.learner
     alpha = args.alpha
+    normalize = getattr(args, "normalize", None)
     if L in ("rankrls", "cg"):
         return sr.RankRLS(alpha=alpha, solver="primal" if L == "rankrls" else "cg",
-                          group_weight=args.group_weight, ties=args.ties, tol=args.tol, max_iter=args.max_iter)
+                          group_weight=args.group_weight, ties=args.ties, tol=args.tol, max_iter=args.max_iter,
+                          normalize=normalize)
     if L in ("kernel", "sparse-kernel"):
         return sr.KernelRankRLS(kernel=args.kernel, gamma=args.gamma, degree=args.degree, coef0=args.coef0,
                                 alpha=alpha, n_basis=args.n_basis if L == "sparse-kernel" else None,
-                                group_weight=args.group_weight, ties=args.ties, random_state=args.seed)
+                                group_weight=args.group_weight, ties=args.ties, random_state=args.seed,
+                                normalize=normalize)
+    if L == "sgd-bilinear" and normalize is not None:
+        raise Unsupported("--normalize: sgd-bilinear learns qᵀWd over raw sparse features (centring would make "
+                          "them dense); scale the features before building the tuple store")
     if L == "sgd-bilinear":
         kw = dict(eta0=args.eta0, l1=args.l1, shrink_every=args.shrink_every, init=args.init,
                   refit=not args.no_refit, random_state=args.seed)
@@ -31,7 +37,8 @@ def _estimator(args):
     except (AttributeError, ImportError, ModuleNotFoundError):
         raise Unsupported("--learner sgd-pairwise is not available in this streamrank build "
                           "(streamrank.sgd.pairwise is missing)") from None
-    kw = dict(eta0=args.eta0, l1=args.l1, shrink_every=args.shrink_every, random_state=args.seed)
+    kw = dict(eta0=args.eta0, l1=args.l1, shrink_every=args.shrink_every, random_state=args.seed,
+              normalize=normalize)
     names = cls._get_param_names()
     if "l2" in names:
         kw["l2"] = args.l2
