@@ -123,6 +123,9 @@ def _learner_options(p, *, cv_option: bool):
     s.add_argument("--shrink-every", type=int, default=None, help="T: soft-threshold every T steps (default 100)")
     s.add_argument("--init", choices=("identity", "zeros"), default=None, help="sgd-bilinear W_0 (default identity)")
     s.add_argument("--no-refit", action="store_true", help="sgd-bilinear: skip the refit on the support")
+    s.add_argument("--max-memory-mb", type=_positive_float, default=None, metavar="MB",
+                   help="sgd-bilinear: bound on the memory of W (default: half the physical memory); "
+                        "reaching it is an error (exit 6), raise --l1 for a sparser W")
     s.add_argument("--steps", type=int, default=None, help="sgd-bilinear: SGD steps (default: one pass)")
     s.add_argument("--n-pairs", type=int, default=None,
                    help="sgd-pairwise: pairs sampled within queries (default: one per row)")
@@ -284,7 +287,7 @@ def _exit_code(exc) -> int:
 
     if isinstance(exc, UsageError):
         return EXIT_USAGE
-    if isinstance(exc, Unsupported) or isinstance(exc, NotImplementedError):
+    if isinstance(exc, Unsupported) or isinstance(exc, NotImplementedError) or isinstance(exc, MemoryError):
         return EXIT_UNSUPPORTED
     if isinstance(exc, FileNotFoundError):
         return EXIT_NOT_FOUND
@@ -364,6 +367,8 @@ def main(argv=None) -> int:
         msg = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         if isinstance(exc, KeyError):
             msg = f"missing entry {msg}"
+        if isinstance(exc, MemoryError) and msg == "MemoryError":
+            msg = "out of memory (MemoryError); try a smaller --max-rows or --batch-size"
         hint = {EXIT_BUG: f" [{type(exc).__name__}; unexpected: rerun with --verbose and report it]",
                 EXIT_NOT_FOUND: " (check the path)"}.get(code, "")
         if code == EXIT_DATA and not args.verbose:

@@ -30,7 +30,9 @@ def _estimator(args):
                           "them dense); scale the features before building the tuple store")
     if L == "sgd-bilinear":
         kw = dict(eta0=args.eta0, l1=args.l1, shrink_every=args.shrink_every, init=args.init,
-                  refit=not args.no_refit, random_state=args.seed)
+                  refit=not args.no_refit, random_state=args.seed,
+                  max_memory_bytes=(None if getattr(args, "max_memory_mb", None) is None
+                                    else int(args.max_memory_mb * 2**20)))
         return sr.SparseSGDRanker(**{k: v for k, v in kw.items() if v is not None})
     try:
         cls = sr.PairwiseSGDRanker

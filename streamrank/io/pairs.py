@@ -29,6 +29,17 @@ Two modes:
 
 Memory is bounded by ``max_rows`` (one block) plus ``batch_size`` pairs.
 Reproducible: the same ``random_state`` gives the same pairs.
+
+A group larger than ``max_rows`` (sampled mode) is never read whole: its
+pieces are streamed (:func:`_sampled_split_group`).  A first pass over its
+``y`` counts the rows of each distinct score; a pair is drawn as
+``(score class a, rank in a)`` and ``(score class b < a, rank in b)``,
+uniform over the group's ``#{(i, j): y_i > y_j}`` pairs exactly as above;
+then, in rounds of ``max(max_rows, batch_size)`` pairs, one pass over ``y``
+maps class ranks to rows and one pass over ``X`` gathers the rows.  Memory is
+O(``max_rows`` + ``batch_size`` rows + the group's distinct scores) — a
+handful for relevance grades — whatever the size of the group; the price is
+two extra passes over the group per round of pairs drawn from it.
 """
 from __future__ import annotations
 
@@ -237,6 +248,10 @@ def pairs_from_groups(source, n_pairs: int | None = None, *, random_state=None,
             return
         left = [int(n_pairs), n_eligible]            # draws and eligible queries not yet visited
     block_seed = rng.integers(2**63) if shuffle else None
+    if left is not None and int(np.diff(src.group_ptr).max(initial=0)) > int(max_rows):
+        # a group larger than the budget: stream its pieces instead of reading it whole
+        yield from _sampled_with_split_groups(src, left, rng, block_seed, max_rows, batch_size, output, shuffle)
+        return
     for block in src.blocks(max_rows=max_rows, shuffle=shuffle, random_state=block_seed):
         y = _column(block.y, output)
         gp = block.group_ptr
@@ -245,6 +260,138 @@ def pairs_from_groups(source, n_pairs: int | None = None, *, random_state=None,
         else:
             pieces = _sampled_local(y, gp, _block_counts(y, gp, left, rng), rng)
         yield from _emit(block, y, pieces, batch_size, rng if shuffle else None)
+
+
+def _sampled_with_split_groups(src, left, rng, block_seed, max_rows, batch_size, output, shuffle):
+    """Sampled pairs when some group exceeds ``max_rows``: blocks of whole groups as usual, and each
+    oversized group streamed piece by piece (:func:`_sampled_split_group`)."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", OversizedGroupWarning)
+        plan = src.plan(max_rows, split_groups=True)
+    ptr = src.group_ptr
+    units = []                                 # a block of whole groups, or all pieces of one group
+    for r0, r1, g0, g1 in plan:
+        piece = r0 != ptr[g0] or r1 != ptr[g1]
+        if piece and units and units[-1][0] == "split" and units[-1][1] == g0:
+            units[-1][2].append((r0, r1))
+        elif piece:
+            units.append(("split", g0, [(r0, r1)]))
+        else:
+            units.append(("block", (r0, r1, g0, g1)))
+    if shuffle:
+        order = np.random.default_rng(block_seed).permutation(len(units))
+        units = [units[i] for i in order]
+    for u in units:
+        if u[0] == "block":
+            block = src.read_block(*u[1])
+            y = _column(block.y, output)
+            pieces = _sampled_local(y, block.group_ptr, _block_counts(y, block.group_ptr, left, rng), rng)
+            yield from _emit(block, y, pieces, batch_size, rng if shuffle else None)
+        else:
+            yield from _sampled_split_group(src, u[1], u[2], left, rng, max_rows, batch_size, output, shuffle)
+
+
+def _sampled_split_group(src, g, pieces, left, rng, max_rows, batch_size, output, shuffle):
+    """This group's share of the draws (as :func:`_block_counts` for a block of one group), sampled
+    exactly as :func:`_sampled_local` without holding more than ``max_rows`` of its rows.
+
+    Score classes ``v`` (sorted distinct scores) with ``c_v`` rows and
+    ``below_v`` rows of smaller score own the integer ranges
+    ``[C_v, C_v + c_v below_v)`` of ``[0, T)``; ``u ~ U{0..T-1}`` in class a
+    picks rank ``(u - C_a) // below_a`` of class a as the preferred row and
+    rank ``(u - C_a) % below_a`` among the rows below a as the other: every
+    ordered pair with ``y_i > y_j`` has probability ``1 / T``.
+    """
+    vals = np.zeros(0)
+    cnt = np.zeros(0, dtype=np.int64)
+    for r0, r1 in pieces:                      # pass 1: rows per distinct score
+        v, c = np.unique(_column(src.read_y(r0, r1), output), return_counts=True)
+        allv = np.concatenate((vals, v))
+        vals, inv = np.unique(allv, return_inverse=True)
+        cnt = np.bincount(inv, weights=np.concatenate((cnt, c)), minlength=len(vals)).astype(np.int64)
+    n, e = left
+    if len(vals) < 2 or n == 0:                # not eligible (or nothing left to draw)
+        left[1] = e - (len(vals) >= 2)
+        return
+    draws = n if e <= 1 else int(rng.binomial(n, 1.0 / e))
+    left[0], left[1] = n - draws, e - 1
+    below = np.cumsum(cnt) - cnt                         # rows with a smaller score, per class
+    owned = np.cumsum(cnt * below)                       # class a owns [owned_a - c_a below_a, owned_a)
+    T = int(owned[-1])
+    first = np.cumsum(cnt) - cnt                         # rank of a class's first row among all
+    qid = int(src._group_qid(g, g + 1)[0])
+    round_size = max(1, int(max_rows), int(batch_size))
+    done = 0
+    while done < draws:
+        k = min(round_size, draws - done)
+        done += k
+        u = rng.integers(0, T, size=k)
+        a = np.searchsorted(owned, u, side="right")
+        off = u - (owned[a] - cnt[a] * below[a])
+        rank_i = off // below[a]
+        r = off % below[a]                               # rank among the rows below class a
+        b = np.searchsorted(np.cumsum(cnt), r, side="right")
+        rank_j = r - first[b]
+        cls = np.concatenate((a, b))
+        rank = np.concatenate((rank_i, rank_j))
+        rows = _rows_of_ranks(src, pieces, vals, cls, rank, output)
+        X = _gather_rows(src, pieces, rows)
+        i, j = rows[:k], rows[k:]
+        yi, yj = vals[a], vals[b]
+        for s0 in range(0, k, batch_size):
+            s1 = min(s0 + batch_size, k)
+            p = np.arange(s0, s1)
+            if shuffle:
+                p = p[rng.permutation(len(p))]
+            yield PairBatch(X_pos=X[p], X_neg=X[k + p],
+                            rows=np.stack((i[p], j[p]), axis=1).astype(np.int64),
+                            qid=np.full(len(p), qid, dtype=np.int64), y_diff=(yi[p] - yj[p]).astype(np.float64))
+
+
+def _rows_of_ranks(src, pieces, vals, cls, rank, output):
+    """Source row of the ``rank``-th row (in row order) of score class ``cls``, one pass over ``y``."""
+    rows = np.full(len(cls), -1, dtype=np.int64)
+    seen = np.zeros(len(vals), dtype=np.int64)
+    for r0, r1 in pieces:
+        c = np.searchsorted(vals, _column(src.read_y(r0, r1), output))
+        order = np.argsort(c, kind="stable")             # the piece's rows grouped by class, in row order
+        pc = np.bincount(c, minlength=len(vals))
+        pstart = np.cumsum(pc) - pc
+        local = rank - seen[cls]
+        hit = (local >= 0) & (local < pc[cls])
+        rows[hit] = r0 + order[pstart[cls[hit]] + local[hit]]
+        seen += pc
+    if (rows < 0).any():  # pragma: no cover - the counts of pass 1 guarantee every rank exists
+        raise RuntimeError("internal error: a sampled rank was not found in its score class")
+    return rows
+
+
+def _gather_rows(src, pieces, rows):
+    """``X[rows]`` (in the order of ``rows``), one pass over the pieces holding them."""
+    import scipy.sparse as sp
+
+    out = parts = None
+    pos_parts = []
+    for r0, r1 in pieces:
+        hit = np.flatnonzero((rows >= r0) & (rows < r1))
+        if not len(hit):
+            continue
+        X, _ = src._read_rows(r0, r1)
+        take = X[rows[hit] - r0]
+        if sp.issparse(take):
+            parts = [] if parts is None else parts
+            parts.append(sp.csr_matrix(take))
+            pos_parts.append(hit)
+        else:
+            if out is None:
+                out = np.empty((len(rows), X.shape[1]), dtype=X.dtype)
+            out[hit] = take
+    if parts is not None:
+        M = sp.vstack(parts, format="csr")
+        inv = np.empty(len(rows), dtype=np.int64)
+        inv[np.concatenate(pos_parts)] = np.arange(len(rows))
+        return M[inv]
+    return out
 
 
 def _block_counts(y, gp, left, rng):

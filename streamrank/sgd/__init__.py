@@ -10,7 +10,7 @@ Kernels: ``_sparse_w_kernels`` (rows of W in a pool, SGD steps, lazy shrinkage) 
 """
 from __future__ import annotations
 
-__all__ = ["SparseSGDRanker", "PairwiseSGDRanker"]
+__all__ = ["SparseSGDRanker", "PairwiseSGDRanker", "MemoryLimitError"]
 
 
 def __getattr__(name):
@@ -22,4 +22,8 @@ def __getattr__(name):
         from .pairwise import PairwiseSGDRanker
 
         return PairwiseSGDRanker
+    if name == "MemoryLimitError":
+        from ._table import MemoryLimitError
+
+        return MemoryLimitError
     raise AttributeError(f"module 'streamrank.sgd' has no attribute {name!r}")

@@ -17,7 +17,13 @@ import scipy.sparse as sp
 
 from . import _sparse_w_kernels as K_
 
-__all__ = ["SparseW"]
+__all__ = ["SparseW", "MemoryLimitError", "POOL_ENTRY_BYTES"]
+
+POOL_ENTRY_BYTES = 12  # an int32 column and a float64 value per pool entry
+
+
+class MemoryLimitError(MemoryError):
+    """W would outgrow its memory bound (``SparseSGDRanker(max_memory_bytes=...)``)."""
 
 MIN_POOL = 64
 POOL_GROWTH = 2  # after a repack the pool holds this many times what the rows take (amortised O(1))
@@ -43,6 +49,7 @@ class SparseW:
         self.istate = np.zeros(K_.N_ISTATE, dtype=np.int64)
         self.fstate = np.zeros(1, dtype=np.float64)
         self.free = K_.empty_free_lists()  # released segments by size class (kernels' _alloc)
+        self.max_bytes = None  # bound on nbytes a repack may grow the pool to (None: none)
 
     # ---------------------------------------------------------------- sizes
     @property
@@ -72,8 +79,14 @@ class SparseW:
 
     # --------------------------------------------------------- pool upkeep
     def _repack(self, size: int, tight: bool) -> None:
-        pc = np.empty(size, dtype=np.int32)  # never read beyond what is written
-        pv = np.empty(size, dtype=np.float64)
+        try:
+            pc = np.empty(size, dtype=np.int32)  # never read beyond what is written
+            pv = np.empty(size, dtype=np.float64)
+        except MemoryError:
+            raise MemoryLimitError(
+                f"W's pool of {size} entries ({size * POOL_ENTRY_BYTES / 2**20:.0f} MiB) could not be "
+                f"allocated at step {int(self.istate[K_.I_T])} ({self.count} entries stored); set "
+                "max_memory_bytes below the memory available, or raise l1 for a sparser W") from None
         self.istate[K_.I_USED] = K_.repack(self.meta, self.pc, self.pv, pc, pv, tight)
         self.istate[K_.I_GARBAGE] = 0
         self.free = K_.empty_free_lists()
@@ -88,7 +101,19 @@ class SparseW:
         amortised per entry.  ``fit_capacity`` gives memory back.
         """
         packed = int(K_.packed_size(self.meta, False))
-        self._repack(max(MIN_POOL, POOL_GROWTH * packed, packed + int(extra), self.capacity), False)
+        size = max(MIN_POOL, POOL_GROWTH * packed, packed + int(extra), self.capacity)
+        if self.max_bytes is not None and size > self.capacity:
+            # grow less than POOL_GROWTH if that stays within the bound; refuse what cannot
+            fixed = self.nbytes - self.capacity * POOL_ENTRY_BYTES
+            room = max(0, (int(self.max_bytes) - fixed) // POOL_ENTRY_BYTES)
+            if packed + int(extra) > room:
+                raise MemoryLimitError(
+                    f"W would need {(fixed + (packed + int(extra)) * POOL_ENTRY_BYTES) / 2**20:.1f} MiB "
+                    f"({self.count} entries stored at step {int(self.istate[K_.I_T])}), more than "
+                    f"max_memory_bytes={int(self.max_bytes)}; raise l1 (a sparser W) or max_memory_bytes. "
+                    "The model holds the steps before this one")
+            size = max(self.capacity, min(size, room))
+        self._repack(size, False)
 
     def shrink(self) -> None:
         """Repack into a pool of ``POOL_GROWTH`` times what the rows take (gives memory back)."""

@@ -31,6 +31,8 @@ Example
 """
 from __future__ import annotations
 
+import os
+
 import numpy as np
 import scipy.sparse as sp
 
@@ -47,11 +49,19 @@ from ._base import (
     iter_tuple_steps,
 )
 from ..metrics import tuple_error
-from ._table import SparseW
+from ._table import MemoryLimitError, SparseW  # noqa: F401 - MemoryLimitError: re-exported
 
 __all__ = ["SparseSGDRanker"]
 
 _LR = {"invsqrt": K_.LR_INVSQRT, "constant": K_.LR_CONSTANT}
+
+
+def _half_physical_memory() -> int:
+    """Default bound of W: half the physical memory (1 GiB where the OS does not tell)."""
+    try:
+        return int(os.sysconf("SC_PAGE_SIZE")) * int(os.sysconf("SC_PHYS_PAGES")) // 2
+    except (AttributeError, ValueError, OSError):
+        return 1 << 30
 
 
 class _RefitFlag:
@@ -115,6 +125,18 @@ class SparseSGDRanker(BaseRanker):
         Steps of the refit; None = as many as the L1 phase (the same tuples).
     random_state : int
         Seed of the tuple order (pass p of a source uses ``random_state + p``).
+    max_memory_bytes : int or None
+        Bound on the memory of W (its row pool, ``memory_bytes_``).  A weak
+        ``l1`` lets W fill up without limit; when W would outgrow the bound,
+        training stops with :class:`~streamrank.sgd.MemoryLimitError` (a
+        ``MemoryError`` naming this parameter) — never an automatic stronger
+        shrinkage, which would silently change the learned model.  The model
+        keeps the steps taken before the one that did not fit (``t_``).  Below
+        the bound the pool grows as usual (less than doubling near the bound),
+        so W is the same as without one.  The bound covers the pool and the
+        row records; the running threshold sums (8 bytes per ``shrink_every``
+        steps, reset every 2**19 sweeps) come on top.  None (default): half
+        the machine's physical memory.
 
     Attributes
     ----------
@@ -128,7 +150,8 @@ class SparseSGDRanker(BaseRanker):
     _undo_log_size = 4096  # entries of the undo log a partial_fit starts with (tests shrink it)
 
     def __init__(self, *, eta0=200.0, l1=1e-5, shrink_every=100, init="identity",
-                 learning_rate="invsqrt", refit=True, refit_steps=None, random_state=0):
+                 learning_rate="invsqrt", refit=True, refit_steps=None, random_state=0,
+                 max_memory_bytes=None):
         self.eta0 = eta0
         self.l1 = l1
         self.shrink_every = shrink_every
@@ -137,6 +160,7 @@ class SparseSGDRanker(BaseRanker):
         self.refit = refit
         self.refit_steps = refit_steps
         self.random_state = random_state
+        self.max_memory_bytes = max_memory_bytes
 
     # ------------------------------------------------------------ checking
     def _params(self):
@@ -147,6 +171,8 @@ class SparseSGDRanker(BaseRanker):
             init=check_choice(self.init, "init", {"identity", "zeros"}),
             lr=_LR[check_choice(self.learning_rate, "learning_rate", set(_LR))],
             refit_steps=check_int(self.refit_steps, "refit_steps", 0, allow_none=True),
+            max_bytes=(_half_physical_memory() if self.max_memory_bytes is None
+                       else check_int(self.max_memory_bytes, "max_memory_bytes", 1)),
         )
 
     def _start(self, n_q: int, n_d: int) -> None:
@@ -175,6 +201,7 @@ class SparseSGDRanker(BaseRanker):
     def _steps(self, Q, Dp, Dn, refit: bool) -> None:
         p = self._params()
         W = self._W
+        W.max_bytes = p["max_bytes"]
         n = Q.shape[0]
         nd = np.diff(Dp.indptr) + np.diff(Dn.indptr)  # >= nnz(d+ - d-)
         width = max(1, int(nd.max()))

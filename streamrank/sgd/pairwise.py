@@ -133,7 +133,7 @@ class PairwiseSGDRanker(BaseRanker):
         self.__dict__.pop("normalizer_", None)
         if self.normalize is not None:
             moments = FeatureMoments(src.n_features)
-            for block in src.blocks(max_rows=max_rows):
+            for block in src.blocks(max_rows=max_rows, split_groups=True):  # rows only: a giant group in pieces
                 moments.update(block.X)
             self.normalizer_ = moments.normalizer(self.normalize)
 
