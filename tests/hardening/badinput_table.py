@@ -357,6 +357,17 @@ def run_metric(fn):
     return run
 
 
+def run_err(X, y, qid, tmp):
+    """ERR needs grades in [0, max_grade]: the table's signed labels enter as |y| (NaN and inf stay bad)."""
+    import streamrank as sr
+
+    score = X[:, 0] if getattr(X, "ndim", 0) == 2 and not sp.issparse(X) and X.shape[1] else X
+    ya = np.asarray(y) if not sp.issparse(y) else y
+    if getattr(ya, "dtype", None) is not None and ya.dtype.kind in "fi":
+        y = np.abs(ya)
+    return np.atleast_1d(sr.metrics.err(y, score, qid, max_grade=10, per_query=True))
+
+
 def run_auc(X, y, qid, tmp):
     import streamrank as sr
 
@@ -418,6 +429,14 @@ ENTRIES = [
     Entry("metrics.disagreement", run_metric("disagreement"), "X y qid", 
           names={"X": "y_score", "y": "y_true"}, overrides=dict(_NOT_SCORES, **_EMPTY_OK, **_ONE_D)),
     Entry("metrics.mean_average_precision", run_metric("mean_average_precision"), "X y qid", 
+          names={"X": "y_score", "y": "y_true"}, overrides=dict(_NOT_SCORES, **_EMPTY_OK, **_ONE_D)),
+    Entry("metrics.precision", run_metric("precision"), "X y qid",
+          names={"X": "y_score", "y": "y_true"}, overrides=dict(_NOT_SCORES, **_EMPTY_OK, **_ONE_D)),
+    Entry("metrics.recall", run_metric("recall"), "X y qid",
+          names={"X": "y_score", "y": "y_true"}, overrides=dict(_NOT_SCORES, **_EMPTY_OK, **_ONE_D)),
+    Entry("metrics.reciprocal_rank", run_metric("reciprocal_rank"), "X y qid",
+          names={"X": "y_score", "y": "y_true"}, overrides=dict(_NOT_SCORES, **_EMPTY_OK, **_ONE_D)),
+    Entry("metrics.err", run_err, "X y qid",
           names={"X": "y_score", "y": "y_true"}, overrides=dict(_NOT_SCORES, **_EMPTY_OK, **_ONE_D)),
 ]
 
