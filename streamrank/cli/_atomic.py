@@ -63,6 +63,33 @@ def _partial_sibling(out: Path, suffix: str = "") -> Path:
     return p.with_name(p.name + suffix)
 
 
+def _npy_partial(out: Path) -> Path:
+    """``.<stem>.<pid>-<random>.partial.npy`` beside ``out`` (a memmap needs the ``.npy`` suffix)."""
+    import os
+    import uuid
+
+    return out.with_name(f".{out.stem}.{os.getpid()}-{uuid.uuid4().hex}.partial{out.suffix}")
+
+
+def _sweep_npy_partials(out: Path) -> list:
+    """Remove ``.npy`` partials that writers killed earlier left beside ``out`` (dead pids only).
+
+    A partial of a live writer (a concurrent predict) and names without a pid
+    are kept.  Returns the removed paths.
+    """
+    import glob as _glob
+
+    from ..persistence import _writer_alive
+
+    removed = []
+    for p in out.parent.glob(f".{_glob.escape(out.stem)}.*.partial{out.suffix}"):
+        # _writer_alive reads the pid from ``.<name>.<pid>-<random>.<kind>``: drop the .npy suffix
+        if p.is_file() and not _writer_alive(p.with_name(p.name[: -len(out.suffix)])):
+            p.unlink(missing_ok=True)
+            removed.append(p)
+    return removed
+
+
 def _check_model_out(out) -> None:
     """A model may replace a model, never a store or any other file (checked before and after fitting)."""
     from ..io.schema import StoreFormatError

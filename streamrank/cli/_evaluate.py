@@ -4,13 +4,12 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import uuid
 from pathlib import Path
 
 import numpy as np
 
-from ._atomic import _partial_sibling, _replace_dir
-from ._common import EXIT_OK, UsageError, _progress, _say
+from ._atomic import _npy_partial, _partial_sibling, _replace_dir, _sweep_npy_partials
+from ._common import EXIT_OK, UsageError, _progress, _say, log
 from ._stores import _jsonable, _kind_of, _load_model, _open_store
 
 
@@ -142,8 +141,10 @@ def cmd_predict(args) -> int:
     if out.exists() and out.is_dir() and not (out / "zarr.json").exists() and any(out.iterdir()):
         raise FileExistsError(f"{out} exists and is not a zarr array; refusing to overwrite it")
     out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = _partial_sibling(out) if out.suffix != ".npy" else out.with_name(
-        f".{out.stem}.{uuid.uuid4().hex}.partial{out.suffix}")
+    if out.suffix == ".npy":
+        for p in _sweep_npy_partials(out):   # a full-size leftover of a killed predict
+            log.info("removed %s, left by a predict that was killed", p)
+    tmp = _partial_sibling(out) if out.suffix != ".npy" else _npy_partial(out)
     try:
         if out.suffix == ".npy":
             arr = np.lib.format.open_memmap(tmp, mode="w+", dtype=np.float64, shape=shape)
