@@ -102,11 +102,11 @@ def iter_day(path, *, n_features=None, sparse=False, chunk_bytes=DEFAULT_CHUNK_B
     else:
         from streamrank.io.svmlight import iter_svmlight
 
-        for X, y, qid in iter_svmlight(str(p), n_features=n_features, dense=not sparse,
-                                       chunk_bytes=int(chunk_bytes)):
-            if qid is None:
+        for chunk in iter_svmlight(str(p), n_features=n_features, dense=not sparse,
+                                   chunk_bytes=int(chunk_bytes)):
+            if chunk.qid is None:
                 raise ValueError(f"{p}: the day file has no qid: fields; nightly logs need query ids")
-            yield X, y, qid
+            yield chunk   # (X, y, qid) with .lines: the text line of each row, for error messages
 
 
 def read_day(path, *, n_features=None, sparse=False):
@@ -163,7 +163,9 @@ def ingest(store_path, files, *, sparse=False, chunk_bytes=DEFAULT_CHUNK_BYTES):
             r = 0   # row of the day at which the current chunk starts
             chunks = iter_day(f, n_features=store.n_features if store is not None else None,
                               sparse=store.sparse if store is not None else sparse, chunk_bytes=chunk_bytes)
-            for (X, y, qid), last in with_last(chunks):
+            for chunk, last in with_last(chunks):
+                X, y, qid = chunk
+                lines = getattr(chunk, "lines", None)
                 k = len(y)
                 if r + k <= done and not last:
                     r += k
@@ -174,10 +176,14 @@ def ingest(store_path, files, *, sparse=False, chunk_bytes=DEFAULT_CHUNK_BYTES):
                         raise ValueError(f"{f}: the store holds {done} rows of this day, which do not end "
                                          "on a query boundary of the file; was the file changed?")
                     X, y, qid, r = X[cut:], y[cut:], qid[cut:], done
+                    lines = None if lines is None else lines[cut:]
                 if store is None:
                     store = sr.GroupStore.create(store_path, n_features=X.shape[1], sparse=sp.issparse(X),
                                                  n_outputs=1 if np.ndim(y) == 1 else np.shape(y)[1])
-                appended += bool(store.append(X, y, qid, batch_id=bid if last else f"{bid}#{r}"))
+                try:
+                    appended += bool(store.append(X, y, qid, batch_id=bid if last else f"{bid}#{r}"))
+                except ValueError as exc:
+                    raise _partial_day_error(exc, f, store, bid, qid, lines) from None
                 r += len(y)
             if store is None:
                 raise ValueError(f"{f}: the day holds no rows")
@@ -186,6 +192,23 @@ def ingest(store_path, files, *, sparse=False, chunk_bytes=DEFAULT_CHUNK_BYTES):
                     "rows": day_span(entries, "rows"), "groups": day_span(entries, "groups"),
                     "batch_ids": [e["batch_id"] for e in entries]})
     return out
+
+
+def _partial_day_error(exc, f, store, bid, qid, lines):
+    """The append error of a day's chunk, naming the line and what of the day is already committed."""
+    from streamrank.cli._ingest import _offending_row
+
+    row = _offending_row(store, qid)
+    where = f" (line {int(lines[row])})" if lines is not None and len(lines) > row else ""
+    entries = day_entries(store.batches, bid)
+    if not entries:
+        return ValueError(f"{f}{where}: {exc}; nothing of this day was committed")
+    rows = sum(e["rows"][1] - e["rows"][0] for e in entries)
+    rest = (f"fix line {int(lines[row])} and ingest the file from line {int(lines[0])} on (the rows not "
+            "committed) as the rest of the day" if where else "ingest the rows not committed, corrected, "
+            "as the rest of the day")
+    return ValueError(f"{f}{where}: {exc}; committed {rows:,} rows of this day in {len(entries)} batch(es) "
+                      f"before it (they stay in the store; a store has no undo): {rest}")
 
 
 # ------------------------------------------------------------------ tuples

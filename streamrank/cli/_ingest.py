@@ -40,6 +40,36 @@ def _default_batch_id(src, member, extra="") -> str:
     return f"{Path(src).name}{':' + member if member else ''}@" + hashlib.sha256(key.encode()).hexdigest()[:12]
 
 
+def _offending_row(store, qid) -> int:
+    """First row of a chunk whose query is already in the store or recurs later in the chunk (else 0)."""
+    qid = np.asarray(qid)
+    if not len(qid):
+        return 0
+    starts = np.flatnonzero(np.r_[True, qid[1:] != qid[:-1]])
+    runs = qid[starts]
+    bad = np.isin(runs, np.asarray(store.qid))
+    _, first, count = np.unique(runs, return_index=True, return_counts=True)
+    again = np.zeros(len(runs), dtype=bool)
+    seen = np.zeros(len(runs), dtype=bool)
+    seen[first[count > 1]] = True          # first run of a repeated qid: its later runs are the problem
+    again[np.isin(runs, runs[seen])] = True
+    again[first] = False
+    hit = np.flatnonzero(bad | again)
+    return int(starts[hit[0]]) if hit.size else 0
+
+
+def _partial_commit_error(exc, name, store, qid, lines, counts, base_id, default_id):
+    """The append error of a chunk, saying what this run committed before it and how to resume."""
+    row = _offending_row(store, qid)
+    where = f" (line {int(lines[row])})" if lines is not None and len(lines) > row else ""
+    if not counts["batches"]:
+        return ValueError(f"{name}{where}: {exc}")
+    resume = f"re-run with --batch-id {base_id} (same --chunk-mb) " if default_id else "re-run "
+    line = f"line {int(lines[row])}" if where else "the offending line"
+    return ValueError(f"{name}{where}: {exc}; committed {counts['rows']:,} rows in {counts['batches']} "
+                      f"batch(es) before it (they stay in the store); {resume}after fixing {line} resumes")
+
+
 def _open_group_target(path, n_features, *, sparse, n_outputs=1, feature_names=None):
     from ..io.group_store import GroupStore
 
@@ -96,7 +126,9 @@ def _ingest_letor(args, src, member, counts):
                                    chunk_bytes=int(args.chunk_mb * 2**20), name=name,
                                    null_value=args.null_value,
                                    max_features=getattr(args, "max_features", 1 << 24))
-            for i, (X, y, qid) in enumerate(chunks):
+            for i, chunk in enumerate(chunks):
+                X, y, qid = chunk
+                lines = chunk.lines
                 if qid is None:
                     raise ValueError(f"{name}: LETOR lines must carry qid: (got a line without it)")
                 stop = False
@@ -105,10 +137,15 @@ def _ingest_letor(args, src, member, counts):
                     ends = np.flatnonzero(qid[cut:] != qid[cut - 1])
                     cut = cut + int(ends[0]) if ends.size else len(qid)
                     X, y, qid = X[:cut], y[:cut], qid[:cut]
+                    lines = None if lines is None else lines[:cut]
                     stop = True
                 if store is None:
                     store, _ = _open_group_target(args.store, X.shape[1], sparse=sparse)
-                done = store.append(X, y, qid, batch_id=f"{base_id}#{i}")
+                try:
+                    done = store.append(X, y, qid, batch_id=f"{base_id}#{i}")
+                except ValueError as exc:
+                    raise _partial_commit_error(exc, name, store, qid, lines, counts, base_id,
+                                                args.batch_id is None) from None
                 counts["rows" if done else "skipped_rows"] += len(y)
                 counts["batches" if done else "skipped"] += 1
                 seen += len(y)

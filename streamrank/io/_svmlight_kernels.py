@@ -155,7 +155,7 @@ def _parse_int(buf, i, n):
 
 @jit
 def parse_svmlight(buf, zero_based, max_index, max_abs, null_value, has_null, qid_mode,
-                   labels, qids, indptr, indices, values, slow):
+                   labels, qids, indptr, indices, values, slow, row_lines):
     """Parse the whole lines of ``buf`` into preallocated CSR arrays.
 
     Parameters
@@ -171,6 +171,7 @@ def parse_svmlight(buf, zero_based, max_index, max_abs, null_value, has_null, qi
     slow : int64 (cap, 4) — numbers off the fast path: (kind, index, start, end)
         with kind 0 a label (index = row), 1 a value (index = nnz position);
         ``start:end`` the token's bytes, for an exact re-parse by the caller.
+    row_lines : int64 (capacity rows) — out: the 0-based line of ``buf`` each row comes from.
 
     Returns
     -------
@@ -214,6 +215,7 @@ def parse_svmlight(buf, zero_based, max_index, max_abs, null_value, has_null, qi
         if not ok:
             return 1, row, nnz, line, line, i, qid_mode, max_col, n_slow
         labels[row] = lab
+        row_lines[row] = line
         if not exact:
             if n_slow < cap_slow:
                 slow[n_slow, 0] = 0

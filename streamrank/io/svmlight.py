@@ -55,12 +55,21 @@ __all__ = ["SvmlightChunk", "iter_svmlight", "read_svmlight", "open_text_bytes",
 DEFAULT_MAX_FEATURES = 1 << 24
 
 
-class SvmlightChunk(NamedTuple):
-    """Rows of whole queries: ``X`` (float32 dense or CSR), ``y`` float64, ``qid`` int64 or None."""
-
+class _Chunk(NamedTuple):
     X: object
     y: np.ndarray
     qid: np.ndarray | None
+
+
+class SvmlightChunk(_Chunk):
+    """Rows of whole queries: ``X`` (float32 dense or CSR), ``y`` float64, ``qid`` int64 or None.
+
+    ``lines`` (an attribute, not a tuple field: ``X, y, qid = chunk`` still
+    unpacks): the 1-based line of the text each row comes from (int64), or
+    None — for messages such as "re-run after fixing line L".
+    """
+
+    lines = None
 
 
 def open_text_bytes(source):
@@ -112,6 +121,7 @@ def _parse(buf_bytes, name, first_line, zero_based, n_features, null_value, qid_
     cap_rows = int(n_nl) + 1
     cap_nnz = int(n_colon)
     labels = np.empty(cap_rows, dtype=np.float64)
+    row_lines = np.empty(cap_rows, dtype=np.int64)
     qids = np.zeros(cap_rows, dtype=np.int64)
     indptr = np.empty(cap_rows + 1, dtype=np.int64)
     indices = np.empty(cap_nnz, dtype=np.int32)
@@ -126,7 +136,7 @@ def _parse(buf_bytes, name, first_line, zero_based, n_features, null_value, qid_
         slow = np.empty((cap_slow, 4), dtype=np.int64)
         status, rows, nnz, n_lines, err_line, err_pos, qid_mode, max_col, n_slow = _k.parse_svmlight(
             buf, bool(zero_based), max_index, float(np.finfo(np.float32).max), float(null_value) if has_null else 0.0, has_null, int(qid_mode),
-            labels, qids, indptr, indices, values, slow)
+            labels, qids, indptr, indices, values, slow, row_lines)
         if status or n_slow <= cap_slow:
             break
         cap_slow = int(n_slow)
@@ -154,7 +164,7 @@ def _parse(buf_bytes, name, first_line, zero_based, n_features, null_value, qid_
         labels[sl[lab_rows, 1]] = exact[lab_rows]
         values[sl[~lab_rows, 1]] = exact[~lab_rows]
     return (labels[:rows], qids[:rows], indptr[:rows + 1], indices[:nnz], values[:nnz],
-            int(n_lines), int(qid_mode), int(max_col))
+            int(n_lines), int(qid_mode), int(max_col), row_lines[:rows] + first_line)
 
 
 def _bare_cr_line_ends(head, eof):
@@ -181,19 +191,20 @@ def _to_X(indptr, indices, values, n_features, dense):
 
 
 def _join(parts):
-    """Concatenate parsed parts (labels, qids, indptr, indices, values)."""
+    """Concatenate parsed parts (labels, qids, indptr, indices, values, lines)."""
     if len(parts) == 1:
         return parts[0]
     lab = np.concatenate([p[0] for p in parts])
     q = np.concatenate([p[1] for p in parts])
     ind = np.concatenate([p[3] for p in parts])
     val = np.concatenate([p[4] for p in parts])
+    lines = np.concatenate([p[5] for p in parts])
     ips = [parts[0][2]]
     off = parts[0][2][-1]
     for p in parts[1:]:
         ips.append(p[2][1:] + off)
         off += p[2][-1]
-    return lab, q, np.concatenate(ips), ind, val
+    return lab, q, np.concatenate(ips), ind, val, lines
 
 
 def iter_svmlight(source, *, n_features: int | None = None, dense: bool = True,
@@ -240,7 +251,7 @@ def iter_svmlight(source, *, n_features: int | None = None, dense: bool = True,
     qid_mode = -1
     line0 = 1
     carry = b""
-    pending = []  # parts (labels, qids, indptr, indices, values) of the last, maybe unfinished, query
+    pending = []  # parts (labels, qids, indptr, indices, values, lines) of the last, maybe unfinished, query
     cr_mode = None  # True: the file's line ends are bare CR (decided at its first line end)
     try:
         eof = False
@@ -272,7 +283,7 @@ def iter_svmlight(source, *, n_features: int | None = None, dense: bool = True,
             if not text and not pending:
                 continue
             if text:
-                lab, q, ip, ind, val, n_lines, mode, max_col = _parse(
+                lab, q, ip, ind, val, n_lines, mode, max_col, lines = _parse(
                     text, fname, line0, zero_based, nf, null_value, qid_mode, inferred=n_features is None,
                     max_features=None if max_features is None else int(max_features))
                 qid_mode = mode
@@ -285,14 +296,15 @@ def iter_svmlight(source, *, n_features: int | None = None, dense: bool = True,
                 ip = np.zeros(1, np.int64)
                 ind = np.zeros(0, np.int32)
                 val = np.zeros(0)
+                lines = np.zeros(0, np.int64)
             if pending:
                 # the rows of the held-back query (in parts: a huge query is joined once, not
                 # re-copied at every chunk)
                 if not eof and len(q) and q[-1] == pending[0][1][0] and np.all(q == q[-1]):
-                    pending.append((lab, q, ip, ind, val))  # the query goes on
+                    pending.append((lab, q, ip, ind, val, lines))  # the query goes on
                     continue
-                pending.append((lab, q, ip, ind, val))
-                lab, q, ip, ind, val = _join(pending)
+                pending.append((lab, q, ip, ind, val, lines))
+                lab, q, ip, ind, val, lines = _join(pending)
                 pending = []
             rows = len(lab)
             if rows == 0:
@@ -302,15 +314,17 @@ def iter_svmlight(source, *, n_features: int | None = None, dense: bool = True,
                 other = np.flatnonzero(q != q[-1])
                 r = int(other[-1]) + 1 if other.size else 0
                 p0 = ip[r]
-                pending = [(lab[r:], q[r:], ip[r:] - p0, ind[p0:], val[p0:])]
-                lab, q, ip, ind, val = lab[:r], q[:r], ip[:r + 1], ind[:p0], val[:p0]
+                pending = [(lab[r:], q[r:], ip[r:] - p0, ind[p0:], val[p0:], lines[r:])]
+                lab, q, ip, ind, val, lines = lab[:r], q[:r], ip[:r + 1], ind[:p0], val[:p0], lines[:r]
                 if r == 0:
                     continue
             if nf is None:
                 raise ValueError(f"{fname}: no feature before line {line0}, so the number of features "
                                  "cannot be inferred; pass n_features")
             X = _to_X(ip, ind, val, nf, dense)
-            yield SvmlightChunk(X, lab, q.copy() if qid_mode == 1 else None)
+            chunk = SvmlightChunk(X, lab, q.copy() if qid_mode == 1 else None)
+            chunk.lines = lines
+            yield chunk
     finally:
         if close:
             f.close()

@@ -218,3 +218,23 @@ def test_two_real_overlapping_nights_never_break_current(tmp_path):
         outcomes.append(sorted(code for code, _, _ in res))
     assert [0, 5] in outcomes, outcomes  # the race window was hit at least once
     print("exit codes per offset:", outcomes)
+
+
+def test_nightly_partial_day_commit_is_reported_with_the_line(tmp_path, capsys):
+    """A qid that recurs in a later chunk of a text day: one line saying what was committed and where."""
+    lines = [f"{i % 3} qid:{1 + i // 4} 1:{i}.5 2:{-i} 3:1 4:0 5:2 6:1" for i in range(40)]
+    lines[30] = lines[30].replace("qid:8", "qid:2")
+    day = tmp_path / "day.txt"
+    day.write_text("\n".join(lines) + "\n")
+    argv = _argv(tmp_path)
+    argv[argv.index("--new") + 1] = str(day)
+    code = nightly.main(argv + ["--chunk-mb", "0.0004"])
+    line = _one_line(capsys.readouterr().err)
+    assert code == 4
+    m = __import__("re").search(r"day\.txt \(line 31\): .*; committed (\d+) rows of this day in (\d+) batch\(es\) "
+                                r"before it \(they stay in the store; a store has no undo\): fix line 31 and "
+                                r"ingest the file from line (\d+) on", line)
+    assert m, line
+    n = int(m.group(1))
+    assert sr.GroupStore.open(tmp_path / "logs.zarr").n_rows == n and int(m.group(3)) == n + 1
+    assert nightly.current_version(tmp_path / "models") is None
