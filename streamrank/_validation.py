@@ -154,56 +154,58 @@ def check_y(y, n_rows: int, name: str = "y", *, n_outputs: int | None = None) ->
 
 
 def check_qid(qid, n_rows: int, name: str = "qid") -> np.ndarray:
-    """Validate query ids: 1-D integers (or integral floats) of length ``n_rows``."""
+    """Validate query ids: one per row, integers (int64 out) or strings/other hashables (object out).
+
+    ``None`` means one global group (all zeros).  See :mod:`streamrank._qid`
+    for what is accepted and how non-integer ids are keyed.
+    """
     if qid is None:
         return np.zeros(n_rows, dtype=np.int64)
-    q = _as_numeric(qid, name)
-    if q.ndim != 1:
-        raise ValueError(f"{name} must be 1-D with one id per row; got shape {q.shape}")
-    if q.shape[0] != n_rows:
-        raise ValueError(f"{name} has {q.shape[0]} rows but X has {n_rows}; lengths must match")
-    if q.dtype.kind == "f":
-        if not np.isfinite(q).all():
-            row = _first_bad_row(q)
-            raise ValueError(f"{name} contains NaN or infinity at row {row}; expected integer ids")
-        frac = q != np.round(q)
-        if frac.any():
-            row = int(np.flatnonzero(frac)[0])
-            raise ValueError(f"{name} must hold integer ids; row {row} is {float(q[row])!r}")
-    if q.dtype.kind == "u" and q.size and q.max() > np.iinfo(np.int64).max:
-        raise ValueError(f"{name} holds ids larger than int64 can represent")
-    if q.dtype.kind == "b":
-        raise TypeError(f"{name} is boolean; expected integer ids")
-    return np.ascontiguousarray(q, dtype=np.int64)
+    from ._qid import as_qid_array
+
+    return as_qid_array(qid, n_rows, name)
 
 
 def group_ptr_from_qid(qid: np.ndarray, name: str = "qid", *, row_offset: int = 0):
     """Group boundaries of contiguous runs of equal ids.
 
     Returns ``(group_ptr, group_qid)`` with ``group_ptr`` int64 of length
-    groups + 1.  Raises ``ValueError`` when an id appears in two separate runs
-    (the rows of a query must be contiguous), naming the row where it reappears.
+    groups + 1 and ``group_qid`` the id of each group (int64, or the original
+    objects for string ids).  Raises ``ValueError`` when an id appears in two
+    separate runs (the rows of a query must be contiguous), naming the row
+    where it reappears.
     """
+    from ._qid import qid_repr
+
     qid = np.asarray(qid)
     n = qid.shape[0]
     if n == 0:
         return np.zeros(1, dtype=np.int64), np.zeros(0, dtype=np.int64)
-    change = np.flatnonzero(qid[1:] != qid[:-1]) + 1
+    integer = qid.dtype.kind in "iuf"
+    change = np.flatnonzero(np.asarray(qid[1:] != qid[:-1], dtype=bool)) + 1
     starts = np.concatenate(([0], change)).astype(np.int64)
-    group_qid = qid[starts].astype(np.int64)
+    group_qid = qid[starts].astype(np.int64) if integer else qid[starts]
     if group_qid.size > 1:
-        order = np.argsort(group_qid, kind="stable")
-        sorted_ids = group_qid[order]
-        dup = np.flatnonzero(sorted_ids[1:] == sorted_ids[:-1])
-        if dup.size:
-            # earliest row at which some id starts a second run
-            second_runs = order[dup + 1]
-            g = int(second_runs.min())
-            bad_id = int(group_qid[g])
-            first = int(starts[np.flatnonzero(group_qid == bad_id)[0]])
+        if integer:
+            order = np.argsort(group_qid, kind="stable")
+            sorted_ids = group_qid[order]
+            dup = np.flatnonzero(sorted_ids[1:] == sorted_ids[:-1])
+            second = int(order[dup + 1].min()) if dup.size else None
+        else:  # exact on the original ids (no hashing): the first run whose id was seen before
+            seen: set = set()
+            second = None
+            for g, v in enumerate(group_qid.tolist()):
+                if v in seen:
+                    second = g
+                    break
+                seen.add(v)
+        if second is not None:
+            g = second
+            bad_id = group_qid[g]
+            first = int(starts[next(i for i in range(g) if group_qid[i] == bad_id)])
             raise ValueError(
-                f"{name} is not contiguous: id {bad_id} appears at row {first + row_offset} and again at "
-                f"row {int(starts[g]) + row_offset} after other ids; the rows of a query must be "
+                f"{name} is not contiguous: id {qid_repr(bad_id)} appears at row {first + row_offset} and "
+                f"again at row {int(starts[g]) + row_offset} after other ids; the rows of a query must be "
                 "contiguous (sort by qid with a stable sort first)"
             )
     group_ptr = np.concatenate((starts, [n])).astype(np.int64)

@@ -108,6 +108,29 @@ class BaseRanker:
                              f"{sorted({s for s in names if names.count(s) > 1})[:3]}")
         self.feature_names_in_ = np.asarray(names, dtype=object)
 
+    def _fit_source(self, X, y, qid, *, reset: bool):
+        """The block source of ``fit``/``partial_fit`` input (arrays, tables, sources).
+
+        A table (DataFrame / Arrow) continuing a fitted model (``reset=False``)
+        has its columns matched to ``feature_names_in_`` by name.
+        """
+        from ._tables import is_table
+        from .io.sources import as_source, table_source
+
+        if is_table(X):
+            order = None if reset else getattr(self, "feature_names_in_", None)
+            return table_source(X, y, qid, feature_order=None if order is None else list(order))
+        return as_source(X, y, qid)
+
+    def _predict_input(self, X):
+        """``predict``'s X: a table's columns taken by name in ``feature_names_in_`` order."""
+        from ._tables import is_table, table_for_predict
+
+        if not is_table(X):
+            return X
+        return table_for_predict(X, getattr(self, "feature_names_in_", None),
+                                 getattr(self, "n_features_in_", None), type(self).__name__)
+
     def _extra_state(self):
         """Feature names and the fitted normalizer, saved beside every learner's own state."""
         attrs, arrays = {}, {}

@@ -425,7 +425,7 @@ def _emit(block, y, pieces, batch_size, rng):
             i, j, g = i[p], j[p], g[p]
         return PairBatch(X_pos=_take(block.X, i), X_neg=_take(block.X, j),
                          rows=np.stack((i + block.start, j + block.start), axis=1).astype(np.int64),
-                         qid=block.qid[g].astype(np.int64), y_diff=(y[i] - y[j]).astype(np.float64))
+                         qid=_ids(block.qid, g), y_diff=(y[i] - y[j]).astype(np.float64))
 
     for i, j, g in pieces:
         while len(i):
@@ -476,3 +476,9 @@ def _eligible(y, local):
         return nonempty
     starts = local[:-1][nonempty]
     return nonempty[np.maximum.reduceat(y, starts) > np.minimum.reduceat(y, starts)]
+
+
+def _ids(qid, g):
+    """Query ids of the pairs: int64, or the original (string) ids as objects."""
+    q = np.asarray(qid)[g]
+    return q.astype(np.int64) if q.dtype.kind in "iuf" else q

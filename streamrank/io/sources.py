@@ -26,6 +26,8 @@ __all__ = ["ArraySource", "DaskSource", "as_source"]
 class ArraySource(BlockSource):
     """Blocks over in-memory ``X`` (ndarray or CSR), ``y`` and ``qid``.
 
+    ``feature_names`` is None, or the column names of the table it was made from.
+
     The arrays are validated once (finite, matching lengths, contiguous
     groups); blocks are views (dense) or row slices (CSR), never copies of the
     whole input.
@@ -45,6 +47,7 @@ class ArraySource(BlockSource):
         self.n_outputs = 1 if y.ndim == 1 else y.shape[1]
         self.sparse = sp.issparse(X)
         self.global_group = qid is None
+        self.feature_names = None
 
     def _group_ptr(self):
         return self._gp
@@ -132,14 +135,42 @@ class DaskSource(BlockSource):
         return y
 
 
+def table_source(X, y, qid=None, *, feature_order=None) -> ArraySource:
+    """An :class:`ArraySource` over a pandas DataFrame / pyarrow Table, with its column names.
+
+    ``y`` and ``qid`` are column names of ``X`` or arrays (:func:`streamrank._tables.split_table`).
+    ``feature_order``: the names a fitted model expects; the columns are
+    reordered to them (a missing or extra column is an error).
+    """
+    from .._tables import split_table
+
+    Xa, y, qid, names = split_table(X, y, qid)
+    if feature_order is not None and names is not None and list(names) != list(feature_order):
+        want = [str(f) for f in feature_order]
+        pos = {c: j for j, c in enumerate(names)}
+        missing = [f for f in want if f not in pos]
+        extra = [c for c in names if c not in set(want)]
+        if missing or extra:
+            raise ValueError(f"X's columns do not match the features the model was fitted with: missing "
+                             f"{missing[:8]}, unexpected {extra[:8]}")
+        Xa = np.ascontiguousarray(Xa[:, [pos[f] for f in want]])
+        names = want
+    src = ArraySource(Xa, y, qid)
+    src.feature_names = names
+    return src
+
+
 def as_source(X, y=None, qid=None) -> BlockSource:
     """Wrap arrays as a block source with the same contract as a GroupStore.
 
     Parameters
     ----------
-    X : ndarray, scipy.sparse matrix, dask array, or an existing BlockSource
-    y : array-like (rows,) or (rows, outputs)
-    qid : array-like (rows,) of integer query ids, or None for one global group
+    X : ndarray, scipy.sparse matrix, dask array, pandas DataFrame, pyarrow Table,
+        or an existing BlockSource.  A table's column names become the source's
+        ``feature_names`` (and so the fitted model's ``feature_names_in_``).
+    y : array-like (rows,) or (rows, outputs), or the name of a column of a table ``X``
+    qid : array-like (rows,) of query ids (integers, strings or other hashables), the name
+        of a column of a table ``X``, or None for one global group
 
     Examples
     --------
@@ -152,6 +183,10 @@ def as_source(X, y=None, qid=None) -> BlockSource:
         if y is not None or qid is not None:
             raise TypeError("as_source(source) takes no y or qid")
         return X
+    from .._tables import is_table
+
+    if is_table(X):
+        return table_source(X, y, qid)
     if y is None:
         raise TypeError("as_source(X, y, qid) needs y (one score per row)")
     if is_dask(X) or is_dask(y) or is_dask(qid):

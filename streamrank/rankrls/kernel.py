@@ -52,6 +52,7 @@ import scipy.linalg as la
 import scipy.sparse as sp
 
 from .._defaults import check_alphas
+from .._qid import qid_keys
 from .._validation import (
     check_alpha,
     check_n_features,
@@ -184,9 +185,11 @@ class KernelRankRLS(BaseRanker):
                                  "do not pass y or qid")
             source = X
         else:
+            from .._tables import is_table
+
             if y is None:
                 raise ValueError("fit(X, y, qid): y is required when X is an array")
-            source = None
+            source = self._fit_source(X, y, qid, reset=True) if is_table(X) else None
         for attr in _FITTED_STATE:
             if hasattr(self, attr):
                 delattr(self, attr)
@@ -321,7 +324,7 @@ class KernelRankRLS(BaseRanker):
     def predict(self, X):
         """Scores f(x) = k(x, basis_) A for every row of X (processed in row chunks)."""
         self._check_fitted("dual_coef_")
-        X = check_X(X, "X", n_features=self.n_features_in_)
+        X = check_X(self._predict_input(X), "X", n_features=self.n_features_in_)
         if getattr(self, "normalizer_", None) is not None:
             X = self.normalizer_.transform(X)
         A = self.dual_coef_
@@ -640,7 +643,7 @@ class KernelRankRLS(BaseRanker):
         if self._mode == "dual":
             arrays["train_y"] = np.asarray(self._Y, dtype=np.float64)
             arrays["train_group_ptr"] = np.asarray(self._group_ptr, dtype=np.int64)
-            arrays["train_group_qid"] = np.asarray(self._group_qid, dtype=np.int64)
+            arrays["train_group_qid"] = qid_keys(self._group_qid)  # folds need only the keys
         elif self._mode == "sparse":
             arrays["stats_G"], arrays["stats_B"] = self._sparse_stats
             attrs["max_rows"] = int(self._max_rows)

@@ -36,7 +36,12 @@ PRIMAL_MAX_FEATURES = 4096
 SOLVERS = ("auto", "primal", "cg")
 
 
-def _source_of(X, y, qid):
+def _source_of(X, y, qid, model=None, reset=True):
+    if model is not None:
+        from .._tables import is_table
+
+        if is_table(X):
+            return model._fit_source(X, y, qid, reset=reset)
     if isinstance(X, BlockSource):
         if y is not None or qid is not None:
             raise TypeError("fit(source) takes no y or qid: the source carries them")
@@ -226,7 +231,7 @@ class RankRLS(BaseRanker):
         (default: the store's feature names, if any) for :func:`streamrank.export`.
         """
         self._check_params()
-        source = _source_of(X, y, qid)
+        source = _source_of(X, y, qid, self)
         self._check_source(source)
         self._set_feature_names(source.n_features, feature_names, source)
         for attr in ("coef_", "stats_", "fold_stats_", "n_iter_", "_eigen"):
@@ -272,7 +277,7 @@ class RankRLS(BaseRanker):
         updated too (folds are a hash of the query id).
         """
         self._check_params()
-        source = _source_of(X, y, qid)
+        source = _source_of(X, y, qid, self, reset=not hasattr(self, "stats_"))
         self._check_source(source)
         if not hasattr(self, "stats_"):
             if hasattr(self, "coef_"):
@@ -316,8 +321,12 @@ class RankRLS(BaseRanker):
 
     # ------------------------------------------------------------- predict
     def predict(self, X):
-        """Scores ``X @ coef_``: (rows,) or (rows, n_outputs); dask in -> dask out."""
+        """Scores ``X @ coef_``: (rows,) or (rows, n_outputs); dask in -> dask out.
+
+        A DataFrame / Arrow table has its columns matched to ``feature_names_in_`` by name.
+        """
         self._check_fitted()
+        X = self._predict_input(X)
         W = self.coef_
         if is_dask(X) and getattr(self, "normalizer_", None) is not None:
             Ws, c = self.normalizer_.fold(W)
@@ -500,7 +509,7 @@ class RankRLS(BaseRanker):
 
 
 def _source_y_1d(source, y) -> bool:
-    if y is not None:
+    if y is not None and not isinstance(y, str):  # a str is a table's label column: 1-D
         return np.ndim(y) == 1
     return source.n_outputs == 1 and getattr(source, "y_ndim", 1) == 1
 

@@ -54,8 +54,13 @@ def check_folds(folds, n_groups: int) -> int:
 
 
 def fold_of(qid, n_folds: int) -> np.ndarray:
-    """Fold of each query id: splitmix64(qid) mod n_folds (stable across runs and increments)."""
-    z = np.asarray(qid, dtype=np.int64).astype(np.uint64)
+    """Fold of each query id: splitmix64(key) mod n_folds (stable across runs and increments).
+
+    The key of an integer id is the id; of a string, its BLAKE2b key (:mod:`streamrank._qid`).
+    """
+    from .._qid import qid_keys
+
+    z = qid_keys(qid).astype(np.uint64)
     with np.errstate(over="ignore"):
         z = z + np.uint64(0x9E3779B97F4A7C15)
         z = (z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)

@@ -29,6 +29,7 @@ import numpy as np
 import scipy.linalg as la
 import scipy.sparse as sp
 
+from .._qid import qid_repr
 from .._validation import check_alpha, check_qid, check_X, check_y, group_ptr_from_qid
 from ..base import BaseRanker
 from ..io.blocks import vstack_X
@@ -81,7 +82,7 @@ class TransductiveRankRLS(BaseRanker):
         qu = check_qid(qid_unlab, mu, "qid_unlab")
         common = np.intersect1d(ql, qu)
         if common.size:
-            raise ValueError(f"qid_unlab reuses query id {int(common[0])} of qid_lab; labelled and "
+            raise ValueError(f"qid_unlab reuses query id {qid_repr(common[0])} of qid_lab; labelled and "
                              "unlabelled rows must belong to different queries")
         group_ptr_from_qid(ql, "qid_lab")
         group_ptr_from_qid(qu, "qid_unlab")
@@ -138,7 +139,7 @@ class TransductiveRankRLS(BaseRanker):
     def predict(self, X):
         """Scores of new rows under the model trained on all rows with Ŷ filled in."""
         self._check_fitted("dual_coef_")
-        X = check_X(X, "X", n_features=self.n_features_in_)
+        X = check_X(self._predict_input(X), "X", n_features=self.n_features_in_)
         spec = check_kernel(self.kernel, self.gamma, self.degree, self.coef0)
         return kernel_rows(spec, X, self.basis_, self.dual_coef_)
 

@@ -193,10 +193,9 @@ class PairwiseSGDRanker(BaseRanker):
         ``qid=None``: the batch is one group.  Continues t and the shrinkage state.
         """
         from ..io.pairs import pairs_from_groups
-        from ..io.sources import as_source
 
         self._params()
-        src = as_source(X, y, qid)
+        src = self._fit_source(X, y, qid, reset=getattr(self, "_v", None) is None)
         if src.n_rows == 0:
             raise ValueError("empty batch: X has 0 rows; at least two rows of one group are needed")
         nf = getattr(self, "n_features_in_", None)
@@ -224,10 +223,9 @@ class PairwiseSGDRanker(BaseRanker):
         names of the columns, kept as ``feature_names_in_`` (default: the store's).
         """
         from ..io.pairs import pairs_from_groups
-        from ..io.sources import as_source
 
         self._params()
-        src = as_source(source, y, qid)  # a BlockSource passes through (a dask array has .blocks too)
+        src = self._fit_source(source, y, qid, reset=True)  # a BlockSource passes through (a dask array has .blocks too)
         if src.n_rows == 0:
             raise ValueError("empty input: X has 0 rows; at least two rows of one group are needed")
         self._v = None
@@ -262,7 +260,7 @@ class PairwiseSGDRanker(BaseRanker):
         from .._validation import check_X
 
         self._fitted()
-        X = check_X(X, "X", n_features=self.n_features_in_)
+        X = check_X(self._predict_input(X), "X", n_features=self.n_features_in_)
         norm = getattr(self, "normalizer_", None)
         if norm is not None:   # Σ w (x − o)/s = x·(w/s) − o·(w/s): sparse rows stay sparse
             w, c = norm.fold(self.coef_)

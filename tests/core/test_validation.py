@@ -78,8 +78,10 @@ def test_check_qid():
         check_qid([1.0, 1.5, 2.0], 3)
     with pytest.raises(ValueError, match="qid has 2 rows but X has 3"):
         check_qid([1, 2], 3)
+    # issue 18: string ids are query ids too (kept as given); dates are not
+    assert list(check_qid(np.array(["a", "b"]), 2)) == ["a", "b"]
     with pytest.raises(TypeError, match="qid has dtype"):
-        check_qid(np.array(["a", "b"]), 2)
+        check_qid(np.array(["2024-01-01", "2024-01-02"], dtype="datetime64[D]"), 2)
 
 
 def test_group_ptr_from_qid_runs_and_noncontiguous_error():
