@@ -92,8 +92,10 @@ Examples
 0.5
 >>> sr.metrics.ndcg(y, s, qid, k=[1, 3])
 {1: 0.5, 3: 0.75}
->>> sr.metrics.mean_average_precision([1, 0, 0], [1.0, 1.0, 1.0])   # expected AP of a random order
-0.611111111111111
+>>> round(sr.metrics.mean_average_precision([1, 0, 0], [1.0, 1.0, 1.0]), 4)   # (1 + 1/2 + 1/3) / 3
+0.6111
+>>> sr.metrics.precision([1, 0, 0], [1.0, 1.0, 1.0], k=1, ties="trec", doc_ids=["c", "b", "a"])
+1.0
 """
 from __future__ import annotations
 
