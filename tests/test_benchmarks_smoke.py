@@ -138,3 +138,10 @@ def test_nightly_ingest_smoke(capsys):
 def test_distributed_cg_ties_smoke(capsys):
     out = _run("distributed_cg_ties", ["--smoke"], capsys)
     assert "distributed" in out, out
+
+
+def test_metrics_vs_trec_eval_smoke(capsys):
+    pytest.importorskip("pytrec_eval")
+    out = _run("metrics_vs_trec_eval", ["--smoke"], capsys)
+    assert "streamrank ties='trec'" in out and "pytrec_eval" in out
+    assert "largest per-query difference from trec_eval over 8 measures: 0.0e+00" in out

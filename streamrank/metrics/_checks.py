@@ -127,31 +127,50 @@ def check_doc_ids(doc_ids, n):
     return d
 
 
+def _byte_words(ids):
+    """Doc ids as rows of uint64 words, compared row by row in ``strcmp`` order.
+
+    Text ids (numpy ``U``: UCS-4 code points) pack two code points a word --
+    code-point order is the byte order of their UTF-8 encoding, which is what
+    trec_eval's ``strcmp`` compares; byte ids (``S``) pack eight bytes a word,
+    big-endian.  Padding is 0, so an id that is a prefix of another sorts
+    first, as its terminating NUL does.
+    """
+    ids = np.ascontiguousarray(ids)
+    n = ids.shape[0]
+    if ids.dtype.kind == "U":
+        width = max(ids.dtype.itemsize // 4, 1)
+        cps = np.zeros((n, width + width % 2), dtype=np.uint64)
+        if n and ids.dtype.itemsize:
+            cps[:, :width] = ids.view(np.uint32).reshape(n, width)
+        return np.ascontiguousarray((cps[:, 0::2] << np.uint64(32)) | cps[:, 1::2])
+    width = max(ids.dtype.itemsize, 1)
+    buf = np.zeros((n, -(-width // 8) * 8), dtype=np.uint8)
+    if n and ids.dtype.itemsize:
+        buf[:, :width] = ids.view(np.uint8).reshape(n, width)
+    return np.ascontiguousarray(buf.view(">u8").astype(np.uint64))
+
+
 def trec_scores(s, gp, doc_ids, group_qid=None):
     """Distinct scores that order each group as trec_eval does.
 
     trec_eval (``form_res_rels.c``, ``comp_sim_docno``) sorts a query's
     results by score descending and breaks ties by document id descending
-    (``strcmp``; for UTF-8 text that is code-point order, which numpy's
-    string comparison follows).  The rank-input column of a run file plays no
-    part.  Returns float64 ranks, higher = earlier; raises on a document id
-    that appears twice in a query (trec_eval refuses such a run too).
+    (``strcmp`` of the ids' bytes; ids that are not strings are compared as
+    their ``str``).  The rank column of a run file plays no part.  Returns
+    float64 ranks, higher = earlier; raises on a document id that appears
+    twice in a query (trec_eval refuses such a run too).
     """
-    n = s.shape[0]
-    ids = doc_ids.astype(str) if doc_ids.dtype.kind not in "US" else doc_ids
-    _, id_rank = np.unique(ids, return_inverse=True)
-    gidx = np.repeat(np.arange(len(gp) - 1), np.diff(gp))
-    by_doc = np.lexsort((id_rank, gidx))
-    dup = np.flatnonzero((gidx[by_doc][1:] == gidx[by_doc][:-1]) & (id_rank[by_doc][1:] == id_rank[by_doc][:-1]))
-    if dup.size:
-        row = int(by_doc[dup[0]])
-        g = int(gidx[row])
+    from . import _kernels
+
+    ids = doc_ids if doc_ids.dtype.kind in "US" else doc_ids.astype(str)
+    out = np.empty(s.shape[0], dtype=np.float64)
+    row = _kernels.trec_rank_groups(s, _byte_words(ids), gp, out)
+    if row >= 0:
+        g = int(np.searchsorted(gp, row, side="right") - 1)
         q = group_qid[g] if group_qid is not None else g
         raise ValueError(f"document id {ids[row]!r} appears twice in query {q}; "
                          "ties='trec' needs distinct doc_ids within a query")
-    order = np.lexsort((id_rank, s, gidx))
-    out = np.empty(n, dtype=np.float64)
-    out[order] = np.arange(n, dtype=np.float64)
     return out
 
 

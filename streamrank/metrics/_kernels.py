@@ -27,7 +27,7 @@ import numpy as np
 
 from .._numba import jit
 
-__all__ = ["ndcg_groups", "err_groups", "average_precision_groups", "hits_groups",
+__all__ = ["trec_rank_groups", "ndcg_groups", "err_groups", "average_precision_groups", "hits_groups",
            "reciprocal_rank_groups", "cindex_group", "cindex_groups", "auc_counts"]
 
 
@@ -297,6 +297,46 @@ def reciprocal_rank_groups(y, s, gp, ks, out):
                     out[g, j] = total
                 break
             a = b
+
+
+@jit
+def trec_rank_groups(s, words, gp, out):
+    """trec_eval's order in every group as distinct float ranks (higher = earlier).
+
+    Score descending, ties by document id descending, the ids given as rows
+    of big-endian words of their bytes (``strcmp`` order).  Within a group
+    the rows are sorted by id (one stable pass per word, least significant
+    first), then stably by score.  Returns the first row whose id repeats
+    within its group, or -1.
+    """
+    n_groups = gp.shape[0] - 1
+    n_words = words.shape[1]
+    for g in range(n_groups):
+        lo = gp[g]
+        n = gp[g + 1] - lo
+        if n == 0:
+            continue
+        order = np.arange(n)
+        key = np.empty(n, dtype=np.uint64)
+        for j in range(n_words - 1, -1, -1):
+            for t in range(n):
+                key[t] = ~words[lo + order[t], j]          # descending id
+            order = order[np.argsort(key, kind="mergesort")]
+        for t in range(1, n):
+            same = True
+            for j in range(n_words):
+                if words[lo + order[t], j] != words[lo + order[t - 1], j]:
+                    same = False
+                    break
+            if same:
+                return lo + order[t]
+        sk = np.empty(n)
+        for t in range(n):
+            sk[t] = -s[lo + order[t]]
+        order = order[np.argsort(sk, kind="mergesort")]
+        for t in range(n):
+            out[lo + order[t]] = float(n - t)
+    return -1
 
 
 @jit
