@@ -6,7 +6,7 @@
     streamrank info     PATH
     streamrank fit      --store PATH --model OUT --learner LEARNER [options] [--alpha A | --alphas GRID --cv K]
     streamrank evaluate --model M --store PATH [--metrics ndcg@10,disagreement,map,auc]
-    streamrank predict  --model M --store PATH --out SCORES.npy|SCORES.zarr
+    streamrank predict  --model M --store PATH --out SCORES.npy|SCORES.zarr [--run RUN.trec]
     streamrank export   --model M --format onnx|opensearch|elasticsearch|solr|json --out PATH
     streamrank cv       --store PATH --learner LEARNER --alphas GRID --folds K|query
     streamrank plot     --model M --out PNG

@@ -52,7 +52,8 @@ from the learner's statistics (rankrls, kernel, sparse-kernel only).""",
   streamrank evaluate --run run.txt --qrels qrels.txt --metrics ndcg@10,map,p@10 --gain linear --empty zero""",
     "predict": """examples:
   streamrank predict --model m.zarr --store test.zarr --out scores.npy
-  streamrank predict --model m.zarr --store test.zarr --out scores.zarr   # + qid, group_ptr""",
+  streamrank predict --model m.zarr --store test.zarr --out scores.zarr   # + qid, group_ptr
+  streamrank predict --model m.zarr --store test.zarr --run run.trec      # TREC run (qid Q0 docid rank score tag)""",
     "export": """examples:
   streamrank export --model m.zarr --format opensearch --out m.json --name mq2008_rankrls
   streamrank export --model m.zarr --format solr --out m.json --feature-names @features.txt
@@ -173,6 +174,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--limit", type=int, default=None, metavar="N", help="stop after about N rows (whole queries)")
     p.add_argument("--chunk-mb", type=float, default=8.0, help="text parsed per append (MB, default 8)")
     p.add_argument("--null-value", type=float, default=None, help="value for NULL features (LETOR 3.0)")
+    p.add_argument("--docids", action="store_true",
+                   help="keep each line's '#docid = ID' comment as its document id (new stores; LETOR text): "
+                        "predict --run names documents by them")
     p.add_argument("--max-rows", type=int, default=DEFAULT_MAX_ROWS, help="rows per append when copying a store")
     _common(p)
     p.set_defaults(func=cmd_ingest)
@@ -226,7 +230,12 @@ def build_parser() -> argparse.ArgumentParser:
                        formatter_class=fmt, description="Scores in store row order, float64, written atomically.")
     p.add_argument("--model", required=True, metavar="M")
     p.add_argument("--store", required=True)
-    p.add_argument("--out", required=True, metavar="SCORES", help="SCORES.npy or SCORES.zarr")
+    p.add_argument("--out", default=None, metavar="SCORES", help="SCORES.npy or SCORES.zarr")
+    p.add_argument("--run", default=None, metavar="RUN",
+                   help="also (or instead) write a TREC run file: qid Q0 docid rank score tag, doc ids from the "
+                        "store (ingest --docids) or row<N>")
+    p.add_argument("--run-tag", default="streamrank", metavar="TAG", help="the run's tag column (default streamrank)")
+    p.add_argument("--output", type=int, default=0, help="--run: score column of a multi-output model")
     p.add_argument("--max-rows", type=int, default=DEFAULT_MAX_ROWS)
     _common(p)
     p.set_defaults(func=cmd_predict)

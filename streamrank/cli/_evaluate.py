@@ -122,6 +122,10 @@ def _check_features(model, store):
 
 
 def cmd_predict(args) -> int:
+    if args.out is None and getattr(args, "run", None) is None:
+        raise UsageError("predict needs --out SCORES.npy|SCORES.zarr and/or --run RUN.trec")
+    if args.out is None:
+        return _predict_run(args, _load_model(args.model))
     out = Path(args.out)
     if out.suffix not in (".npy", ".zarr"):
         raise UsageError(f"--out must end with .npy or .zarr, got {args.out!r}")
@@ -185,4 +189,23 @@ def cmd_predict(args) -> int:
             else:
                 tmp.unlink()
     _say(args, f"wrote {n:,} scores{' (score_pos, score_neg per tuple)' if tuples else ''} to {out}")
+    if getattr(args, "run", None) is not None:
+        return _predict_run(args, model)
+    return EXIT_OK
+
+
+def _predict_run(args, model) -> int:
+    """``--run``: the TREC run file of the store's queries (:mod:`streamrank.cli._run`)."""
+    from ._common import Unsupported
+    from ._run import write_run
+
+    if _kind_of(args.store) == "tuple" or type(model).__name__ == "SparseSGDRanker":
+        raise Unsupported("--run ranks the rows of a scored-group store; a tuple store has no queries to rank")
+    store = _open_store(args.store, want="group")
+    _check_features(model, store)
+    with _progress(args, store.n_rows, unit="rows", desc="run") as bar:
+        n = write_run(args.run, model, store, max_rows=args.max_rows, tag=args.run_tag,
+                      output=getattr(args, "output", 0), progress=bar)
+    ids = "doc ids from the store" if store.has_docids else "row numbers as doc ids (store without doc ids)"
+    _say(args, f"wrote a run of {n:,} lines ({store.n_groups:,} queries; {ids}) to {args.run}")
     return EXIT_OK

@@ -70,7 +70,7 @@ def _partial_commit_error(exc, name, store, qid, lines, counts, base_id, default
                       f"batch(es) before it (they stay in the store); {resume}after fixing {line} resumes")
 
 
-def _open_group_target(path, n_features, *, sparse, n_outputs=1, feature_names=None):
+def _open_group_target(path, n_features, *, sparse, n_outputs=1, feature_names=None, docids=False):
     from ..io.group_store import GroupStore
 
     p = Path(path)
@@ -83,10 +83,12 @@ def _open_group_target(path, n_features, *, sparse, n_outputs=1, feature_names=N
     if p.exists() and (p.is_file() or any(p.iterdir())):
         raise FileExistsError(f"{p} exists and is not a streamrank store; choose another --store")
     return GroupStore.create(p, n_features, sparse=sparse, n_outputs=n_outputs,
-                             feature_names=feature_names, overwrite=p.exists()), True
+                             feature_names=feature_names, overwrite=p.exists(), docids=docids), True
 
 
 def _ingest_letor(args, src, member, counts):
+    from ..io.docids import take_docids
+
     import tarfile
 
     from ..io.svmlight import iter_svmlight, open_text_bytes
@@ -97,6 +99,7 @@ def _ingest_letor(args, src, member, counts):
                                       sparse=args.sparse)
     n_features = store.n_features if store is not None else args.features
     sparse = store.sparse if store is not None else args.sparse
+    ids = _docid_stream(args, store, src, member)   # doc ids (streamrank.io.docids), or None
     tf = None
     close = True
     if member is not None or src.endswith((".tar.gz", ".tgz", ".tar", ".tar.bz2", ".tar.xz")):
@@ -140,9 +143,10 @@ def _ingest_letor(args, src, member, counts):
                     lines = None if lines is None else lines[:cut]
                     stop = True
                 if store is None:
-                    store, _ = _open_group_target(args.store, X.shape[1], sparse=sparse)
+                    store, _ = _open_group_target(args.store, X.shape[1], sparse=sparse, docids=ids is not None)
+                docid = None if ids is None else take_docids(ids, qid, name)
                 try:
-                    done = store.append(X, y, qid, batch_id=f"{base_id}#{i}")
+                    done = store.append(X, y, qid, batch_id=f"{base_id}#{i}", docid=docid)
                 except ValueError as exc:
                     raise _partial_commit_error(exc, name, store, qid, lines, counts, base_id,
                                                 args.batch_id is None) from None
@@ -162,10 +166,33 @@ def _ingest_letor(args, src, member, counts):
             f.close()
         if tf is not None:
             tf.close()
+        if ids is not None:
+            ids.close()
     if store is None:
         if n_features is None:
             raise ValueError(f"{name}: no data lines (and --features not given); nothing to ingest")
-        _open_group_target(args.store, n_features, sparse=sparse)
+        _open_group_target(args.store, n_features, sparse=sparse, docids=ids is not None)
+
+
+def _docid_stream(args, store, src, member):
+    """LETOR doc ids read beside the parser (a second reader of the same text), when kept.
+
+    A new store keeps them with ``--docids``; a store created with doc ids
+    needs them on every append.
+    """
+    from ..io.docids import iter_letor_docids, open_text_source
+
+    keep = store.has_docids if store is not None else bool(getattr(args, "docids", False))
+    if store is not None and getattr(args, "docids", False) and not store.has_docids:
+        raise ValueError(f"--docids: the store {args.store} was created without document ids; "
+                         "ingest into a new store to keep them")
+    if not keep:
+        return None
+
+    def gen():
+        with open_text_source(src, member) as fh:
+            yield from iter_letor_docids(fh)
+    return gen()
 
 
 def _ingest_npz(args, src, counts):

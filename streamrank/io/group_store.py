@@ -37,6 +37,7 @@ from .._validation import check_qid, check_X, check_y, group_ptr_from_qid
 from ._chunk_files import ChunkFileDecoder
 from ._row_chunks import RowChunkReader
 from .blocks import BlockSource
+from .docids import DOCID_ARRAYS, append_docids, check_docids, create_docid_arrays, hash_docids, read_docids
 from .schema import (
     FORMAT_VERSION,
     GROUP_ARRAYS_DENSE,
@@ -142,7 +143,8 @@ class GroupStore(BlockSource):
 
     @classmethod
     def create(cls, path, n_features: int, *, sparse: bool = False, n_outputs: int = 1,
-               overwrite: bool = False, feature_names=None, chunk_rows: int | None = None):
+               overwrite: bool = False, feature_names=None, chunk_rows: int | None = None,
+               docids: bool = False):
         """Create an empty store and return it opened for appending.
 
         Parameters
@@ -161,6 +163,9 @@ class GroupStore(BlockSource):
         feature_names : sequence of str, optional
         chunk_rows : int, optional
             Rows per chunk of ``X`` and ``y`` (default: about 4 MiB of dense ``X``).
+        docids : bool
+            Keep one document id (a string) per row: every append then takes
+            ``docid=`` (:mod:`streamrank.io.docids`; run files name documents by them).
         """
         import zarr
 
@@ -197,6 +202,8 @@ class GroupStore(BlockSource):
         gp[:] = np.zeros(1, dtype=np.int64)
         root.create_array("qid", shape=(0,), chunks=(_GROUP_CHUNK,), dtype="int64",
                           compressors=compressors(8), fill_value=0)
+        if docids:
+            create_docid_arrays(root, compressors)
         attrs = {
             "format": GROUP_FORMAT,
             "format_version": FORMAT_VERSION,
@@ -208,6 +215,9 @@ class GroupStore(BlockSource):
             "committed": {"rows": 0, "groups": 0, "nnz": 0},
             "log": [],
         }
+        if docids:
+            attrs["docids"] = True
+            attrs["committed"]["docid_bytes"] = 0
         write_attrs(p, attrs)  # last: a store without it is not a store
         return cls(p, "a", _token=_PRIVATE)
 
@@ -228,12 +238,16 @@ class GroupStore(BlockSource):
             self.sparse = bool(attrs["sparse"])
             c = attrs["committed"]
             self._rows, self._groups, self._nnz = int(c["rows"]), int(c["groups"]), int(c["nnz"])
+            self.has_docids = attrs.get("docids", False) is True
+            self._docid_bytes = int(c["docid_bytes"]) if self.has_docids else 0
         except (KeyError, TypeError, ValueError) as exc:
             raise StoreFormatError(f"{Path(self.path) / 'zarr.json'}: corrupt metadata "
                                    f"(attribute {exc} missing or invalid)") from exc
         store = zarr.storage.LocalStore(self.path, read_only=(self.mode == "r"))
         self._root = zarr.open_group(store=store, mode="r" if self.mode == "r" else "r+")
         spec = GROUP_ARRAYS_SPARSE if self.sparse else GROUP_ARRAYS_DENSE
+        if self.has_docids:
+            spec = {**spec, **DOCID_ARRAYS}
         self._arrays = {}
         for name, (dtype, ndim) in spec.items():
             try:
@@ -309,6 +323,8 @@ class GroupStore(BlockSource):
             need.update({"X/indptr": rows + 1, "X/indices": nnz, "X/data": nnz})
         else:
             need["X"] = rows
+        if self.has_docids:   # called with the committed counts: the committed id bytes
+            need.update({"docid/offsets": rows + 1, "docid/bytes": self._docid_bytes})
         return need
 
     def refresh(self):
@@ -438,7 +454,7 @@ class GroupStore(BlockSource):
         return X, self._y_rows.read(r0, r1, self._rows)
 
     # ----------------------------------------------------------------- append
-    def append(self, X, y, qid, *, batch_id=None) -> bool:
+    def append(self, X, y, qid, *, batch_id=None, docid=None) -> bool:
         """Append whole query groups; atomic and idempotent.
 
         Parameters
@@ -457,6 +473,9 @@ class GroupStore(BlockSource):
         batch_id : str, optional
             Identifier of the batch.  If the log already holds it, nothing is
             written and False is returned.
+        docid : sequence of str, optional
+            One document id per row; required by (and only by) a store
+            created with ``docids=True``.
 
         Returns
         -------
@@ -476,8 +495,9 @@ class GroupStore(BlockSource):
                 logger.info("GroupStore %s: batch %r is already committed; skipped", self.path, batch_id)
                 return False
             X, y, gp, gq = self._validate(X, y, qid)
+            ids = self._validate_docids(docid, X.shape[0])
             self.repair()
-            self._write(X, y, gp, gq, batch_id)
+            self._write(X, y, gp, gq, batch_id, ids)
         return True
 
     def _validate(self, X, y, qid):
@@ -515,6 +535,25 @@ class GroupStore(BlockSource):
                 raise ValueError(f"X has column indices outside [0, {self.n_features})")
         return X, y, gp, gq
 
+    def _validate_docids(self, docid, n_rows):
+        if not self.has_docids:
+            if docid is not None:
+                raise ValueError(f"docid given, but the store at {self.path} keeps no document ids "
+                                 "(create it with docids=True)")
+            return None
+        if docid is None:
+            raise ValueError(f"the store at {self.path} keeps one document id per row: pass docid=")
+        return check_docids(docid, n_rows)
+
+    def docids(self, r0: int = 0, r1: int | None = None) -> list:
+        """Document ids of committed rows r0:r1 (a store created with ``docids=True``)."""
+        if not self.has_docids:
+            raise ValueError(f"the store at {self.path} keeps no document ids")
+        r1 = self._rows if r1 is None else int(r1)
+        if not 0 <= int(r0) <= r1 <= self._rows:
+            raise IndexError(f"rows {r0}:{r1} outside the store's {self._rows} committed rows")
+        return read_docids(self._arrays, int(r0), r1, self._docid_bytes, self.path)
+
     def repair(self) -> int:
         """Cut a torn tail back to the committed counts; return the number of fixes.
 
@@ -529,7 +568,7 @@ class GroupStore(BlockSource):
                            "its last commit (%d rows)", self.path, fixes, self._rows)
         return fixes
 
-    def _write(self, X, y, gp, gq, batch_id):
+    def _write(self, X, y, gp, gq, batch_id, ids=None):
         m0, q0, z0 = self._rows, self._groups, self._nnz
         k, g = X.shape[0], len(gq)
         m1, q1 = m0 + k, q0 + g
@@ -557,13 +596,18 @@ class GroupStore(BlockSource):
             a["qid"][q0:q1] = gq
         attrs = dict(self._attrs)
         attrs["committed"] = {"rows": m1, "groups": q1, "nnz": z1}
-        attrs["log"] = list(attrs["log"]) + [{
-            "batch_id": batch_id, "rows": [m0, m1], "groups": [q0, q1], "nnz": [z0, z1],
-            "time": _now(), "checksum": h.hexdigest(),
-        }]
+        entry = {"batch_id": batch_id, "rows": [m0, m1], "groups": [q0, q1], "nnz": [z0, z1]}
+        if self.has_docids:
+            b0 = self._docid_bytes
+            b1 = append_docids(a, *ids, m0, b0, h)
+            attrs["committed"]["docid_bytes"] = b1
+            entry["docid_bytes"] = [b0, b1]
+        attrs["log"] = list(attrs["log"]) + [{**entry, "time": _now(), "checksum": h.hexdigest()}]
         write_attrs(self.path, attrs)  # the commit point
         self._attrs = attrs
         self._rows, self._groups, self._nnz = m1, q1, z1
+        if self.has_docids:
+            self._docid_bytes = int(attrs["committed"]["docid_bytes"])
         self._gp_all = np.concatenate((self._gp_all, m0 + gp[1:]))
         self._qid_all = np.concatenate((self._qid_all, gq))
         self._group_ptr_cache = None
@@ -618,6 +662,9 @@ class GroupStore(BlockSource):
                 h.update("y", np.zeros(0))
             h.update("group_size", np.diff(self._gp_all[g0 : g1 + 1]))
             h.update("qid", self._qid_all[g0:g1])
+            if self.has_docids:
+                ids = self.docids(r0, r1)
+                hash_docids(h, *check_docids(ids, r1 - r0))
             if self.sparse and r1 > r0 and int(self._indptr[r0]) != e["nnz"][0]:
                 raise StoreFormatError(f"{self.path}: 'X/indptr' disagrees with the log at batch "
                                        f"{e.get('batch_id')!r}")

@@ -121,3 +121,18 @@ def test_callable_kernel_is_refused_by_every_format(mq2008, tmp_path):
     for fmt in ("onnx", "json", "opensearch"):
         with pytest.raises(CannotExport, match="callable kernel"):
             sr.export(model, tmp_path / "c.x", format=fmt)
+
+
+def test_transductive_rankrls_onnx_and_json(mq2008, tmp_path):
+    Xtr, ytr, qtr, Xte, _, qte = mq2008
+    cut = int(np.flatnonzero(qtr != qtr[300])[np.flatnonzero(qtr != qtr[300]) > 300][0])   # a query boundary
+    lab, unl = slice(0, cut), slice(cut, cut + 200)
+    model = sr.TransductiveRankRLS(kernel="rbf", gamma=0.05, alpha=1.0)
+    model.fit_predict(Xtr[lab], ytr[lab], qtr[lab], Xtr[unl], qtr[unl])
+    expected = model.predict(Xte)
+    sr.export(model, tmp_path / "t.onnx", format="onnx")
+    assert_serves_like_predict(_onnx_scores(tmp_path / "t.onnx", X=Xte), expected, qte)
+    sr.export(model, tmp_path / "t.json", format="json", feature_names=NAMES)
+    doc = json.loads((tmp_path / "t.json").read_text())
+    assert doc["class"] == "TransductiveRankRLS" and doc["feature_names"] == NAMES
+    assert_serves_like_predict(score_json_model(doc, Xte), expected, qte)

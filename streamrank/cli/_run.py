@@ -1,0 +1,69 @@
+"""``streamrank predict --run OUT``: a TREC run file of a model's scores on a store.
+
+One line per row, queries in store order, rows of a query by decreasing score::
+
+    qid Q0 docid rank score tag
+
+``docid`` is the row's document id when the store keeps them (``ingest
+--docids``: LETOR's ``#docid = ...`` comments), else ``row<N>`` with N the
+store row; ``rank`` counts from 1 (ties in store row order; trec_eval itself
+re-sorts by score and breaks ties by doc id); ``score`` is the float64 score
+written with 17 significant digits.  The file is written to a temporary
+sibling and renamed, so a reader never sees half a run.
+"""
+from __future__ import annotations
+
+import os
+import re
+import tempfile
+from pathlib import Path
+
+import numpy as np
+
+_TAG = re.compile(r"^\S+$")
+
+
+def check_tag(tag: str) -> str:
+    if not _TAG.match(tag or ""):
+        raise ValueError(f"--run-tag must be one word without spaces, got {tag!r}")
+    return tag
+
+
+def run_lines(model, store, *, max_rows: int, tag: str, output: int = 0):
+    """Yield the run's lines (str, newline-terminated), block by block of whole queries."""
+    ids = store.has_docids if hasattr(store, "has_docids") else False
+    for block in store.blocks(max_rows=max_rows):
+        s = np.asarray(model.predict(block.X), dtype=np.float64)
+        if s.ndim == 2:
+            s = s[:, output]
+        names = store.docids(block.start, block.stop) if ids else \
+            [f"row{block.start + r}" for r in range(block.n_rows)]
+        gp = block.group_ptr
+        lines = []
+        for g in range(block.n_groups):
+            a, b = int(gp[g]), int(gp[g + 1])
+            order = a + np.lexsort((np.arange(b - a), -s[a:b]))
+            q = int(block.qid[g])
+            lines.extend(f"{q} Q0 {names[r]} {k} {s[r]:.17g} {tag}\n" for k, r in enumerate(order, start=1))
+        yield "".join(lines)
+
+
+def write_run(path, model, store, *, max_rows: int, tag: str, output: int = 0, progress=None) -> int:
+    """Write the run file atomically; returns the number of lines."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".partial", dir=path.parent)
+    n = 0
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8", newline="\n") as fh:
+            for text in run_lines(model, store, max_rows=max_rows, tag=check_tag(tag), output=output):
+                fh.write(text)
+                k = text.count("\n")
+                n += k
+                if progress is not None:
+                    progress.update(k)
+        os.replace(tmp, path)
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+    return n
