@@ -144,7 +144,7 @@ def _ingest_letor(args, src, member, counts):
                     stop = True
                 if store is None:
                     store, _ = _open_group_target(args.store, X.shape[1], sparse=sparse, docids=ids is not None)
-                docid = None if ids is None else take_docids(ids, qid, name)
+                docid = None if ids is None else take_docids(ids, qid, name, lines)
                 try:
                     done = store.append(X, y, qid, batch_id=f"{base_id}#{i}", docid=docid)
                 except ValueError as exc:

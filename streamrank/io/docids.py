@@ -148,17 +148,21 @@ def iter_letor_docids(f) -> Iterator[tuple]:
                    d.group(1).decode("utf-8", "replace") if d else None)
 
 
-def take_docids(stream, qid, name: str) -> list:
-    """The next ``len(qid)`` ids of ``stream`` (:func:`iter_letor_docids`), checked against the rows' qids."""
+def take_docids(stream, qid, name: str, lines=None) -> list:
+    """The next ``len(qid)`` ids of ``stream`` (:func:`iter_letor_docids`), checked against the rows.
+
+    Each id's line must carry the row's qid and, when the parser reports its
+    rows' line numbers (``lines``), be that very line.
+    """
     out = []
     for r in range(len(qid)):
         item = next(stream, None)
         if item is None:
             raise ValueError(f"{name}: fewer data lines with doc ids than rows parsed")
         line_no, q, d = item
-        if q is None or q.strip() != str(int(qid[r])):
+        if (q is None or q.strip() != str(int(qid[r]))) or (lines is not None and int(lines[r]) != line_no):
             raise ValueError(f"{name}:{line_no}: the doc-id reader and the parser disagree (qid {q!r} vs "
-                             f"{int(qid[r])})")
+                             f"{int(qid[r])}{'' if lines is None else f', line {int(lines[r])}'})")
         if d is None:
             raise ValueError(f"{name}:{line_no}: no '#docid = ...' comment on this line (ingest without --docids "
                              "to store no document ids)")
