@@ -1,0 +1,285 @@
+"""How long does streamrank take to start?  Fresh processes, warm and cold numba cache, beside ``import numpy, scipy``.
+
+Every figure is one fresh Python process (the way a user, a cron job or CI
+meets streamrank), timed from outside (wall) with its CPU seconds
+(``getrusage`` of the child), and printed beside the baseline
+``python -c "import numpy, scipy"`` measured in the same run:
+
+* **warm cache** — ``streamrank --help``, ``ingest`` (MQ2008 Fold1 train,
+  9,630 rows), ``fit --learner rankrls`` and ``evaluate`` (Fold1 test, 2,874
+  rows): goal each <= 1.0 s or <= 2x the baseline (median of ``--repeat``);
+* **cold cache** — an empty ``NUMBA_CACHE_DIR``: the same commands once
+  (goal: together <= 8 s), and the README's "Ten lines of Python" in another
+  empty cache (goal <= 5 s);
+* ``--suite``: ``pytest -m "not slow"`` on the warm cache (goal <= 60 s) and,
+  with ``--suite-cold``, the whole suite from an empty cache (goal <= 5 min).
+
+Each command row also says what the process did, counted exactly: numba
+signatures compiled in the process (cache misses) and loaded from the cache
+(hits), modules imported, and which heavy dependencies were imported.  The
+machine's 1-minute load average is printed with every figure: on a shared
+machine the wall times are inflated, the ratios and counts much less.
+
+    python benchmarks/cold_start.py                 # warm + cold (about a minute)
+    python benchmarks/cold_start.py --suite         # + the fast test suite
+    python benchmarks/cold_start.py --smoke         # warm only, one repeat, a slice of Fold1
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import resource
+import shutil
+import statistics
+import subprocess
+import sys
+import tarfile
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:  # run as a script: find streamrank.datasets._paths without installing
+    sys.path.insert(0, str(ROOT))
+
+from streamrank.datasets._paths import data_path  # noqa: E402 - cheap: no numpy
+
+DEFAULT_LETOR = str(data_path("letor", "MQ2008_QueryLevelNorm.tar.gz"))
+HEAVY = ("numba", "zarr", "dask", "distributed", "scipy.sparse", "scipy.linalg", "tqdm", "matplotlib",
+         "streamrank.rankrls.linear", "streamrank.rankrls.kernel", "streamrank.sgd.bilinear")
+
+# Runs one command (``cli ARGS`` or ``code SOURCE``) in this fresh process and writes what it did to a JSON file.
+PROBE = r"""
+import json, sys
+out, kind, args = sys.argv[1], sys.argv[2], sys.argv[3:]
+rc = 0
+try:
+    if kind == "cli":
+        from streamrank.cli import main
+        rc = main(args)
+    else:
+        exec(compile(args[0], "<readme>", "exec"), {"__name__": "__main__"})
+except SystemExit as exc:
+    rc = exc.code or 0
+finally:
+    heavy = [m for m in HEAVY if m in sys.modules]
+    n_modules = len(sys.modules)
+    kernels = {}
+    if "numba" in sys.modules:
+        from numba.core.registry import CPUDispatcher
+        for name, mod in list(sys.modules.items()):
+            if not name.startswith("streamrank") or mod is None:
+                continue
+            for attr, obj in list(vars(mod).items()):
+                if isinstance(obj, CPUDispatcher) and obj.__module__ == name and obj.signatures:
+                    st = obj.stats
+                    kernels[name + "." + attr] = [len(obj.signatures), sum(st.cache_hits.values()),
+                                                  sum(st.cache_misses.values())]
+    with open(out, "w") as f:
+        json.dump({"rc": rc, "heavy": heavy, "n_modules": n_modules, "kernels": kernels}, f)
+sys.exit(rc)
+"""
+
+
+def _load():
+    return os.getloadavg()[0]
+
+
+def run(cmd, *, env, cwd, probe=None):
+    """Run ``cmd`` in a fresh process: (wall s, cpu s, probe report or None); raises if it fails."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    t0 = time.perf_counter()
+    proc = subprocess.run(cmd, env=env, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    wall = time.perf_counter() - t0
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    if proc.returncode != 0:
+        raise RuntimeError(f"{' '.join(map(str, cmd))} exited {proc.returncode}: {proc.stderr.strip()[-2000:]}")
+    report = json.loads(Path(probe).read_text()) if probe else None
+    return wall, cpu, report
+
+
+def probe_cmd(work, name, kind, args):
+    out = work / f"probe-{name}.json"
+    code = PROBE.replace("HEAVY", repr(HEAVY))
+    return [sys.executable, "-c", code, str(out), kind, *map(str, args)], out
+
+
+def readme_snippet():
+    """The README's "Ten lines of Python" block, exactly as written."""
+    text = (ROOT / "README.md").read_text(encoding="utf-8")
+    m = re.search(r"## Ten lines of Python\s+```python\n(.*?)```", text, re.S)
+    if not m:
+        raise RuntimeError("README.md has no 'Ten lines of Python' block")
+    return m.group(1)
+
+
+def extract_fold1(archive, dest, limit=None):
+    """Unpack MQ2008/Fold1/{train,test}.txt (the first ``limit`` lines of each with --smoke)."""
+    paths = {}
+    with tarfile.open(archive) as tar:
+        for part in ("train", "test"):
+            member = tar.getmember(f"MQ2008/Fold1/{part}.txt")
+            data = tar.extractfile(member).read()
+            if limit:
+                lines = data.splitlines(keepends=True)
+                # cut at a query boundary so the slice is whole groups
+                qid = lambda ln: ln.split(b" ", 2)[1]  # noqa: E731
+                end = min(limit, len(lines))
+                while 0 < end < len(lines) and qid(lines[end]) == qid(lines[end - 1]):
+                    end += 1
+                data = b"".join(lines[:end])
+            paths[part] = dest / f"{part}.txt"
+            paths[part].write_bytes(data)
+    return paths
+
+
+def commands(paths, work, tag):
+    store, test, model = work / f"train-{tag}.zarr", work / f"test-{tag}.zarr", work / f"m-{tag}.zarr"
+    return [
+        ("--help", ["--help"], []),
+        ("ingest", ["ingest", paths["train"], "--store", store, "-q"], [("test ingest", ["ingest", paths["test"],
+                                                                                         "--store", test, "-q"])]),
+        ("fit --learner rankrls", ["fit", "--store", store, "--model", model, "--learner", "rankrls", "-q"], []),
+        ("evaluate", ["evaluate", "--model", model, "--store", test, "-q"], []),
+    ]
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--letor", default=DEFAULT_LETOR, help="MQ2008_QueryLevelNorm.tar.gz")
+    ap.add_argument("--repeat", type=int, default=3, help="warm runs per command (median; default 3)")
+    ap.add_argument("--smoke", action="store_true", help="warm only, one repeat, 300 rows of each file")
+    ap.add_argument("--no-cold", action="store_true", help="skip the cold-cache figures")
+    ap.add_argument("--suite", action="store_true", help='also time pytest -m "not slow" (warm cache)')
+    ap.add_argument("--suite-cold", action="store_true", help="also time the whole suite from an empty cache")
+    ap.add_argument("--work-dir", default=None, help="scratch directory (default: a temporary one)")
+    args = ap.parse_args(argv)
+    repeat = 1 if args.smoke else max(1, args.repeat)
+    cold = not (args.smoke or args.no_cold)
+
+    scratch = Path(tempfile.mkdtemp(prefix="cold_start-", dir=args.work_dir))
+    try:
+        return _run(args, scratch, repeat, cold)
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+
+
+def _row(name, wall, cpu, base, report=None, load=None):
+    ratio = wall / base[0]
+    extra = ""
+    if report is not None:
+        k = report["kernels"]
+        hits = sum(v[1] for v in k.values())
+        misses = sum(v[2] for v in k.values())
+        heavy = ",".join(h.replace("streamrank.", "sr.") for h in report["heavy"]) or "-"
+        extra = f"{misses:>5d} {hits:>5d} {report['n_modules']:>6d}  {heavy}"
+    print(f"{name:<28s} {wall:7.2f} {cpu:7.2f} {ratio:6.2f}x {load:5.1f}  {extra}", flush=True)
+    return ratio
+
+
+def _header(title):
+    print(f"\n{title}")
+    print(f"{'':<28s} {'wall s':>7s} {'cpu s':>7s} {'/base':>7s} {'load':>5s}  "
+          f"{'comp':>5s} {'cache':>5s} {'mods':>6s}  heavy imports")
+
+
+def _run(args, scratch, repeat, cold):
+    env = dict(os.environ)
+    env.pop("NUMBA_DISABLE_JIT", None)
+    env["STREAMRANK_PROGRESS_SECONDS"] = "3600"
+    warm_cache = env.get("NUMBA_CACHE_DIR")
+    if not Path(args.letor).exists():
+        print(f"MQ2008 archive not found: {args.letor} (give --letor)", file=sys.stderr)
+        return 3
+    paths = extract_fold1(args.letor, scratch, limit=300 if args.smoke else None)
+    import platform
+
+    print(f"cold_start: python {platform.python_version()}, {os.cpu_count()} cores, "
+          f"{'smoke: ' if args.smoke else ''}MQ2008 Fold1 {sum(1 for _ in open(paths['train']))} train / "
+          f"{sum(1 for _ in open(paths['test']))} test rows; fresh process per figure; "
+          f"comp = numba signatures compiled in the process, cache = loaded from the cache")
+
+    def baseline():
+        runs = [run([sys.executable, "-c", "import numpy, scipy"], env=env, cwd=scratch) for _ in range(repeat)]
+        return statistics.median(r[0] for r in runs), statistics.median(r[1] for r in runs)
+
+    failures = []
+
+    # ---------------------------------------------------------------- cold
+    if cold:
+        cold_env = dict(env, NUMBA_CACHE_DIR=str(scratch / "cold-cache"))
+        base = baseline()
+        _header("cold numba cache (empty NUMBA_CACHE_DIR)")
+        _row('baseline "import numpy, scipy"', base[0], base[1], base, load=_load())
+        total = 0.0
+        for name, cli, setup in commands(paths, scratch, "cold"):
+            load = _load()
+            cmd, out = probe_cmd(scratch, "cold", "cli", cli)
+            wall, cpu, rep = run(cmd, env=cold_env, cwd=scratch, probe=out)
+            total += wall
+            _row(name, wall, cpu, base, rep, load)
+            for sname, scli in setup:  # the test store for evaluate: not part of the four
+                run(probe_cmd(scratch, "setup", "cli", scli)[0], env=cold_env, cwd=scratch)
+        print(f"{'the four together':<28s} {total:7.2f}   goal <= 8 s: {'met' if total <= 8 else 'NOT MET'}")
+        if total > 8:
+            failures.append(f"cold four together {total:.1f} s")
+        readme_env = dict(env, NUMBA_CACHE_DIR=str(scratch / "readme-cache"))
+        load = _load()
+        cmd, out = probe_cmd(scratch, "readme", "code", [readme_snippet()])
+        wall, cpu, rep = run(cmd, env=readme_env, cwd=scratch, probe=out)
+        _row("README ten lines", wall, cpu, base, rep, load)
+        print(f"{'':<28s} goal <= 5 s: {'met' if wall <= 5 else 'NOT MET'}")
+        if wall > 5:
+            failures.append(f"cold README {wall:.1f} s")
+        if warm_cache is None:
+            env["NUMBA_CACHE_DIR"] = cold_env["NUMBA_CACHE_DIR"]  # warm = the cache just filled
+
+    # ---------------------------------------------------------------- warm
+    # one untimed pass fills the cache (a no-op when it is warm already)
+    for name, cli, setup in commands(paths, scratch, "fill"):
+        for c in [cli] + [s for _, s in setup]:
+            run(probe_cmd(scratch, "fill", "cli", c)[0], env=env, cwd=scratch)
+    base = baseline()
+    figures = {}
+    for r in range(repeat):  # each repeat ingests into new stores, then fits and evaluates them
+        for name, cli, setup in commands(paths, scratch, f"warm{r}"):
+            load = _load()
+            cmd, out = probe_cmd(scratch, "warm", "cli", cli)
+            wall, cpu, rep = run(cmd, env=env, cwd=scratch, probe=out)
+            figures.setdefault(name, []).append((wall, cpu, load, rep))
+            for _, scli in setup:
+                run(probe_cmd(scratch, "setup", "cli", scli)[0], env=env, cwd=scratch)
+    _header(f"warm numba cache (median of {repeat})")
+    _row('baseline "import numpy, scipy"', base[0], base[1], base, load=_load())
+    for name, runs in figures.items():
+        wall, cpu, load = (statistics.median(r[i] for r in runs) for i in range(3))
+        ratio = _row(name, wall, cpu, base, runs[-1][3], load)
+        if not (wall <= 1.0 or ratio <= 2.0):
+            failures.append(f"warm {name} {wall:.2f} s = {ratio:.1f}x baseline")
+
+    # ---------------------------------------------------------------- suite
+    if args.suite or args.suite_cold:
+        print("\ntest suite")
+        if args.suite:
+            load = _load()
+            wall, cpu, _ = run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-m", "not slow",
+                                "-x"], env=env, cwd=ROOT)
+            print(f'{"pytest -m not-slow (warm)":<28s} {wall:7.1f} {cpu:7.1f} load {load:.1f}  goal <= 60 s: '
+                  f'{"met" if wall <= 60 else "NOT MET"}')
+        if args.suite_cold:
+            load = _load()
+            suite_env = dict(env, NUMBA_CACHE_DIR=str(scratch / "suite-cache"))
+            wall, cpu, _ = run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-x"],
+                               env=suite_env, cwd=ROOT)
+            print(f'{"whole suite (cold cache)":<28s} {wall:7.1f} {cpu:7.1f} load {load:.1f}  goal <= 300 s: '
+                  f'{"met" if wall <= 300 else "NOT MET"}')
+    print(f"\ngoals not met: {'; '.join(failures)}" if failures else "\nall goals met in this run")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
