@@ -15,8 +15,6 @@ from __future__ import annotations
 
 import numpy as np
 
-from ._validation import check_alpha
-
 __all__ = ["DEFAULT_BLOCK_ROWS", "DEFAULT_ALPHAS", "check_alphas"]
 
 DEFAULT_BLOCK_ROWS = 65_536
@@ -29,6 +27,8 @@ def check_alphas(alphas=None, *, allow_empty: bool = False) -> np.ndarray:
     Every value must be a finite number > 0.  An empty grid is an error
     unless ``allow_empty`` (a regularization *path* over no λ is empty).
     """
+    from ._validation import check_alpha  # here, not at the top: the CLI's --help imports this module
+
     if alphas is None:
         return DEFAULT_ALPHAS
     arr = np.atleast_1d(np.asarray(alphas, dtype=np.float64))

@@ -190,11 +190,6 @@ def load(path):
 
     import streamrank
 
-    for mod in streamrank.LEARNER_MODULES:  # register every learner class by name
-        try:
-            importlib.import_module(mod)
-        except ModuleNotFoundError:
-            pass
     path = Path(path)
     if path.is_file() and path.name == "current":  # pointer file of the nightly pipeline
         target = path.read_text().strip()
@@ -219,7 +214,15 @@ def load(path):
             f"{path} has model format version {version!r}; this streamrank reads versions "
             f"<= {MODEL_FORMAT_VERSION}: upgrade streamrank"
         )
-    cls = _REGISTRY.get(meta.get("class"))
+    name = meta.get("class")
+    if isinstance(name, str) and name not in _REGISTRY:  # import this learner's module only (start-up cost)
+        own = streamrank._NAMES.get(name)
+        for mod in [own] if own in streamrank.LEARNER_MODULES else streamrank.LEARNER_MODULES:
+            try:
+                importlib.import_module(mod)
+            except ModuleNotFoundError:
+                pass
+    cls = _REGISTRY.get(name) if isinstance(name, str) else None
     if cls is None:
         raise ModelFormatError(f"{path} holds unknown model class {meta.get('class')!r}")
     arrays = {}

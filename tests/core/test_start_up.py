@@ -1,0 +1,98 @@
+"""Start-up cost (issue 22): what a fresh process imports, and that every numba kernel is cacheable.
+
+Imports are checked in fresh interpreters (this test process has imported
+everything already).  Timings are not asserted here: ``benchmarks/cold_start.py``
+measures them.
+"""
+from __future__ import annotations
+
+import importlib
+import json
+import pkgutil
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+import streamrank
+
+HEAVY = ("numba", "zarr", "dask", "distributed", "scipy.sparse", "scipy.linalg", "tqdm", "matplotlib")
+LEARNERS = tuple(streamrank.LEARNER_MODULES)
+
+
+def _modules_after(code: str) -> set[str]:
+    """The modules a fresh interpreter holds after running ``code``."""
+    probe = code + "\nimport json, sys\nprint('\\nMODULES=' + json.dumps(sorted(sys.modules)))\n"
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True).stdout
+    return set(json.loads(out.rsplit("MODULES=", 1)[1]))
+
+
+@pytest.mark.parametrize("argv", [
+    ["--help"],
+    ["fit", "--help"],
+    ["fit", "--store", "s.zarr", "--model", "m.zarr", "--learner", "no-such-learner"],
+    ["evaluate", "--model", "m.zarr"],                   # missing --store
+    ["fit", "--store", "s", "--model", "m", "--learner", "rankrls", "--alphas", "2^x"],  # bad GRID
+])
+def test_help_and_usage_errors_import_no_learner_and_no_heavy_dependency(argv):
+    code = ("import contextlib, io\nfrom streamrank.cli import main\n"
+            "with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):\n"
+            f"    rc = main({argv!r})\n"
+            "assert rc in (0, 2), rc\n")
+    mods = _modules_after(code)
+    assert not [m for m in HEAVY + LEARNERS if m in mods], sorted(m for m in HEAVY + LEARNERS if m in mods)
+    assert not [m for m in mods if m.startswith(("streamrank.rankrls", "streamrank.sgd", "streamrank.io"))]
+
+
+def test_import_streamrank_is_cheap():
+    mods = _modules_after("import streamrank")
+    assert not [m for m in HEAVY if m in mods]
+
+
+def test_load_imports_only_the_learner_it_needs(tmp_path):
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(30, 3))
+    model = streamrank.RankRLS(alpha=1.0).fit(X, X @ [1.0, -1.0, 0.5], np.repeat([0, 1, 2], 10))
+    streamrank.save(model, tmp_path / "m.zarr")
+    mods = _modules_after(f"import streamrank as sr\nm = sr.load({str(tmp_path / 'm.zarr')!r})\n"
+                          "assert type(m).__name__ == 'RankRLS'\n")
+    assert "streamrank.rankrls.linear" in mods
+    assert not [m for m in LEARNERS if m != "streamrank.rankrls.linear" and m in mods]
+
+
+def _all_dispatchers():
+    from numba.core.registry import CPUDispatcher
+
+    found = {}
+    for info in pkgutil.walk_packages(streamrank.__path__, "streamrank."):
+        if info.name.rsplit(".", 1)[-1] in ("__main__",):
+            continue
+        try:
+            mod = importlib.import_module(info.name)
+        except ImportError as exc:  # an optional dependency (onnx, matplotlib...) is missing
+            if "streamrank" in str(exc):
+                raise
+            continue
+        for attr, obj in vars(mod).items():
+            if isinstance(obj, CPUDispatcher) and obj.__module__ == info.name:
+                found[f"{info.name}.{attr}"] = obj
+    return found
+
+
+def test_every_numba_kernel_is_cacheable():
+    """``cache=True`` (a FunctionCache, not the NullCache) on a module-level function without a closure.
+
+    A kernel that is not cacheable is compiled again by every process: every
+    CLI command, every cron run and every CI job would pay it.
+    """
+    from numba.core.caching import FunctionCache
+
+    dispatchers = _all_dispatchers()
+    assert len(dispatchers) > 20  # the walk found the kernel modules
+    bad = {name: type(d._cache).__name__ for name, d in dispatchers.items()
+           if not isinstance(d._cache, FunctionCache)}
+    assert not bad, f"kernels without cache=True: {bad}"
+    closures = [name for name, d in dispatchers.items()
+                if d.py_func.__closure__ is not None or "<locals>" in d.py_func.__qualname__]
+    assert not closures, f"kernels defined inside functions (their cache is not reused): {closures}"
