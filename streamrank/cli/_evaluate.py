@@ -36,25 +36,26 @@ def _tuple_scores(model, store, args, bar):
 
 
 def cmd_evaluate(args) -> int:
+    if args.run is not None or args.qrels is not None:  # usage errors first: before importing the metrics' kernels
+        if args.run is None or args.qrels is None:
+            raise UsageError("--run and --qrels go together (a TREC run file and its judgments)")
+        if args.model is not None or args.store is not None:
+            raise UsageError("evaluate takes either --model and --store, or --run and --qrels")
+    elif args.model is None or args.store is None:
+        raise UsageError("evaluate needs --model and --store (or --run and --qrels)")
     from ..metrics import evaluate, evaluate_run
 
     names = _parse_metrics(args.metrics)
     options = dict(gain=args.gain, empty=args.empty)
     if args.ties is None:
         args.ties = "trec" if args.run is not None else "expected"
-    if args.run is not None or args.qrels is not None:
-        if args.run is None or args.qrels is None:
-            raise UsageError("--run and --qrels go together (a TREC run file and its judgments)")
-        if args.model is not None or args.store is not None:
-            raise UsageError("evaluate takes either --model and --store, or --run and --qrels")
+    if args.run is not None:
         bad = [m for m in names if m.lower() in ("auc", "tuple_error")]
         if bad:
             raise UsageError(f"{bad[0]} is not available for a run file")
         res = evaluate_run(args.run, args.qrels, ",".join(names), ties=args.ties, **options)
         _report_metrics(args, res, {"run": args.run, "qrels": args.qrels})
         return EXIT_OK
-    if args.model is None or args.store is None:
-        raise UsageError("evaluate needs --model and --store (or --run and --qrels)")
     if args.ties != "expected":
         raise UsageError("--ties trec needs document ids: evaluate a TREC run (--run, --qrels) instead")
     model = _load_model(args.model)
