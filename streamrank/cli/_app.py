@@ -291,9 +291,8 @@ def _version():
 
 # --------------------------------------------------------------------- main
 def _exit_code(exc) -> int:
-    from ..io.schema import StoreFormatError
-    from ..persistence import ModelFormatError
-
+    # StoreFormatError and ModelFormatError are ValueErrors (exit 4 below): importing their modules here
+    # would only make a usage error pay for scipy.sparse
     if isinstance(exc, UsageError):
         return EXIT_USAGE
     if isinstance(exc, Unsupported) or isinstance(exc, NotImplementedError) or isinstance(exc, MemoryError):
@@ -306,7 +305,7 @@ def _exit_code(exc) -> int:
         return EXIT_WRITE
     if isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EDQUOT, errno.EROFS):
         return EXIT_WRITE  # disk full / read-only: the data is fine, the output cannot be written
-    if isinstance(exc, (StoreFormatError, ModelFormatError, ValueError, TypeError, KeyError, OSError)):
+    if isinstance(exc, (ValueError, TypeError, KeyError, OSError)):
         return EXIT_DATA
     return EXIT_BUG
 
