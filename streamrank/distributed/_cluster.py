@@ -52,23 +52,79 @@ class SourceRef:
             self.source = source
 
     def open(self) -> BlockSource:
-        """The source, opened in this process."""
+        """The source, opened in this process.
+
+        An error here or in a later read says it happened on a worker
+        (:func:`_on_worker`): "no store at X" from a worker, where X exists on
+        the client, must not read as if the client's path were wrong.
+        """
         if self.kind == "object":
-            return self.source
+            return _WorkerReads(self.source)
         from ..io.group_store import GroupStore
 
         key = (self.path, self.created)
         st = _OPEN_STORES.get(key)
         if st is None or st.n_rows < self.n_rows:
-            st = GroupStore.open(self.path, mode="r")
+            try:
+                st = GroupStore.open(self.path, mode="r")
+            except Exception as exc:
+                raise _on_worker(exc, "is the store on storage shared with the workers, at the same path?") \
+                    from exc
             if st.n_rows < self.n_rows:
-                raise RuntimeError(f"worker sees {st.n_rows} committed rows in {self.path}, the client "
-                                   f"planned {self.n_rows}: is the store on storage shared with the workers?")
+                raise _on_worker(RuntimeError(
+                    f"{st.n_rows} committed rows in {self.path}, the client planned {self.n_rows}"),
+                    "is the store on storage shared with the workers?")
             _OPEN_STORES[key] = st
-        return st
+        return _WorkerReads(st)
 
     def __repr__(self):
         return f"SourceRef({self.kind}, path={self.path!r}, n_rows={self.n_rows})"
+
+
+def _worker_name() -> str:
+    """``dask worker tcp://… (host h, pid p)``, or ``process p on host h`` outside a worker."""
+    import socket
+
+    where = f"host {socket.gethostname()}, pid {os.getpid()}"
+    try:
+        from distributed import get_worker
+
+        return f"dask worker {get_worker().address} ({where})"
+    except (ImportError, ValueError):
+        return f"process ({where})"
+
+
+def _on_worker(exc, hint=""):
+    """``exc`` again (same type when it can be rebuilt from a message), saying it happened on a worker."""
+    text = str(exc.args[0]) if isinstance(exc, KeyError) and exc.args else str(exc)
+    msg = f"{text} on {_worker_name()}" + (f"; {hint}" if hint else "")
+    try:
+        new = type(exc)(msg)
+    except Exception:  # an exception class that cannot be built from one message
+        new = RuntimeError(f"{type(exc).__name__}: {msg}")
+    return new
+
+
+class _WorkerReads:
+    """A source opened on a worker: its reads raise errors that say so (other attributes pass through)."""
+
+    def __init__(self, source):
+        self._source = source
+
+    def __getattr__(self, name):
+        return getattr(self._source, name)
+
+    def read_block(self, *plan):
+        try:
+            return self._source.read_block(*plan)
+        except Exception as exc:
+            raise _on_worker(exc) from exc
+
+    def _read_rows(self, r0, r1):
+        try:
+            return self._source._read_rows(r0, r1)
+        except Exception as exc:
+            raise _on_worker(exc) from exc
 
 
 def _as_source(source) -> BlockSource:

@@ -546,3 +546,28 @@ def test_task_results_are_o_n2_bytes_whatever_the_block(store):
     assert all(len(pickle.dumps(f)) < 40 * 8 * (n + 2) ** 2 for f in folds)
     assert [len(t) for t in _chunks(list(range(9)), 4, n_workers=2)] == [1] * 9   # >= 4 tasks a worker
     assert [len(t) for t in _chunks(list(range(77)), 4, n_workers=2)][:2] == [4, 4]
+
+
+def test_worker_side_failures_say_they_happened_on_a_worker(client, tmp_path):
+    """"no store at X" raised on a worker, where X exists on the client, must say it came from a worker.
+
+    The store is opened on the client (which plans from its metadata), then moved away before the tasks
+    run: every worker fails to open it.  Was: a bare "no store at X", reading as if X were wrong here.
+    """
+    path = tmp_path / "moved.zarr"
+    st = make_store(path, [1, 2])
+    os.rename(path, tmp_path / "elsewhere.zarr")
+    with pytest.raises(FileNotFoundError) as e:
+        srd.fit(sr.RankRLS(alpha=1.0, solver="primal"), st, client, max_rows=40)
+    msg = str(e.value)
+    assert f"no store at {path} on dask worker tcp://" in msg and ", pid " in msg
+    assert "storage shared with the workers" in msg
+    # a read that fails on a worker says so too (here: damaged chunk files of X)
+    path = tmp_path / "damaged.zarr"
+    make_store(path, [1, 2])
+    for f in (path / "X").rglob("*"):
+        if f.is_file() and f.name != "zarr.json":
+            f.write_bytes(b"not a chunk")
+    st = sr.GroupStore.open(path)
+    with pytest.raises(Exception, match=r"on dask worker tcp://\S+ \(host "):
+        srd.fit(sr.RankRLS(alpha=1.0, solver="primal"), st, client, max_rows=40)
