@@ -60,11 +60,13 @@ Matching trec_eval (``gain="linear", empty="zero", ties="trec", doc_ids=...``)
 streamrank                             trec_eval measure
 =====================================  ===========================
 ``ndcg(..., k=K)``                     ``ndcg_cut.K``
-``ndcg(..., k=None)``                  ``ndcg_cut`` at the list length
+``ndcg(..., k=None)``                  ``ndcg``
 ``mean_average_precision(...)``        ``map``
 ``mean_average_precision(..., k=K)``   ``map_cut.K``
 ``precision(..., k=K)``                ``P.K``
+``precision(..., k=None)``             ``set_P``
 ``recall(..., k=K)``                   ``recall.K``
+``recall(..., k=None)``                ``set_recall``
 ``reciprocal_rank(...)``               ``recip_rank``
 ``err(..., k=K)``                      none (gdeval ``ERR@K`` with ``max_grade=4``, exp2 gain)
 =====================================  ===========================

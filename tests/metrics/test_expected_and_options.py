@@ -231,3 +231,48 @@ def test_parse_metrics_names():
         M.parse_metrics("ndcg@10,bleu")
     with pytest.raises(ValueError, match="cut-off after @"):
         M.parse_metrics("ndcg@x")
+
+
+@settings(max_examples=30, deadline=None)
+@given(sizes=st.lists(st.integers(0, 8), min_size=1, max_size=5), seed=st.integers(0, 10**6),
+       kind=st.sampled_from(["text", "unicode", "bytes", "int"]), score_levels=st.integers(1, 4))
+def test_trec_rank_kernel_matches_sorted_reference(sizes, seed, kind, score_levels):
+    """The kernel's order per group is Python's sort by (score desc, id desc as UTF-8 bytes); empty and one-row
+    groups, all-tied scores, ids that are prefixes of others, non-ASCII and integer ids."""
+    from streamrank.metrics._checks import _byte_words
+
+    rng = np.random.default_rng(seed)
+    gp = np.concatenate(([0], np.cumsum(sizes))).astype(np.int64)
+    n = int(gp[-1])
+    s = rng.integers(0, score_levels, n).astype(np.float64)
+    alphabet = {"text": ["a", "b", "ab", "ba", "abc", "", "b0"], "unicode": ["é", "e", "ü", "z", "日本", "a"],
+                "bytes": ["a", "b", "ab", "zz", "a0"], "int": [1, 10, 9, 100, 2, 20]}[kind]
+    ids = []
+    for g in range(len(sizes)):
+        pool = list(alphabet) + [f"x{i}" for i in range(10)] if kind != "int" else alphabet + list(range(30, 40))
+        pick = rng.permutation(len(pool))[:sizes[g]]
+        ids += [pool[i] for i in pick]
+    ids = np.array(ids, dtype=object if kind == "int" else None)
+    if kind == "bytes":
+        ids = np.array([str(i).encode() for i in ids]) if n else np.zeros(0, "S1")
+    elif kind == "int":
+        ids = np.array([int(i) for i in ids], dtype=np.int64)
+    text = ids.astype(str) if ids.dtype.kind not in "US" else ids
+    out = np.empty(n)
+    assert K.trec_rank_groups(s, _byte_words(text), gp, out) == -1
+    for g in range(len(sizes)):
+        a, b = gp[g], gp[g + 1]
+        keys = [x.decode() if isinstance(x, bytes) else str(x) for x in ids[a:b].tolist()]
+        want = ref.trec_order(s[a:b], keys)           # str order = code-point order = UTF-8 byte order
+        assert list(np.argsort(-out[a:b], kind="stable")) == want
+
+
+def test_trec_rank_kernel_reports_the_repeated_id():
+    from streamrank.metrics._checks import _byte_words
+
+    ids = np.array(["a", "b", "c", "b"])
+    out = np.empty(4)
+    row = K.trec_rank_groups(np.zeros(4), _byte_words(ids), np.array([0, 2, 4], np.int64), out)
+    assert row == -1                                                   # "b" twice, but in two queries
+    row = K.trec_rank_groups(np.zeros(4), _byte_words(ids), np.array([0, 4], np.int64), out)
+    assert ids[row] == "b"

@@ -16,7 +16,8 @@ M = sr.metrics
 
 # streamrank call -> trec_eval measure (the mapping of the metrics module docstring)
 CUTS = (1, 3, 5, 10)
-MEASURES = {"ndcg_cut.1,3,5,10", "map", "map_cut.5,10", "P.1,5,10", "recall.5,10", "recip_rank"}
+MEASURES = {"ndcg_cut.1,3,5,10", "ndcg", "map", "map_cut.5,10", "P.1,5,10", "set_P", "recall.5,10", "set_recall",
+            "recip_rank"}
 TREC = dict(gain="linear", empty="zero", ties="trec")
 
 
@@ -34,6 +35,9 @@ def _ours(y, s, qid, doc_ids, qrels=None):
     for k, r in M.recall(y, s, qid, k=[5, 10], **kw).items():
         out[f"recall_{k}"] = r
     out["recip_rank"] = M.reciprocal_rank(y, s, qid, **kw)
+    out["ndcg"] = M.ndcg(y, s, qid, k=None, **kw)
+    out["set_P"] = M.precision(y, s, qid, k=None, **kw)
+    out["set_recall"] = M.recall(y, s, qid, k=None, **kw)
     return out
 
 
