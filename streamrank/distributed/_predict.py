@@ -96,31 +96,36 @@ def predict(estimator, source, client=None, *, max_rows=DEFAULT_BLOCK_ROWS, out=
     return out
 
 
-def _evaluate_task(plan, ref, est, k, metrics, output):
-    from ..metrics import RankingEvaluator, _block_y, _score
+def _evaluate_task(plan, ref, est, k, metrics, output, options):
+    from ..metrics import RankingEvaluator, block_labels, score_block
 
     block = ref.open().read_block(*plan)
-    s = _score(est, block.X)
+    s = score_block(est, block.X)
     if s.ndim == 2 and output is not None:
         s = s[:, output]
-    ev = RankingEvaluator(k, metrics)
-    ev.update(_block_y(block, output), s, block.group_ptr, qid=block.qid, group_size=block.group_size,
+    ev = RankingEvaluator(k, metrics, **options)
+    ev.update(block_labels(block, output), s, block.group_ptr, qid=block.qid, group_size=block.group_size,
               group_offset=block.group_offset)
     return ev
 
 
-def evaluate(estimator, source, client=None, *, k=10, metrics=None, max_rows=DEFAULT_BLOCK_ROWS,
-             split_every=DEFAULT_SPLIT_EVERY, output=None) -> dict:
+def evaluate(estimator, source, client=None, *, k=10, metrics=None, gain="exp2", empty="skip", max_grade=4,
+             qrels=None, disagreement_ties="half", max_rows=DEFAULT_BLOCK_ROWS, split_every=DEFAULT_SPLIT_EVERY,
+             output=None) -> dict:
     """Ranking metrics of ``estimator`` on ``source``; blocks are scored and evaluated on the workers.
 
-    Same result as :func:`streamrank.metrics.evaluate` (``{name: MetricResult}``):
-    per-block :class:`~streamrank.metrics.RankingEvaluator` objects are merged
-    in a tree; pieces of split groups are joined by the merge.
+    Same result and options as :func:`streamrank.metrics.evaluate` (``{name:
+    MetricResult}``; ``metrics="ndcg@1,3,10,map,mrr,p@10,err@10"``, ``gain``,
+    ``empty``, ``max_grade``, ``qrels``): per-block
+    :class:`~streamrank.metrics.RankingEvaluator` objects are merged in a
+    tree; pieces of split groups are joined by the merge.
     """
-    from ..metrics import METRICS
+    from ..metrics import METRICS, RankingEvaluator
 
+    options = dict(gain=gain, empty=empty, max_grade=max_grade, qrels=qrels, disagreement_ties=disagreement_ties)
+    metrics = METRICS if metrics is None else (metrics if isinstance(metrics, str) else tuple(metrics))
+    RankingEvaluator(k, metrics, **options)           # bad names and options fail here, not on a worker
     source = _as_source(source)
-    metrics = tuple(METRICS if metrics is None else metrics)
     est = _without_source(estimator)
     with get_client(client) as c:
         refs = [_ship_source(c, source)]
@@ -129,7 +134,7 @@ def evaluate(estimator, source, client=None, *, k=10, metrics=None, max_rows=DEF
         def merged():
             model = c.scatter(est, hash=False)      # not broadcast (streamrank.distributed._retry)
             parts = c.map(_evaluate_task, plan, ref=refs[0], est=model, k=k, metrics=metrics, output=output,
-                          pure=False)
+                          options=options, pure=False)
             return tree_reduce(c, parts, split_every=split_every).result()
 
         ev, _ = with_retries(c, merged, on_loss=lambda: refs.__setitem__(0, _ship_source(c, source)))

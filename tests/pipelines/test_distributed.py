@@ -90,6 +90,16 @@ def test_predict_and_evaluate_equal_local(client, store, tmp_path):
     for name in want:
         assert got[name].value == pytest.approx(want[name].value, rel=1e-12)
         assert (got[name].n_queries, got[name].n_skipped) == (want[name].n_queries, want[name].n_skipped)
+    # the metric conventions travel to the workers
+    names = "ndcg@1,3,map,mrr,p@5,recall@5"          # (labels -3..3: no ERR)
+    got = srd.evaluate(m, store, client, metrics=names, gain="linear", empty="zero", max_rows=37)
+    want = evaluate(store, m, metrics=names, gain="linear", empty="zero")
+    assert set(got) == set(want) and len(want) == 6
+    for name in want:
+        assert got[name].value == pytest.approx(want[name].value, rel=1e-12)
+        assert (got[name].n_queries, got[name].n_skipped) == (want[name].n_queries, want[name].n_skipped)
+    with pytest.raises(ValueError, match="empty must be one of"):
+        srd.evaluate(m, store, client, empty="nan")
 
 
 def test_predict_and_evaluate_are_redone_when_they_lose_a_worker(client, store, tmp_path, monkeypatch):
