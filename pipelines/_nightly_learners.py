@@ -291,7 +291,7 @@ def update_pairwise(store, base_model, seen, *, params=None, max_rows=DEFAULT_BL
     groups, one pair per row; step counter, L1 state and sampling counter intact).  ``holdout``:
     progressive validation as in :func:`update_sgd` — each held-out block's NDCG@k and disagreement
     are measured before the model learns from it.  Returns (model, selection, metrics or None)."""
-    from streamrank.metrics import RankingEvaluator, _score
+    from streamrank.metrics import RankingEvaluator, score_block
 
     model = sr.PairwiseSGDRanker(**(params or {})) if base_model is None else base_model
     pre, hold = _split(store, seen, holdout)
@@ -301,7 +301,7 @@ def update_pairwise(store, base_model, seen, *, params=None, max_rows=DEFAULT_BL
         for block in part.blocks(max_rows=max_rows):
             if part is hold and holdout is not None and _is_fitted(model):
                 ev.update(np.asarray(block.y, dtype=np.float64).reshape(block.n_rows, -1)[:, 0],
-                          _score(model, block.X), block.group_ptr, qid=block.qid, group_size=block.group_size,
+                          score_block(model, block.X), block.group_ptr, qid=block.qid, group_size=block.group_size,
                           group_offset=block.group_offset)
                 judged += block.n_rows
             model.partial_fit(block.X, block.y, block.row_qid())

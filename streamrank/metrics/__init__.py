@@ -110,7 +110,7 @@ from ._sources import block_labels, evaluate, score_block
 from ._trec import evaluate_run, read_qrels, read_run
 from ._tuples import evaluate_tuples, tuple_error
 
-# the names the distributed reductions and the pipelines used before the split
+# the private names used before the split (code in other branches may still import them)
 _score = score_block
 _block_y = block_labels
 
