@@ -254,7 +254,8 @@ def fit_cg(estimator, source, client=None, *, max_rows=DEFAULT_BLOCK_ROWS, split
                                         group_weight=est.group_weight, ties=est.ties, split_every=split_every,
                                         pieces=pieces_of_plan(plan, source.group_ptr), max_rows=max_rows)
         W, info = solve_cg(source, alpha=alpha, group_weight=est.group_weight, ties=est.ties, tol=est.tol,
-                           max_iter=est.max_iter, max_rows=max_rows, _operator=op, **kwargs)
+                           max_iter=est.max_iter, max_rows=max_rows, _operator=op,
+                           normalize=getattr(est, "normalize", None), **kwargs)
     info["n_scatters"] = op.n_scatters
     info["n_retries"] = op.n_retries
     info["n_class_scatters"] = op.n_class_scatters
