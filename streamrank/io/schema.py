@@ -16,6 +16,8 @@ array              shape / dtype        meaning
 ``y``              (m,) or (m, v) f8    scores (v = ``n_outputs`` > 1)
 ``group_ptr``      (q + 1,) int64       rows of group g: ``group_ptr[g]:group_ptr[g+1]``
 ``qid``            (q,) int64           original query id of each group
+``docid/offsets``  (m + 1,) int64       optional (``docids=True``): byte range of row r's document id
+``docid/bytes``    (total,) uint8       optional: the ids, UTF-8 (:mod:`streamrank.io.docids`)
 =================  ===================  =========================================
 
 (``X`` is an array for dense stores and a sub-group holding the CSR triple
