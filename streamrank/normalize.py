@@ -18,7 +18,8 @@ exported model carries (o, s) per feature and its weights unchanged.
 
 :class:`FeatureMoments` gathers count, mean, the sum of squared deviations
 (merged blockwise: Chan, Golub & LeVeque 1979) and min/max in float64 from
-dense or CSR blocks (implicit zeros count); it merges, so it rides along the
+dense blocks (one fused numba kernel, :mod:`streamrank._moments_kernels`) or
+CSR blocks (implicit zeros count); it merges, so it rides along the
 statistics of a streaming pass or a dask reduction.  :class:`Normalizer` is
 the fitted (kind, offset, scale).
 
@@ -95,11 +96,15 @@ class FeatureMoments:
             mx[has_zero] = np.maximum(mx[has_zero], 0.0)
             part.min, part.max = mn, mx
         else:
-            A = np.asarray(X, dtype=np.float64)
-            part.mean = A.mean(axis=0)
-            part.m2 = ((A - part.mean) ** 2).sum(axis=0)
-            part.min = A.min(axis=0)
-            part.max = A.max(axis=0)
+            from ._moments_kernels import block_moments
+
+            A = np.asarray(X)
+            if A.dtype not in (np.float32, np.float64):
+                A = A.astype(np.float64)
+            A = np.ascontiguousarray(A)
+            n = self.n_features
+            part.mean, part.m2, part.min, part.max = (np.empty(n) for _ in range(4))
+            block_moments(A, part.mean, part.m2, part.min, part.max)
         return self.merge(part)
 
     def merge(self, other: "FeatureMoments") -> "FeatureMoments":

@@ -145,3 +145,8 @@ def test_metrics_vs_trec_eval_smoke(capsys):
     out = _run("metrics_vs_trec_eval", ["--smoke"], capsys)
     assert "streamrank ties='trec'" in out and "pytrec_eval" in out
     assert "largest per-query difference from trec_eval over 8 measures: 0.0e+00" in out
+
+
+def test_normalize_and_export_smoke(capsys):
+    out = _run("normalize_and_export", ["--smoke"], capsys)
+    assert "fit normalized" in out and "export solr" in out

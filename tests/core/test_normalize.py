@@ -135,3 +135,21 @@ def test_kernel_normalize_refused_where_moments_are_not_gathered():
     st.add_block(np.ones((4, 5)), np.arange(4.0), np.array([0, 4]))
     with pytest.raises(NotImplementedError, match="moments"):
         m._fit_statistics(st, X[:5, :], sr.as_source(X, y, q), 100)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("rows", [1, 2, 37])
+def test_block_moments_kernel_against_numpy(dtype, rows):
+    from streamrank._moments_kernels import block_moments
+
+    rng = np.random.default_rng(rows)
+    X = (rng.normal(size=(rows, 5)) * [1, 1e3, 1e-3, 1, 0] + [0, 1e6, 0, -5, 3]).astype(dtype)
+    X.setflags(write=False)                                # zarr and dask hand out read-only blocks
+    out = [np.empty(5) for _ in range(4)]
+    block_moments(X, *out)
+    X64 = X.astype(np.float64)
+    np.testing.assert_allclose(out[0], X64.mean(0), rtol=1e-13)
+    np.testing.assert_allclose(out[1], ((X64 - X64.mean(0)) ** 2).sum(0), rtol=1e-9, atol=1e-12)
+    np.testing.assert_array_equal(out[2], X64.min(0))
+    np.testing.assert_array_equal(out[3], X64.max(0))
+    assert out[1][4] == 0.0                                 # a constant column has no spread
