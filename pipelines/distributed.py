@@ -230,13 +230,16 @@ def build_parser():
     p.add_argument("--split-every", type=int, default=srd.DEFAULT_SPLIT_EVERY, help="tree reduction fan-in")
     p.add_argument("--validation", default=None, metavar="STORE", help="evaluate on this store")
     p.add_argument("--report", default=None, metavar="FILE", help="write the JSON report here")
+    p.add_argument("-v", "--verbose", action="store_true", help="print the traceback of an error")
     return p
 
 
 def main(argv=None) -> int:
+    """Run; every failure is one line on stderr and an exit code (:mod:`pipelines._errors`)."""
+    from pipelines._errors import run_main
+
     args = build_parser().parse_args(argv)
-    run(args)
-    return 0
+    return run_main("distributed", args.verbose, lambda: run(args))
 
 
 if __name__ == "__main__":

@@ -403,33 +403,15 @@ def main(argv=None) -> int:
     """Run one night; every failure is one line on stderr and an exit code (those of ``streamrank``:
     3 not found, 4 bad data, 5 cannot write — lock held, disk full —, 1 unexpected; ``--verbose``
     adds the traceback)."""
-    import traceback
-
-    from streamrank.cli._app import _exit_code
-    from streamrank.cli._common import EXIT_BUG, EXIT_SIGINT
+    from pipelines._errors import run_main
 
     args = build_parser().parse_args(argv)
-    try:
-        run_night(args.store, args.new, args.models, learner=args.learner, alphas=args.alphas, full=args.full,
-                  keep=args.keep, tolerance=args.tolerance, folds=args.folds, validation=args.validation,
-                  max_rows=args.max_rows, plot=not args.no_plot, verify=args.verify,
-                  chunk_bytes=max(1, int(args.chunk_mb * 2**20)), learner_params=_learner_params(args))
-    except KeyboardInterrupt:
-        print("nightly: interrupted; the store keeps its last commit and current its last promoted version",
-              file=sys.stderr, flush=True)
-        return EXIT_SIGINT
-    except Exception as exc:  # noqa: BLE001 - every failure: one line and an exit code
-        code = _exit_code(exc)
-        if args.verbose:
-            traceback.print_exc(file=sys.stderr)
-        text = str(exc).strip()
-        msg = text.splitlines()[0] if text else type(exc).__name__
-        if isinstance(exc, OSError) and exc.filename and str(exc.filename) not in msg:
-            msg += f": {exc.filename}"
-        hint = f" [{type(exc).__name__}; unexpected: rerun with --verbose and report it]" if code == EXIT_BUG else ""
-        print(f"nightly: error: {msg}{hint}", file=sys.stderr, flush=True)
-        return code
-    return 0
+    return run_main("nightly", args.verbose, lambda: run_night(
+        args.store, args.new, args.models, learner=args.learner, alphas=args.alphas, full=args.full,
+        keep=args.keep, tolerance=args.tolerance, folds=args.folds, validation=args.validation,
+        max_rows=args.max_rows, plot=not args.no_plot, verify=args.verify,
+        chunk_bytes=max(1, int(args.chunk_mb * 2**20)), learner_params=_learner_params(args)),
+        interrupted="interrupted; the store keeps its last commit and current its last promoted version")
 
 
 if __name__ == "__main__":

@@ -238,3 +238,13 @@ def test_nightly_partial_day_commit_is_reported_with_the_line(tmp_path, capsys):
     n = int(m.group(1))
     assert sr.GroupStore.open(tmp_path / "logs.zarr").n_rows == n and int(m.group(3)) == n + 1
     assert nightly.current_version(tmp_path / "models") is None
+
+
+def test_distributed_pipeline_failure_is_one_line(tmp_path, capsys):
+    from pipelines import distributed as pdist
+
+    code = pdist.main(["--store", str(tmp_path / "nope.zarr"), "--model", str(tmp_path / "m.zarr"),
+                       "--learner", "rankrls", "--workers", "1"])
+    err = capsys.readouterr().err.strip()
+    assert code == 3 and len(err.splitlines()) == 1, err
+    assert err.startswith("distributed: error: ") and "nope.zarr" in err
