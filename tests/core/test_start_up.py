@@ -96,3 +96,29 @@ def test_every_numba_kernel_is_cacheable():
     closures = [name for name, d in dispatchers.items()
                 if d.py_func.__closure__ is not None or "<locals>" in d.py_func.__qualname__]
     assert not closures, f"kernels defined inside functions (their cache is not reused): {closures}"
+
+
+def test_kernels_import_and_cache_when_no_cache_place_is_writable(tmp_path):
+    """Read-only site-packages and no writable home: numba alone raises at import; streamrank caches in $TMPDIR.
+
+    The module's own ``__pycache__`` is a regular file (no directory can be
+    made there, even by root) and so is the parent of ``XDG_CACHE_HOME``.
+    """
+    pkg = tmp_path / "site"
+    pkg.mkdir()
+    (pkg / "__pycache__").write_text("not a directory")
+    (pkg / "kern_mod.py").write_text("from streamrank._numba import jit\n\n\n@jit\ndef plus_one(x):\n    return x + 1\n")
+    (tmp_path / "blocker").write_text("a file")
+    tmp = tmp_path / "tmp"
+    tmp.mkdir()
+    env = {k: v for k, v in __import__("os").environ.items() if k != "NUMBA_CACHE_DIR"}
+    env.update(PYTHONPATH=str(pkg), XDG_CACHE_HOME=str(tmp_path / "blocker" / "cache"), TMPDIR=str(tmp),
+               HOME=str(tmp_path / "blocker"))
+    code = "import kern_mod\nprint(kern_mod.plus_one(41))\n"
+    for run in range(2):  # the second process loads what the first cached
+        res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env)
+        assert res.returncode == 0, res.stderr
+        assert res.stdout.strip() == "42"
+        assert "set NUMBA_CACHE_DIR" in res.stderr
+    cached = list(tmp.glob("streamrank-numba-*/**/*.nbi"))
+    assert len(cached) == 1, cached
