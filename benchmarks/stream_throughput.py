@@ -21,6 +21,12 @@ Questions answered in one run (section numbers as printed):
    prefetched next block).
 5. **Codec** (``--codecs``) — read speed and size of blosc lz4+shuffle (the
    store default) against blosc zstd+shuffle on the same X.
+6. **Read checks** — the cost of checking every block read from a store
+   (:mod:`streamrank.io._read_checks`: finite values, CSR offsets and column
+   indices) as a share of a block pass, dense and CSR: (a) the time spent
+   inside the check kernels during a real pass (each call timed) over the
+   rest of that pass; (b) the median over rounds of checked / unchecked
+   pass time (noisier: it includes the machine's load).  Target: <= 5 %.
 
 The data are random normal float32 features (incompressible: a worst case for
 disk, a best case for decompression cost) in groups of 20-180 rows, read back
@@ -189,6 +195,60 @@ def bench_overhead(path, max_rows, repeat, label="1"):
     return ratios
 
 
+def bench_read_checks(path, max_rows, repeat, label="6"):
+    """Share of a block pass (no prefetch) spent in the read checks; see section 6 of the docstring."""
+    import types
+
+    import streamrank as sr
+    from streamrank.io import _read_checks as RC
+
+    store = sr.GroupStore.open(path)
+    kernels = RC.K
+    spent = [0.0]
+
+    def timed(fn):
+        def run(*args):
+            t0 = time.perf_counter()
+            try:
+                return fn(*args)
+            finally:
+                spent[0] += time.perf_counter() - t0
+        return run
+
+    def one_pass(check, clock=False):
+        RC.CHECK_READS = check
+        if clock:       # the same kernels, each call timed, inside a real pass (chunks hot in the cache)
+            RC.K = types.SimpleNamespace(**{k: timed(getattr(kernels, k)) for k in kernels.__all__})
+        spent[0] = 0.0
+        fresh = sr.GroupStore.open(path)     # no decoded chunk cached from the previous pass
+        try:
+            t, rows, _ = _time_store(fresh, max_rows, False)
+        finally:
+            RC.CHECK_READS, RC.K = True, kernels
+        assert rows == store.n_rows
+        return t, spent[0]
+
+    one_pass(True)   # compile / warm the page cache
+    alone, ratios, unchecked = [], [], []
+    for r in range(max(3, repeat)):
+        order = (True, False) if r % 2 else (False, True)
+        t = {c: one_pass(c)[0] for c in order}
+        unchecked.append(t[False])
+        ratios.append(t[True] / t[False])
+        t_clock, in_checks = one_pass(True, clock=True)
+        alone.append(in_checks / (t_clock - in_checks))
+    kind = f"CSR (nnz {store.nnz:,})" if store.sparse else "dense"
+    share = float(np.median(alone))
+    overall = float(np.median(ratios)) - 1.0
+    print(f"\n{label}. read checks on {store.n_rows:,} rows x {store.n_features} float32 {kind}, "
+          f"max_rows={max_rows:,}, {len(ratios)} rounds")
+    print(f"   unchecked pass (best)             {min(unchecked):8.3f} s")
+    print(f"   time in the checks / rest of pass {100 * share:7.2f} %  (median of rounds)")
+    print(f"   checked / unchecked pass - 1      {100 * overall:+7.2f} %  (median of rounds)")
+    print(f"   {'meets' if share <= 0.05 else 'ABOVE'} the 5 % target")
+    return share
+
+
 def _child_stream(path, max_rows):
     """Run in a fresh process: stream the store, print peak RSS figures as JSON."""
     import psutil
@@ -311,11 +371,13 @@ def main(argv=None):
               f"({args.rows / t:,.0f} rows/s, appends of 250,000 rows)")
         ratios = bench_overhead(path, args.max_rows, args.repeat)
         bench_overlap(path, args.max_rows, max(1, args.repeat // 2))
+        bench_read_checks(path, args.max_rows, args.repeat, label="6a")
         shutil.rmtree(path)
         if args.sparse or args.smoke:
             n_sp = max(args.rows // 3, 1000)
             write_store(path, n_sp, args.features * 20, sparse=True)
             bench_overhead(path, args.max_rows, args.repeat, label="3")
+            bench_read_checks(path, args.max_rows, args.repeat, label="6b")
             shutil.rmtree(path)
         bench_memory(workdir, args.features, args.mem_max_rows)
         if args.codecs or args.smoke:

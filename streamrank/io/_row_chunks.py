@@ -37,11 +37,18 @@ class RowChunkReader:
     decoder : :class:`~streamrank.io._chunk_files.ChunkFileDecoder`, optional
         Decodes whole chunks straight from their files (about 3x less CPU
         than zarr's read path); None: zarr reads them.
+    check : callable ``check(first_row, rows)``, optional
+        Called on every run of committed rows as soon as it is decoded,
+        while it is still in the CPU cache (one chunk at most on the chunk
+        decoder's path); raises if the rows are not what the store may hold
+        (see :mod:`streamrank.io._read_checks`).  Rows served from the cache
+        were checked when they were decoded.
     """
 
-    def __init__(self, arr, keep: int = 2, decoder=None):
+    def __init__(self, arr, keep: int = 2, decoder=None, check=None):
         self._arr = arr
         self._decoder = decoder
+        self._check = check
         if decoder is not None and int(decoder.chunk_shape[0]) != int(arr.chunks[0]):
             raise ValueError("the decoder's chunk shape differs from the array's")
         self._rows_per_chunk = int(arr.chunks[0])
@@ -79,12 +86,16 @@ class RowChunkReader:
                     whole = np.empty(self._decoder.chunk_shape, dtype=self._decoder.dtype)
                     self._decoder.decode(c, whole)
                     out[s - a : e - a] = whole[s - c * C : e - c * C]
+                if self._check is not None:
+                    self._check(s, out[s - a : e - a])     # still in the cache
             return
         read_into = getattr(self._arr, "read_into", None)
         if read_into is not None:
             read_into(a, b, out)
         else:
             out[...] = self._arr[a:b]
+        if self._check is not None:
+            self._check(a, out)
 
     def read(self, r0: int, r1: int, n_rows: int) -> np.ndarray:
         """Rows ``[r0, r1)`` as a new array; ``n_rows`` is the committed length (chunks are cut there).
@@ -120,6 +131,8 @@ class RowChunkReader:
                     tail = np.empty(self._decoder.chunk_shape, dtype=self._decoder.dtype)
                     self._decoder.decode(last, tail)
                     tail = tail[: end_last - last * C]
+                    if self._check is not None:
+                        self._check(last * C, tail)
                 else:
                     tail = np.empty((end_last - last * C,) + tuple(arr.shape[1:]), dtype=arr.dtype)
                     self._read_into(last * C, end_last, tail)

@@ -35,6 +35,7 @@ import scipy.sparse as sp
 
 from .._validation import check_qid, check_X, check_y, group_ptr_from_qid
 from ._chunk_files import ChunkFileDecoder
+from ._read_checks import BadEntry, check_offsets, entries_check, finite_rows_check, with_row
 from ._row_chunks import RowChunkReader
 from .blocks import BlockSource
 from .docids import DOCID_ARRAYS, append_docids, check_docids, create_docid_arrays, hash_docids, read_docids
@@ -47,7 +48,10 @@ from .schema import (
     CheckedArray,
     StoreFormatError,
     append_csr,
+    check_chunk_dirs,
     check_format,
+    check_log,
+    check_store_path,
     cut_torn_tail,
     compressors,
     open_array,
@@ -83,11 +87,47 @@ def writer_lock(path):
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
-            raise RuntimeError(f"{path} is being appended to by another process "
+            raise RuntimeError(f"{path} is being appended to (or re-created) by another process "
                                f"(lock {LOCK_NAME} is held); one writer at a time") from None
         yield
     finally:
         os.close(fd)
+
+
+@contextlib.contextmanager
+def creating_store(p: Path, overwrite: bool):
+    """The directory of a store about to be (re-)created, empty but for its lock, held under the writer lock.
+
+    The lock file is the one an appender of the old store holds, so
+    re-creating a store while another process appends to it fails with the
+    lock error (or the appender's next append finds the lock held), and an
+    appender that opened the old store refuses to append to the new one
+    (its ``store_id`` changed).  Only a zarr store or an empty directory is
+    ever emptied.
+    """
+    check_store_path(p)
+    if os.path.lexists(p):
+        if not overwrite:
+            raise FileExistsError(f"{p} already exists; pass overwrite=True to replace it")
+        if not (p.is_dir() and ((p / "zarr.json").exists() or not any(c.name != LOCK_NAME for c in p.iterdir()))):
+            raise FileExistsError(f"{p} exists and is not a zarr store; refusing to delete it")
+    p.mkdir(parents=True, exist_ok=True)
+    with writer_lock(p):
+        for child in p.iterdir():
+            if child.name == LOCK_NAME:
+                continue
+            if child.is_dir() and not child.is_symlink():
+                shutil.rmtree(child)
+            else:
+                child.unlink()
+        yield
+
+
+def new_store_id() -> str:
+    """A random identity for a new store (what an appender checks it still writes to)."""
+    import uuid
+
+    return uuid.uuid4().hex
 
 
 def _as_float32(X, name: str = "X"):
@@ -166,9 +206,11 @@ class GroupStore(BlockSource):
         docids : bool
             Keep one document id (a string) per row: every append then takes
             ``docid=`` (:mod:`streamrank.io.docids`; run files name documents by them).
-        """
-        import zarr
 
+        Re-creating holds the store's writer lock: while another process
+        appends, it fails with ``RuntimeError`` (lock held), and an appender
+        that opened the old store refuses to append to the new one.
+        """
         n_features = _positive_int(n_features, "n_features")
         if sparse:
             _check_csr_width(n_features, "n_features")
@@ -179,9 +221,16 @@ class GroupStore(BlockSource):
                 raise ValueError(f"feature_names has {len(feature_names)} names; "
                                  f"n_features is {n_features}")
         p = Path(path)
-        _prepare_dir(p, overwrite)
         rpc = int(chunk_rows) if chunk_rows else rows_per_chunk(4 * (n_features if not sparse else 16))
-        root = zarr.open_group(store=zarr.storage.LocalStore(str(p)), mode="w")
+        with creating_store(p, overwrite):
+            cls._create_arrays(p, n_features, sparse, n_outputs, feature_names, rpc, docids)
+        return cls(p, "a", _token=_PRIVATE)
+
+    @staticmethod
+    def _create_arrays(p, n_features, sparse, n_outputs, feature_names, rpc, docids):
+        import zarr
+
+        root = zarr.open_group(store=zarr.storage.LocalStore(str(p)), mode="a")
         if sparse:
             xg = root.create_group("X")
             ip = xg.create_array("indptr", shape=(1,), chunks=(_INDPTR_CHUNK,), dtype="int64",
@@ -212,6 +261,7 @@ class GroupStore(BlockSource):
             "sparse": bool(sparse),
             "feature_names": feature_names,
             "created": _now(),
+            "store_id": new_store_id(),
             "committed": {"rows": 0, "groups": 0, "nnz": 0},
             "log": [],
         }
@@ -219,7 +269,6 @@ class GroupStore(BlockSource):
             attrs["docids"] = True
             attrs["committed"]["docid_bytes"] = 0
         write_attrs(p, attrs)  # last: a store without it is not a store
-        return cls(p, "a", _token=_PRIVATE)
 
     @classmethod
     def open(cls, path, mode: str = "r"):
@@ -231,10 +280,11 @@ class GroupStore(BlockSource):
         import zarr
 
         attrs = check_format(self.path, read_attrs(self.path), GROUP_FORMAT)
+        check_log(self.path, attrs["log"], ("rows", "groups", "nnz"))
         self._attrs = attrs
         try:
-            self.n_features = int(attrs["n_features"])
-            self.n_outputs = int(attrs["n_outputs"])
+            self.n_features = _positive_int(attrs["n_features"], "n_features")
+            self.n_outputs = _positive_int(attrs["n_outputs"], "n_outputs")
             self.sparse = bool(attrs["sparse"])
             c = attrs["committed"]
             self._rows, self._groups, self._nnz = int(c["rows"]), int(c["groups"]), int(c["nnz"])
@@ -243,11 +293,21 @@ class GroupStore(BlockSource):
         except (KeyError, TypeError, ValueError) as exc:
             raise StoreFormatError(f"{Path(self.path) / 'zarr.json'}: corrupt metadata "
                                    f"(attribute {exc} missing or invalid)") from exc
+        names = attrs.get("feature_names")
+        if names is not None and (not isinstance(names, list) or len(names) != self.n_features
+                                  or not all(isinstance(f, str) for f in names)):
+            got = f"{len(names)} entries" if isinstance(names, list) else type(names).__name__
+            raise StoreFormatError(f"{Path(self.path) / 'zarr.json'}: corrupt metadata: feature_names holds "
+                                   f"{got}, expected {self.n_features} names (n_features)")
+        if not hasattr(self, "_store_id"):      # the identity of the store this object opened
+            self._store_id = (attrs.get("store_id"), attrs.get("created"))
         store = zarr.storage.LocalStore(self.path, read_only=(self.mode == "r"))
         self._root = zarr.open_group(store=store, mode="r" if self.mode == "r" else "r+")
         spec = GROUP_ARRAYS_SPARSE if self.sparse else GROUP_ARRAYS_DENSE
         if self.has_docids:
             spec = {**spec, **DOCID_ARRAYS}
+        if self.mode == "a":
+            check_chunk_dirs(self.path, spec)
         self._arrays = {}
         for name, (dtype, ndim) in spec.items():
             try:
@@ -290,9 +350,17 @@ class GroupStore(BlockSource):
         if self.mode != "r":
             self._qid_all = np.asarray(self._arrays["qid"][: self._groups], dtype=np.int64)
         self._group_ptr_cache = None
-        if self._gp_all[-1] != self._rows:
-            raise StoreFormatError(f"{self.path}: array 'group_ptr' ends at {int(self._gp_all[-1])} "
-                                   f"but {self._rows} rows are committed; the store is corrupt")
+        if self._gp_all[0] != 0 or self._gp_all[-1] != self._rows:
+            raise StoreFormatError(f"{self.path}: array 'group_ptr' runs from {int(self._gp_all[0])} to "
+                                   f"{int(self._gp_all[-1])} but {self._rows} rows are committed "
+                                   f"(expected 0 to {self._rows}); the store is corrupt")
+        check_offsets(self._gp_all, 0, self._rows, store=self.path, array="group_ptr", first=0)
+        if self.sparse:
+            ends = np.asarray(self._arrays["X/indptr"].get_coordinate_selection([0, self._rows]), dtype=np.int64)
+            if ends[0] != 0 or ends[1] != self._nnz:
+                raise StoreFormatError(f"{self.path}: array 'X/indptr' runs from {int(ends[0])} to {int(ends[1])} "
+                                       f"but {self._nnz} nonzeros are committed (expected 0 to {self._nnz}); "
+                                       "the store is corrupt")
 
     def _reopen_arrays(self):
         """Re-read the arrays' metadata (shapes) from disk."""
@@ -308,14 +376,17 @@ class GroupStore(BlockSource):
     def _make_row_readers(self):
         """Whole-chunk readers of the row-chunked arrays: a sequential pass decodes every chunk once
         whatever the block cutting (:mod:`streamrank.io._row_chunks`)."""
-        def reader(name):
+        def reader(name, check=None):
             decoder = ChunkFileDecoder.for_array(self.path, name) if _DECODE_CHUNK_FILES else None
-            return RowChunkReader(self._arrays[name], decoder=decoder)
+            return RowChunkReader(self._arrays[name], decoder=decoder, check=check)
 
-        self._X_rows = None if self.sparse else reader("X")
-        self._y_rows = reader("y")
+        # every decoded chunk is checked while in the CPU cache (streamrank.io._read_checks)
+        self._X_rows = None if self.sparse else reader("X", finite_rows_check(self.path, "X"))
+        self._y_rows = reader("y", finite_rows_check(self.path, "y"))
         if self.sparse:
-            self._csr_rows = (reader("X/indptr"), reader("X/indices"), reader("X/data"))
+            self._csr_rows = (reader("X/indptr"),
+                              reader("X/indices", entries_check(self.path, "X/indices", self.n_features)),
+                              reader("X/data", entries_check(self.path, "X/data")))
 
     def _needed_lengths(self, rows, groups, nnz):
         need = {"y": rows, "group_ptr": groups + 1, "qid": groups}
@@ -430,16 +501,18 @@ class GroupStore(BlockSource):
         return self._y_rows.read(r0, r1, self._rows)
 
     def _read_rows(self, r0, r1):
+        """Rows r0:r1, checked (O(rows)) before any learner sees them: see :mod:`._read_checks`."""
         if self.sparse:
             ip_rows, ind_rows, dat_rows = self._csr_rows
             ip = ip_rows.read(r0, r1 + 1, self._rows + 1)
+            check_offsets(ip, 0, self._nnz, store=self.path, array="X/indptr", first=r0)
             z0, z1 = int(ip[0]), int(ip[-1])
-            if not 0 <= z0 <= z1 <= self._nnz or np.any(np.diff(ip) < 0):
-                raise StoreFormatError(f"{self.path}: array 'X/indptr' rows {r0}:{r1 + 1} run from {z0} to {z1}, "
-                                       f"outside 0..{self._nnz} committed nonzeros or decreasing; the store is corrupt")
             if z1 > z0:
-                indices = ind_rows.read(z0, z1, self._nnz)
-                data = dat_rows.read(z0, z1, self._nnz)
+                try:
+                    indices = ind_rows.read(z0, z1, self._nnz)
+                    data = dat_rows.read(z0, z1, self._nnz)
+                except BadEntry as exc:
+                    raise with_row(exc, ip, r0) from None
             else:
                 indices = np.zeros(0, dtype=np.int32)
                 data = np.zeros(0, dtype=np.float32)
@@ -451,7 +524,7 @@ class GroupStore(BlockSource):
             X = sp.csr_matrix((data, indices, ip), shape=(r1 - r0, self.n_features), copy=False)
         else:
             X = self._X_rows.read(r0, r1, self._rows)
-        return X, self._y_rows.read(r0, r1, self._rows)
+        return X, self._read_y(r0, r1)
 
     # ----------------------------------------------------------------- append
     def append(self, X, y, qid, *, batch_id=None, docid=None) -> bool:
@@ -489,6 +562,7 @@ class GroupStore(BlockSource):
         with writer_lock(self.path):
             if read_attrs(self.path).get("committed") != self._attrs.get("committed"):
                 self._load()  # another process committed since we opened
+                check_same_store(self)
             else:
                 self._reopen_arrays()  # a killed writer may have grown them since
             if batch_id is not None and any(e.get("batch_id") == batch_id for e in self._attrs["log"]):
@@ -696,12 +770,10 @@ def _check_csr_width(n, name):
     return n
 
 
-def _prepare_dir(p: Path, overwrite: bool):
-    if p.exists():
-        if not overwrite:
-            raise FileExistsError(f"{p} already exists; pass overwrite=True to replace it")
-        if p.is_dir() and ((p / "zarr.json").exists() or not any(p.iterdir())):
-            shutil.rmtree(p)
-        else:
-            raise FileExistsError(f"{p} exists and is not a zarr store; refusing to delete it")
-    p.parent.mkdir(parents=True, exist_ok=True)
+def check_same_store(store) -> None:
+    """An appender re-reading the commit record refuses a store that was re-created since it opened it."""
+    now = (store._attrs.get("store_id"), store._attrs.get("created"))
+    if now != store._store_id:
+        raise StoreFormatError(f"{store.path} was re-created (create(..., overwrite=True)) by another process "
+                               "since this object opened it; nothing was appended. Open it again to append "
+                               "to the new store")

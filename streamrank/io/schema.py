@@ -65,6 +65,9 @@ __all__ = [
     "CheckedArray",
     "open_array",
     "check_format",
+    "check_log",
+    "check_chunk_dirs",
+    "check_store_path",
     "remove_partial_files",
     "cut_torn_tail",
     "hash_csr_rows",
@@ -222,8 +225,26 @@ def check_format(path, attrs: dict, expected: str) -> dict:
     return attrs
 
 
+def check_store_path(path) -> None:
+    """A store path that cannot be a directory (a symbolic link loop, a path through a file) is a clear error."""
+    import errno
+
+    try:
+        os.stat(path)
+    except FileNotFoundError:
+        return
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            raise StoreFormatError(f"{path}: is a symbolic link loop (too many levels of symbolic links); "
+                                   "not a store") from None
+        if exc.errno == errno.ENOTDIR:
+            raise StoreFormatError(f"{path}: a component of the path is a file, not a directory") from None
+        raise
+
+
 def read_attrs(path) -> dict:
     """The group attributes, read straight from ``zarr.json`` (clear errors)."""
+    check_store_path(path)
     meta = Path(path) / "zarr.json"
     if not meta.exists():
         if not Path(path).exists():
@@ -233,10 +254,50 @@ def read_attrs(path) -> dict:
         doc = json.loads(meta.read_text())
     except (OSError, ValueError) as exc:
         raise StoreFormatError(f"{meta}: corrupt metadata ({exc})") from exc
+    if not isinstance(doc, dict):
+        raise StoreFormatError(f"{meta}: corrupt metadata (not a JSON object)")
+    if doc.get("zarr_format") != 3:
+        raise StoreFormatError(f"{meta}: zarr_format is {doc.get('zarr_format')!r}; streamrank stores are "
+                               "zarr format 3")
     if doc.get("node_type") != "group":
         raise StoreFormatError(f"{meta}: expected a zarr group, found node_type "
                                f"{doc.get('node_type')!r}")
-    return dict(doc.get("attributes") or {})
+    attrs = doc.get("attributes") or {}
+    if not isinstance(attrs, dict):
+        raise StoreFormatError(f"{meta}: corrupt metadata ('attributes' is not an object)")
+    return dict(attrs)
+
+
+def check_log(path, log: list, keys: tuple) -> list:
+    """Every entry of an append log is an object whose ``keys`` are ``[start, stop]`` count pairs.
+
+    Returns ``log``; raises :class:`StoreFormatError` naming the metadata
+    file and the entry otherwise (a hand-edited or damaged log).
+    """
+    meta = Path(path) / "zarr.json"
+    for i, e in enumerate(log):
+        if not isinstance(e, dict):
+            raise StoreFormatError(f"{meta}: corrupt metadata: append log entry {i} is not an object")
+        for k in keys:
+            v = e.get(k)
+            if (not isinstance(v, list) or len(v) != 2 or not all(isinstance(x, int) and not isinstance(x, bool)
+                                                                  for x in v) or not 0 <= v[0] <= v[1]):
+                raise StoreFormatError(f"{meta}: corrupt metadata: append log entry {i} "
+                                       f"(batch {e.get('batch_id')!r}) has {k}={v!r}; expected [start, stop] "
+                                       "counts with 0 <= start <= stop")
+        if not isinstance(e.get("checksum"), str):
+            raise StoreFormatError(f"{meta}: corrupt metadata: append log entry {i} "
+                                   f"(batch {e.get('batch_id')!r}) has no checksum")
+    return log
+
+
+def check_chunk_dirs(path, names) -> None:
+    """Each array's chunk directory ``<name>/c`` is a directory if present (else appends fail mid-way)."""
+    for name in names:
+        c = Path(path) / name / "c"
+        if os.path.lexists(c) and not c.is_dir():
+            raise StoreFormatError(f"{c}: is a file, expected the chunk directory of array {name!r}; "
+                                   "the store is corrupt")
 
 
 def remove_partial_files(path) -> int:

@@ -29,6 +29,7 @@ from pathlib import Path
 import numpy as np
 import scipy.sparse as sp
 
+from ._read_checks import check_csr_piece, check_offsets, check_tuple_rows
 from ._row_cache import RowCache
 from .tuples import (  # noqa: F401  (re-exported: streamrank.io.tuple_store keeps its names)
     _CACHE_BYTES,
@@ -43,7 +44,15 @@ from .tuples import (  # noqa: F401  (re-exported: streamrank.io.tuple_store kee
     _make_batch,
     as_tuple_source,
 )
-from .group_store import _PRIVATE, _check_csr_width, _positive_int, _prepare_dir, writer_lock
+from .group_store import (
+    _PRIVATE,
+    _check_csr_width,
+    _positive_int,
+    check_same_store,
+    creating_store,
+    new_store_id,
+    writer_lock,
+)
 from .schema import (
     FORMAT_VERSION,
     TUPLE_ARRAYS,
@@ -52,7 +61,9 @@ from .schema import (
     CheckedArray,
     StoreFormatError,
     append_csr,
+    check_chunk_dirs,
     check_format,
+    check_log,
     cut_torn_tail,
     hash_csr_rows,
     compressors,
@@ -101,14 +112,23 @@ class TupleStore(TupleSource):
 
     @classmethod
     def create(cls, path, n_query_features: int, n_item_features: int, *, overwrite: bool = False):
-        """Create an empty tuple store and return it opened for appending."""
-        import zarr
+        """Create an empty tuple store and return it opened for appending.
 
+        ``overwrite=True`` replaces a store at ``path`` under its writer lock
+        (see :meth:`GroupStore.create`).
+        """
         nq = _check_csr_width(_positive_int(n_query_features, "n_query_features"), "n_query_features")
         nd = _check_csr_width(_positive_int(n_item_features, "n_item_features"), "n_item_features")
         p = Path(path)
-        _prepare_dir(p, overwrite)
-        root = zarr.open_group(store=zarr.storage.LocalStore(str(p)), mode="w")
+        with creating_store(p, overwrite):
+            cls._create_arrays(p, nq, nd)
+        return cls(p, "a", _token=_PRIVATE)
+
+    @staticmethod
+    def _create_arrays(p, nq, nd):
+        import zarr
+
+        root = zarr.open_group(store=zarr.storage.LocalStore(str(p)), mode="a")
         for side in ("Q", "D"):
             g = root.create_group(side)
             ip = g.create_array("indptr", shape=(1,), chunks=(_INDPTR_CHUNK,), dtype="int64",
@@ -124,10 +144,9 @@ class TupleStore(TupleSource):
                           compressors=compressors(8), fill_value=0)
         write_attrs(p, {
             "format": TUPLE_FORMAT, "format_version": FORMAT_VERSION,
-            "n_query_features": nq, "n_item_features": nd, "created": _now(),
+            "n_query_features": nq, "n_item_features": nd, "created": _now(), "store_id": new_store_id(),
             "committed": {k: 0 for k in _COUNTS}, "log": [],
         })
-        return cls(p, "a", _token=_PRIVATE)
 
     @classmethod
     def open(cls, path, mode: str = "r"):
@@ -138,9 +157,12 @@ class TupleStore(TupleSource):
         import zarr
 
         attrs = check_format(self.path, read_attrs(self.path), TUPLE_FORMAT)
+        check_log(self.path, attrs["log"], _COUNTS)
+        if not hasattr(self, "_store_id"):      # the identity of the store this object opened
+            self._store_id = (attrs.get("store_id"), attrs.get("created"))
         try:
-            self.n_query_features = int(attrs["n_query_features"])
-            self.n_item_features = int(attrs["n_item_features"])
+            self.n_query_features = _positive_int(attrs["n_query_features"], "n_query_features")
+            self.n_item_features = _positive_int(attrs["n_item_features"], "n_item_features")
             self._c = {k: int(attrs["committed"][k]) for k in _COUNTS}
         except (KeyError, TypeError, ValueError) as exc:
             raise StoreFormatError(f"{Path(self.path) / 'zarr.json'}: corrupt metadata "
@@ -148,6 +170,8 @@ class TupleStore(TupleSource):
         self._attrs = attrs
         store = zarr.storage.LocalStore(self.path, read_only=(self.mode == "r"))
         root = self._root = zarr.open_group(store=store, mode="r" if self.mode == "r" else "r+")
+        if self.mode == "a":
+            check_chunk_dirs(self.path, TUPLE_ARRAYS)
         self._a = {}
         for name, (dtype, _nd) in TUPLE_ARRAYS.items():
             try:
@@ -161,6 +185,13 @@ class TupleStore(TupleSource):
             if self._a[name].shape[0] < length:
                 raise StoreFormatError(f"{self.path}: array {name!r} has {self._a[name].shape[0]} "
                                        f"entries but {length} are committed; the store is corrupt")
+        for side in ("Q", "D"):
+            rows, nnz = self._c[f"{side.lower()}_rows"], self._c[f"{side.lower()}_nnz"]
+            ends = np.asarray(self._a[f"{side}/indptr"].get_coordinate_selection([0, rows]), dtype=np.int64)
+            if ends[0] != 0 or ends[1] != nnz:
+                raise StoreFormatError(f"{self.path}: array '{side}/indptr' runs from {int(ends[0])} to "
+                                       f"{int(ends[1])} but {nnz} nonzeros are committed (expected 0 to {nnz}); "
+                                       "the store is corrupt")
         self._cache = None
         self._row_cache = None
 
@@ -209,12 +240,21 @@ class TupleStore(TupleSource):
         return (_reopen_tuples, (self.path, dict(self._c)))
 
     # ------------------------------------------------------------ read hooks
+    def _n_cols(self, side):
+        return (self.n_query_features, "n_query_features") if side == "Q" else (self.n_item_features,
+                                                                                "n_item_features")
+
     def _read_csr(self, side):
         rows, nnz = self._c[f"{side.lower()}_rows"], self._c[f"{side.lower()}_nnz"]
-        nf = self.n_query_features if side == "Q" else self.n_item_features
+        nf, what = self._n_cols(side)
         ip = np.asarray(self._a[f"{side}/indptr"][: rows + 1], dtype=np.int64)
+        check_offsets(ip, 0, nnz, store=self.path, array=f"{side}/indptr", first=0)
+        if ip[0] != 0 or ip[-1] != nnz:
+            raise StoreFormatError(f"{self.path}: array '{side}/indptr' runs from {int(ip[0])} to {int(ip[-1])}, "
+                                   f"expected 0 to {nnz}; the store is corrupt")
         ind = self._a[f"{side}/indices"][:nnz] if nnz else np.zeros(0, np.int32)
         dat = self._a[f"{side}/data"][:nnz] if nnz else np.zeros(0, np.float32)
+        check_csr_piece(ip, ind, dat, nf, store=self.path, side=side, r0=0, z0=0, what=what)
         return sp.csr_matrix((dat, ind, ip), shape=(rows, nf))
 
     def _matrices(self):
@@ -228,9 +268,12 @@ class TupleStore(TupleSource):
 
     def _read_piece(self, side, r0, r1):
         ip = np.asarray(self._a[f"{side}/indptr"][r0 : r1 + 1], dtype=np.int64)
+        check_offsets(ip, 0, self._c[f"{side.lower()}_nnz"], store=self.path, array=f"{side}/indptr", first=r0)
         z0, z1 = int(ip[0]), int(ip[-1])
         ind = np.asarray(self._a[f"{side}/indices"][z0:z1]) if z1 > z0 else np.zeros(0, np.int32)
         dat = np.asarray(self._a[f"{side}/data"][z0:z1]) if z1 > z0 else np.zeros(0, np.float32)
+        nf, what = self._n_cols(side)
+        check_csr_piece(ip, ind, dat, nf, store=self.path, side=side, r0=r0, z0=z0, what=what)
         return ip - z0, ind, dat
 
     def _row_readers(self, cache_bytes):
@@ -261,8 +304,10 @@ class TupleStore(TupleSource):
         return self._matrices()[1]
 
     def _read_tuples(self, t0, t1):
-        return (np.asarray(self._a["tuples"][t0:t1], dtype=np.int64),
-                np.asarray(self._a["magnitude"][t0:t1], dtype=np.float64))
+        t = np.asarray(self._a["tuples"][t0:t1], dtype=np.int64)
+        m = np.asarray(self._a["magnitude"][t0:t1], dtype=np.float64)
+        check_tuple_rows(t, m, self._c["q_rows"], self._c["d_rows"], store=self.path, t0=t0)
+        return t, m
 
     # ----------------------------------------------------------------- append
     def append(self, Q, D, tuples, *, magnitudes=None, batch_id=None, rows: str = "local") -> bool:
@@ -292,6 +337,7 @@ class TupleStore(TupleSource):
         with writer_lock(self.path):
             if read_attrs(self.path).get("committed") != self._attrs.get("committed"):
                 self._load()
+                check_same_store(self)
             else:  # a killed writer may have grown the arrays since we opened
                 self._a = {name: CheckedArray(self._root[name], self.path, name) for name in self._a}
             if batch_id is not None and any(e.get("batch_id") == batch_id for e in self._attrs["log"]):
