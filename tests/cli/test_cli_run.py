@@ -132,3 +132,35 @@ def test_store_doc_ids_are_checked_and_checksummed(tmp_path):
     plain = sr.GroupStore.create(tmp_path / "p.zarr", 2)
     with pytest.raises(ValueError, match="keeps no document ids"):
         plain.append(np.ones((1, 2)), [1.0], [1], docid=["a"])
+
+
+def test_readme_run_lines_run_as_written(data, tmp_path, monkeypatch):
+    """The README's ``ingest ... --docids`` and ``predict ... --run`` lines, in a directory laid out as they assume;
+    the run file they write is read back by ``streamrank evaluate --run``."""
+    import shlex
+    import shutil
+    from pathlib import Path
+
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    lines = [ln.split("   #")[0].strip() for ln in readme.splitlines()
+             if ln.startswith(("streamrank ingest MQ2008/Fold1/test.txt", "streamrank predict --model m.zarr --store "
+                               "test.zarr --run"))]
+    assert len(lines) == 2
+    with tarfile.open(ARCHIVE) as tf:
+        text = tf.extractfile(MEMBER).read().decode().splitlines()
+    (tmp_path / "MQ2008" / "Fold1").mkdir(parents=True)
+    (tmp_path / "MQ2008" / "Fold1" / "test.txt").write_text("\n".join(text[:300]) + "\n")
+    shutil.copytree(data / "m.zarr", tmp_path / "m.zarr")
+    monkeypatch.chdir(tmp_path)
+    for line in lines:
+        rc, _, err = run(*shlex.split(line)[1:])
+        assert rc == 0, f"{line}: {err}"
+    store = sr.GroupStore.open("test.zarr")
+    qid_rows = np.repeat(store.qid, np.diff(store.group_ptr))
+    y = np.concatenate([b.y for b in store.blocks()])
+    with open("qrels.txt", "w") as f:
+        f.writelines(f"{q} 0 {d} {int(v)}\n" for q, d, v in zip(qid_rows, store.docids(), y))
+    rc, out, err = run("evaluate", "--run", "run.txt", "--qrels", "qrels.txt", "--metrics", "ndcg@10,map",
+                       "--gain", "linear", "--empty", "zero", "--json")
+    assert rc == 0, err
+    assert '"ndcg@10"' in out
