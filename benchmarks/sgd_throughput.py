@@ -111,7 +111,7 @@ def run_streamrank(X, t, args, prebuild=True):
     """``prebuild``: slice every batch before the clock starts (else stream them: flat memory)."""
     import streamrank as sr
 
-    m = sr.SparseSGDRanker(eta0=args.eta0, l1=args.l1, refit=False)
+    m = sr.SparseSGDRanker(eta0=args.eta0, l1=args.l1, auto_refit=False)
     w = t[:16]
     sr.SparseSGDRanker().partial_fit(X[w[:, 0]], X[w[:, 1]], X[w[:, 2]])  # compile (cached)
 

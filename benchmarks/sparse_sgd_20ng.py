@@ -149,7 +149,7 @@ def main(argv=None) -> int:
 
     def record(key, name, W, model=None, fit_s=0.0, peak=0):
         if model is not None:  # the model scores: no (tuples x features) product is formed
-            s_pos, s_neg = model.score(val[0], val[1]), model.score(val[0], val[2])
+            s_pos, s_neg = model.predict(val[0], val[1]), model.predict(val[0], val[2])
         else:  # W = I
             s_pos = np.asarray(val[0].multiply(val[1]).sum(axis=1)).ravel()
             s_neg = np.asarray(val[0].multiply(val[2]).sum(axis=1)).ravel()
@@ -173,7 +173,7 @@ def main(argv=None) -> int:
     if "identity" in methods:
         record("identity", "identity", None)
     if "diagonal" in methods:
-        m = sr.SparseSGDRanker(l1=0.0, refit=False, **base)
+        m = sr.SparseSGDRanker(l1=0.0, auto_refit=False, **base)
         m._params()
         m._start(n_f, n_f)  # W0 = I, then SGD on Omega = diagonal (the refit of eq. 8)
         with PeakRSS() as mem:
@@ -183,7 +183,7 @@ def main(argv=None) -> int:
         record("diagonal", "diagonal", m.W_, m, fs, mem.peak)
         del m
     if "flr" in methods:  # the paper's method 2: W unconstrained, fixed eta = 0.01, no L1
-        m = sr.SparseSGDRanker(l1=0.0, refit=False, learning_rate="constant",
+        m = sr.SparseSGDRanker(l1=0.0, auto_refit=False, learning_rate="constant",
                                **{**base, "eta0": args.flr_eta})
         with PeakRSS() as mem:
             t1 = time.perf_counter()
@@ -192,7 +192,7 @@ def main(argv=None) -> int:
         record("flr", f"dense SGD FLR eta={args.flr_eta:g}", m.W_, m, fs, mem.peak)
         del m
     if "dense" in methods:
-        m = sr.SparseSGDRanker(l1=0.0, refit=False, **base)
+        m = sr.SparseSGDRanker(l1=0.0, auto_refit=False, **base)
         with PeakRSS() as mem:
             t1 = time.perf_counter()
             m.fit(train, n_steps=args.steps, **fit_kw)
@@ -201,7 +201,7 @@ def main(argv=None) -> int:
         del m
     if "sparse" in methods:
         for l1 in args.l1:
-            m = sr.SparseSGDRanker(l1=l1, refit=False, **base)
+            m = sr.SparseSGDRanker(l1=l1, auto_refit=False, **base)
             with PeakRSS() as mem:
                 t1 = time.perf_counter()
                 m.fit(train, n_steps=args.steps, **fit_kw)

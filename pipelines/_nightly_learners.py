@@ -271,7 +271,7 @@ def update_sgd(store, base_model, seen, *, params=None, batch=4096, holdout=None
     """
     from streamrank.metrics import tuple_error
 
-    model = sr.SparseSGDRanker(**(params or {"refit": False})) if base_model is None else base_model
+    model = sr.SparseSGDRanker(**(params or {"auto_refit": False})) if base_model is None else base_model
     n = store.n_tuples
     h0 = n if holdout is None else min(max(int(holdout), int(seen)), n)
     wrong = judged = 0
@@ -279,7 +279,7 @@ def update_sgd(store, base_model, seen, *, params=None, batch=4096, holdout=None
         for a in range(lo, hi, batch):
             Q, Dp, Dn = tuple_range(store, a, min(a + batch, hi))
             if held and _is_fitted(model):
-                wrong += tuple_error(model.score(Q, Dp), model.score(Q, Dn)) * Q.shape[0]
+                wrong += tuple_error(model.predict(Q, Dp), model.predict(Q, Dn)) * Q.shape[0]
                 judged += Q.shape[0]
             model.partial_fit(Q, Dp, Dn)
     prog = {"tuple_error": float(wrong / judged)} if judged and judged == n - h0 else None
@@ -316,7 +316,7 @@ def validate_tuples(model, store, t0, t1):
     from streamrank.metrics import tuple_error
 
     Q, Dp, Dn = tuple_range(store, t0, t1)
-    return {"tuple_error": float(tuple_error(model.score(Q, Dp), model.score(Q, Dn)))}
+    return {"tuple_error": float(tuple_error(model.predict(Q, Dp), model.predict(Q, Dn)))}
 
 
 # -------------------------------------------------------------- validate

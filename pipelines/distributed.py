@@ -51,7 +51,7 @@ def build_estimator(args):
                                 random_state=args.seed)
     sgd = {k: v for k, v in (("eta0", args.eta0), ("l1", args.l1)) if v is not None}
     if args.learner == "sgd-bilinear":
-        return sr.SparseSGDRanker(refit=bool(getattr(args, "refit", False)), **sgd)
+        return sr.SparseSGDRanker(auto_refit=bool(getattr(args, "refit", False)), **sgd)
     return sr.PairwiseSGDRanker(random_state=args.seed, **sgd)
 
 
@@ -65,8 +65,8 @@ def _tuple_quality(model, store):
     pos, neg = [], []
     for a in range(0, n, 65_536):
         Q, Dp, Dn = tuple_range(store, a, min(a + 65_536, n))
-        pos.append(model.score(Q, Dp))
-        neg.append(model.score(Q, Dn))
+        pos.append(model.predict(Q, Dp))
+        neg.append(model.predict(Q, Dn))
     return float(tuple_error(np.concatenate(pos), np.concatenate(neg)))
 
 
@@ -83,7 +83,7 @@ def run_sgd(args, out):
     with srd.get_client(args.scheduler, n_workers=args.workers) as client:
         k = len(client.scheduler_info()["workers"])
         srd.fit(est, store, client, rounds=args.rounds, steps_per_round=steps, n_shards=k)
-    report.update(workers=k, fit_seconds=time.perf_counter() - t0, t=est.t_, nnz=est.nnz_, refit=bool(est.refit),
+    report.update(workers=k, fit_seconds=time.perf_counter() - t0, t=est.t_, nnz=est.nnz_, refit=bool(est.auto_refit),
                   refit_t=est.refit_t_)
     sr.save(est, args.model)
     val = sr.TupleStore.open(args.validation) if args.validation else store
@@ -96,7 +96,7 @@ def run_sgd(args, out):
         for r in range(args.rounds):
             for shard in range(k):      # the round task itself, run here shard after shard (bounded reads)
                 single = _round_task(shard, store, single, k, r, steps, 4096)
-        if single.refit:
+        if single.auto_refit:
             for r in range(args.rounds):
                 for shard in range(k):
                     single = _refit_round_task(shard, store, single, k, r, steps, 4096)

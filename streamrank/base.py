@@ -11,6 +11,7 @@ and gives them back to ``_set_state(attrs, arrays)``.  No pickle anywhere.
 """
 from __future__ import annotations
 
+import contextlib
 import inspect
 
 import numpy as np
@@ -82,6 +83,27 @@ class BaseRanker:
             req.fit.add_request(param="qid", alias=True)
         return req
 
+    # ------------------------------------------------------------ selection
+    @contextlib.contextmanager
+    def _solving_with(self, alpha):
+        """Solve (refit) with ``alpha`` inside the block; the user's ``alpha`` parameter is restored after.
+
+        Model selection refits at the chosen λ without changing the estimator's
+        parameters (scikit-learn's contract: ``fit`` never rewrites them).
+        """
+        user = self.alpha
+        self.alpha = float(alpha)
+        try:
+            yield
+        finally:
+            self.alpha = user
+
+    def _record_selection(self, result):
+        """``best_alpha_`` and ``cv_results_`` of a model-selection run; returns ``result``."""
+        self.best_alpha_ = float(result.best_alpha)
+        self.cv_results_ = result
+        return result
+
     # ---------------------------------------------------------------- state
     def _check_fitted(self, attr: str = "coef_"):
         if not hasattr(self, attr):
@@ -138,6 +160,8 @@ class BaseRanker:
         if names is not None:
             attrs["feature_names_in_"] = [str(s) for s in names]
         norm = getattr(self, "normalizer_", None)
+        if getattr(self, "best_alpha_", None) is not None:
+            attrs["best_alpha_"] = float(self.best_alpha_)
         if norm is not None:
             attrs["normalizer_kind"] = norm.kind
             arrays.update(norm.to_arrays("normalizer_"))
@@ -149,6 +173,10 @@ class BaseRanker:
             if not isinstance(names, list) or not all(isinstance(s, str) for s in names):
                 raise ValueError("feature_names_in_ must be a list of strings")
             self.feature_names_in_ = np.asarray(names, dtype=object)
+        if "best_alpha_" in attrs:
+            from ._validation import check_alpha
+
+            self.best_alpha_ = check_alpha(attrs["best_alpha_"], "best_alpha_")
         if "normalizer_kind" in attrs:
             from .normalize import Normalizer
 

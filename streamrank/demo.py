@@ -98,13 +98,13 @@ def _run_bilinear(args, out: Path):
     data = planted_bilinear(n_features=args.bilinear_dim, n_train=args.tuples, n_test=20_000,
                             random_state=args.seed)
     model = sr.SparseSGDRanker(eta0=3.0, l1=1e-4, shrink_every=100, init="identity",
-                               refit=True, random_state=0)
+                               auto_refit=True, random_state=0)
     with PeakRSS() as mem:
         t0 = time.perf_counter()
         model.fit(data.train, n_steps=args.tuples)
         fit_s = time.perf_counter() - t0
     Qt, Dp, Dn = data.test
-    err = sr.metrics.tuple_error(model.score(Qt, Dp), model.score(Qt, Dn))
+    err = sr.metrics.tuple_error(model.predict(Qt, Dp), model.predict(Qt, Dn))
     base = sr.metrics.tuple_error(np.asarray(Qt.multiply(Dp).sum(axis=1)).ravel(),
                                   np.asarray(Qt.multiply(Dn).sum(axis=1)).ravel())
     return dict(learner=f"SparseSGDRanker bilinear D={args.bilinear_dim} (+refit)", fit_s=fit_s,

@@ -242,7 +242,8 @@ def load(path):
         except Exception as exc:
             raise ModelFormatError(f"{path}: array {name!r} is missing or damaged: {exc}") from exc
     try:
-        model = cls(**meta.get("params", {}))
+        renamed = getattr(cls, "_renamed_params", {})
+        model = cls(**{renamed.get(k, k): v for k, v in meta.get("params", {}).items()})
         model._set_state(meta.get("state", {}), arrays)
         model._set_extra_state(meta.get("state", {}), arrays)
     except (TypeError, KeyError, ValueError, IndexError) as exc:

@@ -136,7 +136,7 @@ def test_wrong_feature_count_raises(name, est):
 def _all_estimators():
     ests = [e for _, e in LEARNERS]
     ests.append(sr.TransductiveRankRLS(gamma_t=2.0))
-    ests.append(sr.SparseSGDRanker(eta0=5.0, l1=1e-4, refit=False))
+    ests.append(sr.SparseSGDRanker(eta0=5.0, l1=1e-4, auto_refit=False))
     try:
         ests.append(sr.PairwiseSGDRanker())
     except (AttributeError, ImportError):  # pragma: no cover - learner not built yet

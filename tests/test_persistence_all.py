@@ -75,7 +75,7 @@ def _fit_transductive():
 def _fit_sgd_bilinear():
     Q, D, t = _tuples()
     src = sr.TupleStore.from_arrays(Q, D, t) if hasattr(sr.TupleStore, "from_arrays") else None
-    m = sr.SparseSGDRanker(eta0=2.0, l1=1e-3, shrink_every=10, refit=True, random_state=1)
+    m = sr.SparseSGDRanker(eta0=2.0, l1=1e-3, shrink_every=10, auto_refit=True, random_state=1)
     m.fit(src, n_steps=400, batch_size=64, shuffle_buffer=0)
     return m, (Q[t[:50, 0]], D[t[:50, 1]])
 
@@ -102,7 +102,7 @@ FITTERS = {
 def _scores(model, data):
     if isinstance(model, sr.SparseSGDRanker):
         Qs, Ds = data
-        return model.score(Qs, Ds)
+        return model.predict(Qs, Ds)
     return model.predict(data)
 
 
@@ -134,9 +134,9 @@ def test_sgd_bilinear_resumes_after_load(tmp_path):
     """The shrinkage state is saved: fit, save, load, continue == one long run."""
     Q, D, t = _tuples(9)
     a, b = t[:200], t[200:]
-    one = sr.SparseSGDRanker(eta0=1.0, l1=1e-3, shrink_every=7, refit=False)
+    one = sr.SparseSGDRanker(eta0=1.0, l1=1e-3, shrink_every=7, auto_refit=False)
     one.partial_fit(Q[t[:, 0]], D[t[:, 1]], D[t[:, 2]])
-    half = sr.SparseSGDRanker(eta0=1.0, l1=1e-3, shrink_every=7, refit=False)
+    half = sr.SparseSGDRanker(eta0=1.0, l1=1e-3, shrink_every=7, auto_refit=False)
     half.partial_fit(Q[a[:, 0]], D[a[:, 1]], D[a[:, 2]])
     sr.save(half, tmp_path / "half.zarr")
     resumed = sr.load(tmp_path / "half.zarr")

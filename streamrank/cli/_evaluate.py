@@ -31,7 +31,7 @@ def _parse_metrics(text):
 
 def _tuple_scores(model, store, args, bar):
     for batch in store.batches(batch_size=args.max_rows, shuffle_buffer=0):
-        yield model.score(batch.Q, batch.D_pos), model.score(batch.Q, batch.D_neg)
+        yield model.predict(batch.Q, batch.D_pos), model.predict(batch.Q, batch.D_neg)
         bar.update(len(batch))
 
 

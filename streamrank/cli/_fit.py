@@ -30,7 +30,7 @@ def _estimator(args):
                           "them dense); scale the features before building the tuple store")
     if L == "sgd-bilinear":
         kw = dict(eta0=args.eta0, l1=args.l1, shrink_every=args.shrink_every, init=args.init,
-                  refit=not args.no_refit, random_state=args.seed,
+                  auto_refit=not args.no_refit, random_state=args.seed,
                   max_memory_bytes=(None if getattr(args, "max_memory_mb", None) is None
                                     else int(args.max_memory_mb * 2**20)))
         return sr.SparseSGDRanker(**{k: v for k, v in kw.items() if v is not None})
@@ -64,7 +64,9 @@ def _run_cv(model, source, args, folds, check_only=False):
         raise Unsupported("sparse-kernel cross-validation is leave-query-out only: use --cv query")
     if check_only:
         return None
-    return model.cross_validate(source, alphas=args.alphas, folds=folds, scoring=args.scoring)
+    res = model.cross_validate(source, alphas=args.alphas, folds=folds, scoring=args.scoring)
+    model.set_params(alpha=res.best_alpha)    # the saved model is the one refitted at the chosen alpha
+    return res
 
 
 def _preflight(args, cv_folds):
@@ -98,7 +100,7 @@ def _fit_model(args, *, cv_folds=None):
             batch = vs.take()
             val = (batch.Q, batch.D_pos, batch.D_neg)
         every = args.checkpoint_every or max(1, steps // 20)
-        total = steps * (2 if model.refit else 1)
+        total = steps * (2 if model.auto_refit else 1)
         with _progress(args, total, unit="tuples", desc="fit sgd-bilinear") as bar:
             model.fit(ProgressTuples(store, bar), n_steps=steps, validation=val, checkpoint_every=every,
                       batch_size=args.batch_size)

@@ -53,6 +53,15 @@ __all__ = ["fit", "predict", "evaluate", "statistics", "fit_sgd_rounds", "Source
            "tree_reduce", "DEFAULT_BLOCK_ROWS", "DEFAULT_SPLIT_EVERY"]
 
 
+def _check_options(estimator, strategy, kwargs, allowed):
+    """Unknown keyword arguments raise (a misspelt option must not be silently ignored)."""
+    unknown = sorted(set(kwargs) - set(allowed))
+    if unknown:
+        raise TypeError(f"sr.distributed.fit got unexpected keyword argument(s) {unknown} for "
+                        f"{type(estimator).__name__} ({strategy}); it accepts max_rows, split_every"
+                        + "".join(f", {a}" for a in sorted(allowed)))
+
+
 def _is_statistics_learner(estimator, source):
     if not (hasattr(estimator, "_statistics_of_block") and hasattr(estimator, "_fit_statistics")):
         return False
@@ -71,6 +80,10 @@ def fit(estimator, source, client=None, *, max_rows=DEFAULT_BLOCK_ROWS, split_ev
     client : distributed.Client, scheduler address, or None (a LocalCluster for the call)
     max_rows : block budget (the same default as the local learners)
     split_every : fan-in of the tree reduction
+    **kwargs : options of the strategy (``blocks_per_task`` for statistics
+        learners; ``callback``, ``validation``, ``patience``, ``x0`` for CG;
+        the round options of :func:`fit_sgd_rounds` for SGD rankers); an
+        unknown one raises ``TypeError``
 
     Primal RankRLS: the statistics are accumulated on the workers and
     reduced there; the client only solves (O(n³)).  CG RankRLS: every
@@ -94,11 +107,13 @@ def fit(estimator, source, client=None, *, max_rows=DEFAULT_BLOCK_ROWS, split_ev
     if hasattr(estimator, "_check_params"):
         estimator._check_params()
     if _is_statistics_learner(estimator, source):
-        return fit_statistics(estimator, source, client, max_rows=max_rows, split_every=split_every,
-                              **{k: kwargs[k] for k in ("blocks_per_task",) if k in kwargs})
+        _check_options(estimator, "statistics", kwargs, ("blocks_per_task",))
+        return fit_statistics(estimator, source, client, max_rows=max_rows, split_every=split_every, **kwargs)
     if getattr(estimator, "n_basis", None) is not None and hasattr(estimator, "_spec"):
+        _check_options(estimator, "sparse kernel", kwargs, ())
         return fit_kernel_sparse(estimator, source, client, max_rows=max_rows, split_every=split_every)
     if hasattr(estimator, "_resolve_solver") and estimator._resolve_solver(source) == "cg":
+        _check_options(estimator, "conjugate gradient", kwargs, ("callback", "validation", "patience", "x0"))
         return fit_cg(estimator, source, client, max_rows=max_rows, split_every=split_every, **kwargs)
     raise NotImplementedError(
         f"sr.distributed.fit does not know how to distribute {type(estimator).__name__}: it needs "

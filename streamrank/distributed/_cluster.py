@@ -273,6 +273,6 @@ def reset_fitted(estimator, source):
     fold statistics, iteration count, cached eigendecomposition) are dropped
     so that no state of an earlier fit survives the new one.
     """
-    for attr in ("coef_", "stats_", "fold_stats_", "n_iter_", "_eigen"):
+    for attr in ("coef_", "stats_", "fold_stats_", "n_iter_", "_eigen", "best_alpha_", "cv_results_"):
         estimator.__dict__.pop(attr, None)
     return source.n_outputs == 1 and getattr(source, "y_ndim", 1) == 1

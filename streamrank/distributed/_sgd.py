@@ -233,7 +233,7 @@ def fit_sgd_rounds(estimator, source, client=None, *, rounds=10, steps_per_round
     if rounds < 1 or steps < 1:
         raise ValueError(f"rounds and steps_per_round must be >= 1, got {rounds}, {steps}")
     pairwise = hasattr(estimator, "partial_fit_pairs")
-    refit = (not pairwise) and bool(getattr(estimator, "refit", False))
+    refit = (not pairwise) and bool(getattr(estimator, "auto_refit", False))
     if refit:
         refit_rounds = rounds if refit_rounds is None else int(refit_rounds)
         if refit_steps_per_round is None:

@@ -252,9 +252,9 @@ def cross_validate_cg(model, source=None, *, alphas=None, folds=5, scoring="squa
     scores = np.nanmean(per_out, axis=1) if per_out.size else per_out
     valid = np.where(np.isnan(scores), -np.inf if greater else np.inf, scores)
     best = int(np.argmax(valid) if greater else np.argmin(valid))
-    model.alpha = float(alphas[best])
-    model.fit(source, max_rows=max_rows)
+    with model._solving_with(alphas[best]):       # refit at the best alpha; the user's alpha stays
+        model.fit(source, max_rows=max_rows)
     model.cv_info_ = {"n_passes": int(n_passes), "n_iter": n_iter}
-    return CVResult(alphas=alphas, scores=scores, scores_per_output=per_out, best_alpha=float(alphas[best]),
-                    best_index=best, scoring=scoring if kind != "ndcg" else f"ndcg@{k}", folds=folds,
-                    greater_is_better=greater)
+    return model._record_selection(CVResult(
+        alphas=alphas, scores=scores, scores_per_output=per_out, best_alpha=float(alphas[best]), best_index=best,
+        scoring=scoring if kind != "ndcg" else f"ndcg@{k}", folds=folds, greater_is_better=greater))

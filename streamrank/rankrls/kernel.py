@@ -133,7 +133,7 @@ class KernelRankRLS(BaseRanker):
     n_features_in_, n_outputs_
     """
 
-    def __init__(self, kernel="rbf", gamma=1.0, degree=2, coef0=0.0, alpha=1.0, n_basis=None,
+    def __init__(self, *, kernel="rbf", gamma=1.0, degree=2, coef0=0.0, alpha=1.0, n_basis=None,
                  basis="random", group_weight="pair", ties="include", random_state=None, normalize=None):
         self.normalize = normalize
         self.kernel = kernel
@@ -179,6 +179,8 @@ class KernelRankRLS(BaseRanker):
         (default: the store's feature names, if any).
         """
         spec = self._check_params()
+        self.__dict__.pop("best_alpha_", None)
+        self.__dict__.pop("cv_results_", None)
         if isinstance(X, BlockSource):
             if y is not None or qid is not None:
                 raise ValueError("fit(source) takes the targets and query ids from the source; "
@@ -471,6 +473,9 @@ class KernelRankRLS(BaseRanker):
     def cross_validate(self, source=None, alphas=None, folds=5, scoring="squared"):
         """Choose alpha by group cross-validation from one decomposition, then refit with it.
 
+        The choice is recorded in ``best_alpha_`` (and the result in
+        ``cv_results_``); the ``alpha`` parameter stays as the user set it.
+
         ``source``: a :class:`~streamrank.BlockSource` or a tuple ``(X, y, qid)``;
         ``None`` uses the training data (the model is fitted first when needed).
         ``folds``: ``"query"`` (exact leave-one-query-out, eq. (33)) or an int
@@ -562,12 +567,11 @@ class KernelRankRLS(BaseRanker):
         scores = np.nanmean(per_out, axis=1)
         valid = np.where(np.isnan(scores), -np.inf if greater else np.inf, scores)
         best = int(np.argmax(valid) if greater else np.argmin(valid))
-        self.alpha = float(arr[best])
-        self.dual_coef_ = self._y_out(self._solver().coef(self.alpha))
+        self.dual_coef_ = self._y_out(self._solver().coef(float(arr[best])))   # alpha stays the user's
         self.cv_predictions_ = preds[:, :, 0] if self._one_d else preds
-        return CVResult(alphas=arr, scores=scores, scores_per_output=per_out, best_alpha=float(arr[best]),
-                        best_index=best, scoring=scoring if kind != "ndcg" else f"ndcg@{k}", folds=folds,
-                        greater_is_better=greater)
+        return self._record_selection(CVResult(
+            alphas=arr, scores=scores, scores_per_output=per_out, best_alpha=float(arr[best]), best_index=best,
+            scoring=scoring if kind != "ndcg" else f"ndcg@{k}", folds=folds, greater_is_better=greater))
 
     def _sparse_kfold(self, arr, n_folds, kind, k, scoring):
         """k-fold CV of sparse RankRLS: one pass for per-fold statistics of Φ = k(X, X_R).
@@ -618,12 +622,11 @@ class KernelRankRLS(BaseRanker):
         scores = np.nanmean(per_out, axis=1)
         valid = np.where(np.isnan(scores), -np.inf if greater else np.inf, scores)
         best = int(np.argmax(valid) if greater else np.argmin(valid))
-        self.alpha = float(arr[best])
-        self.dual_coef_ = self._y_out(self._sparse.coef(self.alpha))
+        self.dual_coef_ = self._y_out(self._sparse.coef(float(arr[best])))   # alpha stays the user's
         self.__dict__.pop("cv_predictions_", None)
-        return CVResult(alphas=arr, scores=scores, scores_per_output=per_out, best_alpha=float(arr[best]),
-                        best_index=best, scoring=scoring if kind != "ndcg" else f"ndcg@{k}", folds=n_folds,
-                        greater_is_better=greater)
+        return self._record_selection(CVResult(
+            alphas=arr, scores=scores, scores_per_output=per_out, best_alpha=float(arr[best]), best_index=best,
+            scoring=scoring if kind != "ndcg" else f"ndcg@{k}", folds=n_folds, greater_is_better=greater))
 
     # ------------------------------------------------------------ persistence
     def _get_state(self):

@@ -114,7 +114,7 @@ class RankRLS(BaseRanker):
     array([ 1. , -2. ,  0.5])
     """
 
-    def __init__(self, alpha=1.0, solver="auto", group_weight="pair", ties="include", tol=1e-6,
+    def __init__(self, *, alpha=1.0, solver="auto", group_weight="pair", ties="include", tol=1e-6,
                  max_iter=None, normalize=None):
         self.normalize = normalize
         self.alpha = alpha
@@ -234,7 +234,7 @@ class RankRLS(BaseRanker):
         source = _source_of(X, y, qid, self)
         self._check_source(source)
         self._set_feature_names(source.n_features, feature_names, source)
-        for attr in ("coef_", "stats_", "fold_stats_", "n_iter_", "_eigen"):
+        for attr in ("coef_", "stats_", "fold_stats_", "n_iter_", "_eigen", "best_alpha_", "cv_results_"):
             self.__dict__.pop(attr, None)
         y_1d = _source_y_1d(source, y)
         solver = self._resolve_solver(source)
@@ -423,7 +423,12 @@ class RankRLS(BaseRanker):
 
     def cross_validate(self, source=None, alphas=None, folds=5, scoring="squared", *,
                        max_rows=DEFAULT_BLOCK_ROWS):
-        """Choose alpha by group cross-validation and refit with it.
+        """Choose alpha by group cross-validation and refit the model at the chosen value.
+
+        The choice is recorded in ``best_alpha_`` and the whole result in
+        ``cv_results_``; the ``alpha`` parameter stays as the user set it
+        (``model.set_params(alpha=model.best_alpha_)`` adopts the choice, e.g.
+        before a later ``fit``).
 
         Primal: from per-fold statistics, no extra pass for the refit
         (:func:`streamrank.rankrls.selection.cross_validate`).  A source that

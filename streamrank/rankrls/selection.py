@@ -236,14 +236,14 @@ def cross_validate(model, source=None, *, alphas=None, folds=5, scoring="squared
     scores = np.nanmean(per_out, axis=1) if per_out.size else per_out
     valid = np.where(np.isnan(scores), -np.inf if greater else np.inf, scores)
     best = int(np.argmax(valid) if greater else np.argmin(valid))
-    model.alpha = float(alphas[best])
-    model._fit_statistics(model.stats_)
+    with model._solving_with(alphas[best]):       # refit at the best alpha; the user's alpha stays
+        model._fit_statistics(model.stats_)
     if fold_stats is not None:
         model.fold_stats_ = fold_stats
     model._train_source = source
-    return CVResult(alphas=alphas, scores=scores, scores_per_output=per_out, best_alpha=float(alphas[best]),
+    return model._record_selection(CVResult(alphas=alphas, scores=scores, scores_per_output=per_out, best_alpha=float(alphas[best]),
                     best_index=best, scoring=scoring if kind == "squared" or kind == "disagreement" else f"ndcg@{k}",
-                    folds=folds, greater_is_better=greater)
+                    folds=folds, greater_is_better=greater))
 
 
 def _predict_stack(X, W):

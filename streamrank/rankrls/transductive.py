@@ -58,7 +58,7 @@ class TransductiveRankRLS(BaseRanker):
     unlabelled targets set to Ŷ (so :meth:`predict` scores new rows).
     """
 
-    def __init__(self, kernel="rbf", gamma=1.0, degree=2, coef0=0.0, alpha=1.0, gamma_t=1.0,
+    def __init__(self, *, kernel="rbf", gamma=1.0, degree=2, coef0=0.0, alpha=1.0, gamma_t=1.0,
                  group_weight="query"):
         self.kernel = kernel
         self.gamma = gamma

@@ -6,7 +6,7 @@ is ``max(0, 1 - q^T W (d+ - d-))``.  SGD with ``eta_t = eta0 / sqrt(t)``
 ``W_0 = I`` (``init="identity"``, square case) or ``0``; every
 ``shrink_every`` = T steps every entry is soft-thresholded by the cumulative
 ``l1 * sum(eta_k, k = t-T+1..t)`` (eq. 7 and Algorithm 1 step 4).  Then,
-with ``refit=True``, SGD without L1 restricted to the support Omega of W
+with ``auto_refit=True``, SGD without L1 restricted to the support Omega of W
 (eq. 8) over the same tuples.
 
 W is never dense: its rows live in one pool whose memory is proportional to
@@ -64,46 +64,6 @@ def _half_physical_memory() -> int:
         return 1 << 30
 
 
-class _RefitFlag:
-    """``model.refit``: the constructor flag (a bool) that can also be called as the method.
-
-    The issue's API has both a parameter ``refit=True`` and a method
-    ``refit(tuple_source, n_steps=None)``; this object is truthy/falsy like the
-    flag, compares equal to it, and calls the refit method.
-    """
-
-    __slots__ = ("_model", "_flag")
-
-    def __init__(self, model, flag):
-        self._model = model
-        self._flag = flag
-
-    def __bool__(self):
-        return bool(self._flag)
-
-    def __eq__(self, other):
-        return self._flag == (other._flag if isinstance(other, _RefitFlag) else other)
-
-    def __hash__(self):
-        return hash(self._flag)
-
-    def __repr__(self):
-        return repr(self._flag)
-
-    def __call__(self, tuple_source, n_steps=None, **kwargs):
-        return self._model._refit_method(tuple_source, n_steps, **kwargs)
-
-
-class _RefitParam:
-    def __get__(self, obj, objtype=None):
-        if obj is None:
-            return self
-        return _RefitFlag(obj, obj.__dict__.get("_refit_flag", True))
-
-    def __set__(self, obj, value):
-        obj.__dict__["_refit_flag"] = value
-
-
 @register_model
 class SparseSGDRanker(BaseRanker):
     """Bilinear ranker ``q^T W d`` learned by sparse SGD with cumulative L1 shrinkage.
@@ -119,8 +79,10 @@ class SparseSGDRanker(BaseRanker):
     init : {"identity", "zeros"}
         W_0 = I (needs as many query as item features) or 0.
     learning_rate : {"invsqrt", "constant"}
-    refit : bool
-        After ``fit``, refit on the support of W without L1 (eq. 8).
+    auto_refit : bool
+        After ``fit``, refit on the support of W without L1 (eq. 8); the
+        refit itself is the method :meth:`refit` (this flag used to be
+        called ``refit``; a model saved under that name still loads).
     refit_steps : int or None
         Steps of the refit; None = as many as the L1 phase (the same tuples).
     random_state : int
@@ -147,17 +109,18 @@ class SparseSGDRanker(BaseRanker):
     """
 
     _lazy = True  # tests switch this to run the literal sweep of every entry
+    _renamed_params = {"refit": "auto_refit"}   # old saved name -> parameter (streamrank.persistence)
     _undo_log_size = 4096  # entries of the undo log a partial_fit starts with (tests shrink it)
 
     def __init__(self, *, eta0=200.0, l1=1e-5, shrink_every=100, init="identity",
-                 learning_rate="invsqrt", refit=True, refit_steps=None, random_state=0,
+                 learning_rate="invsqrt", auto_refit=True, refit_steps=None, random_state=0,
                  max_memory_bytes=None):
         self.eta0 = eta0
         self.l1 = l1
         self.shrink_every = shrink_every
         self.init = init
         self.learning_rate = learning_rate
-        self.refit = refit
+        self.auto_refit = auto_refit
         self.refit_steps = refit_steps
         self.random_state = random_state
         self.max_memory_bytes = max_memory_bytes
@@ -254,7 +217,7 @@ class SparseSGDRanker(BaseRanker):
 
     def fit(self, tuple_source, n_steps=100_000, *, validation=None, checkpoint_every=None,
             batch_size=1024, shuffle_buffer=100_000):
-        """Algorithm 1 for ``n_steps`` tuples from ``tuple_source`` (then refit if ``refit``).
+        """Algorithm 1 for ``n_steps`` tuples from ``tuple_source`` (then :meth:`refit` if ``auto_refit``).
 
         ``tuple_source``: anything with ``.batches(batch_size=, shuffle_buffer=,
         random_state=)`` yielding objects with row-aligned CSR ``.Q``,
@@ -284,32 +247,24 @@ class SparseSGDRanker(BaseRanker):
         self._fit_steps = n_steps
         self._W.flush()  # drop the entries shrunk to zero (exact), then a tight table
         self._W.fit_capacity(tight=True)
-        if self.refit:
+        if self.auto_refit:
             self._do_refit(tuple_source, None, val, checkpoint_every, batch_size, shuffle_buffer)
         return self
 
-    def _refit_method(self, tuple_source, n_steps=None, *, validation=None, checkpoint_every=None,
-                      batch_size=1024, shuffle_buffer=100_000):
+    def refit(self, tuple_source, n_steps=None, *, validation=None, checkpoint_every=None,
+              batch_size=1024, shuffle_buffer=100_000):
         """Refit (eq. 8): SGD without L1 on the support of W, ``n_steps`` tuples.
 
         ``n_steps=None``: ``refit_steps``, else as many steps as the last ``fit``
         (the same tuples, replayed with the same seeds), else ``t_``.  The step
         size continues the schedule: ``eta = eta0 / sqrt(t_ + k)`` at refit step k.
-        Reached as ``model.refit(...)`` (the constructor flag of the same name
-        stays a bool for ``get_params``).
+        ``fit`` calls it by itself when ``auto_refit`` is true.
         """
         self._fitted()
         val = self._check_validation(validation)
         checkpoint_every = check_int(checkpoint_every, "checkpoint_every", 1, allow_none=True)
         return self._do_refit(tuple_source, n_steps, val, checkpoint_every, batch_size,
                               shuffle_buffer)
-
-    refit = _RefitParam()
-
-    def get_params(self, deep: bool = True) -> dict:
-        params = super().get_params(deep)
-        params["refit"] = self.__dict__.get("_refit_flag", True)
-        return params
 
     def _do_refit(self, tuple_source, n_steps, val, checkpoint_every, batch_size, shuffle_buffer):
         W = self._fitted()
@@ -401,8 +356,8 @@ class SparseSGDRanker(BaseRanker):
         """Entries of W updated so far, one per q x (d+ - d-) product of an active step (throughput figures)."""
         return int(self._fitted().istate[K_.I_UPDATES])
 
-    def score(self, Q, D) -> np.ndarray:
-        """``q_r^T W d_r`` for every row r of row-aligned Q and D."""
+    def predict(self, Q, D) -> np.ndarray:
+        """Scores ``q_r^T W d_r`` (float64, one per row) of row-aligned query rows Q and item rows D."""
         W = self._fitted()
         Q = _as_csr(Q, "Q", self.n_query_features_)
         D = _as_csr(D, "D", self.n_item_features_)
@@ -412,6 +367,19 @@ class SparseSGDRanker(BaseRanker):
         if Q.shape[0] == 0:
             raise ValueError("empty batch: Q and D have 0 rows; at least one (q, d) row is needed")
         return W.score(Q, D)
+
+    def score(self, Q, D) -> np.ndarray:
+        """Deprecated alias of :meth:`predict` (same per-row scores); removed in the next release.
+
+        In scikit-learn ``score`` returns one number (a quality metric), so the
+        per-row scores moved to ``predict``; for a tuple metric use
+        ``streamrank.metrics.tuple_error(model.predict(Q, D_pos), model.predict(Q, D_neg))``.
+        """
+        import warnings
+
+        warnings.warn("SparseSGDRanker.score(Q, D) is deprecated and will be removed in the next release; "
+                      "use predict(Q, D) (same per-row scores)", FutureWarning, stacklevel=2)
+        return self.predict(Q, D)
 
     # --------------------------------------------------------- persistence
     def _get_state(self):

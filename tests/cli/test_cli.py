@@ -271,10 +271,10 @@ def test_sgd_bilinear_on_tuple_store(tmp_path):
                                "--json")).stdout)["metrics"]["tuple_error"]
     stored = sr.TupleStore.open(tmp_path / "tuples.zarr")         # features as stored (float32)
     Qs, Dp, Dn = stored.Q[t[:, 0]], stored.D[t[:, 1]], stored.D[t[:, 2]]
-    assert got == pytest.approx(np.mean(m.score(Qs, Dp) <= m.score(Qs, Dn)))
+    assert got == pytest.approx(np.mean(m.predict(Qs, Dp) <= m.predict(Qs, Dn)))
     ok(inproc("predict", "--model", tmp_path / "w.zarr", "--store", tmp_path / "tuples.zarr",
               "--out", tmp_path / "t.npy", "-q"))
-    np.testing.assert_array_equal(np.load(tmp_path / "t.npy"), np.column_stack([m.score(Qs, Dp), m.score(Qs, Dn)]))
+    np.testing.assert_array_equal(np.load(tmp_path / "t.npy"), np.column_stack([m.predict(Qs, Dp), m.predict(Qs, Dn)]))
     # a tuple learner on a scored-group store (and the reverse) is a clear data error
     g = sr.GroupStore.create(tmp_path / "g.zarr", 3)
     g.append(np.ones((4, 3)), [1, 0, 1, 0], [1, 1, 2, 2])

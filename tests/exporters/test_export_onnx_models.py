@@ -81,7 +81,7 @@ def bilinear():
 def test_sparse_sgd_ranker_onnx(bilinear, tmp_path, graph):
     model, Qt, Dt = bilinear
     assert 0 < model.nnz_ < 120 * 150
-    expected = model.score(Qt, Dt)
+    expected = model.predict(Qt, Dt)
     proto = sr.export(model, tmp_path / "b.onnx", format="onnx", bilinear_graph=graph)
     names = {i.name for i in proto.graph.initializer}
     assert ("W" in names) == (graph in ("dense", "auto")) and ("W_values" in names) == (graph == "gather")
@@ -99,7 +99,7 @@ def test_sparse_sgd_ranker_gather_graph_above_the_dense_limit(bilinear, tmp_path
     w_values = next(i for i in proto.graph.initializer if i.name == "W_values")
     assert w_values.dims == [model.nnz_]                                # size ∝ nnz(W), not n_q n_d
     got = _onnx_scores(tmp_path / "b.onnx", Q=Qt.toarray(), D=Dt.toarray())
-    assert_serves_like_predict(got, model.score(Qt, Dt), np.arange(Qt.shape[0]) // 20)
+    assert_serves_like_predict(got, model.predict(Qt, Dt), np.arange(Qt.shape[0]) // 20)
 
 
 def test_sparse_sgd_ranker_json_and_refusals(bilinear, tmp_path):
@@ -108,7 +108,7 @@ def test_sparse_sgd_ranker_json_and_refusals(bilinear, tmp_path):
     doc = json.loads((tmp_path / "b.json").read_text())
     assert doc["kind"] == "bilinear" and doc["W"]["shape"] == [120, 150]
     got = score_json_model(doc, Q=Qt.toarray(), D=Dt.toarray())
-    assert_serves_like_predict(got, model.score(Qt, Dt), np.arange(Qt.shape[0]) // 20)
+    assert_serves_like_predict(got, model.predict(Qt, Dt), np.arange(Qt.shape[0]) // 20)
     for fmt in ("opensearch", "solr"):
         with pytest.raises(CannotExport, match="bilinear.*format='onnx' or 'json'"):
             sr.export(model, tmp_path / "b.x", format=fmt)

@@ -174,7 +174,7 @@ def test_feature_count_changing_for_bilinear_sgd():
     with pytest.raises(ValueError, match=r"Q has 7 features.*6"):
         m.partial_fit(Y, Y, Y)
     with pytest.raises(ValueError, match=r"7 features.*6"):
-        m.score(Y, Y)
+        m.predict(Y, Y)
 
 
 @pytest.mark.parametrize("fit", ["kernel", "rankrls", "pairwise"])

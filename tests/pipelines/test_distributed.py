@@ -339,7 +339,7 @@ def _tuple_store(path, n_features=30, n_queries=40, n_items=80, n_tuples=3000, s
 def test_sgd_rounds_one_shard_is_partial_fit(client, tmp_path):
     """One shard: a round is exactly partial_fit on the same tuples (the scatter/gather changes nothing)."""
     ts, Q, D, tup = _tuple_store(tmp_path / "t.zarr", n_tuples=600)
-    kw = dict(eta0=0.5, l1=1e-3, shrink_every=10, refit=False)
+    kw = dict(eta0=0.5, l1=1e-3, shrink_every=10, auto_refit=False)
     dist = srd.fit(sr.SparseSGDRanker(**kw), ts, client, rounds=3, steps_per_round=150, n_shards=1,
                    batch_size=64)
     local = sr.SparseSGDRanker(**kw)
@@ -357,7 +357,7 @@ def test_sgd_round_that_loses_a_worker_is_run_again(client, tmp_path, monkeypatc
     from distributed.comm.core import CommClosedError
 
     ts, Q, D, tup = _tuple_store(tmp_path / "t.zarr", n_tuples=600)
-    kw = dict(eta0=0.5, l1=1e-3, shrink_every=10, refit=False)
+    kw = dict(eta0=0.5, l1=1e-3, shrink_every=10, auto_refit=False)
     clean = srd.fit(sr.SparseSGDRanker(**kw), ts, client, rounds=3, steps_per_round=150, batch_size=64)
     real = client.gather
     calls = []
@@ -379,7 +379,7 @@ def test_sgd_rounds_average_is_sparse_and_close_to_single_machine(client, tmp_pa
     from streamrank.distributed._sgd import average_models
 
     ts, Q, D, tup = _tuple_store(tmp_path / "t.zarr")
-    kw = dict(eta0=0.5, l1=1e-4, shrink_every=10, refit=False)
+    kw = dict(eta0=0.5, l1=1e-4, shrink_every=10, auto_refit=False)
     a = sr.SparseSGDRanker(**kw).partial_fit(Q[tup[:50, 0]], D[tup[:50, 1]], D[tup[:50, 2]])
     b = sr.SparseSGDRanker(**kw).partial_fit(Q[tup[50:100, 0]], D[tup[50:100, 1]], D[tup[50:100, 2]])
     avg = average_models([a, b])
@@ -392,7 +392,7 @@ def test_sgd_rounds_average_is_sparse_and_close_to_single_machine(client, tmp_pa
     for a0 in range(0, 1500, 128):
         tt = tup[a0:min(a0 + 128, 1500)]
         single.partial_fit(Q[tt[:, 0]], D[tt[:, 1]], D[tt[:, 2]])
-    err = {name: sr.metrics.tuple_error(m.score(Q[tup[:, 0]], D[tup[:, 1]]), m.score(Q[tup[:, 0]], D[tup[:, 2]]))
+    err = {name: sr.metrics.tuple_error(m.predict(Q[tup[:, 0]], D[tup[:, 1]]), m.predict(Q[tup[:, 0]], D[tup[:, 2]]))
            for name, m in (("dist", dist), ("single", single))}
     assert err["dist"] <= err["single"] + 0.05, err
 
@@ -466,7 +466,7 @@ def test_sgd_round_reads_tuples_and_rows_in_bounded_pieces(tmp_path):
         segs = _shard_segments(n, 1, k, r, steps)
         ids = np.concatenate([np.arange(a, b) for a, b in segs])
         np.testing.assert_array_equal(ids, _shard_tuples(type("S", (), {"n_tuples": n})(), 1, k, r, steps))
-    kw = dict(eta0=0.5, l1=1e-3, shrink_every=10, refit=False)
+    kw = dict(eta0=0.5, l1=1e-3, shrink_every=10, auto_refit=False)
     fresh = sr.TupleStore.open(ts.path)
     small = _round_task(1, fresh, sr.SparseSGDRanker(**kw), 2, 1, 1500, 64, cache_bytes=8192)
     assert fresh._cache is None                                   # Q and D were never read whole
@@ -499,9 +499,9 @@ def test_sgd_refit_rounds_one_shard_equal_local_refit(client, tmp_path):
 def test_sgd_refit_rounds_two_workers_keep_support_and_quality(client, tmp_path):
     ts, Q, D, tup = _tuple_store(tmp_path / "t.zarr")
     kw = dict(eta0=0.5, l1=1e-3, shrink_every=10)
-    main = srd.fit(sr.SparseSGDRanker(refit=False, **kw), ts, client, rounds=3, steps_per_round=500,
+    main = srd.fit(sr.SparseSGDRanker(auto_refit=False, **kw), ts, client, rounds=3, steps_per_round=500,
                    batch_size=128)
-    dist = srd.fit(sr.SparseSGDRanker(refit=True, **kw), ts, client, rounds=3, steps_per_round=500,
+    dist = srd.fit(sr.SparseSGDRanker(auto_refit=True, **kw), ts, client, rounds=3, steps_per_round=500,
                    batch_size=128)
     assert len(client.scheduler_info()["workers"]) == 2
     assert dist.t_ == main.t_ == 1500 and dist.refit_t_ == 1500          # 3 refit rounds x 500 steps
@@ -511,14 +511,14 @@ def test_sgd_refit_rounds_two_workers_keep_support_and_quality(client, tmp_path)
     # one machine on the same tuples (shard after shard): main phase then refit
     from streamrank.distributed._sgd import _refit_round_task, _round_task
 
-    single = sr.SparseSGDRanker(refit=True, **kw)
+    single = sr.SparseSGDRanker(auto_refit=True, **kw)
     single._params()
     single._start(30, 30)
     for task in (_round_task, _refit_round_task):
         for r in range(3):
             for shard in range(2):
                 single = task(shard, ts, single, 2, r, 500, 128)
-    err = {name: sr.metrics.tuple_error(m.score(Q[tup[:, 0]], D[tup[:, 1]]), m.score(Q[tup[:, 0]], D[tup[:, 2]]))
+    err = {name: sr.metrics.tuple_error(m.predict(Q[tup[:, 0]], D[tup[:, 1]]), m.predict(Q[tup[:, 0]], D[tup[:, 2]]))
            for name, m in (("dist", dist), ("single", single), ("main", main))}
     assert err["dist"] <= err["single"] + 0.05, err
     assert err["dist"] <= err["main"] + 0.02, err

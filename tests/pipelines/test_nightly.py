@@ -186,7 +186,7 @@ def test_sgd_bilinear_nights_resume_and_equal_one_run(tmp_path):
     final = sr.load(models / "current")
     ts = sr.TupleStore.open(store)
     assert ts.n_tuples == 1500 and final.t_ == 1500
-    scratch = sr.SparseSGDRanker(refit=False)
+    scratch = sr.SparseSGDRanker(auto_refit=False)
     for a in range(0, 1500, 500):
         scratch.partial_fit(*nightly.tuple_range(ts, a, a + 500))
     np.testing.assert_allclose(final.W_.toarray(), scratch.W_.toarray(), rtol=1e-12, atol=1e-14)

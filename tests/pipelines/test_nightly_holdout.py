@@ -98,7 +98,7 @@ def test_sgd_progressive_validation_on_the_newest_day(tmp_path):
     ts = sr.TupleStore.open(store)
     m = sr.load(models / "v0001")            # every batch of 4096 (here: the whole day) scored before learning
     Q, Dp, Dn = nightly.tuple_range(ts, 300, 600)
-    want = sr.metrics.tuple_error(m.score(Q, Dp), m.score(Q, Dn))
+    want = sr.metrics.tuple_error(m.predict(Q, Dp), m.predict(Q, Dn))
     assert meta["metrics"]["tuple_error"] == pytest.approx(want) == meta["current_metrics"]["tuple_error"]
 
 
@@ -132,4 +132,4 @@ def test_sgd_fixed_validation_tuple_store(tmp_path):
     vs = sr.TupleStore.open(val)
     Q, Dp, Dn = nightly.tuple_range(vs, 0, vs.n_tuples)
     m = sr.load(models / "current")
-    assert meta["metrics"]["tuple_error"] == pytest.approx(sr.metrics.tuple_error(m.score(Q, Dp), m.score(Q, Dn)))
+    assert meta["metrics"]["tuple_error"] == pytest.approx(sr.metrics.tuple_error(m.predict(Q, Dp), m.predict(Q, Dn)))

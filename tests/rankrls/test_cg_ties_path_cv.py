@@ -201,7 +201,7 @@ def test_cg_kfold_scores_equal_per_fold_retraining(ties, gw, rng):
     res = m.cross_validate(sr.as_source(Xs, y, qid), alphas, folds=3, scoring="squared", max_rows=7)
     want = [brute_loss(h, y, gp, ties=ties, group_weight=gw) / npairs for h in held]
     np.testing.assert_allclose(res.scores, want, rtol=1e-8)
-    assert res.best_alpha == alphas[int(np.argmin(want))] and m.alpha == res.best_alpha
+    assert res.best_alpha == alphas[int(np.argmin(want))] and m.best_alpha_ == res.best_alpha
     assert m.solver_ == "cg" and rel(m.coef_, brute_rankrls(X, y, gp, res.best_alpha, ties=ties,
                                                             group_weight=gw)) < 1e-8
     assert m.cv_info_["n_iter"].shape == (3, 3) and m.cv_info_["n_passes"] > 0

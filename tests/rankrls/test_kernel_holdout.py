@@ -109,7 +109,7 @@ def test_cross_validate_by_query_and_kfold(rng, scoring):
     alphas = [0.01, 0.3, 10.0]
     m = sr.KernelRankRLS(gamma=0.5)
     res = m.cross_validate((X, y, qid), alphas, folds="query", scoring=scoring)
-    assert res.scores.shape == (3,) and res.best_alpha in alphas and m.alpha == res.best_alpha
+    assert res.scores.shape == (3,) and res.best_alpha in alphas and m.best_alpha_ == res.best_alpha
     for ai, a in enumerate(alphas):
         assert _rel(m.cv_predictions_[ai], m.leave_query_out(alpha=a)) < 1e-12
     # refit at the best alpha == a fresh fit

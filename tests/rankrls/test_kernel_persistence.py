@@ -46,7 +46,7 @@ def test_loaded_dual_multi_output_and_reloaded_twice(rng, tmp_path):
     for mm in (m2, m3):
         _close(mm.path([0.1, 2.0]), m.path([0.1, 2.0]))
         _close(mm.leave_query_out(), m.leave_query_out())
-    want = m.cross_validate(None, [0.1, 2.0], folds="query", scoring="ndcg@3")   # (sets m.alpha)
+    want = m.cross_validate(None, [0.1, 2.0], folds="query", scoring="ndcg@3")   # (sets m.best_alpha_)
     for mm in (m2, m3):
         r = mm.cross_validate(None, [0.1, 2.0], folds="query", scoring="ndcg@3")
         _close(r.scores, want.scores)

@@ -178,7 +178,7 @@ def test_kfold_scores_equal_retraining(rng):
     npairs = len(pair_list(gp, y, ties="exclude"))
     want = [brute_loss(h, y, gp, ties="exclude") / npairs for h in held]
     np.testing.assert_allclose(res.scores, want, rtol=1e-8)
-    assert res.best_alpha == alphas[int(np.argmin(want))] and m.alpha == res.best_alpha
+    assert res.best_alpha == alphas[int(np.argmin(want))] and m.best_alpha_ == res.best_alpha
     assert rel(m.coef_, sr.RankRLS(alpha=res.best_alpha, ties="exclude").fit(X, y, qid).coef_) < 1e-8
     res = m.cross_validate(sr.as_source(X, y, qid), alphas, folds=3, scoring="disagreement")
     want = [sr.metrics.disagreement(y, h, qid) for h in held]

@@ -144,7 +144,7 @@ def test_sparse_kfold_cross_validation_equals_retraining(rng, scoring):
         else:
             expect.append(metrics.disagreement(y, pred, qid))
     np.testing.assert_allclose(res.scores, expect, rtol=1e-8, atol=1e-12)
-    assert m.alpha == res.best_alpha
+    assert m.best_alpha_ == res.best_alpha and m.cv_results_ is res
 
 
 @settings(max_examples=25, deadline=None)

@@ -35,7 +35,7 @@ CASES = [
 def test_algorithm1_matches_dense_reference(case, lazy):
     kw = CASES[case]
     Q, Dp, Dn = random_tuples(250, 9, 9, density=0.35, seed=case)
-    m = _model(lazy, refit=False, **kw).partial_fit(Q, Dp, Dn)
+    m = _model(lazy, auto_refit=False, **kw).partial_fit(Q, Dp, Dn)
     W_ref, t, _ = ref.algorithm1(Q, Dp, Dn, eta0=kw["eta0"], l1=kw["l1"], T=kw["shrink_every"],
                                  init=kw["init"], learning_rate=kw["learning_rate"])
     np.testing.assert_allclose(m.W_.toarray(), W_ref, rtol=0, atol=1e-10)
@@ -57,7 +57,7 @@ def test_inactive_steps_are_undone_exactly(lazy):
     idx = np.tile(np.arange(20), 30)
     Q, Dp, Dn = Q[idx], Dp[idx], Dn[idx]
     kw = dict(eta0=3.0, l1=0.01, shrink_every=5, init="identity", learning_rate="invsqrt")
-    m = _model(lazy, refit=False, **kw).partial_fit(Q, Dp, Dn)
+    m = _model(lazy, auto_refit=False, **kw).partial_fit(Q, Dp, Dn)
     W_ref, _, _ = ref.algorithm1(Q, Dp, Dn, eta0=3.0, l1=0.01, T=5)
     np.testing.assert_allclose(m.W_.toarray(), W_ref, rtol=0, atol=1e-10)
     assert m.nnz_ == np.count_nonzero(W_ref) == m.W_.nnz
@@ -77,7 +77,7 @@ def test_inactive_steps_are_undone_exactly(lazy):
 def test_undo_log_grows_when_a_tuple_needs_more():
     """A short undo log makes the kernel stop, the learner grow the log, and W stays exact."""
     Q, Dp, Dn = random_tuples(80, 30, 30, density=0.8, seed=22)
-    kw = dict(eta0=0.05, l1=0.001, shrink_every=4, refit=False)
+    kw = dict(eta0=0.05, l1=0.001, shrink_every=4, auto_refit=False)
     short = _model(**kw)
     short._undo_log_size = 2  # less than one row's entries in delta's columns
     short.partial_fit(Q, Dp, Dn)
@@ -94,7 +94,7 @@ def test_update_to_exactly_zero_drops_the_entry():
     a = np.array([0.0, 1.0, 0.5, 0.0])
     b = np.array([0.0, 0.0, 0.25, 3.0])
     Dp, Dn = sp.csr_matrix(np.array([a, b])), sp.csr_matrix(np.array([b, a]))
-    m = _model(init="zeros", eta0=0.5, l1=0.0, learning_rate="constant", refit=False)
+    m = _model(init="zeros", eta0=0.5, l1=0.0, learning_rate="constant", auto_refit=False)
     m.partial_fit(Q[:1], Dp[:1], Dn[:1])
     assert m.nnz_ == 6
     m.partial_fit(Q[1:], Dp[1:], Dn[1:])
@@ -105,7 +105,7 @@ def test_update_to_exactly_zero_drops_the_entry():
 def test_rectangular_zeros_init_matches_reference():
     Q, _, _ = random_tuples(200, 7, 7, seed=11)
     _, Dp, Dn = random_tuples(200, 13, 13, seed=12)
-    m = _model(init="zeros", eta0=1.0, l1=0.02, shrink_every=4, refit=False).partial_fit(Q, Dp, Dn)
+    m = _model(init="zeros", eta0=1.0, l1=0.02, shrink_every=4, auto_refit=False).partial_fit(Q, Dp, Dn)
     W_ref, _, _ = ref.algorithm1(Q, Dp, Dn, eta0=1.0, l1=0.02, T=4, init="zeros")
     assert m.W_.shape == (7, 13)
     np.testing.assert_allclose(m.W_.toarray(), W_ref, atol=1e-10)
@@ -115,7 +115,7 @@ def test_many_item_features_match_reference():
     """Item features spread over several 64-bit words of the kernel's delta bit mask."""
     Q, _, _ = random_tuples(300, 6, 6, density=0.5, seed=13)
     _, Dp, Dn = random_tuples(300, 200, 200, density=0.03, seed=14)
-    m = _model(init="zeros", eta0=1.0, l1=0.01, shrink_every=3, refit=False).partial_fit(Q, Dp, Dn)
+    m = _model(init="zeros", eta0=1.0, l1=0.01, shrink_every=3, auto_refit=False).partial_fit(Q, Dp, Dn)
     W_ref, _, _ = ref.algorithm1(Q, Dp, Dn, eta0=1.0, l1=0.01, T=3, init="zeros")
     np.testing.assert_allclose(m.W_.toarray(), W_ref, atol=1e-10)
     assert m.W_.indices.max() >= 128  # the last words of the mask were used
@@ -124,7 +124,7 @@ def test_many_item_features_match_reference():
 def test_lazy_equals_literal_sweep_bigger_problem():
     """The lazy cumulative shrinkage is the every-T sweep, entry by entry."""
     Q, Dp, Dn = random_tuples(1500, 40, 40, density=0.1, seed=5)
-    kw = dict(eta0=1.0, l1=0.01, shrink_every=13, refit=False)
+    kw = dict(eta0=1.0, l1=0.01, shrink_every=13, auto_refit=False)
     a = _model(True, **kw).partial_fit(Q, Dp, Dn)
     b = _model(False, **kw).partial_fit(Q, Dp, Dn)
     assert 0 < a.density_ < 0.9
@@ -180,7 +180,7 @@ def test_save_load_resume_equals_uninterrupted(tmp_path):
 def test_fit_streams_passes_and_matches_partial_fit():
     Q, Dp, Dn = random_tuples(120, 8, 8, seed=4)
     src = ArrayTuples(Q, sp.vstack([Dp, Dn]), np.c_[np.arange(120), np.arange(120), 120 + np.arange(120)])
-    m = SparseSGDRanker(eta0=1.0, l1=0.02, shrink_every=5, refit=False).fit(src, n_steps=300, batch_size=50)
+    m = SparseSGDRanker(eta0=1.0, l1=0.02, shrink_every=5, auto_refit=False).fit(src, n_steps=300, batch_size=50)
     assert src.calls == [0, 1, 2]  # three passes, seeds random_state + pass
     Qr, Pr, Nr = src.rows(300)
     p = SparseSGDRanker(eta0=1.0, l1=0.02, shrink_every=5).partial_fit(Qr, Pr, Nr)
@@ -202,7 +202,7 @@ def test_history_with_validation():
     for h in m.history_:
         assert 0 <= h["tuple_error"] <= 1 and 0 < h["density"] <= 1 and h["nnz"] > 0
     last = m.history_[-1]
-    s = m.score(*val[:2]), m.score(val[0], val[2])
+    s = m.predict(*val[:2]), m.predict(val[0], val[2])
     assert last["tuple_error"] == pytest.approx(np.mean(s[0] <= s[1]))
 
 
@@ -210,10 +210,10 @@ def test_score_equals_dense_formula():
     Q, Dp, Dn = random_tuples(150, 9, 9, seed=6)
     m = SparseSGDRanker(eta0=1.0, l1=0.01, shrink_every=4).partial_fit(Q, Dp, Dn)
     W = m.W_.toarray()
-    np.testing.assert_allclose(m.score(Q, Dp), np.einsum("ri,ij,rj->r", Q.toarray(), W, Dp.toarray()),
+    np.testing.assert_allclose(m.predict(Q, Dp), np.einsum("ri,ij,rj->r", Q.toarray(), W, Dp.toarray()),
                                atol=1e-12)
     # dense input is accepted too
-    np.testing.assert_allclose(m.score(Q.toarray(), Dp.toarray()), m.score(Q, Dp), atol=1e-12)
+    np.testing.assert_allclose(m.predict(Q.toarray(), Dp.toarray()), m.predict(Q, Dp), atol=1e-12)
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
@@ -282,7 +282,7 @@ def test_planted_sparse_W_is_recovered():
     Q, P, N = Q[:k], P[:k], N[:k]
     Qv, Pv, Nv = make(2000, 2)
     src = ArrayTuples(Q, sp.vstack([P, N]), np.c_[np.arange(k), np.arange(k), k + np.arange(k)])
-    m = SparseSGDRanker(eta0=5.0, l1=5e-3, shrink_every=100, init="identity", refit=False).fit(
+    m = SparseSGDRanker(eta0=5.0, l1=5e-3, shrink_every=100, init="identity", auto_refit=False).fit(
         src, n_steps=k, batch_size=2048)
     W = m.W_.toarray()
     support = set(zip(*np.nonzero(W)))
@@ -295,7 +295,7 @@ def test_planted_sparse_W_is_recovered():
     # identity baseline W = I (cosine-like score)
     err_id = np.mean(np.einsum("ri,ri->r", Qv.toarray(), Pv.toarray())
                      <= np.einsum("ri,ri->r", Qv.toarray(), Nv.toarray()))
-    err = np.mean(m.score(Qv, Pv) <= m.score(Qv, Nv))
+    err = np.mean(m.predict(Qv, Pv) <= m.predict(Qv, Nv))
     assert err < 0.25 * err_id
 
 
@@ -336,11 +336,11 @@ def test_bad_tuples():
     with pytest.raises(ValueError, match="D_pos has 6 features"):
         m.partial_fit(Q, sp.random(10, 6, density=0.3, format="csr"), Dn)
     with pytest.raises(ValueError, match="D has 6 features"):
-        m.score(Q, sp.random(10, 6, density=0.3, format="csr"))
+        m.predict(Q, sp.random(10, 6, density=0.3, format="csr"))
     with pytest.raises(ValueError, match="D has 9 rows but Q has 10"):
-        m.score(Q, Dp[:9])
+        m.predict(Q, Dp[:9])
     with pytest.raises(NotFittedError):
-        SparseSGDRanker().score(Q, Dp)
+        SparseSGDRanker().predict(Q, Dp)
     with pytest.raises(NotFittedError):
         SparseSGDRanker().W_
     with pytest.raises(TypeError, match="batches"):
@@ -356,10 +356,13 @@ def test_empty_source_raises():
 
 
 def test_params_and_refit_name():
-    m = SparseSGDRanker(refit=False, eta0=3.0)
-    assert m.get_params()["refit"] is False and not m.refit
-    m.set_params(refit=True)
-    assert m.get_params()["refit"] is True and m.refit
+    m = SparseSGDRanker(auto_refit=False, eta0=3.0)
+    assert m.get_params()["auto_refit"] is False and not m.auto_refit
+    m.set_params(auto_refit=True)
+    assert m.get_params()["auto_refit"] is True and m.auto_refit
+    assert "refit" not in m.get_params() and callable(m.refit)   # refit is the method only
+    with pytest.raises(ValueError, match="Invalid parameter 'refit'"):
+        m.set_params(refit=True)
     assert "eta0=3.0" in repr(m)
     sklearn_base = pytest.importorskip("sklearn.base")
     c = sklearn_base.clone(m)
@@ -374,7 +377,7 @@ def test_fit_from_tuplestore_equals_partial_fit_on_its_batches(tmp_path):
     tup = np.c_[rng.integers(0, 40, 500), rng.integers(0, 60, 500), rng.integers(0, 60, 500)]
     store = sr.TupleStore.create(tmp_path / "t.zarr", 9, 9)
     store.append(Q, D, tup)
-    kw = dict(eta0=1.0, l1=0.02, shrink_every=10, refit=False, random_state=5)
+    kw = dict(eta0=1.0, l1=0.02, shrink_every=10, auto_refit=False, random_state=5)
     m = SparseSGDRanker(**kw).fit(store, n_steps=800, batch_size=64, shuffle_buffer=128)
     p = SparseSGDRanker(**kw)
     left = 800
