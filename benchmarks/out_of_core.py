@@ -50,7 +50,6 @@ import sys
 import time
 from pathlib import Path
 
-import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _bench_common import environment, fmt_mib, measure, print_environment, print_table  # noqa: E402

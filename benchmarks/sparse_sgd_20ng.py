@@ -143,7 +143,6 @@ def main(argv=None) -> int:
     train = ArrayTupleSource(X, X, class_tuples(y, y, args.steps, same_set=True, random_state=args.seed))
     tt = class_tuples(yt, y, args.test_tuples, random_state=args.seed + 1)
     val = (Xt[tt[:, 0]], X[tt[:, 1]], X[tt[:, 2]])
-    rng = np.random.default_rng(args.seed)
     methods = args.methods.split(",")
     rows = []
 

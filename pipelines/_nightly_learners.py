@@ -253,7 +253,7 @@ def tuple_range(store, t0, t1):
 
 def _is_fitted(model):
     try:
-        model.t_
+        model.t_  # noqa: B018  (reading it raises NotFittedError on an unfitted model)
     except AttributeError:   # NotFittedError is one; anything else is a real error
         return False
     return True

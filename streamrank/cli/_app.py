@@ -48,7 +48,8 @@ from the learner's statistics (rankrls, kernel, sparse-kernel only).""",
   streamrank evaluate --model m.zarr --store test.zarr
   streamrank evaluate --model m.zarr --store test.zarr --metrics ndcg@5,map,auc --json
   streamrank evaluate --model w.zarr --store test_tuples.zarr     # tuple error
-  streamrank evaluate --model m.zarr --store test.zarr --metrics ndcg@1,3,5,10,map,mrr,p@10,err@10 --gain linear --empty zero --json
+  streamrank evaluate --model m.zarr --store test.zarr --metrics ndcg@1,3,5,10,map,mrr,p@10,err@10 \
+      --gain linear --empty zero --json
   streamrank evaluate --run run.txt --qrels qrels.txt --metrics ndcg@10,map,p@10 --gain linear --empty zero""",
     "predict": """examples:
   streamrank predict --model m.zarr --store test.zarr --out scores.npy
@@ -68,7 +69,8 @@ every feature: the store's feature names, or --feature-names.  A format that
 cannot express the model exits 6 naming the formats that can.""",
     "cv": """examples:
   streamrank cv --store train.zarr --learner rankrls --alphas 2^-15:2^15 --folds 5
-  streamrank cv --store train.zarr --learner kernel --alphas 1e-3:1e3:7 --folds query --scoring ndcg@10 --plot path.png""",
+  streamrank cv --store train.zarr --learner kernel --alphas 1e-3:1e3:7 --folds query --scoring ndcg@10 \
+      --plot path.png""",
     "plot": """examples:
   streamrank plot --model m.zarr --out path.png          # λ path of a model fitted with --alphas/--cv
   streamrank plot --model w.zarr --out curve.png         # learning curve of an sgd model

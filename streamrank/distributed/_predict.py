@@ -27,8 +27,9 @@ def predict(estimator, source, client=None, *, max_rows=DEFAULT_BLOCK_ROWS, out=
     """Scores of every row of ``source`` in row order, computed on the workers.
 
     The fitted model is scattered once; each task reads its rows and scores
-    them.  A run that loses a worker is done again (:mod:`streamrank.distributed._retry`).  Equals ``np.concatenate([estimator.predict(b.X)
-    for b in source.blocks()])``.
+    them.  A run that loses a worker is done again
+    (:mod:`streamrank.distributed._retry`).  Equals
+    ``np.concatenate([estimator.predict(b.X) for b in source.blocks()])``.
 
     ``out``: a path; the scores are written there by the workers as a zarr
     array (rows,) or (rows, outputs) float64, chunked by ``max_rows`` rows —

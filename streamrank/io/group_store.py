@@ -309,7 +309,7 @@ class GroupStore(BlockSource):
         if self.mode == "a":
             check_chunk_dirs(self.path, spec)
         self._arrays = {}
-        for name, (dtype, ndim) in spec.items():
+        for name, (dtype, _ndim) in spec.items():
             try:
                 arr = open_array(self._root, self.path, name)
             except KeyError:

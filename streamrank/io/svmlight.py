@@ -135,7 +135,8 @@ def _parse(buf_bytes, name, first_line, zero_based, n_features, null_value, qid_
     while True:
         slow = np.empty((cap_slow, 4), dtype=np.int64)
         status, rows, nnz, n_lines, err_line, err_pos, qid_mode, max_col, n_slow = _k.parse_svmlight(
-            buf, bool(zero_based), max_index, float(np.finfo(np.float32).max), float(null_value) if has_null else 0.0, has_null, int(qid_mode),
+            buf, bool(zero_based), max_index, float(np.finfo(np.float32).max),
+            float(null_value) if has_null else 0.0, has_null, int(qid_mode),
             labels, qids, indptr, indices, values, slow, row_lines)
         if status or n_slow <= cap_slow:
             break

@@ -258,7 +258,7 @@ class TieTable:
         """Per output: the piece's part (tied classes, n) of the class sums S_c, or None (no tied row)."""
         Y = _block_Y(block, self.n_outputs)
         out = []
-        for o, (vals, cnt, tied, S) in enumerate(self.groups[int(block.group_start)]):
+        for o, (vals, _cnt, tied, _S) in enumerate(self.groups[int(block.group_start)]):
             c = tied[np.searchsorted(vals, Y[:, o])]
             r = np.flatnonzero(c >= 0)
             out.append(_class_sums(block.X[r], c[r], self.n_tied(int(block.group_start), o)) if r.size else None)
@@ -301,7 +301,7 @@ class TieTable:
     def diagonal_term(self, group_weight, o=0):
         """``Σ_g s_g Σ_c S_c²`` over the tied classes of output o (zero when the sums are not cached)."""
         d = np.zeros(self.n_features)
-        for gid, ent in self.groups.items():
+        for ent in self.groups.values():
             vals, cnt, tied, S = ent[o]
             if S is not None and S.shape[0]:
                 size = int(cnt.sum())

@@ -410,7 +410,8 @@ class RankStatistics:
         all and is skipped.  The per-group sums T = [S, S_y] (one pass with
         the scaling, :mod:`._statistics_kernels`) give the low-rank part
         -Σ_g s_g T_g T_gᵀ (ties="exclude") as a second, small SYRK.  Both update
-        one (n + v)² accumulator, split into G, B, yLy when they are read.  A is the reused workspace (see :meth:`workspace`);
+        one (n + v)² accumulator, split into G, B, yLy when they are read.  A is the reused workspace
+        (see :meth:`workspace`);
         ``in_place``: Φ is already in its first n columns.  Otherwise the
         block goes through A in group-aligned chunks of about
         ``_CHUNK_BYTES`` (fill, then SYRK while the chunk is still in cache:

@@ -52,7 +52,8 @@ def edge_weights(n_edges, magnitudes=None, cost="magnitude"):
 def _check_edges(edges, m):
     E = np.asarray(edges)
     if E.ndim != 2 or E.shape[1] != 2:
-        raise ValueError(f"edges must be an (n_edges, 2) integer array of (preferred row, other row); got shape {E.shape}")
+        raise ValueError("edges must be an (n_edges, 2) integer array of (preferred row, other row); "
+                         f"got shape {E.shape}")
     if E.dtype.kind not in "iu":
         if E.dtype.kind == "f" and np.all(np.isfinite(E)) and np.all(E == np.round(E)):
             E = E.astype(np.int64)

@@ -8,8 +8,8 @@ solved through one symmetric eigendecomposition of ``L^{1/2} K L^{1/2}``
 (see :mod:`streamrank.rankrls._dual`): every λ of :meth:`KernelRankRLS.path`
 costs O(m² v), leave-query-out (eq. (33)) O(m |U| + |U|³) per query, and
 leave-pair-out for object ranking (§3.4, eqs. (35)–(39)) O(1) per pair after
-one O(m³) Cholesky (ties excluded: one O(m³) solve per pair of tie classes).  A semidefinite kernel needs no diagonal shift (no K⁻¹ is
-ever formed); a kernel that is not PSD on the data raises ``ValueError``.
+one O(m³) Cholesky (ties excluded: one O(m³) solve per pair of tie classes).  A semidefinite
+kernel needs no diagonal shift (no K⁻¹ is ever formed); a kernel that is not PSD on the data raises ``ValueError``.
 
 Sparse mode (``n_basis=r``; §3.5 of the 2009 paper, eq. (41), the sparse
 RankRLS paper, DESIGN §3.5)::

@@ -241,9 +241,10 @@ def cross_validate(model, source=None, *, alphas=None, folds=5, scoring="squared
     if fold_stats is not None:
         model.fold_stats_ = fold_stats
     model._train_source = source
-    return model._record_selection(CVResult(alphas=alphas, scores=scores, scores_per_output=per_out, best_alpha=float(alphas[best]),
-                    best_index=best, scoring=scoring if kind == "squared" or kind == "disagreement" else f"ndcg@{k}",
-                    folds=folds, greater_is_better=greater))
+    return model._record_selection(CVResult(
+        alphas=alphas, scores=scores, scores_per_output=per_out, best_alpha=float(alphas[best]), best_index=best,
+        scoring=scoring if kind == "squared" or kind == "disagreement" else f"ndcg@{k}", folds=folds,
+        greater_is_better=greater))
 
 
 def _predict_stack(X, W):

@@ -64,7 +64,8 @@ from ._sparse_row_kernels import soft as _soft
 _u = np.uint64  # an index numba needs no wraparound code for (see _step_row)
 
 __all__ = [
-    "I_T", "I_K", "I_COUNT", "I_UPDATES", "I_ACTIVE", "I_TREFIT", "I_FLUSHED", "I_USED", "I_GARBAGE", "I_NEED", "I_NEED_LOG",
+    "I_T", "I_K", "I_COUNT", "I_UPDATES", "I_ACTIVE", "I_TREFIT", "I_FLUSHED", "I_USED", "I_GARBAGE", "I_NEED",
+    "I_NEED_LOG",
     "N_ISTATE", "M_START", "M_LEN", "M_CAP", "M_STAMP", "LR_INVSQRT", "LR_CONSTANT", "MIN_ROW_CAP",
     "N_CLASSES", "empty_free_lists",
     "row_capacity",
@@ -152,7 +153,9 @@ def _row_dot(pc, pv, p, n, sh, dense):
 
 @jit
 def _step_row(meta, pc, pv, i, sh, K, g, dense, slot, mask, hit, refit, dst, lpos, lval, u):
-    """Row i <- soft(row i, sh) + g * delta on delta's columns it holds, optimistically; returns (dot, u, removed, zeros).
+    """Row i <- soft(row i, sh) + g * delta on delta's columns it holds, optimistically.
+
+    Returns (dot, u, removed, zeros).
 
     One pass over the row does both halves of an SGD step:
 

@@ -5,7 +5,6 @@ checksum in the append log can tell; ``--verify`` is how a cron job asks.
 """
 import subprocess
 import sys
-from pathlib import Path
 
 import numpy as np
 

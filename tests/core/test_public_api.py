@@ -31,8 +31,10 @@ def test_contract_constructor_signatures():
     assert params(sr.RankRLS)[:6] == ["alpha", "solver", "group_weight", "ties", "tol", "max_iter"]
     assert params(sr.KernelRankRLS)[:10] == ["kernel", "gamma", "degree", "coef0", "alpha", "n_basis",
                                              "basis", "group_weight", "ties", "random_state"]
+    # issue 17: the flag ``refit`` is renamed ``auto_refit``; ``refit`` is the method only
     assert params(sr.SparseSGDRanker)[:8] == ["eta0", "l1", "shrink_every", "init", "learning_rate",
-                                              "refit", "refit_steps", "random_state"]
+                                              "auto_refit", "refit_steps", "random_state"]
+    assert callable(sr.SparseSGDRanker.refit) and callable(sr.SparseSGDRanker.predict)
     for fn in ("ndcg", "disagreement", "mean_average_precision", "auc", "tuple_error"):
         assert callable(getattr(sr.metrics, fn))
     for fn in ("fit", "predict"):

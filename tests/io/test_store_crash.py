@@ -17,7 +17,6 @@ import time
 
 import numpy as np
 import pytest
-import scipy.sparse as sp
 
 import streamrank as sr
 from streamrank.io.blocks import vstack_X

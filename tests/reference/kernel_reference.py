@@ -66,7 +66,6 @@ def dual_ref(K, L, y, lam):
 
 def dual_objective_ref(K, L, y, lam):
     """Minimiser of (y − KA)ᵀL(y − KA) + λAᵀKA through its normal equations (any PSD K)."""
-    m = K.shape[0]
     M = K @ L @ K + lam * K
     A = np.linalg.lstsq(M, K @ L @ y, rcond=None)[0]
     return A

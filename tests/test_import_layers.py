@@ -1,0 +1,158 @@
+"""The package's imports run one way (DESIGN §4): no import cycle, no arrow from a lower floor to a higher one.
+
+Parsed from the source (``ast``), not imported: a lazy import inside a
+function counts for the floors too (it is still an arrow), while the cycle
+check looks at module-level imports (what runs at ``import`` time).
+"""
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2] / "streamrank"
+
+#: floors, lowest first; a module's floor is that of the longest matching prefix
+FLOORS = {
+    "streamrank._validation": 0, "streamrank._defaults": 0, "streamrank._memory": 0, "streamrank.base": 0,
+    "streamrank._numba": 0, "streamrank._itertools": 0, "streamrank.normalize": 0,
+    "streamrank.io": 1,
+    "streamrank._laplacian_kernels": 2, "streamrank._kernel_kernels": 2, "streamrank._metrics_kernels": 2,
+    "streamrank.laplacian": 2, "streamrank.kernels": 2,
+    "streamrank.persistence": 3, "streamrank.rankrls": 3, "streamrank.sgd": 3, "streamrank.metrics": 3,
+    "streamrank.exporters": 3,
+    "streamrank.datasets": 4, "streamrank.distributed": 4, "streamrank.plot": 4,
+    "streamrank.cli": 5, "streamrank.demo": 5,
+}
+
+
+def _module_name(path: Path) -> str:
+    parts = list(path.relative_to(ROOT.parent).with_suffix("").parts)
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts)
+
+
+def _floor(name: str):
+    best = None
+    for prefix, floor in FLOORS.items():
+        if (name == prefix or name.startswith(prefix + ".")) and (best is None or len(prefix) > len(best[0])):
+            best = (prefix, floor)
+    return None if best is None else best[1]
+
+
+def _imports(path: Path):
+    """(imported module, at module level?) for every import of ``path`` inside the package."""
+    name = _module_name(path)
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    top = set(map(id, tree.body))
+    for node in tree.body:                       # imports under a module-level try/if run at import time too
+        if isinstance(node, (ast.If, ast.Try)):
+            top.update(id(n) for n in ast.walk(node))
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            targets = [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package.split(".")
+                base = base[: len(base) - (node.level - 1)]
+                mod = ".".join(base + ([node.module] if node.module else []))
+            else:
+                mod = node.module or ""
+            # ``from . import x`` / ``from .pkg import sub``: x may be a submodule
+            targets = [f"{mod}.{a.name}" if _exists(f"{mod}.{a.name}") else mod for a in node.names]
+        else:
+            continue
+        for t in targets:
+            if t == "streamrank" or t.startswith("streamrank."):
+                yield t, id(node) in top
+
+
+def _exists(mod: str) -> bool:
+    rel = Path(*mod.split("."))
+    return (ROOT.parent / rel).with_suffix(".py").exists() or (ROOT.parent / rel / "__init__.py").exists()
+
+
+def _resolve(mod: str) -> str:
+    """The module a dotted import name refers to (``streamrank.io.blocks.Block`` -> ``streamrank.io.blocks``)."""
+    while mod and not _exists(mod):
+        mod = mod.rpartition(".")[0]
+    return mod
+
+
+MODULES = {_module_name(p): p for p in ROOT.rglob("*.py")}
+
+
+def test_every_module_has_a_floor():
+    assert [m for m in MODULES if _floor(m) is None and m != "streamrank"] == []
+
+
+def test_no_arrow_from_a_lower_floor_to_a_higher_one():
+    bad = []
+    for mod, path in sorted(MODULES.items()):
+        f = _floor(mod)
+        if f is None:
+            continue
+        for target, _ in _imports(path):
+            t = _resolve(target)
+            ft = _floor(t)
+            if ft is not None and ft > f:
+                bad.append(f"{mod} (floor {f}) imports {t} (floor {ft})")
+    assert bad == []
+
+
+def test_no_import_cycle_at_import_time():
+    graph = {m: set() for m in MODULES}
+    for mod, path in MODULES.items():
+        for target, top in _imports(path):
+            t = _resolve(target)
+            if top and t in graph and t != mod:
+                graph[mod].add(t)
+    # Tarjan's strongly connected components: a component of more than one module is a cycle
+    index, low, stack, on, cycles, counter = {}, {}, [], set(), [], [0]
+
+    def visit(v):
+        index[v] = low[v] = counter[0]
+        counter[0] += 1
+        stack.append(v)
+        on.add(v)
+        for w in graph[v]:
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            comp = []
+            while True:
+                w = stack.pop()
+                on.discard(w)
+                comp.append(w)
+                if w == v:
+                    break
+            if len(comp) > 1:
+                cycles.append(sorted(comp))
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    # a package importing its own submodules in __init__ is not a cycle unless a submodule imports it back
+    assert cycles == []
+
+
+#: modules still over the limit (issue 17 left them: see /work/coord/notes/h17.md); the test fails when one
+#: of them gets under the limit, so that it leaves this list
+OVERSIZED = {"streamrank.io.group_store", "streamrank.rankrls._statistics", "streamrank.rankrls.kernel",
+             "streamrank.sgd._sparse_w_kernels"}
+
+
+@pytest.mark.parametrize("mod", sorted(MODULES))
+def test_modules_are_small(mod):
+    """One topic per module, at most 600 lines."""
+    n = len(MODULES[mod].read_text(encoding="utf-8").splitlines())
+    if mod in OVERSIZED:
+        assert n > 600, f"{mod} has {n} lines now: remove it from OVERSIZED"
+    else:
+        assert n <= 600, f"{mod} has {n} lines"
