@@ -225,7 +225,8 @@ class PairwiseSGDRanker(BaseRanker):
         from ..io.pairs import pairs_from_groups
 
         self._params()
-        src = self._fit_source(source, y, qid, reset=True)  # a BlockSource passes through (a dask array has .blocks too)
+        # a BlockSource passes through (a dask array has .blocks too)
+        src = self._fit_source(source, y, qid, reset=True)
         if src.n_rows == 0:
             raise ValueError("empty input: X has 0 rows; at least two rows of one group are needed")
         self._v = None
