@@ -115,7 +115,7 @@ def test_kernels_import_and_cache_when_no_cache_place_is_writable(tmp_path):
     env.update(PYTHONPATH=str(pkg), XDG_CACHE_HOME=str(tmp_path / "blocker" / "cache"), TMPDIR=str(tmp),
                HOME=str(tmp_path / "blocker"))
     code = "import kern_mod\nprint(kern_mod.plus_one(41))\n"
-    for run in range(2):  # the second process loads what the first cached
+    for _run in range(2):  # the second process loads what the first cached
         res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env)
         assert res.returncode == 0, res.stderr
         assert res.stdout.strip() == "42"
