@@ -33,7 +33,17 @@ from pathlib import Path
 import numpy as np
 import scipy.sparse as sp
 
+from .._qid import qid_keys
 from .._validation import check_qid, check_X, check_y, group_ptr_from_qid
+from ._qid_text import QidText, create_qid_text, encode_qids
+from .groups import (
+    GROUP_IDENTITIES,
+    batch_of,
+    check_group_identity,
+    qid_kind_of,
+    scan_for_keys,
+    scope_ranges,
+)
 from ._chunk_files import ChunkFileDecoder
 from ._read_checks import BadEntry, check_offsets, entries_check, finite_rows_check, with_row
 from ._row_chunks import RowChunkReader
@@ -184,7 +194,7 @@ class GroupStore(BlockSource):
     @classmethod
     def create(cls, path, n_features: int, *, sparse: bool = False, n_outputs: int = 1,
                overwrite: bool = False, feature_names=None, chunk_rows: int | None = None,
-               docids: bool = False):
+               docids: bool = False, group_identity: str = "batch"):
         """Create an empty store and return it opened for appending.
 
         Parameters
@@ -206,6 +216,11 @@ class GroupStore(BlockSource):
         docids : bool
             Keep one document id (a string) per row: every append then takes
             ``docid=`` (:mod:`streamrank.io.docids`; run files name documents by them).
+        group_identity : {"batch", "global"}
+            What a group is (see :mod:`streamrank.io.groups`): ``"batch"``
+            (default) — a group is (batch, qid), the same query id in a later
+            batch is a new group; ``"global"`` — a query id may appear in one
+            batch only (a repeat is an error).
 
         Re-creating holds the store's writer lock: while another process
         appends, it fails with ``RuntimeError`` (lock held), and an appender
@@ -215,6 +230,7 @@ class GroupStore(BlockSource):
         if sparse:
             _check_csr_width(n_features, "n_features")
         n_outputs = _positive_int(n_outputs, "n_outputs")
+        check_group_identity(group_identity)
         if feature_names is not None:
             feature_names = [str(f) for f in feature_names]
             if len(feature_names) != n_features:
@@ -223,11 +239,11 @@ class GroupStore(BlockSource):
         p = Path(path)
         rpc = int(chunk_rows) if chunk_rows else rows_per_chunk(4 * (n_features if not sparse else 16))
         with creating_store(p, overwrite):
-            cls._create_arrays(p, n_features, sparse, n_outputs, feature_names, rpc, docids)
+            cls._create_arrays(p, n_features, sparse, n_outputs, feature_names, rpc, docids, group_identity)
         return cls(p, "a", _token=_PRIVATE)
 
     @staticmethod
-    def _create_arrays(p, n_features, sparse, n_outputs, feature_names, rpc, docids):
+    def _create_arrays(p, n_features, sparse, n_outputs, feature_names, rpc, docids, group_identity="batch"):
         import zarr
 
         root = zarr.open_group(store=zarr.storage.LocalStore(str(p)), mode="a")
@@ -253,6 +269,7 @@ class GroupStore(BlockSource):
                           compressors=compressors(8), fill_value=0)
         if docids:
             create_docid_arrays(root, compressors)
+        create_qid_text(root)
         attrs = {
             "format": GROUP_FORMAT,
             "format_version": FORMAT_VERSION,
@@ -260,6 +277,8 @@ class GroupStore(BlockSource):
             "n_outputs": n_outputs,
             "sparse": bool(sparse),
             "feature_names": feature_names,
+            "group_identity": group_identity,
+            "qid_kind": None,
             "created": _now(),
             "store_id": new_store_id(),
             "committed": {"rows": 0, "groups": 0, "nnz": 0},
@@ -347,8 +366,7 @@ class GroupStore(BlockSource):
         # all of it (``qid``, ``verify``); blocks read their groups' ids from the store.
         # ``group_ptr`` (8 bytes a group) stays in memory: the block plan needs it.
         self._qid_cache = None
-        if self.mode != "r":
-            self._qid_all = np.asarray(self._arrays["qid"][: self._groups], dtype=np.int64)
+        self._load_qid_kind(attrs)
         self._group_ptr_cache = None
         if self._gp_all[0] != 0 or self._gp_all[-1] != self._rows:
             raise StoreFormatError(f"{self.path}: array 'group_ptr' runs from {int(self._gp_all[0])} to "
@@ -454,10 +472,35 @@ class GroupStore(BlockSource):
 
     @property
     def qid(self) -> np.ndarray:
-        """Query id of every committed group (groups,) — a read-only view."""
-        v = self._qid_all.view()
+        """Query id of every committed group (groups,), as appended: int64, or str (an object array).
+
+        Read only.  With ``group_identity="batch"`` an id may recur (one group
+        per batch it appears in); :meth:`group_batches` says which batch each group is from.
+        """
+        if self._qid_kind == "str":
+            v = self._qid_text.read(0, self._groups, self._groups)
+        else:
+            v = self._qid_all.view()
         v.flags.writeable = False
         return v
+
+    @property
+    def group_identity(self) -> str:
+        """``"batch"``: a group is (batch, qid); ``"global"``: a qid is one group in the whole store."""
+        return self._group_identity
+
+    @property
+    def qid_kind(self) -> str | None:
+        """``"int"`` or ``"str"`` once the first group is appended; None for an empty new store."""
+        return self._qid_kind
+
+    def group_batches(self) -> np.ndarray:
+        """The batch (:func:`streamrank.io.groups.batch_of`) of every committed group (groups,) object."""
+        out = np.empty(self._groups, dtype=object)
+        for e in self._attrs["log"]:
+            g0, g1 = e["groups"]
+            out[g0:g1] = batch_of(e.get("batch_id"), e)
+        return out
 
     global_group = False
 
@@ -486,6 +529,8 @@ class GroupStore(BlockSource):
         self._qid_cache = value
 
     def _group_qid(self, g0, g1):
+        if self._qid_kind == "str":
+            return self._qid_text.read(g0, g1, self._groups)
         if self._qid_cache is not None:
             return self._qid_cache[g0:g1].copy()
         g1 = min(max(int(g1), int(g0)), self._groups)
@@ -568,6 +613,7 @@ class GroupStore(BlockSource):
             if batch_id is not None and any(e.get("batch_id") == batch_id for e in self._attrs["log"]):
                 logger.info("GroupStore %s: batch %r is already committed; skipped", self.path, batch_id)
                 return False
+            self._batch_id_pending = batch_id
             X, y, gp, gq = self._validate(X, y, qid)
             ids = self._validate_docids(docid, X.shape[0])
             self.repair()
@@ -595,15 +641,8 @@ class GroupStore(BlockSource):
                              f"{self.n_outputs}")
         q = check_qid(qid, n, "qid")
         gp, gq = group_ptr_from_qid(q, "qid")
-        if gq.size and self._qid_all.size:
-            # O(q) over the store's committed query ids, held in memory since open
-            present = np.isin(gq, self._qid_all)
-            if present.any():
-                g = int(np.flatnonzero(present)[0])
-                where = int(np.flatnonzero(self._qid_all == gq[g])[0])
-                raise ValueError(
-                    f"qid {int(gq[g])} (batch row {int(gp[g])}) is already in the store as group "
-                    f"{where}; a query's rows must be appended in one batch")
+        kind = qid_kind_of(gq, self._qid_kind, self.path)
+        self._check_new_groups(gq, gp, kind, self._batch_id_pending)
         if self.sparse:
             if X.nnz and (X.indices.min() < 0 or X.indices.max() >= self.n_features):
                 raise ValueError(f"X has column indices outside [0, {self.n_features})")
@@ -627,6 +666,54 @@ class GroupStore(BlockSource):
         if not 0 <= int(r0) <= r1 <= self._rows:
             raise IndexError(f"rows {r0}:{r1} outside the store's {self._rows} committed rows")
         return read_docids(self._arrays, int(r0), r1, self._docid_bytes, self.path)
+
+    # ------------------------------------------- query ids and group identity
+    _batch_id_pending = None
+
+    def _load_qid_kind(self, attrs):
+        """Group identity and qid kind from the attributes (stores before issue 18: global, int)."""
+        self._group_identity = attrs.get("group_identity", "global")
+        if self._group_identity not in GROUP_IDENTITIES:
+            raise StoreFormatError(f"{self.path}: group_identity {self._group_identity!r} is not one of "
+                                   f"{GROUP_IDENTITIES}")
+        kind = attrs.get("qid_kind", "int" if "qid_kind" not in attrs else None)
+        if kind not in ("int", "str", None):
+            raise StoreFormatError(f"{self.path}: qid_kind {kind!r} is not 'int' or 'str'")
+        if kind is None and self._groups:
+            raise StoreFormatError(f"{self.path}: {self._groups} groups committed but no qid_kind recorded")
+        self._qid_kind = kind
+        self._qid_text = QidText(self._root, self.path) if kind == "str" or (
+            kind is None and "qid_kind" in attrs) else None
+
+    def _check_new_groups(self, gq, gp, kind, batch_id):
+        """Refuse a query id that is already a group of the same batch (or of the store, if global).
+
+        Streams the committed keys of the groups in scope in pieces of
+        :data:`streamrank.io.groups.SCAN_PIECE` (8 MiB), so memory is bounded
+        by the piece plus the new block; a key match is confirmed on the
+        original id (string keys may collide).  See :mod:`streamrank.io.groups`
+        for the cost.
+        """
+        if not len(gq):
+            return
+        ranges = scope_ranges(self._attrs["log"], batch_id, self._group_identity)
+        keys = qid_keys(gq)
+        order = np.argsort(keys, kind="stable")
+        skeys = keys[order]
+        for g_store, js in scan_for_keys(self._arrays["qid"], ranges, skeys):
+            stored = self._group_qid(g_store, g_store + 1)[0]
+            for g_new in sorted(int(i) for i in order[js]):
+                if kind == "int" or gq[g_new] == stored:
+                    from .._qid import qid_repr
+
+                    scope = ("the store" if self._group_identity == "global"
+                             else f"batch {batch_of(batch_id)!r}")
+                    raise ValueError(
+                        f"qid {qid_repr(gq[g_new])} (batch row {int(gp[g_new])}) is already in {scope} as "
+                        f"group {g_store}; a query's rows must be contiguous within a batch"
+                        + ("" if self._group_identity == "batch" else
+                           " (this store has group_identity='global'; a store created with "
+                           "group_identity='batch' takes a recurring query as a new group of each batch)"))
 
     def repair(self) -> int:
         """Cut a torn tail back to the committed counts; return the number of fixes.
@@ -659,7 +746,13 @@ class GroupStore(BlockSource):
         h.update("y", y)
         sizes = np.diff(gp).astype(np.int64)
         h.update("group_size", sizes)
-        h.update("qid", gq)
+        kind = qid_kind_of(gq, self._qid_kind, self.path)
+        keys = qid_keys(gq)
+        h.update("qid", keys)
+        if kind == "str":
+            lengths, text = encode_qids(gq)
+            h.update("qid_text.len", lengths)
+            h.update("qid_text.utf8", text)
         if k:
             a["y"].resize((m1,) + tuple(y.shape[1:]))
             a["y"][m0:m1] = y
@@ -667,8 +760,12 @@ class GroupStore(BlockSource):
             a["group_ptr"].resize((q1 + 1,))
             a["group_ptr"][q0 + 1 : q1 + 1] = m0 + gp[1:]
             a["qid"].resize((q1,))
-            a["qid"][q0:q1] = gq
+            a["qid"][q0:q1] = keys
+            if kind == "str":
+                self._qid_text.write(q0, lengths, text)
         attrs = dict(self._attrs)
+        if g:
+            attrs["qid_kind"] = kind
         attrs["committed"] = {"rows": m1, "groups": q1, "nnz": z1}
         entry = {"batch_id": batch_id, "rows": [m0, m1], "groups": [q0, q1], "nnz": [z0, z1]}
         if self.has_docids:
@@ -683,7 +780,9 @@ class GroupStore(BlockSource):
         if self.has_docids:
             self._docid_bytes = int(attrs["committed"]["docid_bytes"])
         self._gp_all = np.concatenate((self._gp_all, m0 + gp[1:]))
-        self._qid_all = np.concatenate((self._qid_all, gq))
+        if self._qid_cache is not None:
+            self._qid_all = np.concatenate((self._qid_all, keys))
+        self._load_qid_kind(attrs)
         self._group_ptr_cache = None
         logger.debug("GroupStore %s: committed batch %r (%d rows, %d groups)", self.path, batch_id, k, g)
 
@@ -739,6 +838,14 @@ class GroupStore(BlockSource):
             if self.has_docids:
                 ids = self.docids(r0, r1)
                 hash_docids(h, *check_docids(ids, r1 - r0))
+            if self._qid_kind == "str":
+                lengths, text = self._qid_text.raw(g0, g1)
+                h.update("qid_text.len", lengths)
+                h.update("qid_text.utf8", text)
+                labels = self._qid_text.read(g0, g1, self._groups)
+                if not np.array_equal(qid_keys(labels), self._qid_all[g0:g1]):
+                    raise StoreFormatError(f"{self.path}: string query ids of batch {e.get('batch_id')!r} do "
+                                           "not match their keys in 'qid'; the store is corrupt")
             if self.sparse and r1 > r0 and int(self._indptr[r0]) != e["nnz"][0]:
                 raise StoreFormatError(f"{self.path}: 'X/indptr' disagrees with the log at batch "
                                        f"{e.get('batch_id')!r}")

@@ -187,7 +187,7 @@ def test_loaded_model_checks_feature_count(tmp_path, fit):
 
 
 def test_group_id_already_in_the_store(tmp_path):
-    s = sr.GroupStore.create(tmp_path / "s.zarr", 4)
+    s = sr.GroupStore.create(tmp_path / "s.zarr", 4, group_identity="global")
     s.append(*_xyq(4), batch_id="a")
     X, y, q = _xyq(4, seed=1, q0=3)       # ids 3..6: id 3 is already stored
     with pytest.raises(ValueError, match=r"qid 3 \(batch row 0\) is already in the store as group 3"):

@@ -141,7 +141,7 @@ def test_validation_before_any_write(tmp_path, mutate, err, match):
 
 
 def test_existing_group_id_is_refused(tmp_path):
-    store = sr.GroupStore.create(tmp_path / "s.zarr", 2)
+    store = sr.GroupStore.create(tmp_path / "s.zarr", 2, group_identity="global")
     store.append(np.zeros((3, 2)), [1.0, 0, 1], [5, 5, 6])
     with pytest.raises(ValueError, match=r"qid 6 \(batch row 1\) is already in the store as group 1"):
         store.append(np.zeros((3, 2)), [1.0, 0, 1], [8, 6, 6])
