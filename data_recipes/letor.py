@@ -11,6 +11,12 @@ Any other file (plain, .gz, or a member of a tar archive):
     python data_recipes/letor.py --input my_logs.txt.gz --out logs.zarr
     python data_recipes/letor.py --input MSLR-WEB10K.tar.gz --member Fold1/train.txt --out web10k.zarr
 
+As Parquet with string query ids (how logging pipelines write it), for
+``streamrank ingest FILE.parquet --label label --qid qid``:
+
+    python data_recipes/letor.py --dataset MQ2008 --fold 1 --split train --to-parquet --out mq2008_f1_train.parquet
+    python data_recipes/letor.py --dataset MQ2008 --to-parquet --rows-per-file 5000 --out mq2008_parts/
+
 Features are stored dense float32 (LETOR lists every feature); memory is
 bounded by ``--chunk-mb`` plus the largest query.
 """
@@ -27,7 +33,14 @@ def build_parser():
 
     p = argparse.ArgumentParser(prog="data_recipes/letor.py", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--out", required=True, help="path of the GroupStore to write")
+    p.add_argument("--out", required=True, help="path of the GroupStore (or with --to-parquet, the Parquet file "
+                   "or directory) to write")
+    p.add_argument("--to-parquet", action="store_true",
+                   help="write Parquet (columns qid as string 'q<id>', label, f_1..f_n) instead of a GroupStore")
+    p.add_argument("--rows-per-file", type=int, default=None, metavar="N",
+                   help="--to-parquet: split into part-*.parquet files of N rows in the directory --out")
+    p.add_argument("--row-group-rows", type=int, default=4096, metavar="N",
+                   help="--to-parquet: rows per Parquet row group (default 4096)")
     p.add_argument("--dataset", choices=sorted(DATASETS), default="MQ2008", help="known dataset (default MQ2008)")
     p.add_argument("--fold", type=int, default=1, choices=range(1, 6), help="fold 1..5 (default 1)")
     p.add_argument("--split", choices=SPLITS, default="train", help="train, vali or test (default train)")
@@ -60,6 +73,16 @@ def main(argv=None) -> int:
         print(f"error: {source} does not exist", file=sys.stderr)
         return 2
     t0 = time.perf_counter()
+    if args.to_parquet:
+        if os.path.exists(args.out) and not args.overwrite:
+            print(f"error: {args.out} exists; pass --overwrite", file=sys.stderr)
+            return 2
+        files = letor.write_letor_parquet(args.out, source, member=member, n_features=n_features,
+                                          rows_per_file=args.rows_per_file, row_group_rows=args.row_group_rows,
+                                          limit_rows=args.limit, chunk_bytes=int(args.chunk_mb * 2**20),
+                                          null_value=args.null_value)
+        print(f"wrote {len(files)} Parquet file(s) to {args.out} in {time.perf_counter() - t0:.1f} s")
+        return 0
     store = letor.write_letor_store(args.out, source, member=member, n_features=n_features,
                                     limit_rows=args.limit, chunk_bytes=int(args.chunk_mb * 2**20),
                                     overwrite=args.overwrite, null_value=args.null_value)

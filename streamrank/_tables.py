@@ -90,7 +90,15 @@ def _numeric_column(X, name, n) -> np.ndarray:
 
 
 def _aux(X, v, what):
-    """y/qid given as a column name -> that column (and the name to drop from the features)."""
+    """y/qid given as a column name -> that column (and the name to drop from the features).
+
+    A pandas Series taken from X itself (``df["label"]``: its name is a column
+    of X holding the same values) counts as that column: it is not a feature.
+    """
+    if _kind(X) == "pandas" and type(v).__name__ == "Series" and v.name in set(X.columns):
+        col = X[v.name]
+        if col is v or (len(col) == len(v) and col.index.equals(v.index) and col.equals(v)):
+            v = v.name
     if isinstance(v, str):
         cols = table_columns(X)
         if v not in cols:
@@ -129,8 +137,12 @@ def split_table(X, y=None, qid=None, *, need_y: bool = True):
     qid, q_col = _aux(X, qid, "qid")
     drop = {c for c in (y_col, q_col) if c is not None}
     cols = [c for c in table_columns(X) if c not in drop]
+    hit = [c for c in cols if isinstance(c, str) and c.lower() in QID_COLUMN_NAMES]
+    if hit and qid is not None:
+        raise ValueError(
+            f"X has a column named {hit[0]!r} besides the qid= given: a query id must not be trained on as a "
+            f"feature. Pass qid={hit[0]!r} to use that column, or drop or rename it if it really is a feature")
     if q_col is None and qid is None:
-        hit = [c for c in cols if isinstance(c, str) and c.lower() in QID_COLUMN_NAMES]
         if hit:
             raise ValueError(
                 f"X has a column named {hit[0]!r} but qid= was not given: a query id must not be trained on "

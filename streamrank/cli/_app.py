@@ -24,9 +24,13 @@ EXAMPLES = {
   streamrank ingest /data/MQ2008_QueryLevelNorm.tar.gz:MQ2008/Fold1/train.txt --store train.zarr
   streamrank ingest day1.txt.gz day2.npz --store logs.zarr
   streamrank ingest tuples_today.zarr --store tuples.zarr --format zarr
+  streamrank ingest logs/day-*.parquet --store logs.zarr --label label --qid query_id --features-from-prefix f_
 
 SRC is LETOR/svmlight text (plain, .gz, or ARCHIVE.tar.gz:MEMBER), a .npz with
-arrays X, y, qid, or a zarr store (GroupStore, or a TupleStore — tuples for
+arrays X, y, qid, Parquet (a file, or a directory / quoted glob of part files,
+read in name order as one batch; needs --label and --qid; feature columns:
+--features a,b,c, --features-from-prefix P, or every other column; pip install
+'streamrank[parquet]'), or a zarr store (GroupStore, or a TupleStore — tuples for
 sgd-bilinear can only be ingested from a TupleStore, i.e. --format zarr).
 Each chunk is one atomic append with batch id ID#i (default ID: file name +
 hash of path, size, mtime): ingesting the same source again adds nothing, and
@@ -143,6 +147,17 @@ def _learner_options(p, *, cv_option: bool):
                         "(rankrls, cg, kernel, sparse-kernel, sgd-pairwise)")
 
 
+def _features_type(text: str):
+    """``--features``: an integer (text formats: the feature count) or a comma list of column names."""
+    t = text.strip()
+    if t.isdigit():
+        return int(t)
+    names = [c.strip() for c in t.split(",")]
+    if not all(names):
+        raise argparse.ArgumentTypeError(f"--features {text!r}: expected a number or COL,COL,... without empty names")
+    return names
+
+
 def _synopsis() -> str:
     """The usage lines at the top of the package docstring (``streamrank/cli/__init__.py``)."""
     from . import __doc__ as doc
@@ -161,14 +176,21 @@ def build_parser() -> argparse.ArgumentParser:
     sub.required = True
     fmt = argparse.RawDescriptionHelpFormatter
 
-    p = sub.add_parser("ingest", help="append LETOR text, .npz or zarr stores to a store", epilog=EXAMPLES["ingest"],
+    p = sub.add_parser("ingest", help="append LETOR text, .npz, Parquet or zarr stores to a store", epilog=EXAMPLES["ingest"],
                        formatter_class=fmt, description="Append data to a GroupStore (or TupleStore), atomically.")
     p.add_argument("sources", nargs="+", metavar="SRC")
     p.add_argument("--store", required=True, help="store to append to (created if missing)")
     p.add_argument("--format", choices=FORMATS, default=None,
                    help="letor (svmlight text), npz (X, y, qid) or zarr (a store); default: by the path")
     p.add_argument("--batch-id", default=None, metavar="ID", help="batch id in the store's append log")
-    p.add_argument("--features", type=int, default=None, help="number of features (default: inferred)")
+    p.add_argument("--features", type=_features_type, default=None, metavar="N|COL,COL,...",
+                   help="text: number of features (default: inferred); Parquet: the feature columns")
+    p.add_argument("--features-from-prefix", default=None, metavar="P",
+                   help="Parquet: every column whose name starts with P is a feature")
+    p.add_argument("--label", default=None, metavar="COL", help="Parquet: the label column")
+    p.add_argument("--qid", default=None, metavar="COL", help="Parquet: the query id column (integers or strings)")
+    p.add_argument("--group-identity", choices=("batch", "global"), default="batch",
+                   help="new stores: a group is (batch, qid) (default) or a query id is unique in the store")
     p.add_argument("--max-features", type=int, default=1 << 24, metavar="N",
                    help="cap on a feature count inferred from text (default 2^24; a larger index is an error "
                         "naming its line: pass --features if the data really is that wide)")

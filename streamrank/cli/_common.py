@@ -14,7 +14,7 @@ EXIT_CODES = {
 }
 
 LEARNERS = ("rankrls", "cg", "kernel", "sparse-kernel", "sgd-bilinear", "sgd-pairwise")
-FORMATS = ("letor", "npz", "zarr")
+FORMATS = ("letor", "npz", "zarr", "parquet")
 METRICS = ("ndcg@10", "disagreement", "map", "auc")
 DEFAULT_MAX_ROWS = DEFAULT_BLOCK_ROWS
 

@@ -26,10 +26,33 @@ def _split_member(src: str):
 def _detect_format(src: str, member) -> str:
     p = Path(src)
     if p.is_dir():
-        return "zarr"
+        if (p / "zarr.json").exists() or not any(p.rglob("*.parquet")):
+            return "zarr"
+        return "parquet"
     if member is None and p.suffix == ".npz":
         return "npz"
+    if member is None and (p.suffix in (".parquet", ".pq") or "*" in src or "?" in src):
+        return "parquet"
     return "letor"
+
+
+def _ingest_parquet(args, src, counts):
+    """Parquet: a file, a directory or a glob of part files -> one batch, in chunks of whole queries."""
+    from ..io.parquet import ingest_parquet, parquet_files
+
+    if not args.label or not args.qid:
+        raise ValueError(f"{src} is Parquet: name the label and query id columns with --label COL --qid COL")
+    features = args.features
+    if isinstance(features, int):
+        raise ValueError("--features for Parquet is a list of column names (--features a,b,c), not a count")
+    files = parquet_files(src)
+    chunk_rows = max(1, int(args.max_rows))
+    with _progress(args, None, desc=f"ingest {Path(src).name}") as bar:
+        got = ingest_parquet(args.store, files, label=args.label, qid=args.qid, features=features,
+                             feature_prefix=args.features_from_prefix, sparse=args.sparse, chunk_rows=chunk_rows,
+                             batch_id=args.batch_id, group_identity=args.group_identity, progress=bar.update)
+    for k in ("rows", "skipped_rows", "batches", "skipped"):
+        counts[k] += got[k]
 
 
 def _default_batch_id(src, member, extra="") -> str:
@@ -97,6 +120,8 @@ def _ingest_letor(args, src, member, counts):
     if Path(args.store).exists() and (Path(args.store) / "zarr.json").exists():
         store, _ = _open_group_target(args.store, _open_store(args.store, want="group").n_features,
                                       sparse=args.sparse)
+    if isinstance(args.features, list):
+        raise ValueError("--features COL,COL,... names Parquet columns; for text give the number of features")
     n_features = store.n_features if store is not None else args.features
     sparse = store.sparse if store is not None else args.sparse
     ids = _docid_stream(args, store, src, member)   # doc ids (streamrank.io.docids), or None
@@ -333,9 +358,12 @@ def cmd_ingest(args) -> int:
     counts = {"rows": 0, "skipped_rows": 0, "batches": 0, "skipped": 0, "tuples": 0, "skipped_tuples": 0}
     for src in args.sources:
         path, member = _split_member(src)
+        fmt = args.format or _detect_format(path, member)
+        if fmt == "parquet":
+            _ingest_parquet(args, path, counts)
+            continue
         if not os.path.exists(path):
             raise FileNotFoundError(f"source {path} does not exist")
-        fmt = args.format or _detect_format(path, member)
         if fmt == "letor":
             if Path(path).is_dir():
                 raise ValueError(f"{path} is a directory; --format letor reads a text, .gz or tar file")

@@ -18,7 +18,7 @@ from ..io.svmlight import SvmlightChunk, iter_svmlight, open_text_bytes
 from ._paths import data_path
 
 __all__ = ["DATASETS", "CITATIONS", "DEFAULT_DIR", "letor_member", "open_letor", "iter_letor",
-           "write_letor_store"]
+           "write_letor_store", "write_letor_parquet"]
 
 DEFAULT_DIR = str(data_path("letor"))
 
@@ -108,7 +108,7 @@ def write_letor_store(path, source, *, member: str | None = None, n_features: in
 
     ``n_features`` is required by the store; for the known datasets it is
     taken from :data:`DATASETS` by the caller.  Each chunk is one append
-    (``batch_id="letor-<i>"``).
+    (``batch_id="letor#<i>"``: the pieces of one batch).
     """
     from ..io.group_store import GroupStore
 
@@ -118,9 +118,68 @@ def write_letor_store(path, source, *, member: str | None = None, n_features: in
                                                null_value=null_value)):
         if store is None:
             store = GroupStore.create(path, X.shape[1], overwrite=overwrite)
-        store.append(X, y, qid, batch_id=f"letor-{i}")
+        store.append(X, y, qid, batch_id=f"letor#{i}")  # one batch (io/groups.py), one commit per chunk
     if store is None:
         if n_features is None:
             raise ValueError(f"{source}: no data lines, and n_features is unknown")
         GroupStore.create(path, n_features, overwrite=overwrite)
     return GroupStore.open(path)
+
+
+def write_letor_parquet(out, source, *, member: str | None = None, n_features: int | None = None,
+                        qid_prefix: str = "q", rows_per_file: int | None = None, row_group_rows: int = 4096,
+                        limit_rows: int | None = None, chunk_bytes: int = 8 << 20, null_value=None) -> list[str]:
+    """Write a LETOR file as Parquet the way a logging pipeline would: string query ids, named columns.
+
+    Columns: ``qid`` (string ``f"{qid_prefix}{id}"``), ``label`` (float64) and
+    ``f_1`` ... ``f_n`` (float32, LETOR's 1-based feature numbers).  Rows keep
+    the text's order; row groups hold ``row_group_rows`` rows, so queries
+    straddle row groups.  ``rows_per_file``: split into ``part-00000.parquet``,
+    ... in the directory ``out`` (queries straddle files too); None: one file
+    ``out``.  Returns the files written.  Needs pyarrow (``streamrank[parquet]``).
+    """
+    from .._tables import require_pyarrow
+
+    require_pyarrow("writing Parquet")
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    out = os.fspath(out)
+    if rows_per_file is not None:
+        os.makedirs(out, exist_ok=True)
+    files: list[str] = []
+    writer = None
+    in_file = 0
+    schema = None
+    try:
+        for X, y, qid in iter_letor(source, member=member, n_features=n_features, limit_rows=limit_rows,
+                                    chunk_bytes=chunk_bytes, null_value=null_value):
+            X = np.asarray(X, dtype=np.float32)
+            if schema is None:
+                fields = [pa.field("qid", pa.string()), pa.field("label", pa.float64())]
+                fields += [pa.field(f"f_{j + 1}", pa.float32()) for j in range(X.shape[1])]
+                schema = pa.schema(fields)
+            r = 0
+            while r < len(y):
+                if writer is None:
+                    path = out if rows_per_file is None else os.path.join(out, f"part-{len(files):05d}.parquet")
+                    writer = pq.ParquetWriter(path, schema)
+                    files.append(path)
+                    in_file = 0
+                take = len(y) - r if rows_per_file is None else min(len(y) - r, rows_per_file - in_file)
+                sl = slice(r, r + take)
+                cols = [pa.array([f"{qid_prefix}{int(q)}" for q in qid[sl]], pa.string()),
+                        pa.array(np.asarray(y[sl], dtype=np.float64))]
+                cols += [pa.array(X[sl, j]) for j in range(X.shape[1])]
+                writer.write_table(pa.Table.from_arrays(cols, schema=schema), row_group_size=row_group_rows)
+                r += take
+                in_file += take
+                if rows_per_file is not None and in_file >= rows_per_file:
+                    writer.close()
+                    writer = None
+    finally:
+        if writer is not None:
+            writer.close()
+    if not files:
+        raise ValueError(f"{source}: no data lines; nothing written")
+    return files

@@ -577,17 +577,21 @@ class GroupStore(BlockSource):
 
         Parameters
         ----------
-        X : ndarray (rows, n_features) or scipy.sparse matrix
-            Features (bool, integer or float); stored as float32.  Values
+        X : ndarray (rows, n_features), scipy.sparse matrix, or a pandas DataFrame / pyarrow Table
+            Features (bool, integer or float); stored as float32.  A table's
+            feature columns are matched to the store's ``feature_names`` by name;
+            ``y`` and ``qid`` may then be column names (``append(table, y="label",
+            qid="qid")``).  Values
             outside the float32 range, NaN and ±inf are refused, as are
             strings, objects and complex numbers.
         y : array-like (rows,) or (rows, n_outputs)
             Scores, stored as float64.
-        qid : array-like (rows,) of integer ids
-            The rows of one query must be contiguous, and a query id already
-            in the store may not be appended again (checked against the
-            committed ids, which a store keeps in memory: O(groups) per
-            append).
+        qid : array-like (rows,) of integer or string ids (one kind per store)
+            The rows of one query must be contiguous.  With
+            ``group_identity="batch"`` an id may recur in a later batch (a new
+            group); within a batch (``batch_id`` up to ``#``) or, with
+            ``"global"``, within the store, a repeat is an error — checked by
+            streaming the committed keys, see :mod:`streamrank.io.groups`.
         batch_id : str, optional
             Identifier of the batch.  If the log already holds it, nothing is
             written and False is returned.
@@ -604,6 +608,7 @@ class GroupStore(BlockSource):
             raise PermissionError(f"{self.path} is open read-only; use GroupStore.open(path, mode='a')")
         if batch_id is not None:
             batch_id = str(batch_id)
+        X, y, qid = self._from_table(X, y, qid)
         with writer_lock(self.path):
             if read_attrs(self.path).get("committed") != self._attrs.get("committed"):
                 self._load()  # another process committed since we opened
@@ -619,6 +624,29 @@ class GroupStore(BlockSource):
             self.repair()
             self._write(X, y, gp, gq, batch_id, ids)
         return True
+
+    def _from_table(self, X, y, qid):
+        """A DataFrame / Arrow table: ``y``/``qid`` may name its columns; features matched by name."""
+        from .._tables import is_table, split_table
+
+        if not is_table(X):
+            return X, y, qid
+        if qid is None:
+            raise TypeError("GroupStore.append(table, y=..., qid=...) needs qid: the name of the query id "
+                            "column (or an array)")
+        Xa, y, qid, names = split_table(X, y, qid)
+        want = self.feature_names
+        if want is not None and names is not None and list(names) != list(want):
+            pos = {c: j for j, c in enumerate(names)}
+            missing = [f for f in want if f not in pos]
+            extra = [c for c in names if c not in set(want)]
+            if missing or extra:
+                raise ValueError(f"the table's feature columns do not match the store's feature names: missing "
+                                 f"{missing[:5]}, not in the store {extra[:5]}")
+            Xa = np.ascontiguousarray(Xa[:, [pos[f] for f in want]])
+        if self.sparse:
+            Xa = sp.csr_matrix(Xa)
+        return Xa, y, qid
 
     def _validate(self, X, y, qid):
         """Everything is checked before a byte is written."""

@@ -1,0 +1,290 @@
+"""Parquet in bounded memory: row groups -> chunks of whole queries -> GroupStore appends.
+
+The files a search team keeps (Spark, BigQuery exports, pandas) hold one row
+per (query, item) with a label column, a query-id column (often a string) and
+named feature columns.  :func:`iter_parquet` reads them with pyarrow's own
+Parquet reader (``pyarrow.parquet.ParquetFile.iter_batches``: one row group's
+column chunks at a time), in file-name order, and yields chunks of about
+``chunk_rows`` rows that hold **whole queries**: the rows of the last query of
+a chunk are carried into the next, so a query split across row groups or
+files is joined — when it is contiguous.  A query whose rows come back after
+other queries is an error (within one batch, see :mod:`streamrank.io.groups`).
+
+:func:`ingest_parquet` appends those chunks to a store (creating it with the
+feature names on first use), one atomic append per chunk, with ids
+``<batch>#<i>``; the batch id is a digest of the files' size and Parquet
+footer (schema, row groups, column-chunk statistics and offsets) and the
+reading options, so re-ingesting the same content adds nothing and a killed
+ingest resumes where it stopped (like the text and .npz ingests).
+
+Memory: one row group of the selected columns (pyarrow) plus one chunk
+(``chunk_rows`` × features × 4 bytes, float32) plus the largest query.
+
+pyarrow is an optional dependency (``pip install 'streamrank[parquet]'``).
+"""
+from __future__ import annotations
+
+import glob
+import hashlib
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Iterator
+
+import numpy as np
+import scipy.sparse as sp
+
+from .._tables import QID_COLUMN_NAMES, require_pyarrow
+
+__all__ = ["parquet_files", "ParquetChunk", "iter_parquet", "ingest_parquet", "parquet_batch_id",
+           "select_features"]
+
+DEFAULT_CHUNK_ROWS = 65_536
+
+
+def parquet_files(source) -> list[str]:
+    """The Parquet files of ``source``: a file, a directory (its ``*.parquet``, recursively) or a glob, in name order."""
+    s = os.fspath(source)
+    p = Path(s)
+    if p.is_dir():
+        files = sorted(str(f) for f in p.rglob("*.parquet") if f.is_file())
+        if not files:
+            raise FileNotFoundError(f"{s} holds no *.parquet files")
+        return files
+    if p.is_file():
+        return [s]
+    files = sorted(f for f in glob.glob(s) if os.path.isfile(f))
+    if not files:
+        raise FileNotFoundError(f"no Parquet file matches {s}")
+    return files
+
+
+def select_features(columns, label: str, qid: str, *, features=None, prefix=None) -> list[str]:
+    """The feature columns: ``features`` as given, or every column starting with ``prefix``,
+    or every column but the label and the qid (and never a column named like a query id)."""
+    cols = list(columns)
+    for what, name in (("--label", label), ("--qid", qid)):
+        if name not in cols:
+            raise KeyError(f"{what} column {name!r} is not in the file; columns: {cols[:10]}"
+                           f"{' ...' if len(cols) > 10 else ''}")
+    if features is not None:
+        feats = list(features)
+        missing = [f for f in feats if f not in cols]
+        if missing:
+            raise KeyError(f"feature column(s) {missing[:5]} are not in the file; columns: {cols[:10]}")
+        for f in feats:
+            if f in (label, qid):
+                raise ValueError(f"column {f!r} is the label or the query id; it cannot be a feature")
+    elif prefix is not None:
+        feats = [c for c in cols if c.startswith(prefix) and c not in (label, qid)]
+        if not feats:
+            raise ValueError(f"no column starts with {prefix!r}; columns: {cols[:10]}")
+    else:
+        feats = [c for c in cols if c not in (label, qid)]
+        idlike = [c for c in feats if c.lower() in QID_COLUMN_NAMES]
+        if idlike:
+            raise ValueError(f"column {idlike[0]!r} looks like a query id and is not --qid {qid!r}; name the "
+                             "features with --features or --features-from-prefix")
+    if len(set(feats)) != len(feats):
+        raise ValueError("feature columns must be unique")
+    if not feats:
+        raise ValueError("no feature columns")
+    return feats
+
+
+@dataclass
+class ParquetChunk:
+    """Whole queries: ``X`` (rows, features) float32 (CSR when sparse), ``y`` float64, ``qid``, and
+    where they came from (``files``: indices into the file list of rows' first and last file)."""
+    X: object
+    y: np.ndarray
+    qid: np.ndarray
+    feature_names: list
+
+
+def _column_numpy(col, name, row0, file):
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    if col.null_count:
+        row = int(pc.index(pc.is_null(col), True).as_py())
+        raise ValueError(f"{file}: column {name!r} is null at row {row0 + row}; expected a value in every row")
+    t = col.type
+    if not (pa.types.is_integer(t) or pa.types.is_floating(t) or pa.types.is_boolean(t)):
+        raise TypeError(f"{file}: column {name!r} has type {t}; expected numbers")
+    return col.to_numpy(zero_copy_only=False)
+
+
+def _qid_numpy(col, name, row0, file):
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    if col.null_count:
+        row = int(pc.index(pc.is_null(col), True).as_py())
+        raise ValueError(f"{file}: query id column {name!r} is null at row {row0 + row}")
+    t = col.type
+    if pa.types.is_dictionary(t):
+        col = col.cast(t.value_type)
+        t = t.value_type
+    if pa.types.is_integer(t):
+        return col.to_numpy(zero_copy_only=False).astype(np.int64, copy=False)
+    if pa.types.is_string(t) or pa.types.is_large_string(t):
+        return np.asarray(col.to_numpy(zero_copy_only=False), dtype=object)
+    if pa.types.is_binary(t) or pa.types.is_large_binary(t):
+        return np.asarray([b.decode("utf-8", "surrogateescape") for b in col.to_pylist()], dtype=object)
+    raise TypeError(f"{file}: query id column {name!r} has type {t}; expected integers or strings")
+
+
+def iter_parquet(source, *, label: str, qid: str, features=None, feature_prefix=None,
+                 chunk_rows: int = DEFAULT_CHUNK_ROWS, sparse: bool = False) -> Iterator[ParquetChunk]:
+    """Stream ``source`` (file, directory, glob or list of files) as chunks of whole queries.
+
+    Every file must have the same feature columns (matched by name, so their
+    order may differ between files).  A query's rows must be contiguous in
+    the concatenation of the files in name order: within a chunk this is
+    checked by the store's append, across chunks by its same-batch check
+    (:mod:`streamrank.io.groups`), so this reader keeps no per-query state.
+    """
+    require_pyarrow("Parquet input")
+    import pyarrow.parquet as pq
+
+    files = source if isinstance(source, (list, tuple)) else parquet_files(source)
+    feats = None
+    carry = None            # (X, y, q) of the last, maybe unfinished query
+    buf: list = []
+    buf_rows = 0
+
+    def emit():
+        nonlocal buf, buf_rows
+        X = np.concatenate([b[0] for b in buf]) if len(buf) > 1 else buf[0][0]
+        y = np.concatenate([b[1] for b in buf]) if len(buf) > 1 else buf[0][1]
+        q = np.concatenate([b[2] for b in buf]) if len(buf) > 1 else buf[0][2]
+        buf, buf_rows = [], 0
+        return ParquetChunk(sp.csr_matrix(X) if sparse else X, y, q, feats)
+
+    for file in files:
+        pf = pq.ParquetFile(file)
+        names = pf.schema_arrow.names
+        if feats is None:
+            feats = select_features(names, label, qid, features=features, prefix=feature_prefix)
+        else:
+            missing = [f for f in feats if f not in names]
+            if missing or label not in names or qid not in names:
+                raise ValueError(f"{file}: lacks column(s) {(missing + [c for c in (label, qid) if c not in names])[:5]} "
+                                 "that the first file has; every file needs the same columns")
+        cols = feats + [label, qid]
+        row0 = 0
+        for rb in pf.iter_batches(batch_size=max(int(chunk_rows), 1), columns=cols, use_threads=True):
+            n = rb.num_rows
+            if n == 0:
+                continue
+            X = np.empty((n, len(feats)), dtype=np.float32)
+            for j, f in enumerate(feats):
+                X[:, j] = _column_numpy(rb.column(j), f, row0, file)
+            if not np.isfinite(X).all():
+                bad = int(np.flatnonzero(~np.isfinite(X).all(axis=1))[0])
+                raise ValueError(f"{file}: row {row0 + bad} holds NaN, infinity or a value outside float32")
+            y = np.asarray(_column_numpy(rb.column(len(feats)), label, row0, file), dtype=np.float64)
+            q = _qid_numpy(rb.column(len(feats) + 1), qid, row0, file)
+            row0 += n
+            if carry is not None:
+                X = np.concatenate([carry[0], X])
+                y = np.concatenate([carry[1], y])
+                q = np.concatenate([carry[2], q])
+                carry = None
+            # hold back the last query: it may continue in the next row group or file
+            last = q[-1]
+            k = len(q)
+            while k > 0 and q[k - 1] == last:
+                k -= 1
+            if k == 0:
+                carry = (X, y, q)
+                continue
+            buf.append((X[:k], y[:k], q[:k]))
+            buf_rows += k
+            carry = (X[k:], y[k:], q[k:])
+            if buf_rows >= chunk_rows:
+                yield emit()
+    if carry is not None:
+        buf.append(carry)
+    if buf:
+        yield emit()
+
+
+def parquet_batch_id(files, extra: str = "") -> str:
+    """``<name>@<digest>``: a digest of each file's size and Parquet footer, plus the reading options."""
+    require_pyarrow("Parquet input")
+    import pyarrow.parquet as pq
+
+    h = hashlib.sha256(extra.encode())
+    for f in files:
+        size = os.path.getsize(f)
+        with open(f, "rb") as fh:   # footer: <metadata><4-byte length>PAR1
+            fh.seek(max(size - 8, 0))
+            tail = fh.read(8)
+            if len(tail) < 8 or tail[4:] != b"PAR1":
+                raise ValueError(f"{f} is not a Parquet file (no PAR1 footer)")
+            mlen = int.from_bytes(tail[:4], "little")
+            if mlen > size - 8:
+                raise ValueError(f"{f}: corrupt Parquet footer (metadata of {mlen} bytes in a {size}-byte file)")
+            fh.seek(size - 8 - mlen)
+            h.update(str(size).encode())
+            h.update(fh.read(mlen))
+    del pq
+    name = Path(files[0]).name if len(files) == 1 else f"{Path(files[0]).parent.name or '.'}/*{len(files)}"
+    return f"{name}@{h.hexdigest()[:16]}"
+
+
+def ingest_parquet(store_path, source, *, label: str, qid: str, features=None, feature_prefix=None,
+                   sparse: bool = False, chunk_rows: int = DEFAULT_CHUNK_ROWS, batch_id: str | None = None,
+                   group_identity: str = "batch", progress=None) -> dict:
+    """Append ``source`` (one batch: a file, a directory or glob of part files) to a GroupStore.
+
+    Creates the store (with the feature names) when it does not exist; an
+    existing store must hold the same feature names (columns are matched by
+    name) or none.  Returns counts ``{"rows", "skipped_rows", "batches",
+    "skipped", "batch_id"}``.
+    """
+    from .group_store import GroupStore
+
+    files = source if isinstance(source, (list, tuple)) else parquet_files(source)
+    base = batch_id or parquet_batch_id(files, f"{label}|{qid}|{features}|{feature_prefix}|{sparse}|{chunk_rows}")
+    counts = {"rows": 0, "skipped_rows": 0, "batches": 0, "skipped": 0, "batch_id": base}
+    p = Path(store_path)
+    store = GroupStore.open(p, mode="a") if (p / "zarr.json").exists() else None
+    for i, chunk in enumerate(iter_parquet(files, label=label, qid=qid, features=features,
+                                           feature_prefix=feature_prefix, chunk_rows=chunk_rows,
+                                           sparse=sparse if store is None else store.sparse)):
+        if store is None:
+            if p.exists() and (p.is_file() or any(p.iterdir())):
+                raise FileExistsError(f"{p} exists and is not a streamrank store; choose another --store")
+            store = GroupStore.create(p, len(chunk.feature_names), sparse=sparse, feature_names=chunk.feature_names,
+                                      overwrite=p.exists(), group_identity=group_identity)
+        X = _to_store_order(chunk, store)
+        done = store.append(X, chunk.y, chunk.qid, batch_id=f"{base}#{i}")
+        n = len(chunk.y)
+        counts["rows" if done else "skipped_rows"] += n
+        counts["batches" if done else "skipped"] += 1
+        if progress is not None:
+            progress(n)
+    return counts
+
+
+def _to_store_order(chunk, store):
+    """The chunk's columns in the store's feature order (by name)."""
+    names = store.feature_names
+    if names is None:
+        if len(chunk.feature_names) != store.n_features:
+            raise ValueError(f"the files have {len(chunk.feature_names)} features but the store holds "
+                             f"{store.n_features}")
+        return chunk.X
+    if list(names) == list(chunk.feature_names):
+        return chunk.X
+    pos = {c: j for j, c in enumerate(chunk.feature_names)}
+    missing = [f for f in names if f not in pos]
+    extra = [c for c in chunk.feature_names if c not in set(names)]
+    if missing or extra:
+        raise ValueError(f"the files' feature columns do not match the store's: missing {missing[:5]}, "
+                         f"not in the store {extra[:5]}")
+    idx = [pos[f] for f in names]
+    return chunk.X[:, idx] if sp.issparse(chunk.X) else np.ascontiguousarray(chunk.X[:, idx])
