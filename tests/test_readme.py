@@ -1,5 +1,7 @@
 """The README's Python example runs as written."""
 import os
+
+import numpy as np
 import re
 from pathlib import Path
 
@@ -18,3 +20,41 @@ def test_readme_python_example_runs(tmp_path, capsys):
         os.chdir(cwd)
     ndcg = float(capsys.readouterr().out.strip().splitlines()[-1])
     assert 0.5 < ndcg <= 1.0
+
+
+def test_readme_parquet_lines_run_as_written(tmp_path, capsys):
+    """The Parquet section: its Python block, then its shell lines exactly as written (issue 18)."""
+    import shlex
+
+    import pytest
+
+    pytest.importorskip("pyarrow")
+    from streamrank.cli import main
+
+    text = README.read_text()
+    section = text.split("## From Parquet", 1)[1].split("\n## ", 1)[0]
+    code = re.findall(r"```python\n(.*?)```", section, flags=re.S)[0]
+    lines = [ln.split("   #")[0].strip() for ln in re.findall(r"```bash\n(.*?)```", section, flags=re.S)[0]
+             .splitlines() if ln.strip()]
+    assert [ln.split()[1] for ln in lines] == ["ingest", "fit", "info"]
+    cwd = os.getcwd()
+    os.chdir(tmp_path)
+    try:
+        exec(compile(code, str(README), "exec"), {"__name__": "__readme__"})
+        assert 0.5 < float(capsys.readouterr().out.strip().splitlines()[-1]) <= 1.0
+        for ln in lines:
+            argv = shlex.split(ln)
+            assert argv[0] == "streamrank"
+            assert main(argv[1:]) == 0, ln
+        out = capsys.readouterr().out
+    finally:
+        os.chdir(cwd)
+    import streamrank as sr
+
+    store = sr.GroupStore.open(tmp_path / "logs.zarr")
+    assert store.qid_kind == "str" and store.qid[0].startswith("q") and store.n_rows == 20_000
+    model = sr.load(tmp_path / "m.zarr")
+    assert list(model.feature_names_in_) == [f"f_{j}" for j in range(20)]
+    top = np.argsort(-np.abs(model.coef_))[:5]
+    listed = re.findall(r"^\s+[+-]\S+\s+(f_\d+)$", out, flags=re.M)
+    assert listed == [f"f_{j}" for j in top]

@@ -38,7 +38,8 @@ an interrupted ingest continues where it stopped.""",
     "info": """examples:
   streamrank info train.zarr
   streamrank info train.zarr --verify
-  streamrank info model.zarr --json""",
+  streamrank info model.zarr --json
+  streamrank info --model model.zarr --top 5""",
     "fit": """examples:
   streamrank fit --store train.zarr --model m.zarr --learner rankrls --alphas 2^-10:2^10 --cv 5
   streamrank fit --store train.zarr --model m.zarr --learner cg --alpha 1 --tol 1e-8
@@ -208,7 +209,10 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("info", help="describe a store or a saved model", epilog=EXAMPLES["info"], formatter_class=fmt,
                        description="Rows, groups, features, size on disk, batches appended and format version "
                                    "of a store; class, parameters and training record of a model.")
-    p.add_argument("path", metavar="PATH")
+    p.add_argument("path", metavar="PATH", nargs="?", default=None)
+    p.add_argument("--model", default=None, metavar="M",
+                   help="a saved model (instead of PATH); linear models also list their top weights by feature name")
+    p.add_argument("--top", type=int, default=10, metavar="N", help="--model: how many weights to list (default 10)")
     p.add_argument("--json", action="store_true", help="print JSON")
     p.add_argument("--verify", action="store_true",
                    help="re-read every committed batch of a store and check it against its logged checksum "

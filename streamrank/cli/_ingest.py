@@ -387,7 +387,29 @@ def cmd_ingest(args) -> int:
 
 
 # --------------------------------------------------------------------- info
+def _top_weights(model, top: int):
+    """The ``top`` largest |weights| of a linear model as [name, weight] (output 0 of a multi-output model)."""
+    try:
+        w = np.asarray(model.coef_, dtype=np.float64)
+    except Exception:
+        return None
+    if w.ndim == 2:
+        w = w[:, 0]
+    if w.ndim != 1:
+        return None
+    names = getattr(model, "feature_names_in_", None)
+    names = [str(n) for n in names] if names is not None else [f"x{j}" for j in range(w.size)]
+    order = np.argsort(-np.abs(w), kind="stable")[: max(int(top), 0)]
+    return [[names[j], float(w[j])] for j in order]
+
+
 def cmd_info(args) -> int:
+    if (args.path is None) == (getattr(args, "model", None) is None):
+        raise ValueError("give a store or model PATH, or --model M (not both)")
+    if args.path is None:
+        args.path = args.model
+        if _kind_of(args.path) != "model":
+            raise ValueError(f"--model {args.path} is not a saved model")
     kind = _kind_of(args.path)
     size = _dir_size(_resolve_pointer(args.path))
     out: dict = {"path": str(args.path), "kind": kind, "size_on_disk": size}
@@ -403,6 +425,12 @@ def cmd_info(args) -> int:
             except Exception:
                 continue
             out[attr] = _jsonable(v)
+        names = getattr(model, "feature_names_in_", None)
+        if names is not None:
+            out["feature_names"] = len(names)
+        top = _top_weights(model, getattr(args, "top", 10))
+        if top is not None:
+            out["top_weights"] = top
         cli = meta.get("cli") or {}
         if cli:
             out["trained"] = {k: cli[k] for k in ("learner", "store", "rows", "groups", "seconds", "created")
@@ -419,7 +447,9 @@ def cmd_info(args) -> int:
                    last_append=(log_[-1].get("time") if log_ else None), created=store._attrs.get("created"))
         if kind == "group":
             out.update(rows=store.n_rows, groups=store.n_groups, features=store.n_features,
-                       outputs=store.n_outputs, sparse=store.sparse, nnz=store.nnz)
+                       outputs=store.n_outputs, sparse=store.sparse, nnz=store.nnz,
+                       group_identity=store.group_identity, qid_kind=store.qid_kind,
+                       feature_names=(len(store.feature_names) if store.feature_names else None))
         else:
             out.update(tuples=store.n_tuples, queries=store.n_queries, items=store.n_items,
                        query_features=store.n_query_features, item_features=store.n_item_features)
@@ -434,6 +464,11 @@ def cmd_info(args) -> int:
             v = f"{_human(v)} ({v:,} bytes)"
         elif isinstance(v, int) and not isinstance(v, bool):
             v = f"{v:,}"
+        elif k == "top_weights":
+            print(f"{k:<{width}}  (by |weight|)")
+            for name, w in v:
+                print(f"{'':<{width}}    {w:+.6g}  {name}")
+            continue
         elif isinstance(v, (dict, list)):
             v = json.dumps(_jsonable(v), sort_keys=True)
         print(f"{k:<{width}}  {v}")
