@@ -71,10 +71,46 @@ def _rows_for(chunk_bytes, row_bytes):
     return max(1, int(chunk_bytes) // max(1, int(row_bytes)))
 
 
-def iter_day(path, *, n_features=None, sparse=False, chunk_bytes=DEFAULT_CHUNK_BYTES):
+def _parquet_day(p, columns, sparse, chunk_bytes, feature_names):
+    """A Parquet day (file or directory of part files) in chunks of whole queries, in the store's column order."""
+    from streamrank.io.parquet import iter_parquet
+
+    c = {"label": "label", "qid": "qid", "features": None, "feature_prefix": None, **(columns or {})}
+    # a store with names takes its columns by name, in its order (a missing one is an error)
+    feats = feature_names if feature_names is not None else c["features"]
+    for ch in iter_parquet(p, label=c["label"], qid=c["qid"], features=feats,
+                           feature_prefix=None if feats is not None else c["feature_prefix"],
+                           sparse=sparse, chunk_rows=_parquet_rows(chunk_bytes)):
+        yield _Chunk(ch.X, ch.y, ch.qid, ch.feature_names)
+
+
+class _Chunk(tuple):
+    """``(X, y, qid)`` with the feature names of a Parquet chunk."""
+
+    def __new__(cls, X, y, qid, feature_names):
+        t = super().__new__(cls, (X, y, qid))
+        t.feature_names = feature_names
+        return t
+
+
+def _parquet_rows(chunk_bytes):
+    """Rows per Parquet chunk for an input budget of ``chunk_bytes`` (about 256 bytes a row)."""
+    return max(1024, int(chunk_bytes) // 256)
+
+
+def _is_parquet(p: Path) -> bool:
+    return p.suffix in (".parquet", ".pq") or (p.is_dir() and not (p / "zarr.json").exists()
+                                                and any(p.rglob("*.parquet")))
+
+
+def iter_day(path, *, n_features=None, sparse=False, chunk_bytes=DEFAULT_CHUNK_BYTES, columns=None,
+             feature_names=None):
     """One day's ``(X, y, qid)`` in chunks of whole query groups, about ``chunk_bytes`` of input each.
 
-    ``.npz`` (``X``, ``y``, ``qid``), a GroupStore directory, or svmlight/LETOR
+    ``.npz`` (``X``, ``y``, ``qid``), a GroupStore directory, Parquet (a file
+    or a directory of part files; ``columns`` names the label, qid and feature
+    columns, see :func:`streamrank.io.parquet.iter_parquet`; features are
+    matched to ``feature_names``, the store's), or svmlight/LETOR
     text (plain or gzip; ``n_features`` None: inferred from the first chunk).
     ``X`` comes as CSR when ``sparse``, else dense.
     """
@@ -87,7 +123,9 @@ def iter_day(path, *, n_features=None, sparse=False, chunk_bytes=DEFAULT_CHUNK_B
             return X.toarray()
         return X
 
-    if p.is_dir():
+    if _is_parquet(p):
+        yield from _parquet_day(p, columns, sparse, chunk_bytes, feature_names)
+    elif p.is_dir():
         store = sr.GroupStore.open(p)
         if not store.n_rows:
             raise ValueError(f"{p}: the day's store is empty")
@@ -143,7 +181,7 @@ def newest_day(log):
     return out[::-1]
 
 
-def ingest(store_path, files, *, sparse=False, chunk_bytes=DEFAULT_CHUNK_BYTES):
+def ingest(store_path, files, *, sparse=False, chunk_bytes=DEFAULT_CHUNK_BYTES, columns=None):
     """Append each day file to the store (created from the first chunk); idempotent by content hash.
 
     Returns one dict per file: ``batch_id`` (the day's hash), ``file``,
@@ -162,7 +200,8 @@ def ingest(store_path, files, *, sparse=False, chunk_bytes=DEFAULT_CHUNK_BYTES):
             done = sum(e["rows"][1] - e["rows"][0] for e in day_entries(log, bid))  # a killed run's chunks
             r = 0   # row of the day at which the current chunk starts
             chunks = iter_day(f, n_features=store.n_features if store is not None else None,
-                              sparse=store.sparse if store is not None else sparse, chunk_bytes=chunk_bytes)
+                              sparse=store.sparse if store is not None else sparse, chunk_bytes=chunk_bytes,
+                              columns=columns, feature_names=store.feature_names if store is not None else None)
             for chunk, last in with_last(chunks):
                 X, y, qid = chunk
                 lines = getattr(chunk, "lines", None)
@@ -179,7 +218,8 @@ def ingest(store_path, files, *, sparse=False, chunk_bytes=DEFAULT_CHUNK_BYTES):
                     lines = None if lines is None else lines[cut:]
                 if store is None:
                     store = sr.GroupStore.create(store_path, n_features=X.shape[1], sparse=sp.issparse(X),
-                                                 n_outputs=1 if np.ndim(y) == 1 else np.shape(y)[1])
+                                                 n_outputs=1 if np.ndim(y) == 1 else np.shape(y)[1],
+                                                 feature_names=getattr(chunk, "feature_names", None))
                 try:
                     appended += bool(store.append(X, y, qid, batch_id=bid if last else f"{bid}#{r}"))
                 except ValueError as exc:

@@ -237,14 +237,16 @@ def _validate_night(learner, store, log, unit, total, model, held, cur_model, cu
 
 def run_night(store_path, new_files, models_dir, *, learner="rankrls", alphas=None, full=False, keep=None,
               tolerance=0.005, folds=DEFAULT_FOLDS, validation=None, k=10, max_rows=DEFAULT_BLOCK_ROWS,
-              plot=True, out=None, learner_params=None, verify=False, chunk_bytes=None):
+              plot=True, out=None, learner_params=None, verify=False, chunk_bytes=None, columns=None):
     """One night; returns the run report (also written to ``DIR/reports/``).
 
     ``learner_params``: constructor parameters of a new model (e.g. sparse
     kernel ``{"n_basis": 500, "gamma": 0.1, "random_state": 0}``).
     ``verify``: re-read every batch of the store against its checksum before
     training (default: only tonight's new batches).  ``chunk_bytes``: input
-    read per append (default 8 MiB).
+    read per append (default 8 MiB).  ``columns``: a Parquet day's column
+    names, ``{"label": ..., "qid": ..., "features": [...] | None, "feature_prefix": ...}``
+    (default label ``label``, qid ``qid``, every other column a feature).
     """
     out = sys.stdout if out is None else out
     if learner not in LEARNERS:
@@ -259,11 +261,11 @@ def run_night(store_path, new_files, models_dir, *, learner="rankrls", alphas=No
     with models_lock(models_dir):  # one run per models directory: ingest, train, promote, prune
         _clean_partial(models_dir)
         return _run_locked(store_path, new_files, models_dir, learner, alphas, full, keep, tolerance, folds,
-                           validation, k, max_rows, plot, out, learner_params, verify, chunk_bytes)
+                           validation, k, max_rows, plot, out, learner_params, verify, chunk_bytes, columns)
 
 
 def _run_locked(store_path, new_files, models_dir, learner, alphas, full, keep, tolerance, folds, validation, k,
-                max_rows, plot, out, learner_params, verify, chunk_bytes):
+                max_rows, plot, out, learner_params, verify, chunk_bytes, columns=None):
     tuples = learner == "sgd-bilinear"
     unit = "tuples" if tuples else "groups"
     started = _now()
@@ -276,7 +278,7 @@ def _run_locked(store_path, new_files, models_dir, learner, alphas, full, keep, 
         total, log = store.n_tuples, store.log
     else:
         kw = {} if chunk_bytes is None else {"chunk_bytes": chunk_bytes}
-        report["ingest"] = ingest(store_path, new_files, sparse=False, **kw)
+        report["ingest"] = ingest(store_path, new_files, sparse=False, columns=columns, **kw)
         store = sr.GroupStore.open(store_path)
         total, log = store.n_groups, store.batches
     report["verify"] = verify_new(store, report["ingest"], full=verify)
@@ -306,6 +308,8 @@ def _run_locked(store_path, new_files, models_dir, learner, alphas, full, keep, 
         h0 = _holdout(log, unit, total, cur_seen if cur else 0, validation)
         model, sel, held, extra = _train(learner, store, base_model, models_dir / base if base else None, seen,
                                          alphas, folds, max_rows, learner_params, h0, k)
+        if not tuples and store.feature_names is not None:   # the store's names travel with the model
+            model._set_feature_names(store.n_features, store.feature_names)
         if tuples:
             data = {"tuples": [0, total], "new_tuples": sel["new_tuples"]}
         else:
@@ -359,7 +363,13 @@ def build_parser():
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--store", required=True, help="GroupStore of all logs so far (created if missing)")
     p.add_argument("--new", nargs="+", required=True, metavar="DAYFILE",
-                   help="the new day's data: LETOR/svmlight text, .npz with X, y, qid, or a zarr store")
+                   help="the new day's data: LETOR/svmlight text, .npz with X, y, qid, Parquet (--label, --qid "
+                        "name its columns), or a zarr store")
+    p.add_argument("--label", default="label", metavar="COL", help="Parquet day: the label column (default label)")
+    p.add_argument("--qid", default="qid", metavar="COL",
+                   help="Parquet day: the query id column, integers or strings (default qid)")
+    p.add_argument("--features-from-prefix", default=None, metavar="P",
+                   help="Parquet day: the feature columns are those starting with P (default: all others)")
     p.add_argument("--models", required=True, metavar="DIR", help="model directory (versions + current)")
     p.add_argument("--learner", default="rankrls", choices=LEARNERS)
     p.add_argument("--alphas", type=_parse_alphas, default=None, metavar="GRID",
@@ -410,7 +420,8 @@ def main(argv=None) -> int:
         args.store, args.new, args.models, learner=args.learner, alphas=args.alphas, full=args.full,
         keep=args.keep, tolerance=args.tolerance, folds=args.folds, validation=args.validation,
         max_rows=args.max_rows, plot=not args.no_plot, verify=args.verify,
-        chunk_bytes=max(1, int(args.chunk_mb * 2**20)), learner_params=_learner_params(args)),
+        chunk_bytes=max(1, int(args.chunk_mb * 2**20)), learner_params=_learner_params(args),
+        columns={"label": args.label, "qid": args.qid, "feature_prefix": args.features_from_prefix}),
         interrupted="interrupted; the store keeps its last commit and current its last promoted version")
 
 
