@@ -150,3 +150,10 @@ def test_metrics_vs_trec_eval_smoke(capsys):
 def test_normalize_and_export_smoke(capsys):
     out = _run("normalize_and_export", ["--smoke"], capsys)
     assert "fit normalized" in out and "export solr" in out
+
+
+@pytest.mark.slow
+def test_parquet_ingest_smoke(capsys):
+    pytest.importorskip("pyarrow")
+    out = _run("parquet_ingest", ["--smoke"], capsys)
+    assert "ratio ingest / (read + write)" in out and "peak RSS by number of files" in out, out
