@@ -162,7 +162,8 @@ def cmd_predict(args) -> int:
             root.attrs.update({"streamrank": "scores", "model": str(args.model), "store": str(args.store),
                                "columns": ["score_pos", "score_neg"] if tuples else None})
             if not tuples:
-                root.create_array("qid", shape=(store.n_groups,), dtype="int64",
+                string_ids = getattr(store, "qid_kind", "int") == "str"   # kept as appended (io/groups.py)
+                root.create_array("qid", shape=(store.n_groups,), dtype=str if string_ids else "int64",
                                   chunks=(max(store.n_groups, 1),))[...] = np.asarray(store.qid)
                 root.create_array("group_ptr", shape=(store.n_groups + 1,), dtype="int64",
                                   chunks=(store.n_groups + 1,))[...] = store.group_ptr

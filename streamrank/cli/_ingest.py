@@ -93,7 +93,8 @@ def _partial_commit_error(exc, name, store, qid, lines, counts, base_id, default
                       f"batch(es) before it (they stay in the store); {resume}after fixing {line} resumes")
 
 
-def _open_group_target(path, n_features, *, sparse, n_outputs=1, feature_names=None, docids=False):
+def _open_group_target(path, n_features, *, sparse, n_outputs=1, feature_names=None, docids=False,
+                       group_identity="batch"):
     from ..io.group_store import GroupStore
 
     p = Path(path)
@@ -105,8 +106,8 @@ def _open_group_target(path, n_features, *, sparse, n_outputs=1, feature_names=N
         return store, False
     if p.exists() and (p.is_file() or any(p.iterdir())):
         raise FileExistsError(f"{p} exists and is not a streamrank store; choose another --store")
-    return GroupStore.create(p, n_features, sparse=sparse, n_outputs=n_outputs,
-                             feature_names=feature_names, overwrite=p.exists(), docids=docids), True
+    return GroupStore.create(p, n_features, sparse=sparse, n_outputs=n_outputs, feature_names=feature_names,
+                             overwrite=p.exists(), docids=docids, group_identity=group_identity), True
 
 
 def _ingest_letor(args, src, member, counts):
@@ -168,7 +169,8 @@ def _ingest_letor(args, src, member, counts):
                     lines = None if lines is None else lines[:cut]
                     stop = True
                 if store is None:
-                    store, _ = _open_group_target(args.store, X.shape[1], sparse=sparse, docids=ids is not None)
+                    store, _ = _open_group_target(args.store, X.shape[1], sparse=sparse, docids=ids is not None,
+                                                  group_identity=args.group_identity)
                 docid = None if ids is None else take_docids(ids, qid, name, lines)
                 try:
                     done = store.append(X, y, qid, batch_id=f"{base_id}#{i}", docid=docid)
@@ -196,7 +198,8 @@ def _ingest_letor(args, src, member, counts):
     if store is None:
         if n_features is None:
             raise ValueError(f"{name}: no data lines (and --features not given); nothing to ingest")
-        _open_group_target(args.store, n_features, sparse=sparse, docids=ids is not None)
+        _open_group_target(args.store, n_features, sparse=sparse, docids=ids is not None,
+                           group_identity=args.group_identity)
 
 
 def _docid_stream(args, store, src, member):
@@ -243,7 +246,7 @@ def _ingest_npz(args, src, counts):
             if store is None:
                 n_out = 1 if np.ndim(y) == 1 else int(np.shape(y)[1])
                 store, _ = _open_group_target(args.store, int(np.shape(X)[1]), sparse=args.sparse,
-                                              n_outputs=n_out)
+                                              n_outputs=n_out, group_identity=args.group_identity)
             if store.sparse:
                 X = sp.csr_matrix(X)
             done = store.append(X, y, qid, batch_id=base if (last and i == 0) else f"{base}#{i}")
@@ -264,14 +267,24 @@ def _ingest_zarr(args, src, counts):
     source = _open_store(src)
     if kind == "group":
         store, _ = _open_group_target(args.store, source.n_features, sparse=source.sparse,
+                                      group_identity=args.group_identity,
                                       n_outputs=source.n_outputs, feature_names=source.feature_names)
         tag = source.batches[-1]["checksum"][-12:] if source.batches else "empty"
         base_id = args.batch_id or f"{Path(src).name}@{tag}"
+        # the source's batches stay batches (io/groups.py): a query recurring across them stays two groups
+        batch_of_group = source.group_batches()
         with _progress(args, source.n_rows, desc=f"ingest {Path(src).name}") as bar:
             for i, block in enumerate(source.blocks(max_rows=args.max_rows)):
-                done = store.append(block.X, block.y, block.row_qid(), batch_id=f"{base_id}#{i}")
-                counts["rows" if done else "skipped_rows"] += block.n_rows
-                counts["batches" if done else "skipped"] += 1
+                g0 = block.group_start
+                gb = batch_of_group[g0:g0 + block.n_groups]
+                cuts = [0] + [g for g in range(1, len(gb)) if gb[g] != gb[g - 1]] + [len(gb)]
+                for a, b in zip(cuts[:-1], cuts[1:]):
+                    r0, r1 = int(block.group_ptr[a]), int(block.group_ptr[b])
+                    X = block.X[r0:r1]
+                    qid = np.repeat(block.qid[a:b], np.diff(block.group_ptr[a:b + 1]))
+                    done = store.append(X, block.y[r0:r1], qid, batch_id=f"{base_id}/{gb[a]}#{i}")
+                    counts["rows" if done else "skipped_rows"] += r1 - r0
+                    counts["batches" if done else "skipped"] += 1
                 bar.update(block.n_rows)
         return
     # a tuple store: copied in one atomic append
