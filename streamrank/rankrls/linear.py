@@ -396,11 +396,6 @@ class RankRLS(BaseRanker):
                                       "implemented; use the primal solver (dense, n <= "
                                       f"{PRIMAL_MAX_FEATURES}) or normalize=None")
 
-    def _refuse_normalized(self, what):
-        if self.normalize is not None:
-            raise NotImplementedError(f"{what} with normalize={self.normalize!r} is not implemented yet; "
-                                      "fit with normalize=None for it")
-
     def leave_query_out(self, source=None, *, alpha=None, max_rows=DEFAULT_BLOCK_ROWS):
         """Exact held-out predictions, each query left out in turn (Woodbury; one pass).
 
@@ -418,7 +413,6 @@ class RankRLS(BaseRanker):
 
             raise NotImplementedError(LEAVE_QUERY_OUT_MESSAGE)
         self._check_stats("leave_query_out")
-        self._refuse_normalized("leave_query_out")
         return leave_query_out(self, self._source_for(source), alpha=alpha, max_rows=max_rows)
 
     def cross_validate(self, source=None, alphas=None, folds=5, scoring="squared", *,
@@ -435,7 +429,9 @@ class RankRLS(BaseRanker):
         resolves to ``solver="cg"``: k folds only, warm-started CG per fold
         and alpha plus one refit — passes over the data per fold and alpha
         (:func:`streamrank.rankrls.cg_selection.cross_validate_cg`).  Returns a
-        :class:`~streamrank.rankrls.selection.CVResult`.
+        :class:`~streamrank.rankrls.selection.CVResult`.  With ``normalize=``
+        (primal) every fold's model uses the scales of all rows, the ones the
+        final model keeps (held-out rows take part in the scales, not in the fit).
         """
         from .selection import cross_validate
 

@@ -186,7 +186,6 @@ def cross_validate(model, source=None, *, alphas=None, folds=5, scoring="squared
                                   "resolves to solver='cg'")
     n_out = source.n_outputs
     if folds == "query":
-        model._refuse_normalized("leave-query-out cross-validation (folds='query')")
         if source.n_groups < 2:
             raise ValueError(f"leave-query-out cross-validation needs at least 2 groups; the source has "
                              f"{source.n_groups}")
@@ -296,8 +295,12 @@ def _lqo_blocks(model, source, alphas, max_rows):
     from ..laplacian import group_weights
 
     st = model.stats_
-    ep = model._eigenpath()
+    ep = model._eigenpath()       # of the normalized statistics D G D, D B with normalize=
+    norm = getattr(model, "normalizer_", None)
     for block in source.blocks(max_rows=max_rows, split_groups=False):
+        # normalize=: rows (x − o)/s, so the held-out values are what each held-out model's predict gives
+        # (the shift o leaves the downdate L_g X_g unchanged; it moves a query's predictions together)
+        Xb = block.X if norm is None else norm.transform(block.X)
         gp = block.group_ptr
         sizes = np.diff(gp)
         if block.n_groups and sizes.max() > MAX_LQO_GROUP_ROWS:
@@ -309,7 +312,7 @@ def _lqo_blocks(model, source, alphas, max_rows):
         # one part per G: all outputs for a shared G, output k alone for per-output Grams (own ties)
         for cols, lam, V, VtB in ep.parts:
             out = slice(int(cols[0]), int(cols[-1]) + 1)
-            Z = np.asarray(block.X @ V, dtype=np.float64)    # (rows, n)
+            Z = np.asarray(Xb @ V, dtype=np.float64)         # (rows, n)
             for k in np.unique(sizes):
                 if k == 0:
                     continue

@@ -64,6 +64,12 @@ def test_rankrls_primal_equals_fit_on_prescaled_features(kind):
     np.testing.assert_allclose(m.predict(sp.csr_matrix(X)), m.predict(X), rtol=1e-10, atol=1e-10)
     alphas = [0.1, 1.0, 10.0]
     np.testing.assert_allclose(m.path(alphas), ref.path(alphas), rtol=1e-8, atol=1e-10)
+    # exact leave-query-out predictions and LQO cross-validation, as on the pre-scaled features
+    Xs = _prescaled(X, kind)
+    np.testing.assert_allclose(m.leave_query_out(), ref.leave_query_out(), rtol=1e-8, atol=1e-9)
+    ra = sr.RankRLS(alpha=2.0, normalize=kind).fit(X, y, q).cross_validate(alphas=[0.5, 5.0], folds="query")
+    rb = sr.RankRLS(alpha=2.0).fit(Xs, y, q).cross_validate(alphas=[0.5, 5.0], folds="query")
+    np.testing.assert_allclose(ra.scores, rb.scores, rtol=1e-8)
     # partial_fit in two calls = one fit (the moments merge like the statistics)
     p = sr.RankRLS(alpha=2.0, solver="primal", normalize=kind)
     p.partial_fit(X[:120], y[:120], q[:120]).partial_fit(X[120:], y[120:], q[120:])
