@@ -55,19 +55,19 @@ def main(argv=None) -> int:
             sr.RankRLS(alpha=1.0, normalize=norm).fit(store)
         for _ in range(args.repeat):            # alternate, so drift hits both alike
             for norm in times:
-                times[norm] = min(times[norm], _best(lambda: sr.RankRLS(alpha=1.0, normalize=norm).fit(store), 1))
+                times[norm] = min(times[norm], _best(lambda n=norm: sr.RankRLS(alpha=1.0, normalize=n).fit(store), 1))
         model = sr.RankRLS(alpha=1.0, normalize="standard").fit(store)
         print(f"rows {args.rows:,} x {args.features} features, groups of 20")
         print(f"fit plain       {times[None]:8.3f} s")
         print(f"fit normalized  {times['standard']:8.3f} s   ratio {times['standard'] / times[None]:.3f} "
               "(target <= 1.10)")
         names = [f"f{j}" for j in range(args.features)]
-        X = np.vstack([b.X for _, b in zip(range(4), store.blocks(max_rows=50_000))]).astype(np.float32)
+        X = np.vstack([b.X for _, b in zip(range(4), store.blocks(max_rows=50_000), strict=False)]).astype(np.float32)
         t_pred = _best(lambda: model.predict(X), args.repeat)
         print(f"predict         {len(X) / t_pred:12,.0f} rows/s")
         with tempfile.TemporaryDirectory() as out:
             for fmt in ("opensearch", "solr", "json"):
-                t = _best(lambda: sr.export(model, Path(out) / f"m.{fmt}", format=fmt, feature_names=names), 1)
+                t = _best(lambda f=fmt: sr.export(model, Path(out) / f"m.{f}", format=f, feature_names=names), 1)
                 print(f"export {fmt:<11s}{t:8.4f} s   ({t / times['standard']:.4f} x the fit)")
             try:
                 import onnxruntime as ort

@@ -66,7 +66,7 @@ def _check_linear(desc: ModelDescription, fmt: str):
 
 
 def _weights(desc):
-    return {f: float(w) for f, w in zip(desc.feature_names, desc.weights)}
+    return {f: float(w) for f, w in zip(desc.feature_names, desc.weights, strict=True)}
 
 
 def opensearch_body(desc: ModelDescription, name: str, fmt: str = "opensearch") -> dict:
@@ -76,7 +76,7 @@ def opensearch_body(desc: ModelDescription, name: str, fmt: str = "opensearch") 
     norm = desc.normalizer
     if norm is not None:
         norms = {}
-        for f, o, s in zip(desc.feature_names, norm.offset, norm.scale):
+        for f, o, s in zip(desc.feature_names, norm.offset, norm.scale, strict=True):
             o, s = float(o), float(s)
             if norm.kind == "minmax" and o >= 0.0:
                 norms[f] = {"min_max": {"minimum": o, "maximum": o + s}}

@@ -1,4 +1,5 @@
-"""Run files: ``ingest --docids`` keeps LETOR's ``#docid = ...`` ids in the store, ``predict --run`` writes TREC runs."""
+"""Run files: ``ingest --docids`` keeps LETOR's ``#docid = ...`` ids in the store; ``predict --run`` writes a
+TREC run."""
 from __future__ import annotations
 
 import contextlib
@@ -159,7 +160,7 @@ def test_readme_run_lines_run_as_written(data, tmp_path, monkeypatch):
     qid_rows = np.repeat(store.qid, np.diff(store.group_ptr))
     y = np.concatenate([b.y for b in store.blocks()])
     with open("qrels.txt", "w") as f:
-        f.writelines(f"{q} 0 {d} {int(v)}\n" for q, d, v in zip(qid_rows, store.docids(), y))
+        f.writelines(f"{q} 0 {d} {int(v)}\n" for q, d, v in zip(qid_rows, store.docids(), y, strict=True))
     rc, out, err = run("evaluate", "--run", "run.txt", "--qrels", "qrels.txt", "--metrics", "ndcg@10,map",
                        "--gain", "linear", "--empty", "zero", "--json")
     assert rc == 0, err

@@ -12,8 +12,8 @@ for _p in (_HERE, _HERE.parent / "reference"):
     if str(_p) not in sys.path:
         sys.path.insert(0, str(_p))
 
-from streamrank.datasets._paths import data_path
-from streamrank.datasets.letor import iter_letor, letor_member
+from streamrank.datasets._paths import data_path  # noqa: E402
+from streamrank.datasets.letor import iter_letor, letor_member  # noqa: E402
 
 ARCHIVE = data_path("letor", "MQ2008_QueryLevelNorm.tar.gz")
 

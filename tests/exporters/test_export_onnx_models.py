@@ -117,7 +117,8 @@ def test_sparse_sgd_ranker_json_and_refusals(bilinear, tmp_path):
 def test_callable_kernel_is_refused_by_every_format(mq2008, tmp_path):
     Xtr, ytr, qtr = (a[:200] for a in mq2008[:3])
     Xtr = Xtr.astype(np.float64)
-    model = sr.KernelRankRLS(kernel=lambda A, B: np.exp(-0.1 * ((A[:, None] - B[None]) ** 2).sum(-1)), alpha=1.0).fit(Xtr, ytr, qtr)
+    model = sr.KernelRankRLS(kernel=lambda A, B: np.exp(-0.1 * ((A[:, None] - B[None]) ** 2).sum(-1)),
+                             alpha=1.0).fit(Xtr, ytr, qtr)
     for fmt in ("onnx", "json", "opensearch"):
         with pytest.raises(CannotExport, match="callable kernel"):
             sr.export(model, tmp_path / "c.x", format=fmt)
