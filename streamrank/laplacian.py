@@ -22,6 +22,24 @@ classes are known; finding them sorts y inside each group (numpy lexsort,
 O(rows log rows) with a small constant).  The ``"query"`` weight always
 counts all n_g (n_g - 1)/2 pairs of the group, tied or not.
 
+**Row weights** (``weight=``, ``sample_weight`` of the learners): row i
+carries w_i >= 0 and the pair (i, j) the weight w_i w_j.  Then
+
+    Σ_{i<j in g} w_i w_j (e_i - e_j)(e_i - e_j)ᵀ = (Σ_g w) diag(w) - w wᵀ,
+    L_g = s_g ((Σ_g w) diag(w) - w wᵀ)
+
+(the sum over ordered pairs i ≠ j is twice this; we keep the unordered
+convention of cost (21), so w ≡ 1 gives back ``s_g (n_g I - 1 1ᵀ)``
+exactly).  Still diagonal plus rank one: ``L_g u = s_g (W_g w∘u - w (wᵀu))``
+in O(n_g), W_g = Σ_g w.  Excluding ties subtracts the same form per tie
+class c (W_c = Σ_c w):
+
+    L_g = s_g (diag(w_i (W_g - W_c(i))) - w wᵀ + Σ_c w_c w_cᵀ).
+
+A per-group weight is the special case w_i = √a_g on the rows of group g
+(pair weight a_g).  ``s_g`` of ``"query"``/``"size"`` still counts rows (n_g),
+not weights.
+
 Block-level helpers here are what every RankRLS learner (primal, cg, kernel,
 sparse) shares; numba loops are in :mod:`streamrank._laplacian_kernels`.
 """
@@ -40,6 +58,7 @@ __all__ = [
     "laplacian_dense",
     "check_group_weight",
     "check_ties",
+    "check_weight",
 ]
 
 GROUP_WEIGHTS = ("pair", "query", "size")
@@ -56,6 +75,20 @@ def check_ties(ties) -> str:
     if ties not in TIES:
         raise ValueError(f"ties must be one of {TIES}, got {ties!r}")
     return ties
+
+
+def check_weight(weight, rows: int, name: str = "sample_weight") -> np.ndarray:
+    """Row weights as float64 (rows,): finite and >= 0, else a ValueError naming the first bad row."""
+    w = np.asarray(weight)
+    if w.dtype.kind not in "biuf":
+        raise TypeError(f"{name} must be numeric (one weight per row); got dtype {w.dtype}")
+    w = np.ascontiguousarray(w, dtype=np.float64).reshape(-1) if w.ndim <= 1 else w
+    if w.ndim != 1 or w.shape[0] != rows:
+        raise ValueError(f"{name} must have one weight per row, shape ({rows},); got shape {np.shape(weight)}")
+    bad = np.flatnonzero(~np.isfinite(w) | (w < 0))
+    if bad.size:
+        raise ValueError(f"{name}[{int(bad[0])}] = {float(w[bad[0]])}: weights must be finite and >= 0")
+    return w
 
 
 def group_weights(group_size, group_weight: str = "pair") -> np.ndarray:
@@ -132,7 +165,7 @@ def _check_ptr(group_ptr, rows):
 
 
 def apply_laplacian(U, group_ptr, *, y=None, group_weight: str = "pair", ties: str = "include",
-                    group_size=None) -> np.ndarray:
+                    group_size=None, weight=None) -> np.ndarray:
     """``L @ U`` for the block Laplacian, in O(rows · k).
 
     Parameters
@@ -160,6 +193,8 @@ def apply_laplacian(U, group_ptr, *, y=None, group_weight: str = "pair", ties: s
         U2 = U2.astype(np.float64)
     sizes = np.diff(gp) if group_size is None else np.asarray(group_size, dtype=np.int64)
     scale = group_weights(sizes, group_weight)
+    if weight is not None:
+        return _apply_weighted(U2, gp, y, scale, check_weight(weight, U2.shape[0], "weight"), ties, was_1d)
     out = _k.laplacian_groups(U2, gp, scale)
     if ties == "exclude":
         if y is None:
@@ -185,7 +220,39 @@ def apply_laplacian(U, group_ptr, *, y=None, group_weight: str = "pair", ties: s
     return out[:, 0] if was_1d else out
 
 
-def laplacian_dense(group_ptr, *, y=None, group_weight: str = "pair", ties: str = "include") -> np.ndarray:
+def _apply_weighted(U2, gp, y, scale, w, ties, was_1d):
+    """``L U`` with row weights: s_g (W_g w∘U - w Σ_g w∘U) (minus the same per tie class), O(rows · k)."""
+    rows, k = U2.shape
+    gid = np.repeat(np.arange(len(gp) - 1), np.diff(gp))
+    U2 = np.asarray(U2, dtype=np.float64)
+    wU = w[:, None] * U2
+
+    def part(labels, n_labels, sign, out, col=slice(None)):
+        Wl = np.bincount(labels, weights=w, minlength=n_labels)
+        Sl = _k.id_sums(np.ascontiguousarray(wU[:, col]), labels, n_labels)
+        sc = scale[gid][:, None]
+        out[:, col] += sign * sc * (Wl[labels][:, None] * wU[:, col] - w[:, None] * Sl[labels])
+
+    out = np.zeros((rows, k))
+    part(gid, len(gp) - 1, 1.0, out)
+    if ties == "exclude":
+        if y is None:
+            raise ValueError('ties="exclude" needs y (the targets define the tie classes)')
+        Y2, _ = _as_2d(y)
+        if Y2.shape[0] != rows:
+            raise ValueError(f"y has {Y2.shape[0]} rows but U has {rows}")
+        if Y2.shape[1] not in (1, k):
+            raise ValueError(f"y has {Y2.shape[1]} columns and U {k}; with ties='exclude' y must have "
+                             "one column or one per column of U")
+        cols = [slice(None)] if Y2.shape[1] == 1 else [slice(j, j + 1) for j in range(k)]
+        for j, col in enumerate(cols):
+            cid, cgroup, _ = tie_classes(Y2[:, j], gp)
+            part(cid, len(cgroup), -1.0, out, col)
+    return out[:, 0] if was_1d else out
+
+
+def laplacian_dense(group_ptr, *, y=None, group_weight: str = "pair", ties: str = "include",
+                    weight=None) -> np.ndarray:
     """The (m, m) float64 Laplacian of all groups (small m: dual solvers, tests)."""
     gp = np.asarray(group_ptr, dtype=np.int64)
     m = int(gp[-1])
@@ -194,4 +261,4 @@ def laplacian_dense(group_ptr, *, y=None, group_weight: str = "pair", ties: str 
             "laplacian_dense with ties='exclude' needs one output (each output has its own tie classes)"
         )
     yy = None if y is None else np.asarray(y, dtype=np.float64).reshape(m, -1)[:, 0]
-    return apply_laplacian(np.eye(m), gp, y=yy, group_weight=group_weight, ties=ties)
+    return apply_laplacian(np.eye(m), gp, y=yy, group_weight=group_weight, ties=ties, weight=weight)

@@ -34,7 +34,7 @@ def _stats_task(plans, ref, est):
                 out = est._new_statistics(block.X.shape[1], 1 if np.ndim(block.y) == 1 else block.y.shape[1])
             gid = block.group_start + np.arange(block.n_groups, dtype=np.int64)
             out.add_block(block.X, block.y, block.group_ptr, group_size=block.group_size,
-                          group_offset=block.group_offset, group_id=gid)
+                          group_offset=block.group_offset, group_id=gid, weight=block.weight)
         return _compact(out)
     for block in blocks:
         st = est._statistics_of_block(block)
@@ -43,7 +43,7 @@ def _stats_task(plans, ref, est):
 
 
 def _fold_stats_task(plans, ref, est, n_folds):
-    from ..rankrls.selection import _split_by_fold, fold_of
+    from ..rankrls.selection import _split_by_fold, fold_of, rows_weight
 
     folds = None
     for block in _blocks_of_task(plans, ref):
@@ -51,8 +51,9 @@ def _fold_stats_task(plans, ref, est, n_folds):
             folds = [est._new_statistics(block.X.shape[1], 1 if np.ndim(block.y) == 1 else block.y.shape[1])
                      for _ in range(n_folds)]
         fog = fold_of(block.qid, n_folds)
-        for f, X, Y, gp, size, off, gid, _ in _split_by_fold(block, fog):
-            folds[f].add_block(X, Y, gp, group_size=size, group_offset=off, group_id=gid)
+        for f, X, Y, gp, size, off, gid, rows in _split_by_fold(block, fog):
+            folds[f].add_block(X, Y, gp, group_size=size, group_offset=off, group_id=gid,
+                               weight=rows_weight(block, rows))
     return [_compact(st) for st in folds]
 
 def statistics(estimator, source, client=None, *, max_rows=DEFAULT_BLOCK_ROWS, split_every=DEFAULT_SPLIT_EVERY,

@@ -60,6 +60,9 @@ class Block:
         for a group cut across blocks (only with ``split_groups=True``).
     group_offset : int64 ndarray (groups,)
         Row offset of this piece inside its group (0 unless continued).
+    weight : float64 ndarray (rows,) or None
+        Row weights (``sample_weight``; pair weight w_i w_j), None when the
+        source has none (every row weighs 1).
     """
 
     X: object
@@ -70,6 +73,7 @@ class Block:
     group_start: int = 0
     group_size: np.ndarray | None = field(default=None)
     group_offset: np.ndarray | None = field(default=None)
+    weight: np.ndarray | None = field(default=None)
 
     def __post_init__(self):
         if self.group_size is None:
@@ -154,6 +158,10 @@ class BlockSource:
         """Return ``(X, y)`` for global rows r0:r1 (X dense or CSR)."""
         raise NotImplementedError
 
+    def _read_weight(self, r0: int, r1: int) -> np.ndarray | None:
+        """Row weights of global rows r0:r1, or None (unweighted source)."""
+        return None
+
     def _nnz_at(self, rows: np.ndarray) -> np.ndarray | None:
         """Nonzero offsets at the given global row offsets (CSR sources), else None."""
         return None
@@ -236,7 +244,7 @@ class BlockSource:
             offs = np.asarray([row0 - ptr[g0]], dtype=np.int64)
             gp = np.asarray([0, row1 - row0], dtype=np.int64)
         return Block(X=X, y=y, group_ptr=gp, qid=qid, start=int(row0), group_start=int(g0),
-                     group_size=sizes, group_offset=offs)
+                     group_size=sizes, group_offset=offs, weight=self._read_weight(row0, row1))
 
     def blocks(
         self,

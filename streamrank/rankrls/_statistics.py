@@ -273,7 +273,8 @@ class RankStatistics:
         return out
 
     # ---------------------------------------------------------------- adding
-    def add_block(self, Phi, Y, group_ptr, *, group_size=None, group_offset=None, group_id=None, fill=None):
+    def add_block(self, Phi, Y, group_ptr, *, group_size=None, group_offset=None, group_id=None, fill=None,
+                  weight=None):
         """Add the statistics of one block of whole groups (or pieces of split groups).
 
         Parameters
@@ -293,6 +294,10 @@ class RankStatistics:
             accumulation reaches them, a few hundred kilobytes at a time
             (group-aligned), so each piece is centred and scaled while it is
             still in cache — e.g. kernel columns k(X[a:b], X_R).
+        weight : (rows,) float, optional
+            Row weights w_i >= 0; the pair (i, j) counts w_i w_j (see
+            :meth:`_add_weighted`).  None: every row weighs 1 (the unweighted
+            fast path, unchanged).
         """
         gp = np.ascontiguousarray(group_ptr, dtype=np.int64)
         rows = int(gp[-1])
@@ -315,13 +320,19 @@ class RankStatistics:
             if fill is not None or self._is_workspace(Phi):
                 raise ValueError("moments need Φ before it is centred: not with the workspace or fill=")
             self.moments.update(Phi)
+        if weight is not None:
+            from ..laplacian import check_weight
+
+            weight = check_weight(weight, rows, "weight")
+            if fill is not None or self._is_workspace(Phi):
+                raise ValueError("weight= takes Φ itself, not the workspace or fill=")
         if self._parts is not None:   # one pass per output over the same block (own scaling, own ties)
             w = None
             for k, part in enumerate(self._parts):
                 if w is not None and part._work is None:
                     part._work = w         # share one workspace (parts run one after the other)
                 part.add_block(Phi, Y[:, k], gp, group_size=group_size, group_offset=group_offset,
-                               group_id=group_id)
+                               group_id=group_id, weight=weight)
                 w = part._work
             self._sync_counts()
             return self
@@ -335,6 +346,18 @@ class RankStatistics:
             raise ValueError("a piece runs past the end of its group (group_offset + rows > group_size)")
         whole = (offset == 0) & (size == local)
         s = group_weights(size, self.group_weight)
+        if weight is not None:
+            if not whole.all():
+                g = int(np.flatnonzero(~whole)[0])
+                raise NotImplementedError(
+                    f"row weights with a group split across blocks (group {g}: {int(size[g])} rows, more than "
+                    "the block budget) are not implemented: the diagonal part needs the whole group's weight "
+                    "sum; raise max_rows above the largest group"
+                )
+            if not sparse and Phi.dtype != np.float64:
+                Phi = Phi.astype(np.float64)
+            self._add_weighted(Phi, Y, gp, weight, s, size)
+            return self
         row_group = np.repeat(np.arange(n_groups), local)
         d = (s * size)[row_group]                       # row weight s_g n_g
         if fill is not None and (sparse or not self._is_workspace(Phi) or Phi.strides[1] != 8):
@@ -395,6 +418,89 @@ class RankStatistics:
         # ---- pieces of split groups
         self._add_pieces(Phi, Y, gp, S, Sy, size, whole, group_id)
         return self
+
+    def _add_weighted(self, Phi, Y, gp, w, s, size):
+        """Add whole groups with row weights w (pair weight w_i w_j), exactly, O(rows (n + v)²).
+
+        With W_g = Σ_{i in g} w_i the weighted group Laplacian is (see
+        :mod:`streamrank.laplacian`; cost (21), matrix form (24)–(25) of
+        Pahikkala et al. 2009 with the edge weights of (20)/(22) replaced by
+        w_i w_j)
+
+            L_g = s_g ((W_g) diag(w) - w wᵀ)               diagonal plus rank one,
+
+        so, with d_i = s_g W_g w_i and the weighted sums S_g = Σ w_i φ_i,
+        S_y = Σ w_i y_i (one pass over the rows)
+
+            G += Φᵀ diag(d) Φ - s_g S_g S_gᵀ,  B += Φᵀ (d ∘ Y) - s_g S_g S_yᵀ,
+            yLy += Σ d_i y_i² - s_g S_y².
+
+        Equivalently L_g = s_g W_g (diag(w) - w wᵀ / W_g) is a weighted
+        centring: ``Φ_gᵀ L_g Φ_g = Σ_i d_i (φ_i - m_g)(φ_i - m_g)ᵀ`` with the
+        weighted mean m_g = S_g / W_g — the dense ties="include" path uses
+        this form (rows centred by m_g, scaled by √d_i, one SYRK: no
+        cancellation between a diagonal and a low-rank part).  w ≡ 1 gives
+        W_g = n_g and the unweighted statistics (to rounding).
+
+        ties="exclude" removes the tied pairs of every tie class c
+        (W_c = Σ_c w_i, S_c = Σ_c w_i φ_i): the diagonal becomes
+        d^G_i = s_g w_i (W_g - W_c(i)) and G gains + s_g S_c S_cᵀ; B and yLy do
+        not change (a tied pair has y_i - y_j = 0).  A group with one class
+        (all tied) contributes nothing.  A group whose weights sum to 0
+        contributes nothing.  ``n_pairs`` still counts row pairs, unweighted.
+        Cost: O(rows (n + v)) for the sums and the scaled copy plus the
+        O(rows n²) Gram products — the cost of the unweighted pass.
+        """
+        n, v = self.n_features, self.n_outputs
+        rows = int(gp[-1])
+        n_groups = gp.shape[0] - 1
+        sparse = sp.issparse(Phi)
+        gid = np.repeat(np.arange(n_groups), np.diff(gp))
+        Wg = np.bincount(gid, weights=w, minlength=n_groups)
+        d = (s * Wg)[gid] * w
+        if rows:
+            if self.ties == "include" and not sparse:
+                # weighted centring, one SYRK of [√d (Φ - m_g) | √d (Y - m_y,g)]
+                Z = np.empty((rows, n + v))
+                Z[:, :n] = Phi
+                Z[:, n:] = Y
+                T = _k.id_sums(Z * w[:, None], gid, n_groups)
+                inv = np.zeros(n_groups)
+                np.divide(1.0, Wg, out=inv, where=Wg > 0)
+                Z -= (T * inv[:, None])[gid]
+                Z *= np.sqrt(d)[:, None]
+                _syrk(1.0, Z, self._accumulator())
+            else:
+                dG = d
+                kept = None
+                if self.ties == "exclude":
+                    cid, cgroup, csize = tie_classes(Y[:, 0], gp)
+                    # one-row classes: their -s w_i² φφᵀ (diagonal) and +s w_i² φφᵀ (class term) cancel
+                    Wc = np.where(csize > 1, np.bincount(cid, weights=w, minlength=len(cgroup)), 0.0)
+                    dead = np.zeros(n_groups, dtype=bool)    # one class = all tied
+                    dead[cgroup[csize == size[cgroup]]] = True
+                    kept = np.flatnonzero((csize > 1) & ~dead[cgroup])
+                    d = np.where(dead[gid], 0.0, d)
+                    dG = np.where(dead[gid], 0.0, np.maximum(s[gid] * w * (Wg[gid] - Wc[cid]), 0.0))
+                sg = np.where(Wg > 0, s, 0.0)
+                if self.ties == "exclude":
+                    sg = np.where(dead, 0.0, sg)
+                S = _weighted_sums(Phi, gid, n_groups, w)
+                Sy = _k.id_sums(Y * w[:, None], gid, n_groups)
+                self._G += _weighted_gram(Phi, dG) - _weighted_gram(S, sg)
+                self._B += _weighted_xty(Phi, d, Y) - _weighted_xty(S, sg, Sy)
+                self._yLy += (d[:, None] * Y * Y).sum(axis=0) - (sg[:, None] * Sy * Sy).sum(axis=0)
+                if kept is not None and kept.size:
+                    relabel = np.full(len(cgroup), -1, dtype=np.int64)
+                    relabel[kept] = np.arange(kept.size)
+                    r = np.flatnonzero(relabel[cid] >= 0)
+                    Sc = _weighted_sums(Phi[r], relabel[cid[r]], kept.size, w[r])
+                    self._G += _weighted_gram(Sc, s[cgroup[kept]])
+        self.n_rows += rows
+        self.n_groups += n_groups
+        self.n_pairs += int(_pair_count(size).sum())
+        if self.ties == "exclude" and rows:
+            self.n_pairs -= int(_pair_count(csize).sum())
 
     def _add_dense(self, Phi, Y, gp, s, d, size, whole, in_place, fill=None):
         """Dense fast path: one SYRK of A = [sx ∘ Φ | sy ∘ Y] (float64) per block.
@@ -754,6 +860,15 @@ def _group_sums(Phi, gp):
     return _k.group_sums(Phi, gp)
 
 
+def _weighted_sums(Phi, ids, n_ids, w):
+    """Σ_{i: ids_i = c} w_i Φ_i for every label c: (n_ids, n), dense float64 or CSR."""
+    if sp.issparse(Phi):
+        rows = Phi.shape[0]
+        M = sp.csr_matrix((w, (ids, np.arange(rows))), shape=(n_ids, rows))
+        return (M @ Phi).tocsr()
+    return _k.id_sums(np.asarray(Phi, dtype=np.float64) * w[:, None], ids, n_ids)
+
+
 def _id_sums(Phi, ids, n_ids):
     if sp.issparse(Phi):
         return (_indicator(ids, n_ids) @ Phi).tocsr()
@@ -775,11 +890,12 @@ def block_statistics(block, *, group_weight="pair", ties="include", transform=No
     split group from different blocks join on merge.
     """
     Phi = block.X if transform is None else transform(block.X)
+    weight = getattr(block, "weight", None)
     Y = np.asarray(block.y, dtype=np.float64)
     v = (1 if Y.ndim == 1 else Y.shape[1]) if n_outputs is None else n_outputs
     st = RankStatistics(Phi.shape[1], v, group_weight=group_weight, ties=ties, per_output=per_output,
                         moments=moments)
     gid = block.group_start + np.arange(block.n_groups, dtype=np.int64)
     st.add_block(Phi, Y, block.group_ptr, group_size=block.group_size, group_offset=block.group_offset,
-                 group_id=gid)
+                 group_id=gid, weight=weight)
     return st

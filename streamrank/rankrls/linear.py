@@ -173,7 +173,7 @@ class RankRLS(BaseRanker):
         for block in source.blocks(max_rows=max_rows, split_groups=True):
             gid = block.group_start + np.arange(block.n_groups, dtype=np.int64)
             part.add_block(block.X, block.y, block.group_ptr, group_size=block.group_size,
-                           group_offset=block.group_offset, group_id=gid)
+                           group_offset=block.group_offset, group_id=gid, weight=block.weight)
         stats.merge(part)
         stats.check_complete()
         return stats
@@ -220,9 +220,15 @@ class RankRLS(BaseRanker):
         return self
 
     # ----------------------------------------------------------------- fit
-    def fit(self, X, y=None, qid=None, *, max_rows=DEFAULT_BLOCK_ROWS, callback=None, validation=None,
-            patience=5, feature_names=None):
+    def fit(self, X, y=None, qid=None, sample_weight=None, *, max_rows=DEFAULT_BLOCK_ROWS, callback=None,
+            validation=None, patience=5, feature_names=None):
         """Fit on arrays (numpy, scipy.sparse, dask) or any block source.
+
+        ``sample_weight``: (rows,) weights w_i >= 0 (primal solver); the pair
+        (i, j) of a group counts w_i w_j in the cost (exact, still one pass:
+        the weighted group Laplacian s_g ((Σw) diag(w) - w wᵀ) is diagonal plus
+        rank one, see :mod:`streamrank.laplacian`).  A per-group weight a_g
+        is w_i = √a_g on its rows.  Click logs: :func:`streamrank.clicks.ips_weights`.
 
         ``qid=None``: one global group.  ``callback``, ``validation`` and
         ``patience`` are for ``solver="cg"`` (see
@@ -233,11 +239,17 @@ class RankRLS(BaseRanker):
         self._check_params()
         source = _source_of(X, y, qid, self)
         self._check_source(source)
+        source = _weighted(source, sample_weight)
         self._set_feature_names(source.n_features, feature_names, source)
         for attr in ("coef_", "stats_", "fold_stats_", "n_iter_", "_eigen", "best_alpha_", "cv_results_"):
             self.__dict__.pop(attr, None)
         y_1d = _source_y_1d(source, y)
         solver = self._resolve_solver(source)
+        if solver == "cg" and _has_weights(source):
+            raise NotImplementedError(
+                "sample_weight with solver='cg' is not implemented; use solver='primal' (dense or sparse X "
+                f"with up to about {PRIMAL_MAX_FEATURES} features)"
+            )
         if solver == "primal":
             stats = self._accumulate(source, max_rows)
             self._fit_statistics(stats, y_1d=y_1d)
@@ -269,8 +281,11 @@ class RankRLS(BaseRanker):
         else:
             self.__dict__.pop("normalizer_", None)
 
-    def partial_fit(self, X, y=None, qid=None, *, max_rows=DEFAULT_BLOCK_ROWS, feature_names=None):
+    def partial_fit(self, X, y=None, qid=None, sample_weight=None, *, max_rows=DEFAULT_BLOCK_ROWS,
+                    feature_names=None):
         """Add new groups; the model equals ``fit`` on all data seen so far (primal only).
+
+        ``sample_weight`` as in :meth:`fit` (calls without it weigh their rows 1).
 
         Every call brings whole new groups (a query id seen in an earlier call
         starts a new group).  Fold statistics of :meth:`cross_validate` are
@@ -279,6 +294,7 @@ class RankRLS(BaseRanker):
         self._check_params()
         source = _source_of(X, y, qid, self, reset=not hasattr(self, "stats_"))
         self._check_source(source)
+        source = _weighted(source, sample_weight)
         if not hasattr(self, "stats_"):
             if hasattr(self, "coef_"):
                 from .cg_selection import PARTIAL_FIT_MESSAGE
@@ -507,6 +523,18 @@ class RankRLS(BaseRanker):
         if "n_iter_" in attrs:
             self.n_iter_ = int(attrs["n_iter_"])
         self._eigen = None
+
+
+def _weighted(source, sample_weight):
+    from ..io.weighted import with_weights
+
+    return with_weights(source, sample_weight)
+
+
+def _has_weights(source) -> bool:
+    from ..io.weighted import WeightedSource
+
+    return isinstance(source, WeightedSource)
 
 
 def _source_y_1d(source, y) -> bool:

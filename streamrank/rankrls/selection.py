@@ -92,13 +92,20 @@ def _split_by_fold(block, folds_of_groups):
                block.group_size[sel], block.group_offset[sel], gid[sel], rows)
 
 
+def rows_weight(block, rows):
+    """The row weights of ``block`` at ``rows`` (None for an unweighted block)."""
+    w = getattr(block, "weight", None)
+    return None if w is None else w[rows]
+
+
 def accumulate_folds(model, source, n_folds, max_rows):
     """One pass: per-fold :class:`RankStatistics` (their sum is the full statistics)."""
     folds = [model._new_statistics(source.n_features, source.n_outputs) for _ in range(n_folds)]
     for block in source.blocks(max_rows=max_rows, split_groups=True):
         fog = fold_of(block.qid, n_folds)
-        for f, X, Y, gp, size, off, gid, _ in _split_by_fold(block, fog):
-            folds[f].add_block(X, Y, gp, group_size=size, group_offset=off, group_id=gid)
+        for f, X, Y, gp, size, off, gid, rows in _split_by_fold(block, fog):
+            folds[f].add_block(X, Y, gp, group_size=size, group_offset=off, group_id=gid,
+                               weight=rows_weight(block, rows))
     for st in folds:
         st.check_complete()
     return folds
@@ -265,21 +272,24 @@ def _block_loss(model, block, P):
     if model.ties == "exclude":
         yy = np.repeat(Y, a, axis=1) if v == 1 else np.tile(Y, (1, a))
     LR = apply_laplacian(R, block.group_ptr, y=yy, group_weight=model.group_weight, ties=model.ties,
-                         group_size=block.group_size)
+                         group_size=block.group_size, weight=getattr(block, "weight", None))
     return (R * LR).sum(axis=0).reshape(a, v)
 
 
-def _batched_laplacians(Yg, s, ties):
+def _batched_laplacians(Yg, s, ties, Wr=None):
     """Group Laplacians of G groups of equal size: (G, k, k) from targets Yg (G, k) and weights s (G,).
 
     ``L = s (diag(E 1) - E)`` with E the adjacency of the counted pairs
-    (all pairs; untied pairs for ties="exclude").
+    (all pairs; untied pairs for ties="exclude"), each pair weighted by
+    w_i w_j when row weights ``Wr`` (G, k) are given.
     """
     G, k = Yg.shape
     if ties == "exclude":
         E = (Yg[:, :, None] != Yg[:, None, :]).astype(np.float64)
     else:
         E = np.broadcast_to(1.0 - np.eye(k), (G, k, k)).copy()
+    if Wr is not None:
+        E = E * Wr[:, :, None] * Wr[:, None, :]
     L = -E
     idx = np.arange(k)
     L[:, idx, idx] = E.sum(axis=2)
@@ -319,7 +329,8 @@ def _lqo_blocks(model, source, alphas, max_rows):
                 grp = np.flatnonzero(sizes == k)
                 rows = gp[grp][:, None] + np.arange(k)           # (G, k)
                 Zg, Yg = Z[rows], Y[rows][:, :, out]             # (G, k, n), (G, k, |cols|)
-                Lg = _batched_laplacians(Y[rows][:, :, out.start], w[grp], model.ties)
+                Lg = _batched_laplacians(Y[rows][:, :, out.start], w[grp], model.ties,
+                                         None if block.weight is None else block.weight[rows])
                 LY = Lg @ Yg
                 I = np.eye(k)
                 for i, alpha in enumerate(alphas):
