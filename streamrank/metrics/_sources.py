@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ._evaluator import METRICS, RankingEvaluator, parse_metrics
+from ._evaluator import METRICS, RankingEvaluator
 from ._pairs import auc
 
 
@@ -72,7 +72,6 @@ def evaluate(source, model, k: int | None = 10, *, metrics=METRICS, gain: str = 
     ranking = [m for m in names if m and m.lower() != "auc"]
     ev = None
     if ranking:
-        parse_metrics(ranking, k)
         ev = RankingEvaluator(k, ranking, keep_per_query=keep_per_query, gain=gain, empty=empty,
                               max_grade=max_grade, qrels=qrels, disagreement_ties=disagreement_ties)
     ys, ss = [], []
