@@ -41,12 +41,12 @@ def _ours(y, s, qid, doc_ids, qrels=None):
     return out
 
 
-def _letor(name, max_queries=None):
+def _letor(name, max_queries=None, split="test"):
     path = data_dir() / "letor" / DATASETS[name]["archive"]
     if not path.exists():
         pytest.skip(f"{path} is not available")
     ys, qs, docs, feats = [], [], [], []
-    with open_letor(path, letor_member(name, 1, "test")) as (f, _):
+    with open_letor(path, letor_member(name, 1, split)) as (f, _):
         for raw in f:
             line, _, comment = raw.decode().partition("#")
             parts = line.split()
@@ -62,14 +62,17 @@ def _letor(name, max_queries=None):
 
 @pytest.fixture(scope="module", params=["MQ2008", "OHSUMED"])
 def fold(request):
+    """Fold 1's test split, and a RankRLS fitted on its validation split (the scores of a real model)."""
     y, qid, docs, X = _letor(request.param)
-    return request.param, y, qid, docs, X
+    yv, qv, _, Xv = _letor(request.param, split="vali")
+    return request.param, y, qid, docs, X, sr.RankRLS(alpha=1.0).fit(Xv, yv, qv)
 
 
-def _scores(kind, X, y, qid):
+def _scores(kind, X, y, qid, model=None):
+    """A model's scores (fitted on other rows; on these rows if none given), random, or three levels."""
     rng = np.random.default_rng(0)
     if kind == "fitted":
-        return sr.RankRLS(alpha=1.0).fit(X, y, qid).predict(X)
+        return (model or sr.RankRLS(alpha=1.0).fit(X, y, qid)).predict(X)
     if kind == "random":
         return rng.random(len(y))
     return rng.integers(0, 3, len(y)).astype(float)          # heavily tied: three score levels
@@ -88,8 +91,8 @@ def _trec(qrels, run, measures=MEASURES):
 
 @pytest.mark.parametrize("kind", ["fitted", "random", "tied"])
 def test_every_metric_equals_trec_eval_per_query(fold, kind):
-    name, y, qid, docs, X = fold
-    s = _scores(kind, X, y, qid)
+    name, y, qid, docs, X, model = fold
+    s = _scores(kind, X, y, qid, model)
     qrels = _qrels(y, qid, docs)
     run = {}
     for si, qi, di in zip(s, qid, docs):
@@ -110,7 +113,7 @@ def test_every_metric_equals_trec_eval_per_query(fold, kind):
 
 def test_ties_differ_from_trec_order_only_where_scores_tie(fold):
     """The expected-value default equals trec_eval where no score ties, and differs with heavy ties."""
-    name, y, qid, docs, X = fold
+    name, y, qid, docs, X, model = fold
     s = _scores("tied", X, y, qid)
     e = M.mean_average_precision(y, s, qid, per_query=True, empty="zero")
     t = M.mean_average_precision(y, s, qid, per_query=True, empty="zero", ties="trec", doc_ids=docs)
@@ -124,8 +127,8 @@ def test_ties_differ_from_trec_order_only_where_scores_tie(fold):
 def test_truncated_run_takes_ideal_and_recall_from_qrels(fold):
     """A run that returns only the top 5 documents of each query: the ideal DCG, recall and AP divide by the
     judgments (qrels), as trec_eval does; queries of the run without judgments are skipped."""
-    name, y, qid, docs, X = fold
-    s = _scores("fitted", X, y, qid)
+    name, y, qid, docs, X, model = fold
+    s = _scores("fitted", X, y, qid, model)
     qrels = _qrels(y, qid, docs)
     keep = np.zeros(len(y), bool)
     for q in np.unique(qid):
