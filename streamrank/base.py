@@ -168,10 +168,13 @@ class BaseRanker:
         return attrs, arrays
 
     def _set_extra_state(self, attrs, arrays) -> None:
+        n = getattr(self, "n_features_in_", None)     # set by _set_state, which runs first
         names = attrs.get("feature_names_in_")
         if names is not None:
             if not isinstance(names, list) or not all(isinstance(s, str) for s in names):
                 raise ValueError("feature_names_in_ must be a list of strings")
+            if n is not None and len(names) != n:
+                raise ValueError(f"feature_names_in_ holds {len(names)} names but the model has {n} features")
             self.feature_names_in_ = np.asarray(names, dtype=object)
         if "best_alpha_" in attrs:
             from ._validation import check_alpha
@@ -180,7 +183,10 @@ class BaseRanker:
         if "normalizer_kind" in attrs:
             from .normalize import Normalizer
 
-            self.normalizer_ = Normalizer.from_arrays(attrs["normalizer_kind"], arrays, "normalizer_")
+            norm = Normalizer.from_arrays(attrs["normalizer_kind"], arrays, "normalizer_")
+            if n is not None and norm.offset.shape != (n,):
+                raise ValueError(f"the normalizer has {norm.offset.shape[0]} features but the model has {n}")
+            self.normalizer_ = norm
 
     def _get_state(self):
         """Return ``(attrs: dict, arrays: dict[str, ndarray | csr_matrix])``."""

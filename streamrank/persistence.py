@@ -71,32 +71,34 @@ def save(model, path) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = _sibling(path, "partial")
     try:
-        root = zarr.open_group(str(tmp), mode="w")
-        for name, a in arrays.items():
-            if sp.issparse(a):
-                a = a.tocsr()
-                g = root.create_group(name)
-                g.attrs["shape"] = list(a.shape)
-                g.attrs["format"] = "csr"
-                for part in ("indptr", "indices", "data"):
-                    arr = np.ascontiguousarray(getattr(a, part))
-                    z = g.create_array(part, shape=arr.shape, dtype=arr.dtype, compressors=_codecs(),
-                                       chunks=(max(1, min(arr.size, 1 << 22)),) if arr.ndim == 1 else arr.shape)
+        # every chunk is written, zeros too: load() bounds an array's declared size by its chunk files
+        with zarr.config.set({"array.write_empty_chunks": True}):
+            root = zarr.open_group(str(tmp), mode="w")
+            for name, a in arrays.items():
+                if sp.issparse(a):
+                    a = a.tocsr()
+                    g = root.create_group(name)
+                    g.attrs["shape"] = list(a.shape)
+                    g.attrs["format"] = "csr"
+                    for part in ("indptr", "indices", "data"):
+                        arr = np.ascontiguousarray(getattr(a, part))
+                        z = g.create_array(part, shape=arr.shape, dtype=arr.dtype, compressors=_codecs(),
+                                           chunks=(max(1, min(arr.size, 1 << 22)),) if arr.ndim == 1 else arr.shape)
+                        z[...] = arr
+                else:
+                    arr = np.ascontiguousarray(np.asarray(a))
+                    chunks = tuple(max(1, s) for s in arr.shape) if arr.ndim else ()
+                    z = root.create_array(name, shape=arr.shape, dtype=arr.dtype, chunks=chunks or None,
+                                          compressors=_codecs())
                     z[...] = arr
-            else:
-                arr = np.ascontiguousarray(np.asarray(a))
-                chunks = tuple(max(1, s) for s in arr.shape) if arr.ndim else ()
-                z = root.create_array(name, shape=arr.shape, dtype=arr.dtype, chunks=chunks or None,
-                                      compressors=_codecs())
-                z[...] = arr
-        root.attrs.update({
-            "streamrank": "model",
-            "format_version": MODEL_FORMAT_VERSION,
-            "class": type(model).__name__,
-            "params": _jsonable(model.get_params()),
-            "state": _jsonable(attrs),
-            "arrays": sorted(arrays),
-        })
+            root.attrs.update({
+                "streamrank": "model",
+                "format_version": MODEL_FORMAT_VERSION,
+                "class": type(model).__name__,
+                "params": _jsonable(model.get_params()),
+                "state": _jsonable(attrs),
+                "arrays": sorted(arrays),
+            })
         replace_dir(tmp, path)
     finally:
         if tmp.exists():
@@ -226,17 +228,26 @@ def load(path):
     if cls is None:
         raise ModelFormatError(f"{path} holds unknown model class {meta.get('class')!r}")
     arrays = {}
-    for name in meta.get("arrays", []):
+    names = meta.get("arrays", [])
+    if not isinstance(names, list) or not all(isinstance(n, str) for n in names):
+        raise ModelFormatError(f"{path}: the 'arrays' attribute is not a list of names")
+    for name in names:
         try:
             node = root[name]
-            for a in (node.arrays() if isinstance(node, zarr.Group) else (("", node),)):
-                kind = np.dtype(a[1].dtype).kind
+            parts = list(node.arrays()) if isinstance(node, zarr.Group) else [("", node)]
+            for part, a in parts:
+                kind = np.dtype(a.dtype).kind
                 if kind not in "biuf":  # learned state is numbers; never decode objects
-                    raise ModelFormatError(f"dtype {a[1].dtype} is not numeric")
+                    raise ModelFormatError(f"dtype {a.dtype} is not numeric")
+                _check_stored_size(path, f"{name}/{part}" if part else name, a)
             if isinstance(node, zarr.Group):
-                shape = tuple(node.attrs["shape"])
-                arrays[name] = sp.csr_matrix(
-                    (node["data"][...], node["indices"][...], node["indptr"][...]), shape=shape)
+                shape = node.attrs["shape"]
+                if (not isinstance(shape, list) or len(shape) != 2
+                        or not all(isinstance(v, int) and 0 <= v <= np.iinfo(np.int32).max for v in shape)):
+                    raise ModelFormatError(f"its 'shape' attribute {shape!r} is not two counts")
+                M = sp.csr_matrix((node["data"][...], node["indices"][...], node["indptr"][...]), shape=tuple(shape))
+                M.check_format(full_check=True)   # indptr monotone, indices within the columns
+                arrays[name] = M
             else:
                 arrays[name] = node[...]
         except Exception as exc:
@@ -250,6 +261,35 @@ def load(path):
         raise ModelFormatError(f"{path}: the saved state of {cls.__name__} cannot be restored "
                                f"({type(exc).__name__}: {exc})") from exc
     return model
+
+
+#: a saved array may declare at most this many decoded bytes per byte of chunk files, plus
+#: ``_STORED_SLACK``: zstd's densest frames (RLE blocks of 128 KiB in 4 bytes) stay below 1 : 32768
+_MAX_RATIO = 1 << 15
+_STORED_SLACK = 16 << 20
+
+
+def _check_stored_size(path: Path, name: str, arr) -> None:
+    """Refuse an array whose declared size the files on disk cannot hold (before zarr allocates it).
+
+    A model directory of a few KB declaring 2**28 entries would otherwise make
+    zarr allocate them (missing chunks read as the fill value).  The bound is
+    what zstd could at most expand the stored chunk bytes to, plus 16 MiB
+    (small arrays, and models saved before every chunk was written).
+    """
+    declared = int(np.prod(arr.shape, dtype=object)) * np.dtype(arr.dtype).itemsize
+    if declared <= _STORED_SLACK:
+        return
+    stored = 0
+    for root, _dirs, files in os.walk(path / name / "c"):
+        for f in files:
+            try:
+                stored += os.stat(os.path.join(root, f)).st_size
+            except OSError:
+                pass
+    if declared > _MAX_RATIO * stored + _STORED_SLACK:
+        raise ModelFormatError(f"it declares shape {tuple(arr.shape)} ({declared:,} bytes) but its chunk files "
+                               f"hold {stored:,} bytes, which cannot decode to that much")
 
 
 def _dumps(obj) -> str:

@@ -53,6 +53,7 @@ import scipy.sparse as sp
 
 from .._defaults import check_alphas
 from .._qid import qid_keys
+from .._state_checks import state_array, state_int, state_matrix
 from .._validation import (
     check_alpha,
     check_n_features,
@@ -654,23 +655,24 @@ class KernelRankRLS(BaseRanker):
         return attrs, arrays
 
     def _set_state(self, attrs, arrays):
-        self.n_features_in_ = int(attrs["n_features_in_"])
-        self.n_outputs_ = int(attrs["n_outputs_"])
+        self.n_features_in_ = state_int(attrs, "n_features_in_", lo=1)
+        self.n_outputs_ = state_int(attrs, "n_outputs_", lo=1)
         self._one_d = bool(attrs["one_d"])
         mode = attrs.get("mode", "dual")
-        self.basis_ = arrays["basis_"]
-        self.dual_coef_ = np.asarray(arrays["dual_coef_"], dtype=np.float64)
+        self.basis_ = state_matrix(arrays, "basis_", (None, self.n_features_in_))
+        m = self.basis_.shape[0]
+        self.dual_coef_ = state_array(arrays, "dual_coef_", (m,) if self._one_d else (m, self.n_outputs_))
         if mode == "dual" and "train_y" in arrays:
-            self._Y = np.asarray(arrays["train_y"], dtype=np.float64)
-            self._group_ptr = np.asarray(arrays["train_group_ptr"], dtype=np.int64)
-            self._group_qid = np.asarray(arrays["train_group_qid"], dtype=np.int64)
-            m = self.basis_.shape[0]
-            if self._Y.shape != (m, self.n_outputs_) or self._group_ptr[0] != 0 or self._group_ptr[-1] != m:
-                raise ValueError(f"train_y {self._Y.shape} / train_group_ptr do not match the {m} basis rows")
+            self._Y = state_array(arrays, "train_y", (m, self.n_outputs_))
+            self._group_ptr = state_array(arrays, "train_group_ptr", (None,), kind="i", lo=0, hi=m)
+            self._group_qid = state_array(arrays, "train_group_qid", (len(self._group_ptr) - 1,), kind="i")
+            gp = self._group_ptr
+            if gp.size == 0 or gp[0] != 0 or gp[-1] != m or np.any(gp[1:] < gp[:-1]):
+                raise ValueError(f"train_group_ptr does not run from 0 to the {m} basis rows without decreasing")
             self._mode = "dual"                 # the decomposition is recomputed on first use (_solver)
         elif mode == "sparse" and "stats_G" in arrays:
-            G = np.asarray(arrays["stats_G"], dtype=np.float64)
-            B = np.asarray(arrays["stats_B"], dtype=np.float64)
+            G = state_array(arrays, "stats_G", (None,) * np.ndim(arrays["stats_G"]))
+            B = state_array(arrays, "stats_B", (None, None))
             r = self.basis_.shape[0]
             if G.shape not in ((r, r), (self.n_outputs_, r, r)) or B.shape != (r, self.n_outputs_):
                 raise ValueError(f"stats_G {G.shape} / stats_B {B.shape} do not match the {r} basis rows")

@@ -22,6 +22,7 @@ import numpy as np
 import scipy.linalg
 
 from .._defaults import DEFAULT_ALPHAS, DEFAULT_BLOCK_ROWS, check_alphas
+from .._state_checks import state_array, state_int
 from .._validation import check_alpha, check_X, is_dask
 from ..base import BaseRanker
 from ..io.blocks import BlockSource
@@ -506,11 +507,22 @@ class RankRLS(BaseRanker):
         return attrs, arrays
 
     def _set_state(self, attrs, arrays):
-        self.coef_ = np.asarray(arrays["coef_"], dtype=np.float64)
+        n = state_int(attrs, "n_features_in_", lo=1)
+        k = state_int(attrs, "n_outputs_", lo=1)
+        y_1d = bool(attrs["y_1d"])
+        if y_1d and k != 1:
+            raise ValueError(f"attribute y_1d is true but n_outputs_ is {k}")
+        if attrs["solver_"] not in ("primal", "cg"):
+            raise ValueError(f"attribute solver_={attrs['solver_']!r} is not 'primal' or 'cg'")
+        self.coef_ = state_array(arrays, "coef_", (n,) if y_1d else (n, k))
+        for prefix in ["stats_"] * ("stats_G" in arrays) + [f"fold{f}_" for f in range(
+                state_int(attrs, "n_folds", lo=1, hi=1 << 16) if "n_folds" in attrs else 0)]:
+            G = np.asarray(arrays.get(f"{prefix}G", np.zeros(0)))
+            state_array(arrays, f"{prefix}G", (n, n) if G.ndim == 2 else (k, n, n))
+            state_array(arrays, f"{prefix}B", (n, k))
+            state_array(arrays, f"{prefix}counts", (3,), kind="i", lo=0)
         self.solver_ = attrs["solver_"]
-        self.n_features_in_ = int(attrs["n_features_in_"])
-        self.n_outputs_ = int(attrs["n_outputs_"])
-        self._y_1d = bool(attrs["y_1d"])
+        self.n_features_in_, self.n_outputs_, self._y_1d = n, k, y_1d
         if "stats_G" in arrays:
             self.stats_ = RankStatistics.from_arrays(arrays, group_weight=self.group_weight, ties=self.ties,
                                                      prefix="stats_")

@@ -30,6 +30,7 @@ import scipy.linalg as la
 import scipy.sparse as sp
 
 from .._qid import qid_repr
+from .._state_checks import state_array, state_int, state_matrix
 from .._validation import check_alpha, check_qid, check_X, check_y, group_ptr_from_qid
 from ..base import BaseRanker
 from ..io.blocks import vstack_X
@@ -153,10 +154,12 @@ class TransductiveRankRLS(BaseRanker):
                  "transductive_scores_": np.asarray(self.transductive_scores_)})
 
     def _set_state(self, attrs, arrays):
-        self.n_features_in_ = int(attrs["n_features_in_"])
-        self.n_outputs_ = int(attrs["n_outputs_"])
+        self.n_features_in_ = state_int(attrs, "n_features_in_", lo=1)
+        self.n_outputs_ = state_int(attrs, "n_outputs_", lo=1)
         self._one_d = bool(attrs["one_d"])
-        self.basis_ = arrays["basis_"]
-        self.dual_coef_ = np.asarray(arrays["dual_coef_"], dtype=np.float64)
-        self.transductive_scores_ = np.asarray(arrays["transductive_scores_"], dtype=np.float64)
+        self.basis_ = state_matrix(arrays, "basis_", (None, self.n_features_in_))
+        m = self.basis_.shape[0]
+        self.dual_coef_ = state_array(arrays, "dual_coef_", (m,) if self._one_d else (m, self.n_outputs_))
+        self.transductive_scores_ = state_array(arrays, "transductive_scores_",
+                                                (None,) if self._one_d else (None, self.n_outputs_))
 

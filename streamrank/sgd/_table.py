@@ -15,6 +15,7 @@ from __future__ import annotations
 import numpy as np
 import scipy.sparse as sp
 
+from .._state_checks import state_array, state_int
 from . import _sparse_w_kernels as K_
 
 __all__ = ["SparseW", "MemoryLimitError", "POOL_ENTRY_BYTES"]
@@ -249,15 +250,26 @@ class SparseW:
         of earlier streamrank versions, which stamped every entry) are brought
         up to date, which is exactly equivalent.
         """
-        W = cls(attrs["n_rows"], attrs["n_cols"])
-        keys = np.asarray(arrays[f"{prefix}keys"], dtype=np.int64)
-        vals = np.asarray(arrays[f"{prefix}vals"], dtype=np.float64)
-        stamps = np.asarray(arrays[f"{prefix}stamps"], dtype=np.int64)
-        istate = np.asarray(arrays[f"{prefix}istate"], dtype=np.int64)
+        # every value is checked before a kernel indexes with it (a saved model is untrusted)
+        n_rows, n_cols = state_int(attrs, "n_rows", lo=1), state_int(attrs, "n_cols", lo=1)
+        istate = state_array(arrays, f"{prefix}istate", (None,), kind="i", lo=0)
+        if not 3 <= istate.shape[0] <= K_.N_ISTATE:
+            raise ValueError(f"array {prefix}istate has {istate.shape[0]} entries, expected 3 to {K_.N_ISTATE}")
+        S = state_array(arrays, f"{prefix}S", (None,))
+        k = int(istate[K_.I_K])
+        if S.shape[0] < k + 1:      # the kernels read S[0..K]
+            raise ValueError(f"array {prefix}S has {S.shape[0]} entries but the sweep counter "
+                             f"{prefix}istate[I_K] is {k} (expected at least K + 1)")
+        keys = state_array(arrays, f"{prefix}keys", (None,), kind="i", lo=0, hi=n_rows * n_cols - 1)
+        if keys.size and np.unique(keys).size != keys.size:
+            raise ValueError(f"array {prefix}keys holds the same entry of W twice")
+        vals = state_array(arrays, f"{prefix}vals", keys.shape)
+        stamps = state_array(arrays, f"{prefix}stamps", keys.shape, kind="i", lo=0, hi=k)
+        fstate = state_array(arrays, f"{prefix}fstate", (1,))
+        W = cls(n_rows, n_cols)
         n_old = min(istate.shape[0], K_.I_USED)  # the pool counters are rebuilt below
         W.istate[:n_old] = istate[:n_old]
-        W.fstate = np.asarray(arrays[f"{prefix}fstate"], dtype=np.float64).copy()
-        S = np.asarray(arrays[f"{prefix}S"], dtype=np.float64)
+        W.fstate = fstate.copy()
         W.S = np.zeros(max(64, 2 * S.shape[0]), dtype=np.float64)
         W.S[: S.shape[0]] = S
         k = int(W.istate[K_.I_K])

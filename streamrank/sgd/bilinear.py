@@ -394,6 +394,9 @@ class SparseSGDRanker(BaseRanker):
         self._W = SparseW.from_state(attrs, arrays, "W_")
         self.n_query_features_ = int(attrs["n_query_features_"])
         self.n_item_features_ = int(attrs["n_item_features_"])
+        if (self.n_query_features_, self.n_item_features_) != (self._W.n_rows, self._W.n_cols):
+            raise ValueError(f"W has shape ({self._W.n_rows}, {self._W.n_cols}) but the model has "
+                             f"{self.n_query_features_} query and {self.n_item_features_} item features")
         self._fit_steps = int(attrs.get("fit_steps", 0))
         self.history_ = list(attrs.get("history_", []))
 

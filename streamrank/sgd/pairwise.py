@@ -47,6 +47,7 @@ from __future__ import annotations
 import numpy as np
 import scipy.sparse as sp
 
+from .._state_checks import state_array, state_int
 from .._validation import check_X
 from ..base import BaseRanker, NotFittedError
 from ..persistence import register_model
@@ -278,15 +279,22 @@ class PairwiseSGDRanker(BaseRanker):
         return attrs, arrays
 
     def _set_state(self, attrs, arrays):
-        self._start(int(attrs["n_features_in_"]))
-        self._v = np.asarray(arrays["v"], dtype=np.float64).copy()
-        fstate = np.asarray(arrays["fstate"], dtype=np.float64)
+        n = state_int(attrs, "n_features_in_", lo=1)
+        v = state_array(arrays, "v", (n,))
+        fstate = state_array(arrays, "fstate", (None,))
+        if not 1 <= len(fstate) <= 3:
+            raise ValueError(f"array 'fstate' has {len(fstate)} entries, expected 1 to 3")
+        istate = state_array(arrays, "istate", (1,), kind="i", lo=0)    # the step counter t
+        q = state_array(arrays, "q", (n,)) if "q" in arrays else None
+        calls = state_int(attrs, "calls", lo=0, hi=np.iinfo(np.int64).max)
+        self._start(n)
+        self._v = v.copy()
         self._fstate[:len(fstate)] = fstate
-        self._istate = np.asarray(arrays["istate"], dtype=np.int64).copy()
-        if "q" in arrays:
-            self._q = np.asarray(arrays["q"], dtype=np.float64).copy()
+        self._istate = istate.copy()
+        if q is not None:
+            self._q = q.copy()
         else:  # saved before l1_rule existed: the model was trained with the window rule
             self.l1_rule = "window"
-        self._calls = int(attrs["calls"])
+        self._calls = calls
 
 
