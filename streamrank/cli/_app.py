@@ -177,7 +177,8 @@ def build_parser() -> argparse.ArgumentParser:
     sub.required = True
     fmt = argparse.RawDescriptionHelpFormatter
 
-    p = sub.add_parser("ingest", help="append LETOR text, .npz, Parquet or zarr stores to a store", epilog=EXAMPLES["ingest"],
+    p = sub.add_parser("ingest", help="append LETOR text, .npz, Parquet or zarr stores to a store",
+                       epilog=EXAMPLES["ingest"],
                        formatter_class=fmt, description="Append data to a GroupStore (or TupleStore), atomically.")
     p.add_argument("sources", nargs="+", metavar="SRC")
     p.add_argument("--store", required=True, help="store to append to (created if missing)")

@@ -43,7 +43,7 @@ DEFAULT_CHUNK_ROWS = 65_536
 
 
 def parquet_files(source) -> list[str]:
-    """The Parquet files of ``source``: a file, a directory (its ``*.parquet``, recursively) or a glob, in name order."""
+    """The Parquet files of ``source``: a file, a directory (its ``*.parquet``, recursively) or a glob; name order."""
     s = os.fspath(source)
     p = Path(s)
     if p.is_dir():
@@ -169,9 +169,10 @@ def iter_parquet(source, *, label: str, qid: str, features=None, feature_prefix=
             feats = select_features(names, label, qid, features=features, prefix=feature_prefix)
         else:
             missing = [f for f in feats if f not in names]
-            if missing or label not in names or qid not in names:
-                raise ValueError(f"{file}: lacks column(s) {(missing + [c for c in (label, qid) if c not in names])[:5]} "
-                                 "that the first file has; every file needs the same columns")
+            missing += [c for c in (label, qid) if c not in names]
+            if missing:
+                raise ValueError(f"{file}: lacks column(s) {missing[:5]} that the first file has; every file "
+                                 "needs the same columns")
         cols = feats + [label, qid]
         row0 = 0
         for rb in pf.iter_batches(batch_size=max(int(chunk_rows), 1), columns=cols, use_threads=True):
