@@ -118,3 +118,20 @@ def test_old_stores_without_identity_attribute_are_global(tmp_path):
     assert old.group_identity == "global" and old.qid_kind == "int"
     with pytest.raises(ValueError, match="already in the store"):
         old.append(*_day([2]), batch_id="b")
+
+
+def test_info_shows_identity_and_ingest_copy_keeps_batches(tmp_path, capsys):
+    from streamrank import cli
+
+    src = sr.GroupStore.create(tmp_path / "src.zarr", 3)
+    src.append(*_day(["q1", "q2"]), batch_id="day-1")
+    src.append(*_day(["q2", "q3"], seed=1), batch_id="day-2")
+    assert cli.main(["info", str(tmp_path / "src.zarr"), "--json"]) == 0
+    info = json.loads(capsys.readouterr().out)
+    assert info["group_identity"] == "batch" and info["qid_kind"] == "str" and info["groups"] == 4
+    # copying the store keeps its batches as batches: q2 of day 1 and of day 2 stay two groups
+    assert cli.main(["ingest", str(tmp_path / "src.zarr"), "--store", str(tmp_path / "dst.zarr"),
+                     "--max-rows", "100"]) == 0
+    dst = sr.GroupStore.open(tmp_path / "dst.zarr")
+    assert list(dst.qid) == list(src.qid)
+    assert len(set(dst.group_batches())) == 2
