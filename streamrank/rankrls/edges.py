@@ -69,13 +69,22 @@ def _check_edges(edges, m):
     return E
 
 
-def edge_statistics(X, edges, magnitudes=None, *, cost="magnitude") -> RankStatistics:
-    """:class:`RankStatistics` (one output) of the preference graph ``edges`` over the rows of X."""
+def edge_statistics(X, edges, magnitudes=None, *, cost="magnitude", weights=None) -> RankStatistics:
+    """:class:`RankStatistics` (one output) of the preference graph ``edges`` over the rows of X.
+
+    ``weights``: optional (n_edges,) factors c_e >= 0 multiplying each edge's
+    squared weight w_e² (e.g. the 1/p of inverse propensity scoring,
+    :func:`streamrank.clicks.ips_edges`).
+    """
     X = check_X(X, "X", finite=True)
     E = _check_edges(edges, X.shape[0])
     if E.shape[0] == 0:
         raise ValueError("edges is empty: at least one preference is needed")
     z, w2 = edge_weights(E.shape[0], magnitudes, cost)
+    if weights is not None:
+        from ..laplacian import check_weight
+
+        w2 = w2 * check_weight(weights, E.shape[0], "weights")
     st = RankStatistics(X.shape[1], 1)
     for a in range(0, E.shape[0], EDGE_CHUNK):
         h, j = E[a:a + EDGE_CHUNK, 0], E[a:a + EDGE_CHUNK, 1]

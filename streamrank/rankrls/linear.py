@@ -461,11 +461,12 @@ class RankRLS(BaseRanker):
             return cross_validate_cg(self, src, alphas=alphas, folds=folds, scoring=scoring, max_rows=max_rows)
         return cross_validate(self, source, alphas=alphas, folds=folds, scoring=scoring, max_rows=max_rows)
 
-    def fit_edges(self, X, edges, magnitudes=None, cost="magnitude"):
+    def fit_edges(self, X, edges, magnitudes=None, cost="magnitude", weights=None):
         """Fit on a general preference graph (Pahikkala et al. 2009, §2.4).
 
         See :func:`streamrank.rankrls.edges.edge_statistics`; cost in
-        {"unit", "magnitude", "normalized"} = eqs. (20), (21), (22).
+        {"unit", "magnitude", "normalized"} = eqs. (20), (21), (22);
+        ``weights``: one factor >= 0 per edge (e.g. inverse propensities).
         """
         from .edges import edge_statistics
 
@@ -473,7 +474,7 @@ class RankRLS(BaseRanker):
         if self.ties != "include" or self.group_weight != "pair":
             raise ValueError("fit_edges: the edges define the pairs and their weights; "
                              "group_weight and ties must keep their defaults ('pair', 'include')")
-        stats = edge_statistics(X, edges, magnitudes, cost=cost)
+        stats = edge_statistics(X, edges, magnitudes, cost=cost, weights=weights)
         self.__dict__.pop("fold_stats_", None)
         self._train_source = None
         return self._fit_statistics(stats, y_1d=True)
