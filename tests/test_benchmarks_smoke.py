@@ -157,3 +157,9 @@ def test_parquet_ingest_smoke(capsys):
     pytest.importorskip("pyarrow")
     out = _run("parquet_ingest", ["--smoke"], capsys)
     assert "ratio ingest / (read + write)" in out and "peak RSS by number of files" in out, out
+
+
+def test_unbiased_clicks_smoke(capsys):
+    _need(DATA / "letor" / "MQ2008_QueryLevelNorm.tar.gz")
+    out = _run("unbiased_clicks", ["--smoke"], capsys)
+    assert "(c) IPS true p" in out and "gap closed" in out

@@ -88,3 +88,28 @@ def test_estimate_propensity_from_randomized_logs():
     np.testing.assert_allclose(est, p_true, atol=0.03)
     with pytest.raises(ValueError, match="rank 3 was never shown"):
         estimate_propensity([1, 0], np.array([1, 2]), n_positions=3)
+
+
+def test_simulate_clicks_position_based_model():
+    """Top-k of the logging score, 1-based positions, sessions as groups; click rates follow p(r)·attract."""
+    from streamrank.datasets.clicks import simulate_clicks
+
+    y = np.array([0, 2, 1, 0, 2, 1, 0, 0, 1.0])
+    qid = np.array([1, 1, 1, 1, 1, 2, 2, 2, 2])
+    score = np.array([5, 4, 3, 2, 1, 1, 2, 3, 4.0])
+    log = simulate_clicks(y, qid, score, k=3, eta=1.0, noise=0.1, n_sessions=20_000, random_state=0)
+    first = log.session == 0
+    np.testing.assert_array_equal(log.row[first], [0, 1, 2])
+    np.testing.assert_array_equal(log.position[first], [1, 2, 3])
+    np.testing.assert_array_equal(log.row[log.session == 20_000], [8, 7, 6])
+    assert log.n_sessions == 40_000 and len(log.row) == 40_000 * 3
+    attract = 0.1 + 0.9 * (2.0 ** y - 1) / 3.0
+    for r, pos in [(0, 1), (1, 2), (2, 3), (8, 1), (6, 3)]:
+        rate = log.clicks[log.row == r].mean()
+        assert rate == pytest.approx(attract[r] / pos, abs=0.015)
+    rnd = simulate_clicks(y, qid, score, k=3, n_sessions=50, randomize=True, random_state=1)
+    for s in range(50):
+        assert set(rnd.row[rnd.session == s]) == {0, 1, 2}
+    assert len({tuple(rnd.row[rnd.session == s]) for s in range(50)}) > 1
+    with pytest.raises(ValueError, match="logging_score"):
+        simulate_clicks(y, qid, score[:-1])

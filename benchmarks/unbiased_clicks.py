@@ -1,0 +1,158 @@
+"""Unbiased learning to rank from simulated clicks on MQ2008 (issue 23).
+
+Recipe (``streamrank.datasets.clicks``): a logging ranker (RankRLS on
+``--log-queries`` random labelled training queries) shows its top ``--k``
+documents of every training query in ``--sessions`` sessions; clicks follow
+the position-based model: examination p(r) = (1/r)^eta, click on an
+examined document with probability noise + (1 - noise)(2^rel - 1)/3
+(MQ2008 labels 0..2; noise 0.1).  Every session is one query group.
+
+Learners (all linear RankRLS; alpha chosen on the vali split's graded labels
+from one ``path``, 2⁻¹⁰…2¹⁰), reported as NDCG@10 on the test split:
+
+(a) RankRLS on the true graded labels of all training queries (the ceiling);
+(b) naive: RankRLS(ties="exclude") on the clicks (pairs clicked > not clicked);
+(c) IPS: the same with ``sample_weight = streamrank.clicks.ips_weights(...)``,
+    i.e. pairs weighted by 1/p(pos of the clicked document) — with the true
+    propensities, and with propensities estimated by
+    ``streamrank.clicks.estimate_propensity`` from ``--random-sessions``
+    extra sessions per query whose top k was shown in a random order
+    (result randomization), clipped at ``--clip``.
+
+"gap closed" = (c - b) / (a - b).  Several ``--seeds`` (simulation and
+logging sample) are averaged; the table shows mean ± std.
+
+Usage::
+
+    python benchmarks/unbiased_clicks.py --smoke       # seconds: 60 queries, 1 seed
+    python benchmarks/unbiased_clicks.py               # fold 1, eta 1 and 2, 3 seeds
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _bench_common import print_table  # noqa: E402
+
+ALPHAS = 2.0 ** np.arange(-10, 11)
+
+
+def load_mq2008(fold, limit_rows=None):
+    from streamrank.datasets.letor import DATASETS, DEFAULT_DIR, iter_letor, letor_member
+
+    arch = Path(DEFAULT_DIR) / DATASETS["MQ2008"]["archive"]
+    out = {}
+    for split in ("train", "vali", "test"):
+        Xs, ys, qs = [], [], []
+        for X, y, q in iter_letor(arch, member=letor_member("MQ2008", fold, split), n_features=46,
+                                  limit_rows=limit_rows):
+            Xs.append(X)
+            ys.append(y)
+            qs.append(q)
+        out[split] = (np.concatenate(Xs).astype(np.float64), np.concatenate(ys), np.concatenate(qs))
+    return out
+
+
+def _select(model, vali, test):
+    """Test NDCG@10 of the alpha that is best on vali (one path, every alpha)."""
+    from streamrank.metrics import ndcg
+
+    Xv, yv, qv = vali
+    Xt, yt, qt = test
+    P = model.path(ALPHAS)
+    scores = [ndcg(yv, Xv @ w, qv, k=10) for w in P]
+    i = int(np.nanargmax(scores))
+    return float(ndcg(yt, Xt @ P[i], qt, k=10))
+
+
+def run_one(data, *, eta, seed, k, sessions, random_sessions, log_queries, clip):
+    import streamrank as sr
+    from streamrank.clicks import estimate_propensity, ips_weights
+    from streamrank.datasets.clicks import simulate_clicks
+
+    Xtr, ytr, qtr = data["train"]
+    rng = np.random.default_rng(seed)
+    sample = rng.choice(np.unique(qtr), min(log_queries, np.unique(qtr).size), replace=False)
+    m = np.isin(qtr, sample)
+    logging = sr.RankRLS(alpha=1.0).fit(Xtr[m], ytr[m], qtr[m])
+    score = logging.predict(Xtr)
+    log = simulate_clicks(ytr, qtr, score, k=k, eta=eta, n_sessions=sessions, random_state=seed + 1)
+    rand = simulate_clicks(ytr, qtr, score, k=k, eta=eta, n_sessions=random_sessions, randomize=True,
+                           random_state=seed + 2)
+    p_hat = estimate_propensity(rand.clicks, rand.position, k)
+    Xc = Xtr[log.row]
+    res = {"rows": len(log.row), "ctr": float(log.clicks.mean())}
+    res["a"] = _select(sr.RankRLS().fit(Xtr, ytr, qtr), data["vali"], data["test"])
+    t0 = time.perf_counter()
+    naive = sr.RankRLS(ties="exclude").fit(Xc, log.clicks, log.session)
+    t1 = time.perf_counter()
+    w = ips_weights(log.clicks, log.position, log.propensity, clip=clip)
+    ips = sr.RankRLS(ties="exclude").fit(Xc, log.clicks, log.session, sample_weight=w)
+    t2 = time.perf_counter()
+    res["b"] = _select(naive, data["vali"], data["test"])
+    res["c_true"] = _select(ips, data["vali"], data["test"])
+    w_hat = ips_weights(log.clicks, log.position, p_hat, clip=clip)
+    res["c_est"] = _select(sr.RankRLS(ties="exclude").fit(Xc, log.clicks, log.session, sample_weight=w_hat),
+                           data["vali"], data["test"])
+    res["fit_ratio"] = (t2 - t1) / max(t1 - t0, 1e-9)   # weighted vs unweighted fit of the same click log
+    res["p_err"] = float(np.max(np.abs(p_hat - log.propensity)))
+    res["logging"] = _ndcg_of(logging, data["test"])
+    return res
+
+
+def _ndcg_of(model, split):
+    from streamrank.metrics import ndcg
+
+    X, y, q = split
+    return float(ndcg(y, model.predict(X), q, k=10))
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--smoke", action="store_true", help="tiny run (60 queries, 1 seed, eta 1)")
+    ap.add_argument("--fold", type=int, default=1)
+    ap.add_argument("--eta", type=float, nargs="+", default=[1.0, 2.0])
+    ap.add_argument("--seeds", type=int, default=3)
+    ap.add_argument("--k", type=int, default=10)
+    ap.add_argument("--sessions", type=int, default=20)
+    ap.add_argument("--random-sessions", type=int, default=5)
+    ap.add_argument("--log-queries", type=int, default=10)
+    ap.add_argument("--clip", type=float, default=0.01)
+    args = ap.parse_args(argv)
+    limit = None
+    if args.smoke:
+        args.eta, args.seeds, args.sessions, args.random_sessions, limit = [1.0], 1, 5, 3, 1500
+    data = load_mq2008(args.fold, limit)
+    print(f"MQ2008 fold {args.fold}: train {data['train'][0].shape[0]} rows, "
+          f"{np.unique(data['train'][2]).size} queries; k={args.k}, {args.sessions} sessions/query, "
+          f"{args.random_sessions} randomized sessions/query, noise 0.1, clip {args.clip}")
+    rows = []
+    for eta in args.eta:
+        runs = [run_one(data, eta=eta, seed=s, k=args.k, sessions=args.sessions,
+                        random_sessions=args.random_sessions, log_queries=args.log_queries, clip=args.clip)
+                for s in range(args.seeds)]
+        def ms(key):
+            v = np.array([r[key] for r in runs])
+            return f"{v.mean():.4f} ± {v.std():.4f}"
+        gap = lambda key: np.mean([(r[key] - r["b"]) / (r["a"] - r["b"]) if r["a"] != r["b"] else np.nan  # noqa: E731
+                                   for r in runs])
+        rows.append({"eta": eta, "logging": ms("logging"), "a": ms("a"), "b": ms("b"), "c_true": ms("c_true"),
+                     "c_est": ms("c_est"), "gap_true": gap("c_true"), "gap_est": gap("c_est"),
+                     "p_err": np.mean([r["p_err"] for r in runs]), "ctr": np.mean([r["ctr"] for r in runs]),
+                     "rows": runs[0]["rows"], "fit_ratio": np.mean([r["fit_ratio"] for r in runs])})
+    print_table(rows, [("eta", "eta", ".1f"), ("rows", "click rows", "d"), ("ctr", "CTR", ".3f"),
+                       ("logging", "logging", "s"), ("a", "(a) true labels", "s"), ("b", "(b) naive clicks", "s"),
+                       ("c_true", "(c) IPS true p", "s"), ("c_est", "(c) IPS est. p", "s"),
+                       ("gap_true", "gap closed (true p)", ".2f"), ("gap_est", "gap closed (est. p)", ".2f"),
+                       ("p_err", "max |p̂ - p|", ".3f"), ("fit_ratio", "IPS/plain fit time", ".2f")],
+               title=f"test NDCG@10 (mean ± std over {args.seeds} seed(s))")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
