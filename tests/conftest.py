@@ -67,3 +67,27 @@ if _os.environ.get("CI"):
     _hsettings.load_profile("ci")
 elif _os.environ.get("HYPOTHESIS_PROFILE"):
     _hsettings.load_profile(_os.environ["HYPOTHESIS_PROFILE"])
+
+
+# ``pytest -m "not slow"`` is the quick loop (README, "Tests"): besides the tests marked ``@pytest.mark.slow``
+# one by one, these start fresh interpreters, dask clusters or whole benchmark/demo runs, where each test pays
+# the start-up of numba, zarr and dask again (seconds each) rather than exercising a different code path.
+SLOW_FILES = {
+    "test_benchmarks_smoke.py", "test_demo.py",                         # whole scripts end to end
+    "sgd/test_sgd_benchmarks_smoke.py", "rankrls/test_bench_rankrls_smoke.py",
+    "rankrls/test_bench_cg_ties_path_smoke.py", "hardening/test_soak_smoke.py",
+    "cli/test_cli.py", "cli/test_cli_export.py", "hardening/test_crash_safety.py",  # real subprocesses
+    "hardening/test_security.py", "io/test_store_crash.py", "core/test_start_up.py",
+    "pipelines/test_nightly.py", "pipelines/test_nightly_models_dir.py",
+    "pipelines/test_nightly_ingest.py", "exporters/test_readme_serving.py",
+}
+
+
+def pytest_collection_modifyitems(config, items):
+    import pytest
+
+    root = _os.path.dirname(__file__)
+    for item in items:
+        rel = _os.path.relpath(str(item.path), root).replace(_os.sep, "/")
+        if rel in SLOW_FILES or item.get_closest_marker("distributed") is not None:
+            item.add_marker(pytest.mark.slow)
