@@ -5,6 +5,10 @@ meets streamrank), timed from outside (wall) with its CPU seconds
 (``getrusage`` of the child), and printed beside the baseline
 ``python -c "import numpy, scipy"`` measured in the same run:
 
+Columns: wall and CPU seconds, their ratios to the baseline's (``/base``,
+``cpu/b``; on a loaded machine the CPU ratio is the steadier figure), the
+load average, then the counts.
+
 * **warm cache** — ``streamrank --help``, ``ingest`` (MQ2008 Fold1 train,
   9,630 rows), ``fit --learner rankrls`` and ``evaluate`` (Fold1 test, 2,874
   rows): goal each <= 1.0 s or <= 2x the baseline (median of ``--repeat``);
@@ -177,13 +181,14 @@ def _row(name, wall, cpu, base, report=None, load=None):
         misses = sum(v[2] for v in k.values())
         heavy = ",".join(h.replace("streamrank.", "sr.") for h in report["heavy"]) or "-"
         extra = f"{misses:>5d} {hits:>5d} {report['n_modules']:>6d}  {heavy}"
-    print(f"{name:<28s} {wall:7.2f} {cpu:7.2f} {ratio:6.2f}x {load:5.1f}  {extra}", flush=True)
+    cpu_ratio = cpu / base[1]
+    print(f"{name:<28s} {wall:7.2f} {cpu:7.2f} {ratio:6.2f}x {cpu_ratio:6.2f}x {load:5.1f}  {extra}", flush=True)
     return ratio
 
 
 def _header(title):
     print(f"\n{title}")
-    print(f"{'':<28s} {'wall s':>7s} {'cpu s':>7s} {'/base':>7s} {'load':>5s}  "
+    print(f"{'':<28s} {'wall s':>7s} {'cpu s':>7s} {'/base':>7s} {'cpu/b':>7s} {'load':>5s}  "
           f"{'comp':>5s} {'cache':>5s} {'mods':>6s}  heavy imports")
 
 

@@ -163,3 +163,15 @@ def test_unbiased_clicks_smoke(capsys):
     _need(DATA / "letor" / "MQ2008_QueryLevelNorm.tar.gz")
     out = _run("unbiased_clicks", ["--smoke"], capsys)
     assert "(c) IPS true p" in out and "gap closed" in out
+
+
+def test_cold_start_smoke(tmp_path, capsys):
+    _need(DATA / "letor" / "MQ2008_QueryLevelNorm.tar.gz")
+    out = _run("cold_start", ["--smoke", "--work-dir", str(tmp_path)], capsys)
+    assert 'baseline "import numpy, scipy"' in out
+    for figure in ("--help", "ingest", "fit --learner rankrls", "evaluate"):
+        assert f"\n{figure} " in out
+    help_row = next(line for line in out.splitlines() if line.startswith("--help "))
+    cols = help_row.split()  # name, wall, cpu, ratio, cpu ratio, load, compiled, cached, modules, heavy imports
+    assert cols[6:8] == ["0", "0"]  # --help neither compiles nor loads a numba kernel
+    assert "numba" not in cols[9] and "zarr" not in cols[9]
