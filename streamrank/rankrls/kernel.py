@@ -170,8 +170,12 @@ class KernelRankRLS(BaseRanker):
         return A[:, 0] if self._one_d else A
 
     # -------------------------------------------------------------------- fit
-    def fit(self, X, y=None, qid=None, *, max_rows=None, feature_names=None):
+    def fit(self, X, y=None, qid=None, sample_weight=None, *, max_rows=None, feature_names=None):
         """Fit from arrays ``(X, y, qid)`` or from a :class:`~streamrank.BlockSource`.
+
+        ``sample_weight``: (rows,) weights, pair weight w_i w_j (as
+        :meth:`RankRLS.fit`); sparse RankRLS (``n_basis=r``) only — the
+        statistics K_RM L_w K_MR stay one pass; the exact dual raises.
 
         ``n_basis=None``: the exact dual in memory (a source is read whole).
         ``n_basis=r``: sparse RankRLS, two streaming passes (basis, statistics)
@@ -197,6 +201,9 @@ class KernelRankRLS(BaseRanker):
             if hasattr(self, attr):
                 delattr(self, attr)
         self.__dict__.pop("normalizer_", None)
+        if sample_weight is not None and self.n_basis is None and isinstance(self.basis, str):
+            raise NotImplementedError("sample_weight with the exact dual KernelRankRLS (n_basis=None) is not "
+                                      "implemented; use sparse RankRLS (n_basis=r, or basis=X for all rows)")
         if self.n_basis is None and isinstance(self.basis, str):
             if source is not None:
                 X, y, qid = _read_all(source)
@@ -211,6 +218,10 @@ class KernelRankRLS(BaseRanker):
             if source is None:
                 from ..io.sources import as_source
                 source = as_source(X, y, qid)
+            if sample_weight is not None:
+                from ..io.weighted import with_weights
+
+                source = with_weights(source, sample_weight)
             self._fit_sparse(spec, source, max_rows)
         self._set_feature_names(self.n_features_in_, feature_names, source)
         return self
@@ -276,9 +287,9 @@ class KernelRankRLS(BaseRanker):
         cols = KernelColumns(spec, Xb)
         for block in source.blocks(max_rows=max_rows, split_groups=True):
             gid = block.group_start + np.arange(block.n_groups, dtype=np.int64)
-            if block.is_split or stats.per_output:
+            if block.is_split or stats.per_output or block.weight is not None:
                 stats.add_block(spec(block.X, Xb), block.y, block.group_ptr, group_size=block.group_size,
-                                group_offset=block.group_offset, group_id=gid)
+                                group_offset=block.group_offset, group_id=gid, weight=block.weight)
             else:
                 # whole groups: Φ = k(X_B, X_R) is computed into the statistics' SYRK workspace piece by
                 # piece, each piece centred and scaled while in cache (no copy, no block-sized temporary)

@@ -206,3 +206,37 @@ def test_bad_sample_weight_is_refused(rng):
         sr.RankRLS(solver="cg").fit(X, y, qid, sample_weight=np.ones(len(y)))
     with pytest.raises(NotImplementedError, match="split across blocks"):
         sr.RankRLS().fit(X, y, None, sample_weight=np.ones(len(y)), max_rows=5)
+
+
+@pytest.mark.parametrize("ties", ["include", "exclude"])
+def test_weighted_sparse_kernel_rankrls_equals_closed_form(ties, rng):
+    """Sparse KernelRankRLS with weights: (K_RM L_w K_MR + λ K_RR)⁻¹ K_RM L_w y, L_w built pair by pair."""
+    X, y, qid, gp = make_groups(rng, n_groups=8, n_features=3, levels=3)
+    w = weights(rng, len(y))
+    m = sr.KernelRankRLS(kernel="rbf", gamma=0.5, alpha=0.3, n_basis=7, random_state=2, ties=ties)
+    m.fit(X, y, qid, sample_weight=w, max_rows=9)
+    R = m.basis_
+    K_RM = np.exp(-0.5 * ((R[:, None, :] - X[None, :, :]) ** 2).sum(-1))
+    K_RR = np.exp(-0.5 * ((R[:, None, :] - R[None, :, :]) ** 2).sum(-1))
+    L = np.zeros((len(y), len(y)))
+    for g in range(len(gp) - 1):
+        for i in range(gp[g], gp[g + 1]):
+            for j in range(i + 1, gp[g + 1]):
+                if ties == "exclude" and y[i] == y[j]:
+                    continue
+                e = np.zeros(len(y))
+                e[i], e[j] = 1.0, -1.0
+                L += w[i] * w[j] * np.outer(e, e)
+    ref = np.linalg.solve(K_RM @ L @ K_RM.T + 0.3 * K_RR, K_RM @ L @ y)
+    np.testing.assert_allclose(np.ravel(m.dual_coef_), ref, rtol=1e-8, atol=1e-10)
+    with pytest.raises(NotImplementedError, match="exact dual"):
+        sr.KernelRankRLS(alpha=0.3).fit(X, y, qid, sample_weight=w)
+
+
+def test_learners_without_weights_refuse_them(rng):
+    X, y, qid, gp = make_groups(rng, n_groups=4, min_size=2)
+    w = np.ones(len(y))
+    for call in (lambda: sr.PairwiseSGDRanker().fit(X, y, qid, sample_weight=w),
+                 lambda: sr.PairwiseSGDRanker().partial_fit(X, y, qid, sample_weight=w)):
+        with pytest.raises(NotImplementedError, match="PairwiseSGDRanker does not support sample_weight"):
+            call()
