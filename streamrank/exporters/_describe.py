@@ -68,7 +68,10 @@ def describe(model, *, feature_names=None) -> ModelDescription:
     name = type(model).__name__
     norm = getattr(model, "normalizer_", None)
     if name in ("RankRLS", "PairwiseSGDRanker"):
-        model._check_fitted() if name == "RankRLS" else model._fitted()
+        if name == "RankRLS":
+            model._check_fitted()
+        else:
+            model._fitted()
         w = np.asarray(model.coef_, dtype=np.float64)
         n = w.shape[0]
         return ModelDescription("linear", name, n, _names(model, n, feature_names), norm, weights=w)
