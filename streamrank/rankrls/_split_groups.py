@@ -389,9 +389,15 @@ def _block_apply(block, U, Y, group_weight, ties, opens, ties_table=None):
         if ties == "exclude":
             _col_outputs(U.shape[1], Y.shape[1])
             yy = Y[:, 0] if Y.shape[1] == 1 else Y
-        LU = apply_laplacian(U, gp, y=yy, group_weight=group_weight, ties=ties, group_size=block.group_size)
+        LU = apply_laplacian(U, gp, y=yy, group_weight=group_weight, ties=ties, group_size=block.group_size,
+                             weight=getattr(block, "weight", None))
         return LU, closes
     # one piece of one split group (BlockSource.plan never mixes pieces with other groups)
+    if getattr(block, "weight", None) is not None:
+        raise NotImplementedError(
+            f"row weights with a group split across blocks (group of {int(block.group_size[0])} rows, more than "
+            "the block budget) are not implemented: raise max_rows above the largest group"
+        )
     size = int(block.group_size[0])
     gid = int(block.group_start)
     s = float(group_weights(np.array([size]), group_weight)[0])

@@ -246,11 +246,6 @@ class RankRLS(BaseRanker):
             self.__dict__.pop(attr, None)
         y_1d = _source_y_1d(source, y)
         solver = self._resolve_solver(source)
-        if solver == "cg" and _has_weights(source):
-            raise NotImplementedError(
-                "sample_weight with solver='cg' is not implemented; use solver='primal' (dense or sparse X "
-                f"with up to about {PRIMAL_MAX_FEATURES} features)"
-            )
         if solver == "primal":
             stats = self._accumulate(source, max_rows)
             self._fit_statistics(stats, y_1d=y_1d)
@@ -542,12 +537,6 @@ def _weighted(source, sample_weight):
     from ..io.weighted import with_weights
 
     return with_weights(source, sample_weight)
-
-
-def _has_weights(source) -> bool:
-    from ..io.weighted import WeightedSource
-
-    return isinstance(source, WeightedSource)
 
 
 def _source_y_1d(source, y) -> bool:

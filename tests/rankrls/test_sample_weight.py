@@ -202,8 +202,6 @@ def test_bad_sample_weight_is_refused(rng):
     w[2] = np.nan
     with pytest.raises(ValueError, match=r"sample_weight\[2\]"):
         sr.RankRLS().fit(X, y, qid, sample_weight=w)
-    with pytest.raises(NotImplementedError, match="solver='cg'"):
-        sr.RankRLS(solver="cg").fit(X, y, qid, sample_weight=np.ones(len(y)))
     with pytest.raises(NotImplementedError, match="split across blocks"):
         sr.RankRLS().fit(X, y, None, sample_weight=np.ones(len(y)), max_rows=5)
 
@@ -240,3 +238,24 @@ def test_learners_without_weights_refuse_them(rng):
                  lambda: sr.PairwiseSGDRanker().partial_fit(X, y, qid, sample_weight=w)):
         with pytest.raises(NotImplementedError, match="PairwiseSGDRanker does not support sample_weight"):
             call()
+
+
+@pytest.mark.parametrize("ties", ["include", "exclude"])
+@pytest.mark.parametrize("sparse", [False, True])
+def test_weighted_cg_equals_primal(ties, sparse, rng):
+    """solver='cg' with weights: L_w applied per block (O(rows)), weighted Jacobi diagonal; == the primal solve."""
+    from streamrank.rankrls.cg import gram_diagonal
+
+    X, y, qid, gp = make_groups(rng, n_groups=9, n_features=6, levels=3)
+    w = weights(rng, len(y))
+    Xs = X
+    if sparse:
+        X[np.abs(X) < 0.5] = 0
+        Xs = sp.csr_matrix(X)
+    ref = brute_fit(X, y, gp, w, 0.4, ties=ties)[:, 0]
+    m = sr.RankRLS(alpha=0.4, solver="cg", ties=ties, tol=1e-13, max_iter=500).fit(Xs, y, qid, sample_weight=w,
+                                                                                   max_rows=10)
+    np.testing.assert_allclose(m.coef_, ref, rtol=1e-8, atol=1e-10)
+    G, _, _ = brute_stats(X, y, gp, w, ties=ties)
+    diag = gram_diagonal(with_weights(sr.as_source(Xs, y, qid), w), ties=ties, max_rows=10)
+    np.testing.assert_allclose(diag, np.diag(G), rtol=1e-10, atol=1e-10)
