@@ -36,7 +36,18 @@ class ModelFormatError(ValueError):
 
 
 def register_model(cls):
-    """Class decorator: make ``cls`` loadable by :func:`load`."""
+    """Class decorator: make ``cls`` loadable by :func:`load` (found by its class name).
+
+    The package's learners live in the modules of ``streamrank.LEARNER_MODULES``,
+    which :func:`load` imports (an import error there is raised, never
+    skipped); ``tests/core/test_estimator_api.py`` checks that every learner
+    of the package is registered and listed.  Two different classes of the
+    same name cannot both be registered.
+    """
+    prev = _REGISTRY.get(cls.__name__)
+    if prev is not None and (prev.__module__, prev.__qualname__) != (cls.__module__, cls.__qualname__):
+        raise TypeError(f"two learners named {cls.__name__!r} ({prev.__module__} and {cls.__module__}): "
+                        "sr.load finds a learner by its class name")
     _REGISTRY[cls.__name__] = cls
     return cls
 
@@ -220,10 +231,7 @@ def load(path):
     if isinstance(name, str) and name not in _REGISTRY:  # import this learner's module only (start-up cost)
         own = streamrank._NAMES.get(name)
         for mod in [own] if own in streamrank.LEARNER_MODULES else streamrank.LEARNER_MODULES:
-            try:
-                importlib.import_module(mod)
-            except ModuleNotFoundError:
-                pass
+            importlib.import_module(mod)    # a learner module that does not import is an error, not skipped
     cls = _REGISTRY.get(name) if isinstance(name, str) else None
     if cls is None:
         raise ModelFormatError(f"{path} holds unknown model class {meta.get('class')!r}")

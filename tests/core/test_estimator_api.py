@@ -128,3 +128,50 @@ def test_distributed_fit_rejects_unknown_options():
         with pytest.raises(TypeError):
             srd.fit_sgd_rounds(sr.SparseSGDRanker(), sr.as_tuple_source(*_tuples()[:2], [[0, 1, 2]]),
                                n_round=3)
+
+
+def test_every_learner_is_registered_and_listed_for_load():
+    """sr.load finds learners by name through streamrank.LEARNER_MODULES: none may be missing."""
+    import importlib
+    import pkgutil
+
+    from streamrank.base import BaseRanker
+    from streamrank.persistence import _REGISTRY
+
+    for info in pkgutil.walk_packages(sr.__path__, "streamrank."):
+        if info.name.startswith(("streamrank.cli", "streamrank.demo")):
+            continue
+        try:
+            importlib.import_module(info.name)
+        except ModuleNotFoundError as exc:          # an optional dependency (an extra) is not installed
+            assert not str(exc.name).startswith("streamrank"), exc
+    seen = set()
+    stack = list(BaseRanker.__subclasses__())
+    while stack:
+        cls = stack.pop()
+        stack.extend(cls.__subclasses__())
+        if cls.__module__.startswith("streamrank.") and "_get_state" in vars(cls):
+            seen.add(cls)
+    assert {c.__name__ for c in seen} >= {"RankRLS", "KernelRankRLS", "SparseSGDRanker", "PairwiseSGDRanker"}
+    for cls in seen:
+        assert _REGISTRY.get(cls.__name__) is cls, f"{cls.__name__} is not @register_model"
+        assert cls.__module__ in sr.LEARNER_MODULES, f"{cls.__module__} is missing from LEARNER_MODULES"
+
+
+def test_load_raises_when_a_learner_module_does_not_import(tmp_path, monkeypatch):
+    X, y, qid = _data()
+    sr.save(sr.RankRLS(solver="primal").fit(X, y, qid), tmp_path / "m")
+    from streamrank import persistence
+
+    monkeypatch.setattr(persistence, "_REGISTRY", {})
+    monkeypatch.setattr(sr, "LEARNER_MODULES", sr.LEARNER_MODULES + ("streamrank.rankrls._no_such_module",))
+    monkeypatch.setitem(sr._NAMES, "RankRLS", "streamrank.rankrls._no_such_module")
+    with pytest.raises(ModuleNotFoundError, match="_no_such_module"):
+        sr.load(tmp_path / "m")
+
+
+def test_two_learners_of_one_name_cannot_both_register():
+    from streamrank.persistence import register_model
+
+    with pytest.raises(TypeError, match="two learners named 'RankRLS'"):
+        register_model(type("RankRLS", (sr.RankRLS,), {"__module__": "elsewhere"}))
