@@ -144,9 +144,9 @@ def main(argv=None) -> int:
         # last: dask's nanny exports MALLOC_TRIM_THRESHOLD_ into this process's environment
         t1d, _, _, cpu1d, _ = _time_cluster(1, store, warm, args.max_rows, args.split_every, tuned=False)
         to_client = _serialized_bytes(s2)
-        est = sr.RankRLS(solver="primal")._fit_statistics(s2)
+        est = sr.RankRLS(solver="primal").fit_statistics(s2)
         diff = float(np.max(np.abs(est.coef_ - local.coef_)) / np.max(np.abs(local.coef_)))
-        est1 = sr.RankRLS(solver="primal")._fit_statistics(s1)
+        est1 = sr.RankRLS(solver="primal").fit_statistics(s1)
         diff1 = float(np.max(np.abs(est1.coef_ - local.coef_)) / np.max(np.abs(local.coef_)))
 
         n = args.features

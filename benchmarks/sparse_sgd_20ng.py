@@ -173,8 +173,7 @@ def main(argv=None) -> int:
         record("identity", "identity", None)
     if "diagonal" in methods:
         m = sr.SparseSGDRanker(l1=0.0, auto_refit=False, **base)
-        m._params()
-        m._start(n_f, n_f)  # W0 = I, then SGD on Omega = diagonal (the refit of eq. 8)
+        m.init_state(n_f, n_f)  # W0 = I, then SGD on Omega = diagonal (the refit of eq. 8)
         with PeakRSS() as mem:
             t1 = time.perf_counter()
             m.refit(train, n_steps=args.steps, **fit_kw)

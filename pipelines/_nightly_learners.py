@@ -157,7 +157,7 @@ def update_rankrls(store, base_model, seen_groups, alphas, *, folds=DEFAULT_FOLD
     y_1d = store.n_outputs == 1
     best, scores, total = select_alpha(folds_now, alphas)
     model.alpha = best
-    model._fit_statistics(total, y_1d=y_1d)
+    model.fit_statistics(total, y_1d=y_1d)
     model.fold_stats_ = folds_now
     sel = {"alphas": [float(a) for a in alphas], "cv_squared": [float(s) for s in scores],
            "alpha": best, "new_rows": pre.n_rows + hold.n_rows, "new_groups": pre.n_groups + hold.n_groups}
@@ -165,7 +165,7 @@ def update_rankrls(store, base_model, seen_groups, alphas, *, folds=DEFAULT_FOLD
     if holdout is not None and folds_pre is not None and folds_hold is not None:
         best_m, _, total_m = select_alpha(folds_pre, alphas)
         minus = sr.RankRLS(**dict(model.get_params(), alpha=best_m))
-        minus._fit_statistics(total_m, y_1d=y_1d)
+        minus.fit_statistics(total_m, y_1d=y_1d)
         sel["holdout_alpha"] = best_m
     return model, sel, minus
 
@@ -178,7 +178,7 @@ def kernel_fold_statistics(model, source, n_folds, max_rows=DEFAULT_BLOCK_ROWS):
     from streamrank.rankrls._statistics import RankStatistics
     from streamrank.rankrls.selection import _split_by_fold, fold_of
 
-    spec, Xb = model._spec(), model.basis_
+    spec, Xb = model.kernel_function(), model.basis_
     folds = [RankStatistics(Xb.shape[0], source.n_outputs, group_weight=model.group_weight, ties=model.ties)
              for _ in range(n_folds)]
     for block in source.blocks(max_rows=max_rows, split_groups=True):
@@ -226,10 +226,10 @@ def update_kernel(store, base_model, base_dir, seen, alphas, *, folds=DEFAULT_FO
     folds_pre = _merged(base_folds, kernel_fold_statistics(model, pre, n_folds, max_rows) if pre.n_rows else None)
     folds_hold = kernel_fold_statistics(model, hold, n_folds, max_rows) if hold.n_rows else None
     fold_stats = _merged(folds_pre, folds_hold)
-    K_RR = model._spec()(model.basis_)
+    K_RR = model.kernel_function()(model.basis_)
     best, scores, total = select_alpha_kernel(fold_stats, K_RR, alphas)
     model.alpha = best
-    model._fit_statistics(total, model.basis_, store, max_rows)
+    model.fit_basis_statistics(total, model.basis_, store, max_rows)
     arrays = {"n_folds": np.array(len(fold_stats))}
     for f, st in enumerate(fold_stats):
         arrays.update(st.to_arrays(f"fold{f}_"))
@@ -239,7 +239,7 @@ def update_kernel(store, base_model, base_dir, seen, alphas, *, folds=DEFAULT_FO
     if holdout is not None and folds_pre is not None and folds_hold is not None:
         best_m, _, total_m = select_alpha_kernel(folds_pre, K_RR, alphas)
         minus = sr.KernelRankRLS(**dict(model.get_params(), alpha=best_m))
-        minus._fit_statistics(total_m, model.basis_, store, max_rows)
+        minus.fit_basis_statistics(total_m, model.basis_, store, max_rows)
         sel["holdout_alpha"] = best_m
     return model, sel, minus, arrays
 

@@ -90,8 +90,7 @@ def run_sgd(args, out):
     report["tuple_error"] = _tuple_quality(est, val)
     if args.compare_single:  # one machine, the same tuples in the same per-shard order, one after another
         single = build_estimator(args)
-        single._params()
-        single._start(int(store.n_query_features), int(store.n_item_features))
+        single.init_state(int(store.n_query_features), int(store.n_item_features))
         t1 = time.perf_counter()
         for r in range(args.rounds):
             for shard in range(k):      # the round task itself, run here shard after shard (bounded reads)
@@ -129,13 +128,13 @@ def run(args, out=None):
     with srd.get_client(args.scheduler, n_workers=args.workers) as client:
         report["workers"] = len(client.scheduler_info()["workers"])
         if args.alphas is not None:
-            if args.learner != "rankrls" or est._resolve_solver(store) != "primal":
+            if args.learner != "rankrls" or est.solver_for(store) != "primal":
                 raise ValueError("--alphas selects λ from fold statistics: primal RankRLS only")
             folds = srd.statistics(est, store, client, max_rows=args.max_rows, split_every=args.split_every,
                                    folds=args.folds)
             best, scores, total = select_alpha(folds, args.alphas)
             est.alpha = best
-            est._fit_statistics(total, y_1d=store.n_outputs == 1)
+            est.fit_statistics(total, y_1d=store.n_outputs == 1)
             est.fold_stats_ = folds
             report["selection"] = {"alphas": [float(a) for a in args.alphas],
                                    "cv_squared": [float(s) for s in scores], "alpha": best}

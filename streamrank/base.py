@@ -8,15 +8,22 @@
 Persistence (see :mod:`streamrank.persistence`) asks each learner for
 ``_get_state() -> (attrs, arrays)`` — JSON-able attributes and named arrays —
 and gives them back to ``_set_state(attrs, arrays)``.  No pickle anywhere.
+
+The two learner protocols the rest of the package relies on — model
+selection, :mod:`streamrank.distributed` and the pipelines use nothing else
+of a learner — are declared here: :class:`StatisticsLearner` (new
+statistics, accumulate a block, fit from statistics, predict) and
+:class:`SGDLearner` (state, one round, merge).
 """
 from __future__ import annotations
 
 import contextlib
 import inspect
+from typing import Protocol, runtime_checkable
 
 import numpy as np
 
-__all__ = ["BaseRanker", "NotFittedError"]
+__all__ = ["BaseRanker", "NotFittedError", "StatisticsLearner", "SGDLearner"]
 
 
 class NotFittedError(ValueError, AttributeError):
@@ -82,6 +89,20 @@ class BaseRanker:
         if hasattr(self, "fit"):
             req.fit.add_request(param="qid", alias=True)
         return req
+
+    def check_params(self):
+        """Validate the parameters now (``fit`` does it too); raises on a bad value, returns self."""
+        check = getattr(self, "_check_params", None) or getattr(self, "_params", None)
+        if check is not None:
+            check()
+        return self
+
+    def adopt(self, model):
+        """Take over the fitted state of ``model`` (same class) in place, e.g. the merge of shard models."""
+        if type(model) is not type(self):
+            raise TypeError(f"{type(self).__name__}.adopt needs a {type(self).__name__}, got {type(model).__name__}")
+        self.__dict__.update(model.__dict__)
+        return self
 
     # ------------------------------------------------------------ selection
     @contextlib.contextmanager
@@ -194,3 +215,66 @@ class BaseRanker:
 
     def _set_state(self, attrs: dict, arrays: dict) -> None:
         raise NotImplementedError(f"{type(self).__name__} does not support loading yet")
+
+
+# ------------------------------------------------------------------ protocols
+@runtime_checkable
+class StatisticsLearner(Protocol):
+    """What a *statistics learner* offers the rest of the package (DESIGN §4).
+
+    Its fit is a sum of per-block statistics followed by a solve, so the sum
+    can be taken anywhere — one pass (``fit``), per fold (model selection),
+    per worker and a tree reduction (:mod:`streamrank.distributed`), per day
+    (the nightly pipeline) — and the solve done once.  Implemented by
+    :class:`~streamrank.RankRLS` (primal solver).  Selection, ``distributed``
+    and the pipelines use only these methods:
+
+    ``new_statistics(n_features, n_outputs)``
+        An empty mergeable statistics object (``add_block``, ``merge``,
+        ``check_complete``) for this learner's parameters.
+    ``accumulate(stats, block)``
+        Add one :class:`~streamrank.io.blocks.Block` (whole groups or a piece
+        of a split group) into ``stats``; returns ``stats``.
+    ``fit_statistics(stats, *, y_1d=None, source=None)``
+        Finish a fit from summed statistics (the solve and the fitted
+        attributes); ``source`` is recorded as the training data.
+    ``predict(X)``
+        Scores of the rows of X.
+    """
+
+    def new_statistics(self, n_features: int, n_outputs: int): ...
+
+    def accumulate(self, stats, block): ...
+
+    def fit_statistics(self, stats, *, y_1d=None, source=None): ...
+
+    def predict(self, X): ...
+
+
+@runtime_checkable
+class SGDLearner(Protocol):
+    """What an *SGD learner* offers the rest of the package: state, one round, merge.
+
+    Implemented by :class:`~streamrank.SparseSGDRanker` (tuple sources) and
+    :class:`~streamrank.PairwiseSGDRanker` (group sources).
+    :func:`streamrank.distributed.fit_sgd_rounds` and the pipelines use only
+    these methods:
+
+    ``init_state(*n_features)``
+        Check the parameters and start the model's state (W₀ / v₀) when it
+        has none (a fitted model keeps its state: rounds continue it).
+    ``partial_fit(...)``
+        One round: SGD steps on the given data, continuing the clock.
+    ``average(models)`` (classmethod)
+        The merge of models trained from the same state on different shards
+        (sparse-aware parameter mixing); a new model.
+    ``adopt(model)``
+        Take over ``model``'s fitted state in place (the result of a merge).
+    """
+
+    def init_state(self, *n_features: int): ...
+
+    @classmethod
+    def average(cls, models): ...
+
+    def adopt(self, model): ...

@@ -3,8 +3,9 @@
 Distribution is a different way to *reduce the same per-block results*, never
 a second implementation of the math:
 
-* **statistics learners** (primal :class:`~streamrank.RankRLS`, and any
-  learner exposing ``_statistics_of_block(block)`` + ``_fit_statistics(stats)``):
+* **statistics learners** (:class:`streamrank.base.StatisticsLearner`:
+  primal :class:`~streamrank.RankRLS`, and any learner offering
+  ``new_statistics``, ``accumulate``, ``fit_statistics``):
   the client plans the blocks (``source.plan(max_rows, split_groups=True)``,
   the same plan a local ``fit`` streams), each worker reads *its own* blocks
   from the store, adds them into one statistics object (as the local ``fit``)
@@ -42,12 +43,13 @@ cluster plumbing (``_cluster``, ``_retry``), which imports none of them.
 from __future__ import annotations
 
 from .._defaults import DEFAULT_BLOCK_ROWS
+from ..base import SGDLearner, StatisticsLearner
 from ._cg import fit_cg
 from ._cluster import DEFAULT_SPLIT_EVERY, SourceRef, _as_source, get_client, local_cluster, tree_reduce
 from ._kernel import fit_kernel_sparse
 from ._predict import evaluate, predict
 from ._sgd import fit_sgd_rounds as _fit_sgd_rounds
-from ._statistics import fit_statistics, statistics
+from ._statistics import fit_from_statistics, statistics
 
 __all__ = ["fit", "predict", "evaluate", "statistics", "fit_sgd_rounds", "SourceRef", "get_client", "local_cluster",
            "tree_reduce", "DEFAULT_BLOCK_ROWS", "DEFAULT_SPLIT_EVERY"]
@@ -63,10 +65,10 @@ def _check_options(estimator, strategy, kwargs, allowed):
 
 
 def _is_statistics_learner(estimator, source):
-    if not (hasattr(estimator, "_statistics_of_block") and hasattr(estimator, "_fit_statistics")):
+    if not isinstance(estimator, StatisticsLearner):
         return False
-    resolve = getattr(estimator, "_resolve_solver", None)
-    return resolve is None or resolve(source) == "primal"
+    solver_for = getattr(estimator, "solver_for", None)
+    return solver_for is None or solver_for(source) == "primal"
 
 
 def fit(estimator, source, client=None, *, max_rows=DEFAULT_BLOCK_ROWS, split_every=DEFAULT_SPLIT_EVERY,
@@ -94,7 +96,7 @@ def fit(estimator, source, client=None, *, max_rows=DEFAULT_BLOCK_ROWS, split_ev
     ``refit_steps_per_round=``; see :func:`fit_sgd_rounds`) — close to, not
     equal to, the single-machine run (one shard: equal).
     """
-    if (hasattr(source, "n_tuples") and hasattr(estimator, "partial_fit")) or hasattr(estimator, "partial_fit_pairs"):
+    if isinstance(estimator, SGDLearner):
         if getattr(estimator, "normalize", None) is not None:
             raise NotImplementedError(f"normalize={estimator.normalize!r} with data-parallel SGD rounds is not "
                                       "implemented (every shard would scale by its own rows); fit locally")
@@ -104,21 +106,20 @@ def fit(estimator, source, client=None, *, max_rows=DEFAULT_BLOCK_ROWS, split_ev
     source = _as_source(source)
     if source.n_rows == 0:
         raise ValueError("empty input: the source has no rows")
-    if hasattr(estimator, "_check_params"):
-        estimator._check_params()
+    estimator.check_params()
     if _is_statistics_learner(estimator, source):
         _check_options(estimator, "statistics", kwargs, ("blocks_per_task",))
-        return fit_statistics(estimator, source, client, max_rows=max_rows, split_every=split_every, **kwargs)
-    if getattr(estimator, "n_basis", None) is not None and hasattr(estimator, "_spec"):
+        return fit_from_statistics(estimator, source, client, max_rows=max_rows, split_every=split_every, **kwargs)
+    if getattr(estimator, "n_basis", None) is not None and hasattr(estimator, "kernel_function"):
         _check_options(estimator, "sparse kernel", kwargs, ())
         return fit_kernel_sparse(estimator, source, client, max_rows=max_rows, split_every=split_every)
-    if hasattr(estimator, "_resolve_solver") and estimator._resolve_solver(source) == "cg":
+    if hasattr(estimator, "solver_for") and estimator.solver_for(source) == "cg":   # RankRLS(solver="cg")
         _check_options(estimator, "conjugate gradient", kwargs, ("callback", "validation", "patience", "x0"))
         return fit_cg(estimator, source, client, max_rows=max_rows, split_every=split_every, **kwargs)
     raise NotImplementedError(
         f"sr.distributed.fit does not know how to distribute {type(estimator).__name__}: it needs "
-        "_statistics_of_block/_fit_statistics (statistics learners) or the RankRLS cg solver; "
-        "SGD rankers: use streamrank.distributed.fit_sgd_rounds"
+        "the StatisticsLearner or SGDLearner protocol (streamrank.base), the RankRLS cg solver, or a sparse "
+        "KernelRankRLS (n_basis=r)"
     )
 
 

@@ -260,6 +260,5 @@ def fit_cg(estimator, source, client=None, *, max_rows=DEFAULT_BLOCK_ROWS, split
     info["n_retries"] = op.n_retries
     info["n_class_scatters"] = op.n_class_scatters
     y_1d = reset_fitted(est, source)
-    est._set_cg_solution(W, info, source, y_1d)
-    est._train_source = source
+    est.fit_cg_solution(W, info, source, y_1d)
     return est

@@ -46,7 +46,7 @@ def _kernel_stats_task(plan, ref, est, basis, n_outputs):
     from ..rankrls._statistics import block_statistics
 
     block = ref.open().read_block(*plan)
-    spec = est._spec()
+    spec = est.kernel_function()
     return _compact(block_statistics(block, group_weight=est.group_weight, ties=est.ties,
                                      transform=lambda X: spec(X, basis), n_outputs=n_outputs,
                                      per_output=True))
@@ -64,7 +64,7 @@ def fit_kernel_sparse(est, source, client, *, max_rows, split_every):
 
     from .._validation import check_X
 
-    est._check_params()
+    est.check_params()
     m = source.n_rows
     proto = _params_only(est)
     with get_client(client) as c:
@@ -96,4 +96,4 @@ def fit_kernel_sparse(est, source, client, *, max_rows, split_every):
             return tree_reduce(c, parts, split_every=split_every).result()
 
         stats, _ = with_retries(c, kernel_stats, on_loss=lambda: refs.__setitem__(0, _ship_source(c, source)))
-    return est._fit_statistics(stats, Xb, source, max_rows)
+    return est.fit_basis_statistics(stats, Xb, source, max_rows)

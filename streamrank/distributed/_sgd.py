@@ -154,57 +154,13 @@ def _pairwise_round_task(shard, ref, model, n_shards, round_, steps, plan):
 
 
 def average_pairwise(models):
-    """Average of linear models that took the same number of steps from the same state.
-
-    ``w = mean_k w_k`` (a dense n-vector); the clock is the shards' common
-    ``t`` (their maximum: a shard without pairs did not move).  L1 state:
-    with the cumulative rule (Tsuruoka et al. 2009) the global penalty
-    ``u = l1 Σ η`` depends on the clock only, so it is taken from the shard
-    with the largest ``t``, and the penalty each weight has received, ``q``
-    (in units of w), is averaged like w itself; with the paper's window rule
-    the pending window sum is likewise a function of the clock.
-    """
-    lead = max(models, key=lambda m: m.t_)
-    out = copy.deepcopy(lead)
-    out._v = np.mean([m.coef_ for m in models], axis=0)
-    out._fstate = lead._fstate.copy()
-    out._fstate[0] = 1.0                     # coef_ = fstate[0] * v: the scale is folded into v
-    out._q = np.mean([m._q for m in models], axis=0)
-    out._istate = lead._istate.copy()
-    return out
+    """Average of pairwise models (:meth:`streamrank.PairwiseSGDRanker.average`)."""
+    return type(models[0]).average(models)
 
 
 def average_models(models):
-    """Sparse-aware average of bilinear models that started the round from the same state.
-
-    ``W = (1/k) Σ_s W_s`` as a CSR sum (support = union of the shards'
-    supports); the clocks ``t`` and ``t_refit`` are the shards' common ones
-    (their maximum: a shard without tuples did not move).  In a refit round
-    every shard updates only entries of the common support Ω, so the average
-    keeps Ω (an entry can leave it only by averaging to exactly 0.0).
-    """
-    from ..sgd import _sparse_w_kernels as K_
-    from ..sgd._table import SparseW
-
-    base = models[0]
-    k = len(models)
-    W = models[0].W_.astype(np.float64)
-    for m in models[1:]:
-        W = W + m.W_
-    W = (W / k).tocoo()
-    out = copy.deepcopy(base)
-    old = base._fitted()
-    new = SparseW(old.n_rows, old.n_cols)
-    new.istate[:] = old.istate
-    new.istate[K_.I_T] = max(int(m._fitted().istate[K_.I_T]) for m in models)
-    new.istate[K_.I_TREFIT] = max(int(m._fitted().istate[K_.I_TREFIT]) for m in models)
-    new.istate[K_.I_UPDATES] = sum(int(m._fitted().istate[K_.I_UPDATES]) for m in models)
-    new.istate[K_.I_K] = 0
-    new.istate[K_.I_COUNT] = 0
-    new.fstate[:] = old.fstate
-    new.set_entries(W.row, W.col, W.data)
-    out._W = new
-    return out
+    """Sparse-aware average of bilinear models (:meth:`streamrank.SparseSGDRanker.average`)."""
+    return type(models[0]).average(models)
 
 
 def fit_sgd_rounds(estimator, source, client=None, *, rounds=10, steps_per_round=10_000, n_shards=None,
@@ -234,10 +190,11 @@ def fit_sgd_rounds(estimator, source, client=None, *, rounds=10, steps_per_round
         raise ValueError(f"rounds and steps_per_round must be >= 1, got {rounds}, {steps}")
     pairwise = hasattr(estimator, "partial_fit_pairs")
     refit = (not pairwise) and bool(getattr(estimator, "auto_refit", False))
+    estimator.check_params()
     if refit:
         refit_rounds = rounds if refit_rounds is None else int(refit_rounds)
         if refit_steps_per_round is None:
-            rs = estimator._params().get("refit_steps")
+            rs = estimator.refit_steps
             refit_steps_per_round = steps if rs is None else -(-int(rs) // max(refit_rounds, 1))
         refit_steps_per_round = int(refit_steps_per_round)
         if refit_rounds < 0 or refit_steps_per_round < 0:
@@ -250,14 +207,10 @@ def fit_sgd_rounds(estimator, source, client=None, *, rounds=10, steps_per_round
             source = _as_source(source)
             ref = _ship_source(c, source)
             plan = source.plan(max_rows)
-            if getattr(model, "_v", None) is None:
-                model._params()
-                model._start(source.n_features)
+            model.init_state(source.n_features)
         else:
             ref = source if hasattr(source, "path") else c.scatter(source, hash=False)
-            if getattr(model, "_W", None) is None:  # start W₀ on the client (identity or zeros)
-                model._params()
-                model._start(int(source.n_query_features), int(source.n_item_features))
+            model.init_state(source.n_query_features, source.n_item_features)   # W₀ on the client
         history = []
         phases = [("sgd", r, steps) for r in range(rounds)]
         if refit and refit_steps_per_round:
@@ -286,16 +239,14 @@ def fit_sgd_rounds(estimator, source, client=None, *, rounds=10, steps_per_round
             # a round is a pure function of the round's model: one that loses a worker is run again
             shards, retries = with_retries(c, one_round, on_loss=reship)
             n_retries += retries
-            if k == 1:
-                model = shards[0]
-            else:
-                model = average_pairwise(shards) if pairwise else average_models(shards)
+            model = shards[0] if k == 1 else type(model).average(shards)
             rec = {"round": r, "t": model.t_,
                    "nnz": int(np.count_nonzero(model.coef_)) if pairwise else model.nnz_}
             if not pairwise:
                 rec.update(phase=phase, refit_t=model.refit_t_)
             history.append(rec)
-    estimator.__dict__.update(model.__dict__)
+    if model is not estimator:
+        estimator.adopt(model)
     estimator.rounds_history_ = history
     estimator.rounds_retries_ = n_retries
     return estimator

@@ -16,29 +16,20 @@ from .._defaults import DEFAULT_BLOCK_ROWS
 from ._cluster import (DEFAULT_BLOCKS_PER_TASK, DEFAULT_SPLIT_EVERY, _as_source, _blocks_of_task, _chunks, _compact,
                        _params_only, _ship_source, get_client, reset_fitted, tree_reduce)
 
-__all__ = ["statistics", "fit_statistics"]
+__all__ = ["statistics", "fit_from_statistics"]
 
 
 def _stats_task(plans, ref, est):
-    """The summed statistics of one task's blocks.
+    """The summed statistics of one task's blocks (:class:`~streamrank.base.StatisticsLearner`).
 
-    Learners with ``_new_statistics`` (RankRLS) add every block into one
-    statistics object, as the local ``fit`` does (one workspace reused, no
-    per-block merge); others merge their per-block ``_statistics_of_block``.
+    Every block is added into one statistics object, as the local ``fit``
+    does (one workspace reused, no per-block merge).
     """
     out = None
-    blocks = _blocks_of_task(plans, ref)
-    if hasattr(est, "_new_statistics"):
-        for block in blocks:
-            if out is None:
-                out = est._new_statistics(block.X.shape[1], 1 if np.ndim(block.y) == 1 else block.y.shape[1])
-            gid = block.group_start + np.arange(block.n_groups, dtype=np.int64)
-            out.add_block(block.X, block.y, block.group_ptr, group_size=block.group_size,
-                          group_offset=block.group_offset, group_id=gid, weight=block.weight)
-        return _compact(out)
-    for block in blocks:
-        st = est._statistics_of_block(block)
-        out = st if out is None else out.merge(st)
+    for block in _blocks_of_task(plans, ref):
+        if out is None:
+            out = est.new_statistics(block.X.shape[1], 1 if np.ndim(block.y) == 1 else block.y.shape[1])
+        est.accumulate(out, block)
     return _compact(out)
 
 
@@ -48,7 +39,7 @@ def _fold_stats_task(plans, ref, est, n_folds):
     folds = None
     for block in _blocks_of_task(plans, ref):
         if folds is None:
-            folds = [est._new_statistics(block.X.shape[1], 1 if np.ndim(block.y) == 1 else block.y.shape[1])
+            folds = [est.new_statistics(block.X.shape[1], 1 if np.ndim(block.y) == 1 else block.y.shape[1])
                      for _ in range(n_folds)]
         fog = fold_of(block.qid, n_folds)
         for f, X, Y, gp, size, off, gid, rows in _split_by_fold(block, fog):
@@ -60,7 +51,7 @@ def statistics(estimator, source, client=None, *, max_rows=DEFAULT_BLOCK_ROWS, s
                folds=None, blocks_per_task=DEFAULT_BLOCKS_PER_TASK):
     """Summed per-block statistics of ``source`` computed on the workers.
 
-    Returns the learner's mergeable statistics (``estimator._statistics_of_block``
+    Returns the learner's mergeable statistics (``estimator.statistics_of_block``
     summed over the plan ``source.plan(max_rows, split_groups=True)``), or with
     ``folds=k`` the list of k per-fold statistics (folds by query id, as
     :func:`streamrank.rankrls.selection.accumulate_folds`).  Only the reduced
@@ -91,19 +82,10 @@ def statistics(estimator, source, client=None, *, max_rows=DEFAULT_BLOCK_ROWS, s
     return total
 
 
-def _is_statistics_learner(estimator, source):
-    if not (hasattr(estimator, "_statistics_of_block") and hasattr(estimator, "_fit_statistics")):
-        return False
-    resolve = getattr(estimator, "_resolve_solver", None)
-    return resolve is None or resolve(source) == "primal"
-
-
-def fit_statistics(estimator, source, client=None, *, max_rows=DEFAULT_BLOCK_ROWS, split_every=DEFAULT_SPLIT_EVERY,
+def fit_from_statistics(estimator, source, client=None, *, max_rows=DEFAULT_BLOCK_ROWS, split_every=DEFAULT_SPLIT_EVERY,
                    blocks_per_task=DEFAULT_BLOCKS_PER_TASK):
     """Fit a statistics learner from the statistics summed on the workers (see module doc)."""
     stats = statistics(estimator, source, client, max_rows=max_rows, split_every=split_every,
                        blocks_per_task=blocks_per_task)
     y_1d = reset_fitted(estimator, source)
-    estimator._fit_statistics(stats, y_1d=y_1d)
-    estimator._train_source = source
-    return estimator
+    return estimator.fit_statistics(stats, y_1d=y_1d, source=source)

@@ -140,7 +140,7 @@ def cg_path(source, alphas, *, group_weight="pair", ties="include", tol=1e-6, ma
 
 
 def _model_source(model, source):
-    src = model._source_for(source)
+    src = model.training_source(source)
     if src.n_features != model.n_features_in_:
         raise ValueError(f"source has {src.n_features} features, but the model was fitted with "
                          f"{model.n_features_in_}")
@@ -199,10 +199,10 @@ def cross_validate_cg(model, source=None, *, alphas=None, folds=5, scoring="squa
     data give the same scores up to the CG tolerance.  Sets ``model.cv_info_``
     = {"n_passes" (of the CV, without the final fit), "n_iter" (folds, alphas)}.
     """
-    model._check_params()
+    model.check_params()
     kind, k = _parse_scoring(scoring)
     alphas = check_alphas(alphas)
-    source = model._source_for(source)
+    source = model.training_source(source)
     model._check_source(source)
     if folds == "query":
         raise NotImplementedError("cross_validate(folds='query') on a cg model: " + LEAVE_QUERY_OUT_MESSAGE)

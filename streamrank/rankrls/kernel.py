@@ -149,11 +149,12 @@ class KernelRankRLS(BaseRanker):
         self.random_state = random_state
 
     # ------------------------------------------------------------ validation
-    def _spec(self):
+    def kernel_function(self):
+        """The kernel as a function ``k(X, Z) -> (rows of X, rows of Z)`` (the parameters checked)."""
         return check_kernel(self.kernel, self.gamma, self.degree, self.coef0)
 
     def _check_params(self):
-        spec = self._spec()
+        spec = self.kernel_function()
         check_alpha(self.alpha, "alpha")
         check_group_weight(self.group_weight)
         check_ties(self.ties)
@@ -298,10 +299,10 @@ class KernelRankRLS(BaseRanker):
                                 fill=lambda a, b, out, Xblk=Xblk, W=W: cols.into_rows(Xblk[a:b], W, a))
             if len(ys) < 1:
                 ys.append(np.ndim(block.y))
-        return self._fit_statistics(stats, Xb, source, max_rows, one_d=bool(ys and ys[0] == 1),
+        return self.fit_basis_statistics(stats, Xb, source, max_rows, one_d=bool(ys and ys[0] == 1),
                                     normalizer=normalizer)
 
-    def _fit_statistics(self, stats, basis, source, max_rows, *, one_d=None, normalizer=None):
+    def fit_basis_statistics(self, stats, basis, source, max_rows, *, one_d=None, normalizer=None):
         """Finish sparse RankRLS from summed basis statistics (DESIGN §3.5).
 
         ``stats`` holds K_RM L K_MR and K_RM L Y (any sum of per-block
@@ -342,19 +343,19 @@ class KernelRankRLS(BaseRanker):
         if getattr(self, "normalizer_", None) is not None:
             X = self.normalizer_.transform(X)
         A = self.dual_coef_
-        return kernel_rows(self._spec(), X, self.basis_, A)
+        return kernel_rows(self.kernel_function(), X, self.basis_, A)
 
     def _solver(self):
         """The decomposition behind path and hold-outs; recomputed once after ``sr.load``."""
         mode = getattr(self, "_mode", None)
         if mode == "dual":
             if getattr(self, "_decomp", None) is None:     # loaded: O(m³) once
-                self._decomp = _dual_decomposition(self._spec(), self.basis_, self._Y, self._group_ptr,
+                self._decomp = _dual_decomposition(self.kernel_function(), self.basis_, self._Y, self._group_ptr,
                                                    self.group_weight, self.ties, check=False)
             return self._decomp
         if mode == "sparse":
             if getattr(self, "_sparse", None) is None:     # loaded: O(r³) once
-                self._sparse = _sparse_solution(*self._sparse_stats, self._spec()(self.basis_))
+                self._sparse = _sparse_solution(*self._sparse_stats, self.kernel_function()(self.basis_))
             return self._sparse
         self._check_fitted("dual_coef_")
         raise ValueError("this model was loaded from a file written without its training targets / "
@@ -405,7 +406,7 @@ class KernelRankRLS(BaseRanker):
         if source.n_groups < 2:
             raise ValueError("leave_query_out needs at least 2 query groups; the model was trained "
                              "on one group")
-        spec = self._spec()
+        spec = self.kernel_function()
         sol = self._solver()
         # one solution per output when every output has its own Laplacian (ties="exclude", several outputs)
         parts = sol.parts if isinstance(sol, PerOutput) else [sol]
@@ -470,7 +471,7 @@ class KernelRankRLS(BaseRanker):
         lpo = getattr(self, "_lpo_cache", None)
         if lpo is None or lpo.alpha != alpha:      # one O(m³) step per λ, then O(1) per pair
             self._lpo_cache = None
-            K = self._spec()(self.basis_)
+            K = self.kernel_function()(self.basis_)
             Y = np.asarray(self._Y, dtype=np.float64).reshape(m, -1)
             if self.ties == "include":
                 lpo = LeavePairOut(K, Y, alpha, group_weight=self.group_weight)
@@ -597,7 +598,7 @@ class KernelRankRLS(BaseRanker):
         from .selection import CVResult, _Evaluators, _split_by_fold, fold_of
 
         source, max_rows = self._train_source
-        spec = self._spec()
+        spec = self.kernel_function()
         Xb = self.basis_
         r = Xb.shape[0]
         v = source.n_outputs

@@ -6,12 +6,13 @@
 with L the block-diagonal group Laplacian of cost (21) (eq. (24), (25);
 see :mod:`streamrank.laplacian` for the group weights and tie handling).
 
-Fitting is two steps, so that a dask pipeline can run the first on workers:
+Fitting is two steps, so that a dask pipeline can run the first on workers
+(the learner is a :class:`streamrank.base.StatisticsLearner`):
 
-1. :meth:`RankRLS._statistics_of_block` — one block's mergeable
+1. :meth:`RankRLS.new_statistics` + :meth:`RankRLS.accumulate` — mergeable
    :class:`~streamrank.rankrls._statistics.RankStatistics` (G = XᵀLX, B = XᵀLY);
    they are summed over blocks (in any order, any tree);
-2. :meth:`RankRLS._fit_statistics` — the solve from the summed statistics.
+2. :meth:`RankRLS.fit_statistics` — the solve from the summed statistics.
 
 The conjugate-gradient solver (:mod:`streamrank.rankrls.cg`) never forms G:
 each matrix-vector product is one streaming pass.
@@ -138,7 +139,8 @@ class RankRLS(BaseRanker):
         if self.max_iter is not None and (not isinstance(self.max_iter, (int, np.integer)) or self.max_iter < 1):
             raise ValueError(f"max_iter must be None or an integer >= 1, got {self.max_iter!r}")
 
-    def _resolve_solver(self, source) -> str:
+    def solver_for(self, source) -> str:
+        """``"primal"`` or ``"cg"``: the solver a fit on ``source`` uses (``solver="auto"`` decides by its width)."""
         if self.solver != "auto":
             return self.solver
         return "primal" if (source.n_features <= PRIMAL_MAX_FEATURES and not source.sparse) else "cg"
@@ -149,11 +151,12 @@ class RankRLS(BaseRanker):
             raise ValueError("empty input: the source has no rows; at least one group with 2 rows is needed")
 
     # ------------------------------------------------- statistics (pass 1)
-    def _new_statistics(self, n_features, n_outputs) -> RankStatistics:
+    def new_statistics(self, n_features, n_outputs) -> RankStatistics:
+        """Empty mergeable statistics (G = XᵀLX, B = XᵀLY, ...) for this learner's parameters."""
         return RankStatistics(n_features, n_outputs, group_weight=self.group_weight, ties=self.ties,
                               per_output=True, moments=self.normalize is not None)
 
-    def _statistics_of_block(self, block) -> RankStatistics:
+    def statistics_of_block(self, block) -> RankStatistics:
         """One block's partial statistics (a dask worker's job); merge with ``+=``."""
         return block_statistics(block, group_weight=self.group_weight, ties=self.ties, per_output=True,
                                 moments=self.normalize is not None)
@@ -167,14 +170,20 @@ class RankRLS(BaseRanker):
                              "accumulated without normalize: refit")
         return stats.scaled(1.0 / self.normalizer_.scale)
 
+    @staticmethod
+    def accumulate(stats: RankStatistics, block) -> RankStatistics:
+        """Add one block (whole groups, or a piece of a group cut across blocks) into ``stats``."""
+        gid = block.group_start + np.arange(block.n_groups, dtype=np.int64)
+        stats.add_block(block.X, block.y, block.group_ptr, group_size=block.group_size,
+                        group_offset=block.group_offset, group_id=gid, weight=block.weight)
+        return stats
+
     def _accumulate(self, source, max_rows, stats=None) -> RankStatistics:
         if stats is None:
-            stats = self._new_statistics(source.n_features, source.n_outputs)
-        part = self._new_statistics(source.n_features, source.n_outputs)   # reuses its SYRK workspace
+            stats = self.new_statistics(source.n_features, source.n_outputs)
+        part = self.new_statistics(source.n_features, source.n_outputs)   # reuses its SYRK workspace
         for block in source.blocks(max_rows=max_rows, split_groups=True):
-            gid = block.group_start + np.arange(block.n_groups, dtype=np.int64)
-            part.add_block(block.X, block.y, block.group_ptr, group_size=block.group_size,
-                           group_offset=block.group_offset, group_id=gid, weight=block.weight)
+            self.accumulate(part, block)
         stats.merge(part)
         stats.check_complete()
         return stats
@@ -196,8 +205,13 @@ class RankRLS(BaseRanker):
         except (np.linalg.LinAlgError, scipy.linalg.LinAlgError):  # pragma: no cover - tiny alpha
             return EigenPath(G, B).coef(alpha)
 
-    def _fit_statistics(self, stats: RankStatistics, *, y_1d=None):
-        """Finish a fit from summed statistics: the solve and the fitted attributes."""
+    def fit_statistics(self, stats: RankStatistics, *, y_1d=None, source=None):
+        """Finish a fit from summed statistics: the solve and the fitted attributes; returns self.
+
+        ``y_1d``: the targets were a vector (``coef_`` is then 1-D).  ``source``:
+        the training data, kept for :meth:`path`, :meth:`leave_query_out` and
+        :meth:`cross_validate` without a source (None keeps the current one).
+        """
         self._check_params()
         stats.check_complete()
         alpha = check_alpha(self.alpha)
@@ -218,6 +232,8 @@ class RankRLS(BaseRanker):
         self.n_features_in_ = stats.n_features
         self.n_outputs_ = stats.n_outputs
         self._eigen = None
+        if source is not None:
+            self._train_source = source
         return self
 
     # ----------------------------------------------------------------- fit
@@ -245,10 +261,10 @@ class RankRLS(BaseRanker):
         for attr in ("coef_", "stats_", "fold_stats_", "n_iter_", "_eigen", "best_alpha_", "cv_results_"):
             self.__dict__.pop(attr, None)
         y_1d = _source_y_1d(source, y)
-        solver = self._resolve_solver(source)
+        solver = self.solver_for(source)
         if solver == "primal":
             stats = self._accumulate(source, max_rows)
-            self._fit_statistics(stats, y_1d=y_1d)
+            self.fit_statistics(stats, y_1d=y_1d)
         else:
             from .cg import solve_cg
 
@@ -256,14 +272,15 @@ class RankRLS(BaseRanker):
                                ties=self.ties, tol=self.tol, max_iter=self.max_iter, max_rows=max_rows,
                                callback=callback, validation=validation, patience=patience,
                                normalize=self.normalize)
-            self._set_cg_solution(W, info, source, y_1d)
+            self.fit_cg_solution(W, info, source, y_1d)
         self._train_source = source
         return self
 
-    def _set_cg_solution(self, W, info, source, y_1d):
+    def fit_cg_solution(self, W, info, source, y_1d):
         """The learned state of a :func:`~streamrank.rankrls.cg.solve_cg` solution ``W`` (n, v).
 
-        Shared by :meth:`fit` and the cluster fit (``streamrank.distributed._cg.fit_cg``).
+        Shared by :meth:`fit` and the cluster fit (``streamrank.distributed._cg.fit_cg``);
+        ``source`` is kept as the training data.
         """
         self._y_1d = bool(y_1d and W.shape[1] == 1)
         self.coef_ = W[:, 0] if self._y_1d else W
@@ -276,6 +293,7 @@ class RankRLS(BaseRanker):
             self.normalizer_ = info.pop("normalizer")
         else:
             self.__dict__.pop("normalizer_", None)
+        self._train_source = source
 
     def partial_fit(self, X, y=None, qid=None, sample_weight=None, *, max_rows=DEFAULT_BLOCK_ROWS,
                     feature_names=None):
@@ -296,13 +314,13 @@ class RankRLS(BaseRanker):
                 from .cg_selection import PARTIAL_FIT_MESSAGE
 
                 raise NotImplementedError(PARTIAL_FIT_MESSAGE)
-            if self._resolve_solver(source) != "primal":
+            if self.solver_for(source) != "primal":
                 raise NotImplementedError(
                     f"partial_fit needs the primal solver (dense X, n_features <= {PRIMAL_MAX_FEATURES}); "
                     f"got {'sparse' if source.sparse else 'dense'} X with {source.n_features} features and "
                     f"solver={self.solver!r}"
                 )
-            stats = self._new_statistics(source.n_features, source.n_outputs)
+            stats = self.new_statistics(source.n_features, source.n_outputs)
             self._y_1d = _source_y_1d(source, y)
             self._set_feature_names(source.n_features, feature_names, source)
         else:
@@ -320,14 +338,14 @@ class RankRLS(BaseRanker):
             from .selection import accumulate_folds
 
             add = accumulate_folds(self, source, len(folds), max_rows)
-            new = self._new_statistics(source.n_features, source.n_outputs)
+            new = self.new_statistics(source.n_features, source.n_outputs)
             for f in range(len(folds)):
                 folds[f].merge(add[f])
                 new.merge(add[f])
         else:
             new = self._accumulate(source, max_rows)
         stats.merge(new)
-        self._fit_statistics(stats)
+        self.fit_statistics(stats)
         self._train_source = source
         return self
 
@@ -372,7 +390,8 @@ class RankRLS(BaseRanker):
                 f"solver={self.solver_!r}. Refit with solver='primal'."
             )
 
-    def _eigenpath(self) -> EigenPath:
+    def eigenpath(self) -> EigenPath:
+        """The eigendecomposition of the (scaled) Gram matrix: coefficients for any λ in O(n²) each."""
         ep = getattr(self, "_eigen", None)
         if ep is None:
             st = self._solve_statistics(self.stats_)
@@ -398,7 +417,7 @@ class RankRLS(BaseRanker):
             return path_of_model(self, alphas, source, max_rows)
         self._check_stats("path")
         alphas = check_alphas(alphas, allow_empty=True)
-        W = np.stack([self._eigenpath().coef(a) for a in alphas]) if len(alphas) else \
+        W = np.stack([self.eigenpath().coef(a) for a in alphas]) if len(alphas) else \
             np.zeros((0,) + self.stats_.B.shape)
         return W[:, :, 0] if self._y_1d else W
 
@@ -425,7 +444,7 @@ class RankRLS(BaseRanker):
 
             raise NotImplementedError(LEAVE_QUERY_OUT_MESSAGE)
         self._check_stats("leave_query_out")
-        return leave_query_out(self, self._source_for(source), alpha=alpha, max_rows=max_rows)
+        return leave_query_out(self, self.training_source(source), alpha=alpha, max_rows=max_rows)
 
     def cross_validate(self, source=None, alphas=None, folds=5, scoring="squared", *,
                        max_rows=DEFAULT_BLOCK_ROWS):
@@ -448,8 +467,8 @@ class RankRLS(BaseRanker):
         from .selection import cross_validate
 
         self._check_params()
-        src = self._source_for(source)
-        if self._resolve_solver(src) == "cg":  # k-fold by warm-started CG solves (cg_selection)
+        src = self.training_source(source)
+        if self.solver_for(src) == "cg":  # k-fold by warm-started CG solves (cg_selection)
             from .cg_selection import cross_validate_cg
 
             self._refuse_normalized_cg("cross_validate")
@@ -472,9 +491,10 @@ class RankRLS(BaseRanker):
         stats = edge_statistics(X, edges, magnitudes, cost=cost, weights=weights)
         self.__dict__.pop("fold_stats_", None)
         self._train_source = None
-        return self._fit_statistics(stats, y_1d=True)
+        return self.fit_statistics(stats, y_1d=True)
 
-    def _source_for(self, source):
+    def training_source(self, source=None):
+        """``source`` if given (checked), else the data of the last fit (an error when none is kept)."""
         if source is not None:
             if not isinstance(source, BlockSource):
                 raise TypeError(f"source must be a block source (sr.as_source(X, y, qid), a GroupStore); "

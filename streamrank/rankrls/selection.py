@@ -100,7 +100,7 @@ def rows_weight(block, rows):
 
 def accumulate_folds(model, source, n_folds, max_rows):
     """One pass: per-fold :class:`RankStatistics` (their sum is the full statistics)."""
-    folds = [model._new_statistics(source.n_features, source.n_outputs) for _ in range(n_folds)]
+    folds = [model.new_statistics(source.n_features, source.n_outputs) for _ in range(n_folds)]
     for block in source.blocks(max_rows=max_rows, split_groups=True):
         fog = fold_of(block.qid, n_folds)
         for f, X, Y, gp, size, off, gid, rows in _split_by_fold(block, fog):
@@ -183,12 +183,12 @@ def cross_validate(model, source=None, *, alphas=None, folds=5, scoring="squared
     ``"query"`` (exact leave-one-query-out).  ``source=None`` uses the
     model's training data.  Returns a :class:`CVResult`.
     """
-    model._check_params()
+    model.check_params()
     kind, k = _parse_scoring(scoring)
     alphas = check_alphas(alphas)
-    source = model._source_for(source)
+    source = model.training_source(source)
     model._check_source(source)
-    if model._resolve_solver(source) != "primal":
+    if model.solver_for(source) != "primal":
         raise NotImplementedError("cross_validate needs the primal solver (statistics); got a source that "
                                   "resolves to solver='cg'")
     n_out = source.n_outputs
@@ -197,7 +197,7 @@ def cross_validate(model, source=None, *, alphas=None, folds=5, scoring="squared
             raise ValueError(f"leave-query-out cross-validation needs at least 2 groups; the source has "
                              f"{source.n_groups}")
         total = model._accumulate(source, max_rows)
-        model._fit_statistics(total, y_1d=(n_out == 1))
+        model.fit_statistics(total, y_1d=(n_out == 1))
         model.__dict__.pop("fold_stats_", None)
         ev = _Evaluators(kind, k, len(alphas), n_out) if kind != "squared" else None
         sq = np.zeros((len(alphas), n_out))
@@ -211,7 +211,7 @@ def cross_validate(model, source=None, *, alphas=None, folds=5, scoring="squared
     else:
         folds = check_folds(folds, source.n_groups)
         fold_stats = accumulate_folds(model, source, folds, max_rows)
-        total = model._new_statistics(source.n_features, n_out)
+        total = model.new_statistics(source.n_features, n_out)
         for st in fold_stats:
             total.merge(st)
         # normalize=: each fold's model is solved on the features scaled by the scales of all rows
@@ -237,16 +237,15 @@ def cross_validate(model, source=None, *, alphas=None, folds=5, scoring="squared
                     S[rows] = P
                 ev.update(block, S)
             per_out = ev.result()
-        model._fit_statistics(total, y_1d=(n_out == 1))
+        model.fit_statistics(total, y_1d=(n_out == 1))
     greater = kind == "ndcg"
     scores = np.nanmean(per_out, axis=1) if per_out.size else per_out
     valid = np.where(np.isnan(scores), -np.inf if greater else np.inf, scores)
     best = int(np.argmax(valid) if greater else np.argmin(valid))
     with model._solving_with(alphas[best]):       # refit at the best alpha; the user's alpha stays
-        model._fit_statistics(model.stats_)
+        model.fit_statistics(model.stats_, source=source)
     if fold_stats is not None:
         model.fold_stats_ = fold_stats
-    model._train_source = source
     return model._record_selection(CVResult(
         alphas=alphas, scores=scores, scores_per_output=per_out, best_alpha=float(alphas[best]), best_index=best,
         scoring=scoring if kind == "squared" or kind == "disagreement" else f"ndcg@{k}", folds=folds,
@@ -305,7 +304,7 @@ def _lqo_blocks(model, source, alphas, max_rows):
     from ..laplacian import group_weights
 
     st = model.stats_
-    ep = model._eigenpath()       # of the normalized statistics D G D, D B with normalize=
+    ep = model.eigenpath()       # of the normalized statistics D G D, D B with normalize=
     norm = getattr(model, "normalizer_", None)
     for block in source.blocks(max_rows=max_rows, split_groups=False):
         # normalize=: rows (x − o)/s, so the held-out values are what each held-out model's predict gives

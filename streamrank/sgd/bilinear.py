@@ -138,6 +138,46 @@ class SparseSGDRanker(BaseRanker):
                        else check_int(self.max_memory_bytes, "max_memory_bytes", 1)),
         )
 
+    # ------------------------------------------------------- SGD protocol
+    def init_state(self, n_query_features, n_item_features):
+        """Check the parameters; start W₀ (identity or zeros) unless the model has one (rounds continue it)."""
+        self._params()
+        if getattr(self, "_W", None) is None:
+            self._start(int(n_query_features), int(n_item_features))
+        return self
+
+    @classmethod
+    def average(cls, models):
+        """Sparse-aware average of bilinear models that started the round from the same state.
+
+        ``W = (1/k) Σ_s W_s`` as a CSR sum (support = union of the shards'
+        supports); the clocks ``t`` and ``t_refit`` are the shards' common ones
+        (their maximum: a shard without tuples did not move).  In a refit round
+        every shard updates only entries of the common support Ω, so the average
+        keeps Ω (an entry can leave it only by averaging to exactly 0.0).
+        """
+        import copy
+
+        base = models[0]
+        k = len(models)
+        W = models[0].W_.astype(np.float64)
+        for m in models[1:]:
+            W = W + m.W_
+        W = (W / k).tocoo()
+        out = copy.deepcopy(base)
+        old = base._fitted()
+        new = SparseW(old.n_rows, old.n_cols)
+        new.istate[:] = old.istate
+        new.istate[K_.I_T] = max(int(m._fitted().istate[K_.I_T]) for m in models)
+        new.istate[K_.I_TREFIT] = max(int(m._fitted().istate[K_.I_TREFIT]) for m in models)
+        new.istate[K_.I_UPDATES] = sum(int(m._fitted().istate[K_.I_UPDATES]) for m in models)
+        new.istate[K_.I_K] = 0
+        new.istate[K_.I_COUNT] = 0
+        new.fstate[:] = old.fstate
+        new.set_entries(W.row, W.col, W.data)
+        out._W = new
+        return out
+
     def _start(self, n_q: int, n_d: int) -> None:
         p = self._params()
         if p["init"] == "identity" and n_q != n_d:

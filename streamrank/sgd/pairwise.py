@@ -146,6 +146,37 @@ class PairwiseSGDRanker(BaseRanker):
         self._calls = 0
         self.n_features_in_ = int(n_features)
 
+    # ------------------------------------------------------- SGD protocol
+    def init_state(self, n_features):
+        """Check the parameters; start v = 0 over ``n_features`` unless the model has a state (rounds continue it)."""
+        self._params()
+        if getattr(self, "_v", None) is None:
+            self._start(n_features)
+        return self
+
+    @classmethod
+    def average(cls, models):
+        """Average of linear models that took the same number of steps from the same state.
+
+        ``w = mean_k w_k`` (a dense n-vector); the clock is the shards' common
+        ``t`` (their maximum: a shard without pairs did not move).  L1 state:
+        with the cumulative rule (Tsuruoka et al. 2009) the global penalty
+        ``u = l1 Σ η`` depends on the clock only, so it is taken from the shard
+        with the largest ``t``, and the penalty each weight has received, ``q``
+        (in units of w), is averaged like w itself; with the paper's window rule
+        the pending window sum is likewise a function of the clock.
+        """
+        import copy
+
+        lead = max(models, key=lambda m: m.t_)
+        out = copy.deepcopy(lead)
+        out._v = np.mean([m.coef_ for m in models], axis=0)
+        out._fstate = lead._fstate.copy()
+        out._fstate[0] = 1.0                     # coef_ = fstate[0] * v: the scale is folded into v
+        out._q = np.mean([m._q for m in models], axis=0)
+        out._istate = lead._istate.copy()
+        return out
+
     # ------------------------------------------------------------ stepping
     def partial_fit_pairs(self, X_pos, X_neg):
         """One SGD step per row-aligned pair ``(X_pos[r], X_neg[r])`` (X_pos preferred).

@@ -140,7 +140,7 @@ def test_kernel_normalize_refused_where_moments_are_not_gathered():
     st = RankStatistics(5, 1)
     st.add_block(np.ones((4, 5)), np.arange(4.0), np.array([0, 4]))
     with pytest.raises(NotImplementedError, match="moments"):
-        m._fit_statistics(st, X[:5, :], sr.as_source(X, y, q), 100)
+        m.fit_basis_statistics(st, X[:5, :], sr.as_source(X, y, q), 100)
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])

@@ -512,8 +512,7 @@ def test_sgd_refit_rounds_two_workers_keep_support_and_quality(client, tmp_path)
     from streamrank.distributed._sgd import _refit_round_task, _round_task
 
     single = sr.SparseSGDRanker(auto_refit=True, **kw)
-    single._params()
-    single._start(30, 30)
+    single.init_state(30, 30)
     for task in (_round_task, _refit_round_task):
         for r in range(3):
             for shard in range(2):

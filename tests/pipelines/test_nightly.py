@@ -211,7 +211,7 @@ def test_sparse_kernel_nights_incremental_equals_scratch(tmp_path):
     # λ chosen from the fold statistics equals a from-scratch choice on all data
     m = sr.KernelRankRLS(gamma=0.05, basis=final.basis_).fit(s)
     folds = nightly.kernel_fold_statistics(m, s, 5)
-    best, _, _ = nightly.select_alpha_kernel(folds, m._spec()(final.basis_), [0.1, 1.0, 10.0])
+    best, _, _ = nightly.select_alpha_kernel(folds, m.kernel_function()(final.basis_), [0.1, 1.0, 10.0])
     assert best == final.alpha
 
 

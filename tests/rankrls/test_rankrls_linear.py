@@ -315,18 +315,18 @@ def test_cg_model_roundtrip(tmp_path, rng):
 
 
 def test_two_step_contract_and_clone(rng):
-    """_statistics_of_block over shuffled split blocks, summed, then _fit_statistics == fit."""
+    """statistics_of_block over shuffled split blocks, summed, then fit_statistics == fit."""
     from sklearn.base import clone
 
     X, y, qid, gp = make_groups(rng, n_groups=6)
     src = sr.as_source(X, y, qid)
     est = sr.RankRLS(alpha=0.3, group_weight="query")
-    parts = [est._statistics_of_block(b) for b in src.blocks(max_rows=4, shuffle=True, random_state=3,
+    parts = [est.statistics_of_block(b) for b in src.blocks(max_rows=4, shuffle=True, random_state=3,
                                                              split_groups=True)]
     tot = parts[0]
     for p in parts[1:]:
         tot += p
-    est._fit_statistics(tot, y_1d=True)
+    est.fit_statistics(tot, y_1d=True)
     assert rel(est.coef_, brute_rankrls(X, y, gp, 0.3, group_weight="query")) < 1e-8
     c = clone(est)
     assert c.get_params() == est.get_params() and not hasattr(c, "coef_")

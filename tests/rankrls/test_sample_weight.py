@@ -92,7 +92,7 @@ def test_weighted_rankrls_equals_brute_any_cutting(max_rows, seed, ties, gw, shu
     for b in src.blocks(max_rows=max_rows, shuffle=shuffle, random_state=seed, prefetch=False):
         stats.merge(block_statistics(b, group_weight=gw, ties=ties))
     m = sr.RankRLS(alpha=alpha, group_weight=gw, ties=ties)
-    m._fit_statistics(stats, y_1d=True)
+    m.fit_statistics(stats, y_1d=True)
     np.testing.assert_allclose(m.coef_, ref, rtol=1e-8, atol=1e-10)
     fit = sr.RankRLS(alpha=alpha, group_weight=gw, ties=ties).fit(X, y, qid, sample_weight=w, max_rows=max_rows)
     np.testing.assert_allclose(fit.coef_, ref, rtol=1e-8, atol=1e-10)
