@@ -480,7 +480,7 @@ def test_sgd_round_reads_tuples_and_rows_in_bounded_pieces(tmp_path):
 def test_sgd_refit_rounds_one_shard_equal_local_refit(client, tmp_path):
     """Refit rounds: one shard, one refit round over the tuples in store order == model.refit locally."""
     ts, Q, D, tup = _tuple_store(tmp_path / "t.zarr", n_tuples=600)
-    kw = dict(eta0=0.5, l1=1e-3, shrink_every=10, refit=True)
+    kw = dict(eta0=0.5, l1=1e-3, shrink_every=10, auto_refit=True)
     dist = srd.fit(sr.SparseSGDRanker(**kw), ts, client, rounds=2, steps_per_round=300, n_shards=1,
                    batch_size=64, refit_rounds=1, refit_steps_per_round=600, cache_bytes=4096)
     local = sr.SparseSGDRanker(**kw)
