@@ -16,10 +16,12 @@ ROOT = Path(__file__).resolve().parents[1] / "streamrank"
 #: floors, lowest first; a module's floor is that of the longest matching prefix
 FLOORS = {
     "streamrank._validation": 0, "streamrank._defaults": 0, "streamrank._memory": 0, "streamrank._qid": 0,
-    "streamrank._numba": 0, "streamrank._itertools": 0, "streamrank._tables": 0,
+    "streamrank._numba": 0, "streamrank._itertools": 0, "streamrank._tables": 0, "streamrank._state_checks": 0,
+    "streamrank.clicks": 0,
     "streamrank.io": 1,
     "streamrank._laplacian_kernels": 2, "streamrank._kernel_kernels": 2, "streamrank._metrics_kernels": 2,
     "streamrank._moments_kernels": 2, "streamrank.normalize": 2,
+    "streamrank.io.weighted": 2,                 # a weighted view of a source, checked with laplacian.check_weight
     "streamrank.laplacian": 2, "streamrank.kernels": 2,
     "streamrank.base": 3, "streamrank.persistence": 3, "streamrank.rankrls": 3, "streamrank.sgd": 3, "streamrank.metrics": 3,
     "streamrank.exporters": 3,

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import dataclasses
 
-import numpy as np
 
 from ..laplacian import check_weight
 from .blocks import BlockSource
