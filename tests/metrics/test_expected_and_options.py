@@ -276,3 +276,19 @@ def test_trec_rank_kernel_reports_the_repeated_id():
     assert row == -1                                                   # "b" twice, but in two queries
     row = K.trec_rank_groups(np.zeros(4), _byte_words(ids), np.array([0, 4], np.int64), out)
     assert ids[row] == "b"
+
+
+def test_public_api_contract_signatures():
+    """Issue 21's contract: (y_true, y_score, qid=None, k=..., *, gain=..., empty=..., ties=..., doc_ids=None, ...)."""
+    import inspect
+
+    for name in ("ndcg", "mean_average_precision", "precision", "recall", "reciprocal_rank", "err"):
+        params = inspect.signature(getattr(M, name)).parameters
+        positional = [p for p in params.values() if p.kind is p.POSITIONAL_OR_KEYWORD]
+        assert [p.name for p in positional] == ["y_true", "y_score", "qid", "k"], name
+        assert params["qid"].default is None
+        keyword = {p.name: p for p in params.values() if p.kind is p.KEYWORD_ONLY}
+        assert {"gain", "empty", "ties", "doc_ids"} <= set(keyword), name
+        assert keyword["doc_ids"].default is None
+        assert (keyword["gain"].default, keyword["empty"].default, keyword["ties"].default) == \
+            ("exp2", "skip", "expected"), name
