@@ -42,6 +42,12 @@ in different :class:`RankStatistics` objects: :meth:`RankStatistics.merge`
 joins open groups, which makes the statistics a commutative monoid — what a
 dask tree reduction needs.
 
+Row weights (``add_block(weight=)``, the learners' ``sample_weight``; pair
+weight w_i w_j): L_g = s_g ((Σw) diag(w) - w wᵀ) is still diagonal plus rank
+one, so whole groups cost what they cost unweighted (:meth:`RankStatistics._add_weighted`);
+a weighted piece of a split group keeps O((n + v)²) per open group until its
+last piece (the diagonal part needs the whole group's weight sum).
+
 :class:`EigenPath` turns (G, B) into every λ at O(n²) per λ after one
 eigendecomposition (DESIGN §3.2, §3.2 of the 2009 paper).
 """
@@ -138,6 +144,8 @@ class RankStatistics:
         self._open = {}
         # their tie classes: gid -> {y value: [count, S_c (n,), M_c (n, n)]}
         self._open_cls = {}
+        # open groups with row weights: gid -> [rows_seen, n_g, W, M, T, {y: [count, W_c, S_c, M_c]}]
+        self._open_w = {}
 
     # ------------------------------------------------------------ properties
     @property
@@ -254,15 +262,16 @@ class RankStatistics:
         """True when no group is waiting for more of its pieces."""
         if self._parts is not None:
             return self._parts[0].is_complete
-        return not self._open
+        return not self._open and not getattr(self, "_open_w", None)
 
     def check_complete(self):
         if self._parts is not None:
             return self._parts[0].check_complete()
-        if self._open:
-            gid, st = next(iter(self._open.items()))
+        opened = {**self._open, **getattr(self, "_open_w", {})}
+        if opened:
+            gid, st = next(iter(opened.items()))
             raise ValueError(
-                f"{len(self._open)} group(s) are incomplete (e.g. group {gid}: {st[0]} of {st[1]} rows seen); "
+                f"{len(opened)} group(s) are incomplete (e.g. group {gid}: {st[0]} of {st[1]} rows seen); "
                 "every piece of a split group must be added before solving"
             )
 
@@ -347,16 +356,21 @@ class RankStatistics:
         whole = (offset == 0) & (size == local)
         s = group_weights(size, self.group_weight)
         if weight is not None:
-            if not whole.all():
-                g = int(np.flatnonzero(~whole)[0])
-                raise NotImplementedError(
-                    f"row weights with a group split across blocks (group {g}: {int(size[g])} rows, more than "
-                    "the block budget) are not implemented: the diagonal part needs the whole group's weight "
-                    "sum; raise max_rows above the largest group"
-                )
             if not sparse and Phi.dtype != np.float64:
                 Phi = Phi.astype(np.float64)
-            self._add_weighted(Phi, Y, gp, weight, s, size)
+            if whole.all():
+                self._add_weighted(Phi, Y, gp, weight, s, size)
+                return self
+            if group_id is None:
+                raise ValueError("group_id is needed to join the pieces of a split group")
+            gid = np.asarray(group_id, dtype=np.int64)
+            for g in range(n_groups):
+                a, b = int(gp[g]), int(gp[g + 1])
+                sub = np.array([0, b - a], dtype=np.int64)
+                if whole[g]:
+                    self._add_weighted(Phi[a:b], Y[a:b], sub, weight[a:b], s[g:g + 1], size[g:g + 1])
+                else:
+                    self._add_weighted_piece(int(gid[g]), Phi[a:b], Y[a:b], weight[a:b], int(size[g]))
             return self
         row_group = np.repeat(np.arange(n_groups), local)
         d = (s * size)[row_group]                       # row weight s_g n_g
@@ -501,6 +515,58 @@ class RankStatistics:
         self.n_pairs += int(_pair_count(size).sum())
         if self.ties == "exclude" and rows:
             self.n_pairs -= int(_pair_count(csize).sum())
+
+    def _add_weighted_piece(self, gid, Phi, Y, w, size):
+        """A piece of a split group with row weights: keep its moments until the group is complete.
+
+        The diagonal part s_g W_g Σ w_i z_iᵀ z_i (z = [φ, y]) needs the whole
+        group's weight sum W_g, so the piece adds M = Σ w_i z_i z_iᵀ ((n + v)²)
+        and T = Σ w_i z_i to the open group (O((n + v)²) memory per open
+        group; plus, with ties="exclude", W_c, S_c and M_c = Σ_c w_i φ_i φ_iᵀ per
+        distinct target value), and :meth:`_close_weighted` adds
+        s_g (W_g M - T Tᵀ) (minus s_g (W_c M_c - S_c S_cᵀ) per tie class).
+        """
+        P = Phi.toarray() if sp.issparse(Phi) else np.asarray(Phi, dtype=np.float64)
+        Z = np.hstack([P, Y])
+        st = self._open_w.setdefault(gid, [0, size, 0.0, 0.0, 0.0, {}])
+        if st[1] != size:
+            raise ValueError(f"group {gid} was announced with {st[1]} rows and now with {size}")
+        st[0] += Z.shape[0]
+        if st[0] > size:
+            raise ValueError(f"group {gid} received {st[0]} rows but has only {size}: a piece was added twice")
+        st[2] = st[2] + float(w.sum())
+        st[3] = st[3] + (Z * w[:, None]).T @ Z
+        st[4] = st[4] + w @ Z
+        if self.ties == "exclude":
+            for val in np.unique(Y[:, 0]):
+                r = Y[:, 0] == val
+                c = st[5].setdefault(float(val), [0, 0.0, 0.0, 0.0])
+                c[0] += int(r.sum())
+                c[1] += float(w[r].sum())
+                c[2] = c[2] + w[r] @ P[r]
+                c[3] = c[3] + (P[r] * w[r][:, None]).T @ P[r]
+        self._close_weighted(gid)
+
+    def _close_weighted(self, gid):
+        rows, size, W, M, T, classes = self._open_w[gid]
+        if rows < size:
+            return
+        del self._open_w[gid]
+        n = self.n_features
+        s = float(group_weights(np.array([size]), self.group_weight)[0])
+        if self.ties == "exclude" and len(classes) == 1:     # all tied: no pair
+            s = 0.0
+        C = s * (W * M - np.outer(T, T))
+        for cnt, Wc, Sc, Mc in classes.values():
+            if cnt > 1:
+                C[:n, :n] -= s * (Wc * Mc - np.outer(Sc, Sc))
+                self.n_pairs -= int(_pair_count(cnt))
+        self._G += C[:n, :n]
+        self._B += C[:n, n:]
+        self._yLy += np.diag(C[n:, n:])
+        self.n_rows += rows
+        self.n_groups += 1
+        self.n_pairs += int(_pair_count(size))
 
     def _add_dense(self, Phi, Y, gp, s, d, size, whole, in_place, fill=None):
         """Dense fast path: one SYRK of A = [sx ∘ Φ | sy ∘ Y] (float64) per block.
@@ -708,6 +774,18 @@ class RankStatistics:
             if gid in other._open_cls:
                 self._merge_classes(gid, {k: [c, S.copy(), M.copy()] for k, (c, S, M) in other._open_cls[gid].items()})
             self._maybe_close(gid)
+        for gid, (rows, size, W, M, T, classes) in getattr(other, "_open_w", {}).items():
+            st = self._open_w.setdefault(gid, [0, size, 0.0, 0.0, 0.0, {}])
+            if st[1] != size:
+                raise ValueError(f"group {gid} was announced with {st[1]} rows and now with {size}")
+            st[0] += rows
+            if st[0] > size:
+                raise ValueError(f"group {gid} received {st[0]} rows but has only {size}: a piece was added twice")
+            st[2], st[3], st[4] = st[2] + W, st[3] + M, st[4] + T
+            for val, (cnt, Wc, Sc, Mc) in classes.items():
+                c = st[5].setdefault(val, [0, 0.0, 0.0, 0.0])
+                c[0], c[1], c[2], c[3] = c[0] + cnt, c[1] + Wc, c[2] + Sc, c[3] + Mc
+            self._close_weighted(gid)
         return self
 
     def __iadd__(self, other):

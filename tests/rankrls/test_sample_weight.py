@@ -203,7 +203,7 @@ def test_bad_sample_weight_is_refused(rng):
     with pytest.raises(ValueError, match=r"sample_weight\[2\]"):
         sr.RankRLS().fit(X, y, qid, sample_weight=w)
     with pytest.raises(NotImplementedError, match="split across blocks"):
-        sr.RankRLS().fit(X, y, None, sample_weight=np.ones(len(y)), max_rows=5)
+        sr.RankRLS(solver="cg").fit(X, y, None, sample_weight=np.ones(len(y)), max_rows=5)
 
 
 @pytest.mark.parametrize("ties", ["include", "exclude"])
@@ -259,3 +259,34 @@ def test_weighted_cg_equals_primal(ties, sparse, rng):
     G, _, _ = brute_stats(X, y, gp, w, ties=ties)
     diag = gram_diagonal(with_weights(sr.as_source(Xs, y, qid), w), ties=ties, max_rows=10)
     np.testing.assert_allclose(diag, np.diag(G), rtol=1e-10, atol=1e-10)
+
+
+@settings(max_examples=30, deadline=None)
+@given(max_rows=st.integers(1, 12), seed=st.integers(0, 10_000), ties=st.sampled_from(["include", "exclude"]),
+       gw=st.sampled_from(["pair", "query", "size"]), global_group=st.booleans(), shuffle=st.booleans(),
+       sparse=st.booleans())
+def test_weighted_split_groups_any_cutting_any_order(max_rows, seed, ties, gw, global_group, shuffle, sparse):
+    """Groups cut into pieces (split_groups), pieces in any order and in separate statistics joined by merge."""
+    rng = np.random.default_rng(seed)
+    X, y, qid, gp = make_groups(rng, n_groups=4, max_size=9, levels=3)
+    if global_group:
+        qid, gp = None, np.array([0, len(y)])
+    w = weights(rng, len(y))
+    G, B, yLy = brute_stats(X, y, gp, w, gw, ties)
+    Xs = sp.csr_matrix(np.where(np.abs(X) < 0.5, 0.0, X)) if sparse else X
+    if sparse:
+        G, B, yLy = brute_stats(Xs, y, gp, w, gw, ties)
+    src = with_weights(sr.as_source(Xs, y, qid), w)
+    parts = [block_statistics(b, group_weight=gw, ties=ties)
+             for b in src.blocks(max_rows=max_rows, shuffle=shuffle, random_state=seed, split_groups=True,
+                                 prefetch=False)]
+    tot = parts[0].copy()
+    for p in parts[1:]:
+        tot.merge(p)
+    assert tot.is_complete
+    np.testing.assert_allclose(tot.G, G, rtol=1e-9, atol=1e-9)
+    np.testing.assert_allclose(tot.B, B, rtol=1e-9, atol=1e-9)
+    np.testing.assert_allclose(tot.yLy, yLy, rtol=1e-9, atol=1e-9)
+    if not sparse:
+        m = sr.RankRLS(alpha=0.3, group_weight=gw, ties=ties).fit(X, y, qid, sample_weight=w, max_rows=max_rows)
+        np.testing.assert_allclose(m.coef_, brute_fit(X, y, gp, w, 0.3, gw, ties)[:, 0], rtol=1e-8, atol=1e-10)
