@@ -34,6 +34,9 @@ _DTYPES = {"float32", "float64", "int32", "int64"}
 class ChunkFileDecoder:
     """``decode(c, out)``: chunk ``c`` of a row-chunked zarr v3 array on local disk into ``out``."""
 
+    #: a chunk file that does not exist is an error (stores that write every chunk), not the fill value
+    strict = False
+
     def __init__(self, array_dir: Path, chunk_shape: tuple, dtype: np.dtype, fill_value, name: str):
         self._dir = Path(array_dir)
         self.chunk_shape = tuple(int(s) for s in chunk_shape)
@@ -93,6 +96,9 @@ class ChunkFileDecoder:
         try:
             data = path.read_bytes()
         except FileNotFoundError:
+            if self.strict:
+                raise StoreFormatError(f"{path}: chunk {int(c)} of array {self.name!r} is missing (deleted after "
+                                       "it was written: this store writes every chunk)") from None
             out[...] = self.fill_value       # zarr writes no chunk that holds only the fill value
             return
         except OSError as exc:

@@ -55,14 +55,17 @@ from .schema import (
     GROUP_ARRAYS_SPARSE,
     GROUP_FORMAT,
     BatchHasher,
+    EVERY_CHUNK,
     CheckedArray,
     StoreFormatError,
     append_csr,
+    check_array_layout,
     check_chunk_dirs,
     check_format,
     check_log,
     check_store_path,
     cut_torn_tail,
+    every_chunk,
     compressors,
     open_array,
     read_attrs,
@@ -238,7 +241,7 @@ class GroupStore(BlockSource):
                                  f"n_features is {n_features}")
         p = Path(path)
         rpc = int(chunk_rows) if chunk_rows else rows_per_chunk(4 * (n_features if not sparse else 16))
-        with creating_store(p, overwrite):
+        with creating_store(p, overwrite), every_chunk():
             cls._create_arrays(p, n_features, sparse, n_outputs, feature_names, rpc, docids, group_identity)
         return cls(p, "a", _token=_PRIVATE)
 
@@ -281,6 +284,7 @@ class GroupStore(BlockSource):
             "qid_kind": None,
             "created": _now(),
             "store_id": new_store_id(),
+            EVERY_CHUNK: True,
             "committed": {"rows": 0, "groups": 0, "nnz": 0},
             "log": [],
         }
@@ -327,10 +331,13 @@ class GroupStore(BlockSource):
             spec = {**spec, **DOCID_ARRAYS}
         if self.mode == "a":
             check_chunk_dirs(self.path, spec)
+        self._strict = bool(attrs.get(EVERY_CHUNK))    # a missing chunk file is damage, not zeros
         self._arrays = {}
         for name, (dtype, _ndim) in spec.items():
+            check_array_layout(self.path, name, dtype)
             try:
-                arr = open_array(self._root, self.path, name)
+                with every_chunk():
+                    arr = open_array(self._root, self.path, name)
             except KeyError:
                 raise StoreFormatError(f"{self.path}: array {name!r} is missing "
                                        f"({os.path.join(self.path, name, 'zarr.json')} not found)") from None
@@ -339,7 +346,7 @@ class GroupStore(BlockSource):
             if str(arr.dtype) != dtype:
                 raise StoreFormatError(f"{self.path}: array {name!r} has dtype {arr.dtype}, "
                                        f"expected {dtype}")
-            self._arrays[name] = CheckedArray(arr, self.path, name)
+            self._arrays[name] = CheckedArray(arr, self.path, name, self._strict)
         need = self._needed_lengths(self._rows, self._groups, self._nnz)
         for name, length in need.items():
             have = self._arrays[name].shape[0]
@@ -382,7 +389,9 @@ class GroupStore(BlockSource):
 
     def _reopen_arrays(self):
         """Re-read the arrays' metadata (shapes) from disk."""
-        self._arrays = {name: CheckedArray(self._root[name], self.path, name) for name in self._arrays}
+        with every_chunk():
+            self._arrays = {name: CheckedArray(self._root[name], self.path, name, self._strict)
+                            for name in self._arrays}
         self._X = self._arrays.get("X")
         self._y = self._arrays["y"]
         self._make_row_readers()
@@ -396,6 +405,8 @@ class GroupStore(BlockSource):
         whatever the block cutting (:mod:`streamrank.io._row_chunks`)."""
         def reader(name, check=None):
             decoder = ChunkFileDecoder.for_array(self.path, name) if _DECODE_CHUNK_FILES else None
+            if decoder is not None:
+                decoder.strict = self._strict
             return RowChunkReader(self._arrays[name], decoder=decoder, check=check)
 
         # every decoded chunk is checked while in the CPU cache (streamrank.io._read_checks)

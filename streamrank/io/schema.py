@@ -43,6 +43,7 @@ and renames it), which is what makes an append atomic.
 """
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
@@ -63,6 +64,9 @@ __all__ = [
     "compressors",
     "BatchHasher",
     "CheckedArray",
+    "EVERY_CHUNK",
+    "every_chunk",
+    "check_array_layout",
     "open_array",
     "check_format",
     "check_log",
@@ -124,6 +128,68 @@ def compressors(itemsize: int):
             Crc32cCodec())
 
 
+#: group attribute of stores that write every chunk (zeros too): a missing chunk file is damage
+EVERY_CHUNK = "every_chunk_written"
+
+
+@contextlib.contextmanager
+def every_chunk():
+    """Open arrays inside this so that their writes store every chunk, also one of zeros (see EVERY_CHUNK)."""
+    import zarr
+
+    with zarr.config.set({"array.write_empty_chunks": True}):
+        yield
+
+
+def check_array_layout(path, name: str, dtype: str) -> None:
+    """Refuse array metadata edited so that zarr would read the same chunk bytes differently.
+
+    streamrank writes every array as zarr v3, a regular chunk grid, chunk
+    keys ``c/<i>/<j>`` ("/" separator), codecs ``bytes`` (little endian) →
+    ``blosc`` → ``crc32c``, fill value 0 and no storage transformer.  An
+    ``endian`` flipped to "big", another key separator, other codecs or
+    another data type leave every CRC valid but turn the bytes into other
+    numbers (or into missing chunks): such a store is a
+    :class:`StoreFormatError` naming the metadata file and the field.
+    """
+    meta = Path(path) / name / "zarr.json"
+    try:
+        doc = json.loads(meta.read_text())
+    except FileNotFoundError:
+        return                                  # a missing array is reported by the caller
+    except (OSError, ValueError) as exc:
+        raise StoreFormatError(f"{meta}: corrupt array metadata ({exc})") from exc
+
+    def refuse(field, got, want):
+        raise StoreFormatError(f"{meta}: {field} is {got!r}, but streamrank writes {want!r}; metadata edited "
+                               "to read the chunks' bytes differently is refused")
+
+    if not isinstance(doc, dict):
+        refuse("the document", type(doc).__name__, "an object")
+    if doc.get("zarr_format") != 3:
+        refuse("zarr_format", doc.get("zarr_format"), 3)
+    if doc.get("data_type") != dtype:
+        refuse("data_type", doc.get("data_type"), dtype)
+    if doc.get("storage_transformers"):
+        refuse("storage_transformers", doc.get("storage_transformers"), [])
+    if doc.get("fill_value") != 0 or isinstance(doc.get("fill_value"), bool):
+        refuse("fill_value", doc.get("fill_value"), 0)
+    grid = doc.get("chunk_grid") or {}
+    if not isinstance(grid, dict) or grid.get("name") != "regular":
+        refuse("chunk_grid", grid, "regular")
+    keys = doc.get("chunk_key_encoding") or {}
+    sep = (keys.get("configuration") or {}).get("separator", "/") if isinstance(keys, dict) else None
+    if not isinstance(keys, dict) or keys.get("name") != "default" or sep != "/":
+        refuse("chunk_key_encoding", keys, {"name": "default", "configuration": {"separator": "/"}})
+    codecs = doc.get("codecs")
+    names = [c.get("name") if isinstance(c, dict) else c for c in codecs] if isinstance(codecs, list) else codecs
+    if names not in (["bytes", "blosc", "crc32c"], ["bytes", "blosc"]):     # (no crc32c: the first stores)
+        refuse("codecs", names, ["bytes", "blosc", "crc32c"])
+    endian = (codecs[0].get("configuration") or {}).get("endian", "little")
+    if endian != "little":
+        refuse("the bytes codec's endian", endian, "little")
+
+
 class CheckedArray:
     """A zarr array whose reads name the damaged chunk file instead of failing anonymously.
 
@@ -133,13 +199,29 @@ class CheckedArray:
     (shape, resize, writes) is the wrapped array's.
     """
 
-    def __init__(self, arr, path, name):
-        self._arr, self._path, self._name = arr, str(path), name
+    def __init__(self, arr, path, name, strict: bool = False):
+        self._arr, self._path, self._name, self._strict = arr, str(path), name, strict
 
     def __getattr__(self, attr):
-        if attr in ("_arr", "_path", "_name"):  # not set yet (copy / unpickle): no recursion
+        if attr in ("_arr", "_path", "_name", "_strict"):  # not set yet (copy / unpickle): no recursion
             raise AttributeError(attr)
         return getattr(self._arr, attr)
+
+    def _check_chunks_exist(self, key) -> None:
+        """In a store that writes every chunk, the chunk files a read covers must all exist (zarr would fill)."""
+        first = key[0] if isinstance(key, tuple) else key
+        if not self._strict or not isinstance(first, slice):
+            return
+        a, b, _ = first.indices(self._arr.shape[0])
+        if b <= a:
+            return
+        c = self._arr.chunks[0]
+        tail = ("0",) * (self._arr.ndim - 1)
+        for k in range(a // c, (b - 1) // c + 1):
+            f = os.path.join(self._path, self._name, "c", str(k), *tail)
+            if not os.path.exists(f):
+                raise StoreFormatError(f"{f}: chunk {k} of array {self._name!r} is missing (deleted after it was "
+                                       "written: this store writes every chunk)")
 
     def __setitem__(self, key, value):
         try:  # a write into a partly filled chunk reads it first
@@ -150,6 +232,7 @@ class CheckedArray:
             raise StoreFormatError(self._damage(key, exc)) from exc
 
     def __getitem__(self, key):
+        self._check_chunks_exist(key)
         try:
             return self._arr[key]
         except (MemoryError, KeyboardInterrupt):
@@ -161,6 +244,7 @@ class CheckedArray:
         """``out[...] = a[a:b]`` decoded by zarr straight into the numpy array ``out`` (no temporary)."""
         from zarr.core.buffer import default_buffer_prototype
 
+        self._check_chunks_exist(slice(int(a), int(b)))
         try:
             nd = default_buffer_prototype().nd_buffer.from_numpy_array(out)
             self._arr.get_basic_selection(slice(int(a), int(b)), out=nd)

@@ -58,13 +58,16 @@ from .schema import (
     TUPLE_ARRAYS,
     TUPLE_FORMAT,
     BatchHasher,
+    EVERY_CHUNK,
     CheckedArray,
     StoreFormatError,
     append_csr,
+    check_array_layout,
     check_chunk_dirs,
     check_format,
     check_log,
     cut_torn_tail,
+    every_chunk,
     hash_csr_rows,
     compressors,
     open_array,
@@ -120,7 +123,7 @@ class TupleStore(TupleSource):
         nq = _check_csr_width(_positive_int(n_query_features, "n_query_features"), "n_query_features")
         nd = _check_csr_width(_positive_int(n_item_features, "n_item_features"), "n_item_features")
         p = Path(path)
-        with creating_store(p, overwrite):
+        with creating_store(p, overwrite), every_chunk():
             cls._create_arrays(p, nq, nd)
         return cls(p, "a", _token=_PRIVATE)
 
@@ -145,6 +148,7 @@ class TupleStore(TupleSource):
         write_attrs(p, {
             "format": TUPLE_FORMAT, "format_version": FORMAT_VERSION,
             "n_query_features": nq, "n_item_features": nd, "created": _now(), "store_id": new_store_id(),
+            EVERY_CHUNK: True,
             "committed": {k: 0 for k in _COUNTS}, "log": [],
         })
 
@@ -173,14 +177,17 @@ class TupleStore(TupleSource):
         if self.mode == "a":
             check_chunk_dirs(self.path, TUPLE_ARRAYS)
         self._a = {}
+        self._strict = bool(attrs.get(EVERY_CHUNK))    # a missing chunk file is damage, not zeros
         for name, (dtype, _nd) in TUPLE_ARRAYS.items():
+            check_array_layout(self.path, name, dtype)
             try:
-                arr = open_array(root, self.path, name)
+                with every_chunk():
+                    arr = open_array(root, self.path, name)
             except KeyError:
                 raise StoreFormatError(f"{self.path}: array {name!r} is missing") from None
             if not isinstance(arr, zarr.Array) or str(arr.dtype) != dtype:
                 raise StoreFormatError(f"{self.path}: {name!r} is not a {dtype} array")
-            self._a[name] = CheckedArray(arr, self.path, name)
+            self._a[name] = CheckedArray(arr, self.path, name, self._strict)
         for name, length in self._needed().items():
             if self._a[name].shape[0] < length:
                 raise StoreFormatError(f"{self.path}: array {name!r} has {self._a[name].shape[0]} "
@@ -339,7 +346,9 @@ class TupleStore(TupleSource):
                 self._load()
                 check_same_store(self)
             else:  # a killed writer may have grown the arrays since we opened
-                self._a = {name: CheckedArray(self._root[name], self.path, name) for name in self._a}
+                with every_chunk():
+                    self._a = {name: CheckedArray(self._root[name], self.path, name, self._strict)
+                               for name in self._a}
             if batch_id is not None and any(e.get("batch_id") == batch_id for e in self._attrs["log"]):
                 logger.info("TupleStore %s: batch %r is already committed; skipped", self.path, batch_id)
                 return False
