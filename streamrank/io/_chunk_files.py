@@ -36,6 +36,8 @@ class ChunkFileDecoder:
 
     #: a chunk file that does not exist is an error (stores that write every chunk), not the fill value
     strict = False
+    #: CRC-32C trailer each full chunk had when it was committed (schema.CHUNK_CRCS; -1: no file); None: unknown
+    expected = None
 
     def __init__(self, array_dir: Path, chunk_shape: tuple, dtype: np.dtype, fill_value, name: str):
         self._dir = Path(array_dir)
@@ -85,6 +87,13 @@ class ChunkFileDecoder:
             return None
         return cls(array_dir, chunks, dtype, fill, name)
 
+    def _expected(self, c: int):
+        """The committed CRC-32C trailer of chunk ``c`` (None: not recorded, or no file was written)."""
+        e = self.expected
+        if e is None or c >= len(e) or e[c] < 0:
+            return None
+        return e[c]
+
     def chunk_file(self, c: int) -> Path:
         return self._dir.joinpath("c", str(int(c)), *self._suffix)
 
@@ -96,7 +105,7 @@ class ChunkFileDecoder:
         try:
             data = path.read_bytes()
         except FileNotFoundError:
-            if self.strict:
+            if self.strict or self._expected(c) is not None:
                 raise StoreFormatError(f"{path}: chunk {int(c)} of array {self.name!r} is missing (deleted after "
                                        "it was written: this store writes every chunk)") from None
             out[...] = self.fill_value       # zarr writes no chunk that holds only the fill value
@@ -110,6 +119,11 @@ class ChunkFileDecoder:
         if len(data) < 4 or google_crc32c.value(view) != int.from_bytes(data[-4:], "little"):
             raise StoreFormatError(f"{path}: chunk of array {self.name!r} is damaged (CRC-32C mismatch: "
                                    "the file changed after it was written)")
+        want = self._expected(c)
+        if want is not None and want != int.from_bytes(data[-4:], "little"):
+            raise StoreFormatError(f"{path}: chunk {int(c)} of array {self.name!r} is not the chunk committed there "
+                                   "(swapped with another chunk, copied from another store, or replaced); "
+                                   "the store is corrupt")
         try:
             nbytes = int.from_bytes(data[4:8], "little") if len(data) >= 20 else -1   # blosc header: nbytes
             if nbytes != self.nbytes:

@@ -55,17 +55,20 @@ from .schema import (
     GROUP_ARRAYS_SPARSE,
     GROUP_FORMAT,
     BatchHasher,
+    CHUNK_CRCS,
     EVERY_CHUNK,
     CheckedArray,
     StoreFormatError,
     append_csr,
     check_array_layout,
+    check_chunk_crcs,
     check_chunk_dirs,
     check_format,
     check_log,
     check_store_path,
     cut_torn_tail,
     every_chunk,
+    full_chunk_crcs,
     compressors,
     open_array,
     read_attrs,
@@ -332,6 +335,7 @@ class GroupStore(BlockSource):
         if self.mode == "a":
             check_chunk_dirs(self.path, spec)
         self._strict = bool(attrs.get(EVERY_CHUNK))    # a missing chunk file is damage, not zeros
+        self._chunk_crcs = check_chunk_crcs(self.path, attrs)
         self._arrays = {}
         for name, (dtype, _ndim) in spec.items():
             check_array_layout(self.path, name, dtype)
@@ -407,6 +411,7 @@ class GroupStore(BlockSource):
             decoder = ChunkFileDecoder.for_array(self.path, name) if _DECODE_CHUNK_FILES else None
             if decoder is not None:
                 decoder.strict = self._strict
+                decoder.expected = self._chunk_crcs.get(name)     # full chunks bound to their place
             return RowChunkReader(self._arrays[name], decoder=decoder, check=check)
 
         # every decoded chunk is checked while in the CPU cache (streamrank.io._read_checks)
@@ -813,7 +818,10 @@ class GroupStore(BlockSource):
             attrs["committed"]["docid_bytes"] = b1
             entry["docid_bytes"] = [b0, b1]
         attrs["log"] = list(attrs["log"]) + [{**entry, "time": _now(), "checksum": h.hexdigest()}]
+        rows_arrays = {k: v for k, v in self._needed_lengths(m1, q1, z1).items() if k not in ("group_ptr", "qid")}
+        attrs[CHUNK_CRCS] = full_chunk_crcs(self.path, a, rows_arrays, self._chunk_crcs)
         write_attrs(self.path, attrs)  # the commit point
+        self._chunk_crcs = attrs[CHUNK_CRCS]
         self._attrs = attrs
         self._rows, self._groups, self._nnz = m1, q1, z1
         if self.has_docids:
@@ -853,41 +861,46 @@ class GroupStore(BlockSource):
             log = [e for e in log if e.get("batch_id") in batch_ids]
         for e in log:
             (r0, r1), (g0, g1) = e["rows"], e["groups"]
-            h = BatchHasher()
-            for a in range(r0, r1, piece_rows):
-                b = min(a + piece_rows, r1)
-                if self.sparse:
-                    ip = np.asarray(self._indptr[a : b + 1], dtype=np.int64)
-                    h.update("X.indices", self._indices[int(ip[0]) : int(ip[-1])])
-                    h.update("X.data", self._data[int(ip[0]) : int(ip[-1])])
-                    h.update("X.row_nnz", np.diff(ip))
-                else:
-                    h.update("X", self._X[a:b])
-                h.update("y", self._y[a:b])
-            if self.sparse and r1 == r0:
-                h.update("X.indices", np.zeros(0, np.int32))
-                h.update("X.data", np.zeros(0, np.float32))
-                h.update("X.row_nnz", np.zeros(0, np.int64))
-            elif not self.sparse and r1 == r0:
-                h.update("X", np.zeros((0, self.n_features), np.float32))
-            if r1 == r0:
-                h.update("y", np.zeros(0))
-            h.update("group_size", np.diff(self._gp_all[g0 : g1 + 1]))
-            h.update("qid", self._qid_all[g0:g1])
-            if self.has_docids:
-                ids = self.docids(r0, r1)
-                hash_docids(h, *check_docids(ids, r1 - r0))
-            if self._qid_kind == "str":
-                lengths, text = self._qid_text.raw(g0, g1)
-                h.update("qid_text.len", lengths)
-                h.update("qid_text.utf8", text)
-                labels = self._qid_text.read(g0, g1, self._groups)
-                if not np.array_equal(qid_keys(labels), self._qid_all[g0:g1]):
-                    raise StoreFormatError(f"{self.path}: string query ids of batch {e.get('batch_id')!r} do "
-                                           "not match their keys in 'qid'; the store is corrupt")
-            if self.sparse and r1 > r0 and int(self._indptr[r0]) != e["nnz"][0]:
-                raise StoreFormatError(f"{self.path}: 'X/indptr' disagrees with the log at batch "
-                                       f"{e.get('batch_id')!r}")
+            try:      # a chunk that cannot be read (missing, swapped, damaged) fails its batch too
+                h = BatchHasher()
+                for a in range(r0, r1, piece_rows):
+                    b = min(a + piece_rows, r1)
+                    if self.sparse:
+                        ip = np.asarray(self._indptr[a : b + 1], dtype=np.int64)
+                        h.update("X.indices", self._indices[int(ip[0]) : int(ip[-1])])
+                        h.update("X.data", self._data[int(ip[0]) : int(ip[-1])])
+                        h.update("X.row_nnz", np.diff(ip))
+                    else:
+                        h.update("X", self._X[a:b])
+                    h.update("y", self._y[a:b])
+                if self.sparse and r1 == r0:
+                    h.update("X.indices", np.zeros(0, np.int32))
+                    h.update("X.data", np.zeros(0, np.float32))
+                    h.update("X.row_nnz", np.zeros(0, np.int64))
+                elif not self.sparse and r1 == r0:
+                    h.update("X", np.zeros((0, self.n_features), np.float32))
+                if r1 == r0:
+                    h.update("y", np.zeros(0))
+                h.update("group_size", np.diff(self._gp_all[g0 : g1 + 1]))
+                h.update("qid", self._qid_all[g0:g1])
+                if self.has_docids:
+                    ids = self.docids(r0, r1)
+                    hash_docids(h, *check_docids(ids, r1 - r0))
+                if self._qid_kind == "str":
+                    lengths, text = self._qid_text.raw(g0, g1)
+                    h.update("qid_text.len", lengths)
+                    h.update("qid_text.utf8", text)
+                    labels = self._qid_text.read(g0, g1, self._groups)
+                    if not np.array_equal(qid_keys(labels), self._qid_all[g0:g1]):
+                        raise StoreFormatError(f"{self.path}: string query ids of batch {e.get('batch_id')!r} do "
+                                               "not match their keys in 'qid'; the store is corrupt")
+                if self.sparse and r1 > r0 and int(self._indptr[r0]) != e["nnz"][0]:
+                    raise StoreFormatError(f"{self.path}: 'X/indptr' disagrees with the log at batch "
+                                           f"{e.get('batch_id')!r}")
+            except StoreFormatError as exc:
+                raise StoreFormatError(
+                    f"{self.path}: batch {e.get('batch_id')!r} (rows {r0}:{r1}) does not match its checksum: "
+                    f"it cannot be read ({exc})") from exc
             if h.hexdigest() != e["checksum"]:
                 raise StoreFormatError(
                     f"{self.path}: batch {e.get('batch_id')!r} (rows {r0}:{r1}) does not match its "

@@ -65,6 +65,9 @@ __all__ = [
     "BatchHasher",
     "CheckedArray",
     "EVERY_CHUNK",
+    "CHUNK_CRCS",
+    "full_chunk_crcs",
+    "check_chunk_crcs",
     "every_chunk",
     "check_array_layout",
     "open_array",
@@ -141,6 +144,48 @@ def every_chunk():
         yield
 
 
+#: group attribute: per row-chunked array, the CRC-32C trailer of each *full* chunk, recorded at commit
+CHUNK_CRCS = "chunk_crc32c"
+
+
+def full_chunk_crcs(path, arrays: dict, lengths: dict, previous: dict) -> dict:
+    """The commit record's ``chunk_crc32c``: ``previous`` extended by the chunks the new lengths fill.
+
+    A full chunk is never rewritten by a later append (appends write past the
+    committed length, and only the last, partly filled chunk holds both), so
+    its CRC-32C trailer — 4 bytes read from the end of its file — binds it to
+    its place: a chunk swapped with another, copied from another store or
+    replaced reads with another trailer.  -1: the file does not exist (a
+    chunk of zeros in a store of the previous version).
+    """
+    out = {}
+    for name, length in lengths.items():
+        arr = arrays[name]
+        n_full = int(length) // int(arr.chunks[0])
+        have = list(previous.get(name, []))[:n_full]
+        tail = ("0",) * (arr.ndim - 1)
+        for c in range(len(have), n_full):
+            try:
+                with open(os.path.join(path, name, "c", str(c), *tail), "rb") as f:
+                    f.seek(-4, os.SEEK_END)
+                    have.append(int.from_bytes(f.read(4), "little"))
+            except FileNotFoundError:
+                have.append(-1)
+        out[name] = have
+    return out
+
+
+def check_chunk_crcs(path, attrs: dict) -> dict:
+    """The ``chunk_crc32c`` attribute, checked to be ``{array: [int, ...]}`` (empty if absent)."""
+    crcs = attrs.get(CHUNK_CRCS) or {}
+    if not isinstance(crcs, dict) or not all(
+            isinstance(v, list) and all(isinstance(x, int) and not isinstance(x, bool) for x in v)
+            for v in crcs.values()):
+        raise StoreFormatError(f"{Path(path) / 'zarr.json'}: corrupt metadata: {CHUNK_CRCS} is not "
+                               "{array: [crc, ...]}")
+    return crcs
+
+
 def check_array_layout(path, name: str, dtype: str) -> None:
     """Refuse array metadata edited so that zarr would read the same chunk bytes differently.
 
@@ -169,7 +214,8 @@ def check_array_layout(path, name: str, dtype: str) -> None:
     if doc.get("zarr_format") != 3:
         refuse("zarr_format", doc.get("zarr_format"), 3)
     if doc.get("data_type") != dtype:
-        refuse("data_type", doc.get("data_type"), dtype)
+        raise StoreFormatError(f"{meta}: array {name!r} has dtype {doc.get('data_type')!r}, expected {dtype!r}; "
+                               "metadata edited to read the chunks' bytes differently is refused")
     if doc.get("storage_transformers"):
         refuse("storage_transformers", doc.get("storage_transformers"), [])
     if doc.get("fill_value") != 0 or isinstance(doc.get("fill_value"), bool):

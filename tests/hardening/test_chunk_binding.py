@@ -87,10 +87,10 @@ def test_chunks_of_zeros_are_written_and_read_back(tmp_path):
 
 
 def _as_previous_version(path):
-    """What the previous write path left: no store_id / every_chunk_written, chunks of zeros not written."""
+    """What the previous write path left: no store_id / every_chunk_written / chunk_crc32c, zero chunks not written."""
     meta = path / "zarr.json"
     doc = json.loads(meta.read_text())
-    for key in ("store_id", "every_chunk_written"):
+    for key in ("store_id", "every_chunk_written", "chunk_crc32c"):
         doc["attributes"].pop(key)
     meta.write_text(json.dumps(doc))
     os.unlink(path / "y" / "c" / "0")          # y chunk 0 held only zeros: zarr's default skipped it
@@ -113,3 +113,40 @@ def test_a_store_written_by_the_previous_version_keeps_opening_reading_and_appen
     assert app.append(X[:20], y[:20], np.repeat([10**6, 10**6 + 1], 10), batch_id="c")
     again = sr.GroupStore.open(tmp_path / "old.zarr")
     assert again.n_rows == rows + 20 and again.verify() == 2
+
+
+@pytest.mark.parametrize("array, a, b", [("X", "c/0/0", "c/1/0"), ("y", "c/0", "c/1")])
+def test_swapped_chunks_are_an_error_on_read(tmp_path, array, a, b):
+    _dense(tmp_path / "s.zarr")
+    d = tmp_path / "s.zarr" / array
+    tmp = d / "swap"
+    os.replace(d / a, tmp)
+    os.replace(d / b, d / a)
+    os.replace(tmp, d / b)
+    with pytest.raises(StoreFormatError, match=r"chunk 0 of array .* is not the chunk committed there"):
+        list(sr.GroupStore.open(tmp_path / "s.zarr").blocks(max_rows=500))
+
+
+def test_a_chunk_copied_from_another_store_is_an_error_on_read(tmp_path):
+    _dense(tmp_path / "a.zarr")
+    rng = np.random.default_rng(1)
+    other = sr.GroupStore.create(tmp_path / "b.zarr", 4, chunk_rows=1024)
+    other.append(rng.normal(size=(3000, 4)), rng.normal(size=3000), np.repeat(np.arange(300), 10))
+    (tmp_path / "a.zarr" / "X" / "c" / "1" / "0").write_bytes((tmp_path / "b.zarr" / "X" / "c" / "1" / "0").read_bytes())
+    with pytest.raises(StoreFormatError, match=r"X/c/1/0: chunk 1 of array 'X' is not the chunk committed there"):
+        list(sr.GroupStore.open(tmp_path / "a.zarr").blocks(max_rows=500))
+    assert sum(b.n_rows for b in sr.GroupStore.open(tmp_path / "b.zarr").blocks()) == 3000
+
+
+def test_appends_across_chunk_boundaries_keep_reading(tmp_path):
+    """The last, partly filled chunk is rewritten by the next append: only full chunks are bound."""
+    rng = np.random.default_rng(0)
+    s = sr.GroupStore.create(tmp_path / "s.zarr", 4, chunk_rows=1024)
+    X = rng.normal(size=(5000, 4)).astype(np.float32)
+    for i, (r0, r1) in enumerate([(0, 700), (700, 1500), (1500, 1500), (1500, 4100), (4100, 5000)]):
+        s.append(X[r0:r1], np.ones(r1 - r0), np.repeat(np.arange(r0, r1) // 10, 1) if r1 > r0 else [],
+                 batch_id=str(i))
+        got = np.concatenate([b.X for b in sr.GroupStore.open(tmp_path / "s.zarr").blocks(max_rows=600)] or
+                             [np.zeros((0, 4), np.float32)])
+        np.testing.assert_array_equal(got, X[:r1])
+    assert len(json.loads((tmp_path / "s.zarr" / "zarr.json").read_text())["attributes"]["chunk_crc32c"]["X"]) == 4

@@ -20,7 +20,20 @@ def store_path(tmp_path):
     y = rng.standard_normal(2500)
     s = sr.GroupStore.create(tmp_path / "s", n_features=3, chunk_rows=1000)
     s.append(X, y, np.repeat(np.arange(250), 10))
+    _as_previous_version(tmp_path / "s")
     return tmp_path / "s"
+
+
+def _as_previous_version(path):
+    """Stores now write every chunk and bind full chunks to their place; the previous version wrote
+    no file for a chunk of zeros (read as the fill value) -- what these tests exercise."""
+    import json
+
+    (path / "X" / "c" / "1" / "0").unlink()
+    doc = json.loads((path / "zarr.json").read_text())
+    for key in ("every_chunk_written", "chunk_crc32c"):
+        doc["attributes"].pop(key)
+    (path / "zarr.json").write_text(json.dumps(doc))
 
 
 def test_decoded_chunks_equal_zarr_reads(store_path):
