@@ -45,7 +45,8 @@ from ._split_groups import (
 )
 from ._statistics import _id_sums, _indicator
 
-__all__ = ["RankingOperator", "TieTable", "laplacian_pass", "gram_diagonal", "solve_cg", "validation_loss"]
+__all__ = ["RankingOperator", "TieTable", "laplacian_pass", "gram_diagonal", "solve_cg", "validation_loss",
+           "ConvergenceWarning"]
 
 
 def laplacian_pass(source, V=None, *, group_weight="pair", ties="include", max_rows=DEFAULT_BLOCK_ROWS, ties_table=None,
@@ -448,6 +449,10 @@ def solve_cg(source, *, alpha, group_weight="pair", ties="include", tol=1e-6, ma
         W = best[1]
         info["best_iteration"] = best[2]
     return W * scale, info
+
+
+class ConvergenceWarning(UserWarning):
+    """cg stopped at ``max_iter`` before its relative residual reached ``tol`` (``RankRLS(solver="cg").fit``)."""
 
 
 def _rhs_scale(B):

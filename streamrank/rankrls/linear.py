@@ -289,6 +289,14 @@ class RankRLS(BaseRanker):
         self.cg_info_ = info
         self.n_features_in_ = source.n_features
         self.n_outputs_ = W.shape[1]
+        if not info.get("converged", True) and not info.get("stopped_early") and info.get("residuals"):
+            import warnings
+
+            from .cg import ConvergenceWarning
+
+            warnings.warn(f"cg did not converge in {info['n_iter']} iterations (relative residual "
+                          f"{info['residuals'][-1]:.3g} > tol={self.tol}); the model is the last iterate: "
+                          "raise max_iter or tol", ConvergenceWarning, stacklevel=3)
         if "normalizer" in info:
             self.normalizer_ = info.pop("normalizer")
         else:

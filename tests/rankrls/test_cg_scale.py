@@ -69,3 +69,23 @@ def test_cli_fit_cg_on_huge_labels_is_not_a_zero_model(tmp_path, capsys):
     coef = sr.load(tmp_path / "m.zarr").coef_
     ref = brute_rankrls(X.astype(np.float32).astype(np.float64), y, np.arange(0, 49, 8), 2.0)
     np.testing.assert_allclose(coef / 1e160, ref, rtol=1e-6)
+
+
+def test_cg_stopped_at_max_iter_warns_instead_of_passing_for_converged(tmp_path, capsys):
+    from streamrank.cli import main
+    from streamrank.rankrls.cg import ConvergenceWarning
+
+    X, y, qid = _data()
+    with pytest.warns(ConvergenceWarning, match=r"cg did not converge in 1 iterations .* > tol=1e-12"):
+        m = sr.RankRLS(solver="cg", alpha=2.0, tol=1e-12, max_iter=1).fit(X, y, qid=qid)
+    assert m.cg_info_["converged"] is False
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", ConvergenceWarning)
+        sr.RankRLS(solver="cg", alpha=2.0, tol=1e-8).fit(X, y, qid=qid)       # converges: no warning
+    store = sr.GroupStore.create(tmp_path / "s.zarr", n_features=4)
+    store.append(X, y, qid)
+    assert main(["fit", "--store", str(tmp_path / "s.zarr"), "--model", str(tmp_path / "m.zarr"),
+                 "--learner", "cg", "--alpha", "2", "--tol", "1e-12", "--max-iter", "1"]) == 0
+    assert "streamrank: warning: cg did not converge in 1 iterations" in capsys.readouterr().err
