@@ -2,8 +2,9 @@
 
 ::
 
-    streamrank ingest   SRC... --store PATH [--format letor|npz|zarr] [--batch-id ID]
-    streamrank info     PATH
+    streamrank ingest   SRC... --store PATH [--format letor|npz|zarr|parquet] [--batch-id ID]
+                        [--label COL --qid COL [--features COL,... | --features-from-prefix P]]
+    streamrank info     PATH | --model M [--top N]
     streamrank fit      --store PATH --model OUT --learner LEARNER [options] [--alpha A | --alphas GRID --cv K]
     streamrank evaluate --model M --store PATH [--metrics ndcg@10,disagreement,map,auc]
     streamrank predict  --model M --store PATH --out SCORES.npy|SCORES.zarr [--run RUN.trec]
