@@ -53,8 +53,18 @@ class MetricResult:
         """``{original qid: value}`` of the evaluated queries (skipped ones left out)."""
         if self.per_query is None:
             raise ValueError("per-query values were not kept; ask for return_details=True")
-        return {(q.item() if hasattr(q, "item") else q): float(v)
-                for q, v in zip(self.qid, self.per_query) if not np.isnan(v)}
+        out: dict = {}
+        seen: set = set()
+        for q, v in zip(self.qid, self.per_query):
+            q = q.item() if hasattr(q, "item") else q
+            if q in seen:
+                # a query that recurs in another batch is another group (streamrank.io.groups)
+                raise ValueError(f"query id {q!r} is more than one group (it recurs in another batch of the "
+                                 "store); use .qid and .per_query, one entry per group in store order")
+            seen.add(q)
+            if not np.isnan(v):
+                out[q] = float(v)
+        return out
 
 
 def check_option(value, allowed, name):

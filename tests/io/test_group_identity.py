@@ -54,6 +54,8 @@ def test_batch_identity_is_default_a_recurring_query_is_a_new_group(tmp_path):
     model = sr.RankRLS(alpha=1.0).fit(store)
     res = sr.metrics.evaluate(store, model, metrics=("ndcg",), keep_per_query=True)["ndcg@10"]
     assert list(res.qid) == list(store.qid)
+    with pytest.raises(ValueError, match="'cheap flights' is more than one group"):
+        res.by_qid()
 
 
 def test_global_identity_refuses_a_recurring_query(tmp_path):
