@@ -81,8 +81,8 @@ class TransductiveRankRLS(BaseRanker):
         yl = check_y(y_lab, ml, "y_lab")
         ql = check_qid(qid_lab, ml, "qid_lab")
         qu = check_qid(qid_unlab, mu, "qid_unlab")
-        common = np.intersect1d(ql, qu)
-        if common.size:
+        common = sorted(set(ql.tolist()) & set(qu.tolist()), key=repr)  # ids of any kind (issue 18)
+        if common:
             raise ValueError(f"qid_unlab reuses query id {qid_repr(common[0])} of qid_lab; labelled and "
                              "unlabelled rows must belong to different queries")
         group_ptr_from_qid(ql, "qid_lab")

@@ -100,7 +100,9 @@ CASES = [
     Case("qid_fractional", lambda X, y, q: (X, y, _set(q, BAD_ROW, 12.5)), Err(VE, "qid", ROW), "qid"),
     Case("qid_nan", lambda X, y, q: (X, y, _set(q, BAD_ROW, np.nan)), Err(VE, "qid", ROW), "qid"),
     Case("qid_integral_float", lambda X, y, q: (X, y, q.astype(np.float64)), SAME, "qid"),
-    Case("qid_str", lambda X, y, q: (X, y, q.astype(str)), Err(TE, "qid", "dtype"), "qid"),
+    # string query ids are query ids (issue 18): the same groups, the same results; dates are not ids
+    Case("qid_str", lambda X, y, q: (X, y, q.astype(str)), SAME, "qid"),
+    Case("qid_datetime", lambda X, y, q: (X, y, q.astype("datetime64[D]")), Err(TE, "qid", "dtype"), "qid"),
     Case("qid_2d", lambda X, y, q: (X, y, q[:, None]), Err(VE, "qid", "1-D"), "qid"),
     Case("y_3d", lambda X, y, q: (X, y[:, None, None], q), Err(VE, "y", "shape"), "y"),
     Case("y_column", lambda X, y, q: (X, y[:, None], q), SAME, "y"),
