@@ -32,7 +32,7 @@ from typing import Iterator
 import numpy as np
 import scipy.sparse as sp
 
-__all__ = ["Block", "BlockSource", "OversizedGroupWarning", "iter_blocks"]
+__all__ = ["Block", "BlockSource", "OversizedGroupWarning"]
 
 
 class OversizedGroupWarning(UserWarning):
@@ -330,16 +330,6 @@ def _prefetched(read, plan, depth: int = 1):
         except queue.Empty:
             pass
         t.join(timeout=5)
-
-
-def iter_blocks(source_or_arrays, *, max_rows: int = 100_000, **kwargs) -> Iterator[Block]:
-    """Blocks of a source, or of ``(X, y, qid)`` arrays wrapped by :func:`as_source`."""
-    from .sources import as_source
-
-    src = source_or_arrays
-    if not isinstance(src, BlockSource):
-        src = as_source(*src) if isinstance(src, tuple) else as_source(src)
-    return src.blocks(max_rows=max_rows, **kwargs)
 
 
 def vstack_X(parts):
