@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import dataclasses
 
+import numpy as np
+
 
 from ..laplacian import check_weight
 from .blocks import BlockSource
@@ -25,6 +27,8 @@ class WeightedSource(BlockSource):
     def __init__(self, source: BlockSource, weight, name: str = "sample_weight"):
         self.inner = source
         self.weight = check_weight(weight, source.n_rows, name)
+        if source.n_rows and not np.any(self.weight > 0):
+            raise ValueError(f"{name} is zero on every row: no pair carries any weight")
         self.weight.setflags(write=False)
         self.n_rows, self.n_groups = source.n_rows, source.n_groups
         self.n_features, self.n_outputs = source.n_features, source.n_outputs

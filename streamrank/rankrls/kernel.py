@@ -171,12 +171,15 @@ class KernelRankRLS(BaseRanker):
         return A[:, 0] if self._one_d else A
 
     # -------------------------------------------------------------------- fit
-    def fit(self, X, y=None, qid=None, sample_weight=None, *, max_rows=None, feature_names=None):
+    def fit(self, X, y=None, qid=None, *, max_rows=None, feature_names=None):
         """Fit from arrays ``(X, y, qid)`` or from a :class:`~streamrank.BlockSource`.
 
-        ``sample_weight``: (rows,) weights, pair weight w_i w_j (as
-        :meth:`RankRLS.fit`); sparse RankRLS (``n_basis=r``) only — the
-        statistics K_RM L_w K_MR stay one pass; the exact dual raises.
+        Row weights (pair weight w_i w_j, as ``RankRLS.fit(sample_weight=)``):
+        pass a weighted source, ``fit(streamrank.io.weighted.with_weights(source, w))``;
+        sparse RankRLS (``n_basis=r``) only — K_RM L_w K_MR stays one pass; the
+        exact dual raises.  (No ``sample_weight=`` parameter: scikit-learn's
+        checks would require the randomly sampled basis to treat a weight
+        of 2 like a repeated row.)
 
         ``n_basis=None``: the exact dual in memory (a source is read whole).
         ``n_basis=r``: sparse RankRLS, two streaming passes (basis, statistics)
@@ -202,8 +205,11 @@ class KernelRankRLS(BaseRanker):
             if hasattr(self, attr):
                 delattr(self, attr)
         self.__dict__.pop("normalizer_", None)
-        if sample_weight is not None and self.n_basis is None and isinstance(self.basis, str):
-            raise NotImplementedError("sample_weight with the exact dual KernelRankRLS (n_basis=None) is not "
+        from ..io.weighted import WeightedSource
+
+        if isinstance(source if source is not None else X, WeightedSource) and self.n_basis is None \
+                and isinstance(self.basis, str):
+            raise NotImplementedError("row weights with the exact dual KernelRankRLS (n_basis=None) are not "
                                       "implemented; use sparse RankRLS (n_basis=r, or basis=X for all rows)")
         if self.n_basis is None and isinstance(self.basis, str):
             if source is not None:
@@ -219,10 +225,6 @@ class KernelRankRLS(BaseRanker):
             if source is None:
                 from ..io.sources import as_source
                 source = as_source(X, y, qid)
-            if sample_weight is not None:
-                from ..io.weighted import with_weights
-
-                source = with_weights(source, sample_weight)
             self._fit_sparse(spec, source, max_rows)
         self._set_feature_names(self.n_features_in_, feature_names, source)
         return self

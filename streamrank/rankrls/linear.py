@@ -569,7 +569,7 @@ def _weighted(source, sample_weight):
 
 def _source_y_1d(source, y) -> bool:
     if y is not None and not isinstance(y, str):  # a str is a table's label column: 1-D
-        return np.ndim(y) == 1
+        return (y.ndim if hasattr(y, "ndim") else np.asarray(y).ndim) == 1
     return source.n_outputs == 1 and getattr(source, "y_ndim", 1) == 1
 
 

@@ -219,17 +219,16 @@ class PairwiseSGDRanker(BaseRanker):
         self._calls += 1
         return np.random.default_rng(seed)
 
-    def partial_fit(self, X, y, qid=None, n_pairs=None, *, feature_names=None, sample_weight=None):
+    def partial_fit(self, X, y, qid=None, n_pairs=None, *, feature_names=None):
         """Sample ``n_pairs`` (default: one per row) pairs within the groups of this batch and step.
 
         ``qid=None``: the batch is one group.  Continues t and the shrinkage state.
-        ``sample_weight`` is not supported (raises; see :meth:`fit`).
         """
         from ..io.pairs import pairs_from_groups
 
-        _refuse_sample_weight(self, sample_weight)
         self._params()
         src = self._fit_source(X, y, qid, reset=getattr(self, "_v", None) is None)
+        _refuse_weights(self, src)
         if src.n_rows == 0:
             raise ValueError("empty batch: X has 0 rows; at least two rows of one group are needed")
         nf = getattr(self, "n_features_in_", None)
@@ -248,22 +247,22 @@ class PairwiseSGDRanker(BaseRanker):
             self.partial_fit_pairs(b.X_pos, b.X_neg)
         return self
 
-    def fit(self, source, y=None, qid=None, sample_weight=None, *, n_pairs=None, max_rows=100_000,
-            batch_size=8192, feature_names=None):
+    def fit(self, source, y=None, qid=None, *, n_pairs=None, max_rows=100_000, batch_size=8192,
+            feature_names=None):
         """Learn from ``n_pairs`` pairs sampled within the groups of ``source`` (resets).
 
         ``source``: a GroupStore / BlockSource, or ``X`` with ``y`` and ``qid``.
         ``n_pairs=None``: as many pairs as the source has rows.  ``feature_names``:
         names of the columns, kept as ``feature_names_in_`` (default: the store's).
-        ``sample_weight``: not supported yet — raises :class:`NotImplementedError`
-        (use ``RankRLS(...).fit(X, y, qid, sample_weight=w)``).
+        Row weights are not supported yet: a weighted source
+        (:func:`streamrank.io.weighted.with_weights`) raises NotImplementedError.
         """
         from ..io.pairs import pairs_from_groups
 
-        _refuse_sample_weight(self, sample_weight)
         self._params()
         # a BlockSource passes through (a dask array has .blocks too)
         src = self._fit_source(source, y, qid, reset=True)
+        _refuse_weights(self, src)
         if src.n_rows == 0:
             raise ValueError("empty input: X has 0 rows; at least two rows of one group are needed")
         self._v = None
@@ -334,9 +333,11 @@ class PairwiseSGDRanker(BaseRanker):
         self._calls = calls
 
 
-def _refuse_sample_weight(model, sample_weight):
-    if sample_weight is not None:
+def _refuse_weights(model, source):
+    from ..io.weighted import WeightedSource
+
+    if isinstance(source, WeightedSource):
         raise NotImplementedError(
-            f"{type(model).__name__} does not support sample_weight yet (its pairs are sampled uniformly); "
+            f"{type(model).__name__} does not support row weights yet (its pairs are sampled uniformly); "
             "RankRLS(...).fit(X, y, qid, sample_weight=w) and sparse KernelRankRLS do"
         )

@@ -212,7 +212,7 @@ def test_weighted_sparse_kernel_rankrls_equals_closed_form(ties, rng):
     X, y, qid, gp = make_groups(rng, n_groups=8, n_features=3, levels=3)
     w = weights(rng, len(y))
     m = sr.KernelRankRLS(kernel="rbf", gamma=0.5, alpha=0.3, n_basis=7, random_state=2, ties=ties)
-    m.fit(X, y, qid, sample_weight=w, max_rows=9)
+    m.fit(with_weights(sr.as_source(X, y, qid), w), max_rows=9)
     R = m.basis_
     K_RM = np.exp(-0.5 * ((R[:, None, :] - X[None, :, :]) ** 2).sum(-1))
     K_RR = np.exp(-0.5 * ((R[:, None, :] - R[None, :, :]) ** 2).sum(-1))
@@ -228,16 +228,16 @@ def test_weighted_sparse_kernel_rankrls_equals_closed_form(ties, rng):
     ref = np.linalg.solve(K_RM @ L @ K_RM.T + 0.3 * K_RR, K_RM @ L @ y)
     np.testing.assert_allclose(np.ravel(m.dual_coef_), ref, rtol=1e-8, atol=1e-10)
     with pytest.raises(NotImplementedError, match="exact dual"):
-        sr.KernelRankRLS(alpha=0.3).fit(X, y, qid, sample_weight=w)
+        sr.KernelRankRLS(alpha=0.3).fit(with_weights(sr.as_source(X, y, qid), w))
 
 
 def test_learners_without_weights_refuse_them(rng):
     X, y, qid, gp = make_groups(rng, n_groups=4, min_size=2)
-    w = np.ones(len(y))
-    for call in (lambda: sr.PairwiseSGDRanker().fit(X, y, qid, sample_weight=w),
-                 lambda: sr.PairwiseSGDRanker().partial_fit(X, y, qid, sample_weight=w)):
-        with pytest.raises(NotImplementedError, match="PairwiseSGDRanker does not support sample_weight"):
-            call()
+    src = with_weights(sr.as_source(X, y, qid), np.ones(len(y)))
+    with pytest.raises(NotImplementedError, match="PairwiseSGDRanker does not support row weights"):
+        sr.PairwiseSGDRanker().fit(src)
+    with pytest.raises(ValueError, match="zero on every row"):
+        sr.RankRLS().fit(X, y, qid, sample_weight=np.zeros(len(y)))
 
 
 @pytest.mark.parametrize("ties", ["include", "exclude"])
