@@ -4,10 +4,11 @@ Format (one example per line; Joachims' SVMlight, used by LETOR)::
 
     <label> [qid:<int>] <index>:<value> <index>:<value> ... [# comment]
 
-Empty lines, comment lines, CRLF line ends, bare-CR line ends (a file whose
-first line end is a lone ``\\r``, classic Mac) and gzip-compressed files (by
-magic bytes) are accepted; a stray ``\\r`` inside a line of an LF file is an
-error naming the line (it would otherwise hide the rest of the line).  Feature indices are 1-based by default (LETOR,
+Empty lines, comment lines, CRLF line ends, bare-CR line ends (classic Mac:
+the text read before the first ``\\n`` holds a ``\\r`` and no ``\\n``) and
+gzip-compressed files (by magic bytes) are accepted; a stray ``\\r`` inside a
+line of an LF/CRLF file is an error naming the line (it would otherwise hide
+the rest of the line).  Feature indices are 1-based by default (LETOR,
 SVMlight); ``zero_based=True`` for libsvm files written from 0.  Indices must
 increase strictly within a line.  A malformed line raises ``ValueError``
 naming ``file:line``.
