@@ -116,7 +116,7 @@ def _error(code, name, line_no, buf, pos):
 
 
 def _parse(buf_bytes, name, first_line, zero_based, n_features, null_value, qid_mode=-1, inferred=False,
-           max_features=None):
+           max_features=None, rows_before=0, first_row_line=None):
     buf = np.frombuffer(buf_bytes, dtype=np.uint8)
     n_nl, n_colon = _k.count_lines_colons(buf)
     cap_rows = int(n_nl) + 1
@@ -144,6 +144,11 @@ def _parse(buf_bytes, name, first_line, zero_based, n_features, null_value, qid_
         cap_slow = int(n_slow)
     if status:
         line_no = first_line + int(err_line)
+        if status == 7 and qid_mode == 0 and rows_before + int(rows) == 1:
+            # Only the file's first data row lacked qid: that row, not this one, is the odd line out.
+            odd = int(row_lines[0]) + first_line if rows else first_row_line
+            raise ValueError(f"{name}:{odd}: qid missing on this line but present on line {line_no}; "
+                             "a LETOR file needs qid: on every line (or on none)")
         if status == 6 and n_features is None and max_features is not None:
             err = _error(status, name, line_no, buf, int(err_pos))
             raise ValueError(f"{err}: more than max_features={max_features} features, the cap on a feature "
@@ -253,6 +258,8 @@ def iter_svmlight(source, *, n_features: int | None = None, dense: bool = True,
     qid_mode = -1
     line0 = 1
     carry = b""
+    rows_seen = 0  # data rows parsed so far, and the line of the first: a qid mismatch names the odd line
+    first_row_line = None
     pending = []  # parts (labels, qids, indptr, indices, values, lines) of the last, maybe unfinished, query
     cr_mode = None  # True: the file's line ends are bare CR (decided at its first line end)
     try:
@@ -287,8 +294,12 @@ def iter_svmlight(source, *, n_features: int | None = None, dense: bool = True,
             if text:
                 lab, q, ip, ind, val, n_lines, mode, max_col, lines = _parse(
                     text, fname, line0, zero_based, nf, null_value, qid_mode, inferred=n_features is None,
-                    max_features=None if max_features is None else int(max_features))
+                    max_features=None if max_features is None else int(max_features),
+                    rows_before=rows_seen, first_row_line=first_row_line)
                 qid_mode = mode
+                if first_row_line is None and len(lines):
+                    first_row_line = int(lines[0])
+                rows_seen += len(lab)
                 if nf is None and max_col >= 0:
                     nf = max_col + 1
                 line0 += n_lines

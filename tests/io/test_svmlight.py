@@ -195,3 +195,17 @@ def test_letor_parse_benchmark_smoke(capsys):
     assert mod.main(["--smoke"]) == 0
     out = capsys.readouterr().out
     assert "sklearn load_svmlight_file (baseline)" in out and "worst speed-up" in out
+
+
+@pytest.mark.parametrize("chunk", [None, 8, 4096])
+@pytest.mark.parametrize("lines, odd", [
+    (["1 1:1", "0 qid:3 1:2", "1 qid:3 1:1"], 1),   # only the first data line lacks qid: it is the odd one
+    (["# head", "1 1:1", "0 qid:3 1:2"], 2),        # same, after a comment line
+    (["0 qid:3 1:2", "1 1:1", "1 qid:3 1:1"], 2),   # a later line lacks qid: that line
+    (["1 1:1", "0 1:2", "1 qid:3 1:1"], 3),         # a file without qids, one line with: that line
+])
+def test_qid_mismatch_names_the_odd_line(lines, odd, chunk):
+    raw = ("\n".join(lines) + "\n").encode()
+    with pytest.raises(ValueError, match=rf"^f\.txt:{odd}: "):
+        for _ in iter_svmlight(io.BytesIO(raw), chunk_bytes=chunk, name="f.txt"):
+            pass
