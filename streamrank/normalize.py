@@ -38,7 +38,7 @@ import dataclasses
 import numpy as np
 import scipy.sparse as sp
 
-from .io.blocks import BlockSource
+from .io.blocks import BlockSource, WrappedSource
 
 __all__ = ["NORMALIZE", "FeatureMoments", "Normalizer", "NormalizedSource", "check_normalize"]
 
@@ -211,7 +211,7 @@ class Normalizer:
         return f"Normalizer({self.kind!r}, n_features={self.n_features})"
 
 
-class NormalizedSource(BlockSource):
+class NormalizedSource(WrappedSource):
     """The blocks of ``source`` with X replaced by the dense ``normalizer.transform(X)`` (same groups, y, qid).
 
     For learners that compute on the normalized features themselves (kernel
@@ -221,35 +221,16 @@ class NormalizedSource(BlockSource):
     def __init__(self, source: BlockSource, normalizer: Normalizer):
         if source.n_features != normalizer.n_features:
             raise ValueError(f"the source has {source.n_features} features; the normalizer {normalizer.n_features}")
-        self.inner, self.normalizer = source, normalizer
-        self.n_rows, self.n_groups = source.n_rows, source.n_groups
-        self.n_features, self.n_outputs = source.n_features, source.n_outputs
+        super().__init__(source)
+        self.normalizer = normalizer
         self.sparse = False
-        for attr in ("y_ndim", "global_group", "feature_names"):
-            if hasattr(source, attr):
-                setattr(self, attr, getattr(source, attr))
-
-    def _group_ptr(self):
-        return self.inner.group_ptr
-
-    def _group_qid(self, g0, g1):
-        return self.inner._group_qid(g0, g1)
 
     def _read_rows(self, r0, r1):
         X, y = self.inner._read_rows(r0, r1)
         return self.normalizer.transform(X), y
 
-    def _read_y(self, r0, r1):
-        return self.inner.read_y(r0, r1)
+    def _nnz_at(self, rows):
+        return None  # dense rows: no nonzero offsets
 
-    def plan(self, *args, **kwargs):
-        return self.inner.plan(*args, **kwargs)
-
-    def read_block(self, row0, row1, g0, g1):
-        b = self.inner.read_block(row0, row1, g0, g1)
+    def _map_block(self, b):
         return dataclasses.replace(b, X=self.normalizer.transform(b.X))
-
-    def blocks(self, *args, **kwargs):
-        """The inner source's blocks (its own reader and prefetch), X normalized."""
-        for b in self.inner.blocks(*args, **kwargs):
-            yield dataclasses.replace(b, X=self.normalizer.transform(b.X))

@@ -32,7 +32,7 @@ from typing import Iterator
 import numpy as np
 import scipy.sparse as sp
 
-__all__ = ["Block", "BlockSource", "OversizedGroupWarning"]
+__all__ = ["Block", "BlockSource", "OversizedGroupWarning", "WrappedSource"]
 
 
 class OversizedGroupWarning(UserWarning):
@@ -286,6 +286,56 @@ class BlockSource:
 
     def __iter__(self):
         return self.blocks()
+
+
+class WrappedSource(BlockSource):
+    """A source that yields the blocks of ``inner`` changed by :meth:`_map_block`.
+
+    Groups, planning, order and prefetch stay the inner source's; subclasses
+    (row weights, normalized features) override :meth:`_map_block` and the
+    raw readers whose output they change.
+    """
+
+    def __init__(self, inner: BlockSource):
+        self.inner = inner
+        self.n_rows, self.n_groups = inner.n_rows, inner.n_groups
+        self.n_features, self.n_outputs = inner.n_features, inner.n_outputs
+        self.sparse = inner.sparse
+        for attr in ("y_ndim", "global_group", "feature_names"):
+            if hasattr(inner, attr):
+                setattr(self, attr, getattr(inner, attr))
+
+    def _map_block(self, block: Block) -> Block:
+        return block
+
+    def _group_ptr(self):
+        return self.inner.group_ptr
+
+    def _group_qid(self, g0, g1):
+        return self.inner._group_qid(g0, g1)
+
+    def _read_rows(self, r0, r1):
+        return self.inner._read_rows(r0, r1)
+
+    def _read_y(self, r0, r1):
+        return self.inner.read_y(r0, r1)
+
+    def _read_weight(self, r0, r1):
+        return self.inner._read_weight(r0, r1)
+
+    def _nnz_at(self, rows):
+        return self.inner._nnz_at(rows)
+
+    def plan(self, *args, **kwargs):
+        return self.inner.plan(*args, **kwargs)
+
+    def read_block(self, row0, row1, g0, g1):
+        return self._map_block(self.inner.read_block(row0, row1, g0, g1))
+
+    def blocks(self, *args, **kwargs):
+        """The inner source's blocks (its own reader and prefetch), each through :meth:`_map_block`."""
+        for b in self.inner.blocks(*args, **kwargs):
+            yield self._map_block(b)
 
 
 def _prefetched(read, plan, depth: int = 1):

@@ -16,56 +16,26 @@ import numpy as np
 
 
 from ..laplacian import check_weight
-from .blocks import BlockSource
+from .blocks import BlockSource, WrappedSource
 
 __all__ = ["WeightedSource", "with_weights"]
 
 
-class WeightedSource(BlockSource):
+class WeightedSource(WrappedSource):
     """The blocks of ``source`` with per-row weights ``weight`` (rows,) attached as ``Block.weight``."""
 
     def __init__(self, source: BlockSource, weight, name: str = "sample_weight"):
-        self.inner = source
+        super().__init__(source)
         self.weight = check_weight(weight, source.n_rows, name)
         if source.n_rows and not np.any(self.weight > 0):
             raise ValueError(f"{name} is zero on every row: no pair carries any weight")
         self.weight.setflags(write=False)
-        self.n_rows, self.n_groups = source.n_rows, source.n_groups
-        self.n_features, self.n_outputs = source.n_features, source.n_outputs
-        self.sparse = source.sparse
-        for attr in ("y_ndim", "global_group", "feature_names"):
-            if hasattr(source, attr):
-                setattr(self, attr, getattr(source, attr))
-
-    def _group_ptr(self):
-        return self.inner.group_ptr
-
-    def _group_qid(self, g0, g1):
-        return self.inner._group_qid(g0, g1)
-
-    def _read_rows(self, r0, r1):
-        return self.inner._read_rows(r0, r1)
-
-    def _read_y(self, r0, r1):
-        return self.inner.read_y(r0, r1)
-
-    def _nnz_at(self, rows):
-        return self.inner._nnz_at(rows)
 
     def _read_weight(self, r0, r1):
         return self.weight[r0:r1]
 
-    def plan(self, *args, **kwargs):
-        return self.inner.plan(*args, **kwargs)
-
-    def read_block(self, row0, row1, g0, g1):
-        b = self.inner.read_block(row0, row1, g0, g1)
-        return dataclasses.replace(b, weight=self.weight[row0:row1])
-
-    def blocks(self, *args, **kwargs):
-        """The inner source's blocks (its own reader and prefetch) with their row weights."""
-        for b in self.inner.blocks(*args, **kwargs):
-            yield dataclasses.replace(b, weight=self.weight[b.start:b.stop])
+    def _map_block(self, b):
+        return dataclasses.replace(b, weight=self.weight[b.start:b.stop])
 
     def __repr__(self):
         return f"WeightedSource({self.inner!r})"
