@@ -100,18 +100,23 @@ def reject_source(obj, fn):
                         f"a model use metrics.evaluate(source, model, metrics=[...])")
 
 
-def check_scores(a, n, name, other="y_true"):
-    """1-D finite values as C-contiguous writeable float64 (float32 converts exactly)."""
+def as_vector(a, n, name, other="y_true", per="row"):
+    """A dense 1-D numeric array (a (rows, 1) column is taken as 1-D) of length ``n`` when given."""
     if sp.issparse(a):
         raise TypeError(f"{name} must be a dense 1-D array, got a scipy.sparse matrix")
     a = _as_numeric(a, name)
     if a.ndim == 2 and a.shape[1] == 1:
         a = a[:, 0]
     if a.ndim != 1:
-        raise ValueError(f"{name} must be 1-D (one value per row), got shape {a.shape}")
+        raise ValueError(f"{name} must be 1-D (one value per {per}), got shape {a.shape}")
     if n is not None and a.shape[0] != n:
         raise ValueError(f"{name} has {a.shape[0]} rows but {other} has {n}; lengths must match")
-    a = np.require(a, dtype=np.float64, requirements=["C", "W"])
+    return a
+
+
+def check_scores(a, n, name, other="y_true"):
+    """1-D finite values as C-contiguous writeable float64 (float32 converts exactly)."""
+    a = np.require(as_vector(a, n, name, other), dtype=np.float64, requirements=["C", "W"])
     check_finite(a, name)
     return a
 

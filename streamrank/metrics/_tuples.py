@@ -2,10 +2,8 @@
 from __future__ import annotations
 
 import numpy as np
-import scipy.sparse as sp
 
-from .._validation import _as_numeric
-from ._checks import reject_source
+from ._checks import as_vector, reject_source
 
 
 def _tuple_counts(score_pos, score_neg):
@@ -16,16 +14,7 @@ def _tuple_counts(score_pos, score_neg):
 
 def _scores(a, n, name):
     """1-D float64 scores; NaN and infinity are kept (they are a model's output, compared as numbers)."""
-    if sp.issparse(a):
-        raise TypeError(f"{name} must be a dense 1-D array, got a scipy.sparse matrix")
-    a = _as_numeric(a, name)
-    if a.ndim == 2 and a.shape[1] == 1:
-        a = a[:, 0]
-    if a.ndim != 1:
-        raise ValueError(f"{name} must be 1-D (one score per tuple), got shape {a.shape}")
-    if n is not None and a.shape[0] != n:
-        raise ValueError(f"{name} has {a.shape[0]} rows but score_pos has {n}; lengths must match")
-    return np.asarray(a, dtype=np.float64)
+    return np.asarray(as_vector(a, n, name, "score_pos", per="tuple"), dtype=np.float64)
 
 
 def tuple_error(score_pos, score_neg) -> float:
