@@ -155,6 +155,21 @@ def split_table(X, y=None, qid=None, *, need_y: bool = True):
     return _dense(X, cols, n), y, qid, _names_of(cols)
 
 
+def missing_and_extra(have, want) -> tuple[list, list]:
+    """Names of ``want`` absent from ``have``, and names of ``have`` not in ``want`` (each in its order)."""
+    have_set, want_set = set(have), set(want)
+    return [f for f in want if f not in have_set], [c for c in have if c not in want_set]
+
+
+def reorder_by_name(Xa, names, want, mismatch: str, extra_label: str = "unexpected", shown: int = 8):
+    """The columns of ``Xa`` (named ``names``) in the order of ``want``; ``mismatch`` opens the error."""
+    missing, extra = missing_and_extra(names, want)
+    if missing or extra:
+        raise ValueError(f"{mismatch}: missing {missing[:shown]}, {extra_label} {extra[:shown]}")
+    pos = {c: j for j, c in enumerate(names)}
+    return np.ascontiguousarray(Xa[:, [pos[f] for f in want]])
+
+
 def table_for_predict(X, feature_names, n_features: int, who: str) -> np.ndarray:
     """A table's feature columns in the model's order (matched by name when the model has names)."""
     cols = table_columns(X)
@@ -169,8 +184,7 @@ def table_for_predict(X, feature_names, n_features: int, who: str) -> np.ndarray
         return _dense(X, cols, n)
     want = [str(f) for f in feature_names]
     have = [str(c) for c in cols]
-    missing = [f for f in want if f not in set(have)]
-    extra = [c for c in have if c not in set(want)]
+    missing, extra = missing_and_extra(have, want)
     if missing or extra:
         parts = []
         if missing:

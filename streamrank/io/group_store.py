@@ -643,7 +643,7 @@ class GroupStore(BlockSource):
 
     def _from_table(self, X, y, qid):
         """A DataFrame / Arrow table: ``y``/``qid`` may name its columns; features matched by name."""
-        from .._tables import is_table, split_table
+        from .._tables import is_table, reorder_by_name, split_table
 
         if not is_table(X):
             return X, y, qid
@@ -653,13 +653,8 @@ class GroupStore(BlockSource):
         Xa, y, qid, names = split_table(X, y, qid)
         want = self.feature_names
         if want is not None and names is not None and list(names) != list(want):
-            pos = {c: j for j, c in enumerate(names)}
-            missing = [f for f in want if f not in pos]
-            extra = [c for c in names if c not in set(want)]
-            if missing or extra:
-                raise ValueError(f"the table's feature columns do not match the store's feature names: missing "
-                                 f"{missing[:5]}, not in the store {extra[:5]}")
-            Xa = np.ascontiguousarray(Xa[:, [pos[f] for f in want]])
+            Xa = reorder_by_name(Xa, names, want, "the table's feature columns do not match the store's feature "
+                                 "names", extra_label="not in the store", shown=5)
         if self.sparse:
             Xa = sp.csr_matrix(Xa)
         return Xa, y, qid

@@ -142,18 +142,12 @@ def table_source(X, y, qid=None, *, feature_order=None) -> ArraySource:
     ``feature_order``: the names a fitted model expects; the columns are
     reordered to them (a missing or extra column is an error).
     """
-    from .._tables import split_table
+    from .._tables import reorder_by_name, split_table
 
     Xa, y, qid, names = split_table(X, y, qid)
     if feature_order is not None and names is not None and list(names) != list(feature_order):
         want = [str(f) for f in feature_order]
-        pos = {c: j for j, c in enumerate(names)}
-        missing = [f for f in want if f not in pos]
-        extra = [c for c in names if c not in set(want)]
-        if missing or extra:
-            raise ValueError(f"X's columns do not match the features the model was fitted with: missing "
-                             f"{missing[:8]}, unexpected {extra[:8]}")
-        Xa = np.ascontiguousarray(Xa[:, [pos[f] for f in want]])
+        Xa = reorder_by_name(Xa, names, want, "X's columns do not match the features the model was fitted with")
         names = want
     src = ArraySource(Xa, y, qid)
     src.feature_names = names
