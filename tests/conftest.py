@@ -55,6 +55,22 @@ def store_tuple_factory(tmp_path):
     return make
 
 
+
+@pytest.fixture(scope="session")
+def s3_server():
+    """A real S3 server (moto's, its own process) on 127.0.0.1 for the session: see tests/_s3_server.py."""
+    from _s3_server import S3Server
+
+    server = S3Server()
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def s3_url(s3_server):
+    """``s3://<a new empty bucket>`` on :func:`s3_server` (pass ``s3_server.storage_options``)."""
+    return s3_server.new_bucket()
+
 # Hypothesis: CI runs a fixed set of examples (derandomized) so a submission's
 # result does not depend on the draw; locally examples stay random to explore.
 import os as _os
