@@ -374,9 +374,10 @@ def solve_cg(source, *, alpha, group_weight="pair", ties="include", tol=1e-6, ma
     if normalize is not None:
         from ..normalize import FeatureMoments
 
-        if _diag is not None or not isinstance(op, RankingOperator):
-            raise NotImplementedError("normalize= with cg needs the local solver's own preconditioner pass "
-                                      "(not a warm start, a path or a cluster fit); fit locally")
+        if _diag is not None:
+            raise NotImplementedError("normalize= with cg gathers the moments in the solver's own "
+                                      "preconditioner pass; a given _diag has none (cg_path(scale=) solves "
+                                      "a path on scaled features)")
         moments = FeatureMoments(n)
         _diag = op.gram_diagonal(moments)
         op.n_passes += 1

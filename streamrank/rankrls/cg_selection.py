@@ -102,13 +102,24 @@ def _sub_block(block, keep):
                  group_size=block.group_size[kept], group_offset=block.group_offset[kept])
 
 
-def _iter_path(source, alphas, *, group_weight, ties, tol, max_iter, max_rows):
-    """Yield ``(i, W, info)`` for every alpha, largest first, each warm-started from the previous W."""
+def _iter_path(source, alphas, *, group_weight, ties, tol, max_iter, max_rows, scale=None):
+    """Yield ``(i, W, info)`` for every alpha, largest first, each warm-started from the previous W.
+
+    ``scale``: d (n,) of normalize= (d = 1/s): CG on the scaled operator
+    ``D XᵀLX D``, ``D XᵀLY`` (the congruence of :mod:`streamrank.normalize`;
+    per-group centring removes the offsets), W on the normalized scale.
+    """
     op = RankingOperator(source, alpha=float(np.max(alphas)), group_weight=group_weight, ties=ties,
                          max_rows=max_rows)
     B = op.rhs()
     diag = op.gram_diagonal()
     op.n_passes += 1
+    if scale is not None:
+        from .cg import _ScaledOperator
+
+        d = np.asarray(scale, dtype=np.float64)
+        B, diag = B * d[:, None], diag * d * d
+        op = _ScaledOperator(op, d)
     W = None
     for i in np.argsort(-np.asarray(alphas), kind="stable"):
         a = float(alphas[i])
@@ -119,11 +130,12 @@ def _iter_path(source, alphas, *, group_weight, ties, tol, max_iter, max_rows):
 
 
 def cg_path(source, alphas, *, group_weight="pair", ties="include", tol=1e-6, max_iter=None,
-            max_rows=DEFAULT_BLOCK_ROWS):
+            max_rows=DEFAULT_BLOCK_ROWS, scale=None):
     """Warm-started CG solutions for every alpha: ``(len(alphas), n, v)`` and a list of the solves' infos.
 
     Passes: ``2 + Σ_λ (n_iter(λ) + 1)`` (``infos[-1]["n_passes"]`` after the last solve is the total
-    of the order they ran in; see the module docstring).
+    of the order they ran in; see the module docstring).  ``scale``: d = 1/s of a
+    fitted normalizer (normalize=): the solutions for the features x·d (on that scale).
     """
     alphas = np.atleast_1d(np.asarray(alphas, dtype=np.float64))
     if source.n_rows == 0:
@@ -132,7 +144,7 @@ def cg_path(source, alphas, *, group_weight="pair", ties="include", tol=1e-6, ma
     infos = [None] * len(alphas)
     n_passes = 0
     for i, W, info in _iter_path(source, alphas, group_weight=group_weight, ties=ties, tol=tol,
-                                 max_iter=max_iter, max_rows=max_rows):
+                                 max_iter=max_iter, max_rows=max_rows, scale=scale):
         out[i] = W
         infos[i] = info
         n_passes = info["n_passes"]
@@ -154,14 +166,18 @@ def path_of_model(model, alphas, source=None, max_rows=DEFAULT_BLOCK_ROWS):
     """:meth:`RankRLS.path` of a cg model: warm-started CG per alpha over its training data (or ``source``).
 
     Sets ``model.path_info_`` = {"n_passes", "n_iter" (per alpha), "converged" (per alpha)}.
+    With ``normalize=`` the coefficients are on the normalized scale of the
+    fitted ``normalizer_`` (as ``coef_``), solved on the scaled operator.
     """
     alphas = check_alphas(alphas, allow_empty=True)
     if alphas.size == 0:
         shape = (0, model.n_features_in_) + (() if model._y_1d else (model.n_outputs_,))
         return np.zeros(shape)
     src = _model_source(model, source)
+    norm = getattr(model, "normalizer_", None)
     W, infos, n_passes = cg_path(src, alphas, group_weight=model.group_weight, ties=model.ties, tol=model.tol,
-                                 max_iter=model.max_iter, max_rows=max_rows)
+                                 max_iter=model.max_iter, max_rows=max_rows,
+                                 scale=None if norm is None else 1.0 / norm.scale)
     model.path_info_ = {"n_passes": int(n_passes), "n_iter": [int(i["n_iter"]) for i in infos],
                         "converged": [bool(i["converged"]) for i in infos]}
     return W[:, :, 0] if model._y_1d else W
@@ -198,6 +214,13 @@ def cross_validate_cg(model, source=None, *, alphas=None, folds=5, scoring="squa
     its number of counted pairs), so a cg and a primal model on the same
     data give the same scores up to the CG tolerance.  Sets ``model.cv_info_``
     = {"n_passes" (of the CV, without the final fit), "n_iter" (folds, alphas)}.
+
+    With ``normalize=`` every fold's model is solved on the features scaled by
+    the scales of *all* rows (one more pass gathers them, counted in
+    ``n_passes``), as the primal's cross-validation does and as the refitted
+    model keeps; held-out scores use the raw-feature weights d·w (the offsets
+    shift every score of a query alike, which changes no ranking and no pair
+    difference).
     """
     model.check_params()
     kind, k = _parse_scoring(scoring)
@@ -214,6 +237,15 @@ def cross_validate_cg(model, source=None, *, alphas=None, folds=5, scoring="squa
     ev = _Evaluators(kind, k, a, v) if kind != "squared" else None
     n_iter = np.zeros((folds, a), dtype=np.int64)
     n_passes = 0
+    d = None
+    if model.normalize is not None:        # the scales of all rows, one pass (selection.cross_validate's rule)
+        from ..normalize import FeatureMoments
+
+        moments = FeatureMoments(source.n_features)
+        for block in source.blocks(max_rows=max_rows, split_groups=True):
+            moments.update(block.X)
+        n_passes += 1
+        d = 1.0 / moments.normalizer(model.normalize).scale
     for f in range(folds):
         test = FoldView(source, folds, f, holdout=True)
         if test.n_rows == 0:
@@ -226,11 +258,13 @@ def cross_validate_cg(model, source=None, *, alphas=None, folds=5, scoring="squa
             sols = ((i, np.zeros((source.n_features, v)), None) for i in range(a))
         else:
             sols = _iter_path(train, alphas, group_weight=gw, ties=ties, tol=model.tol, max_iter=model.max_iter,
-                              max_rows=max_rows)
+                              max_rows=max_rows, scale=d)
         for i, W, info in sols:
             if info is not None:
                 n_iter[f, i] = info["n_iter"]
                 last = info["n_passes"]
+            if d is not None:
+                W = W * d[:, None]              # raw-feature weights of the fold's normalized model
             n_passes += 1
             if ev is None:
                 loss[i] += validation_loss(test, W, group_weight=gw, ties=ties, max_rows=max_rows,

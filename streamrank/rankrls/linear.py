@@ -421,19 +421,12 @@ class RankRLS(BaseRanker):
         if getattr(self, "solver_", None) == "cg":
             from .cg_selection import path_of_model
 
-            self._refuse_normalized_cg("path")
             return path_of_model(self, alphas, source, max_rows)
         self._check_stats("path")
         alphas = check_alphas(alphas, allow_empty=True)
         W = np.stack([self.eigenpath().coef(a) for a in alphas]) if len(alphas) else \
             np.zeros((0,) + self.stats_.B.shape)
         return W[:, :, 0] if self._y_1d else W
-
-    def _refuse_normalized_cg(self, what):
-        if self.normalize is not None:
-            raise NotImplementedError(f"{what} with solver='cg' and normalize={self.normalize!r} is not "
-                                      "implemented; use the primal solver (dense, n <= "
-                                      f"{PRIMAL_MAX_FEATURES}) or normalize=None")
 
     def leave_query_out(self, source=None, *, alpha=None, max_rows=DEFAULT_BLOCK_ROWS):
         """Exact held-out predictions, each query left out in turn (Woodbury; one pass).
@@ -469,7 +462,7 @@ class RankRLS(BaseRanker):
         and alpha plus one refit — passes over the data per fold and alpha
         (:func:`streamrank.rankrls.cg_selection.cross_validate_cg`).  Returns a
         :class:`~streamrank.rankrls.selection.CVResult`.  With ``normalize=``
-        (primal) every fold's model uses the scales of all rows, the ones the
+        (primal and cg) every fold's model uses the scales of all rows, the ones the
         final model keeps (held-out rows take part in the scales, not in the fit).
         """
         from .selection import cross_validate
@@ -479,7 +472,6 @@ class RankRLS(BaseRanker):
         if self.solver_for(src) == "cg":  # k-fold by warm-started CG solves (cg_selection)
             from .cg_selection import cross_validate_cg
 
-            self._refuse_normalized_cg("cross_validate")
             return cross_validate_cg(self, src, alphas=alphas, folds=folds, scoring=scoring, max_rows=max_rows)
         return cross_validate(self, source, alphas=alphas, folds=folds, scoring=scoring, max_rows=max_rows)
 

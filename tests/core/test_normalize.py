@@ -82,8 +82,8 @@ def test_rankrls_cg_and_cross_validation_with_normalize():
     cg = sr.RankRLS(alpha=1.0, solver="cg", tol=1e-12, normalize="standard").fit(X, y, q)
     np.testing.assert_allclose(cg.coef_, ref.coef_, rtol=1e-7, atol=1e-9)
     np.testing.assert_allclose(cg.normalizer_.scale, X.std(0) + (X.std(0) == 0), rtol=1e-10)
-    with pytest.raises(NotImplementedError, match="normalize"):
-        cg.path([0.1, 1.0])
+    # the cg path (warm-started CG on the scaled operator) = the primal path on the pre-scaled features
+    np.testing.assert_allclose(cg.path([0.1, 1.0, 10.0]), ref.path([0.1, 1.0, 10.0]), rtol=1e-7, atol=1e-9)
     # k-fold CV: scales of all rows, so it equals CV of the plain model on the pre-scaled features
     alphas = [0.01, 1.0, 100.0]
     a = sr.RankRLS(normalize="standard").fit(X, y, q)
@@ -92,6 +92,29 @@ def test_rankrls_cg_and_cross_validation_with_normalize():
     rb = b.cross_validate(alphas=alphas, folds=3)
     np.testing.assert_allclose(ra.scores, rb.scores, rtol=1e-8)
     np.testing.assert_allclose(a.coef_, b.coef_, rtol=1e-8, atol=1e-10)
+
+
+@pytest.mark.parametrize("kind", ["standard", "minmax"])
+@pytest.mark.parametrize("scoring", ["squared", "ndcg@5"])
+def test_cg_cross_validation_with_normalize_equals_prescaled(kind, scoring):
+    """cg k-fold CV with normalize= (fold models on the scales of all rows) = cg CV on pre-scaled features."""
+    X, y, q = _data(7)
+    Xs = _prescaled(X, kind)
+    alphas = [0.01, 1.0, 100.0]
+    args = dict(solver="cg", tol=1e-13, max_iter=200)
+    a = sr.RankRLS(normalize=kind, **args)
+    ra = a.cross_validate(sr.as_source(X, y, q), alphas=alphas, folds=3, scoring=scoring, max_rows=50)
+    b = sr.RankRLS(**args)
+    rb = b.cross_validate(sr.as_source(Xs, y, q), alphas=alphas, folds=3, scoring=scoring, max_rows=50)
+    np.testing.assert_allclose(ra.scores, rb.scores, rtol=1e-8, atol=1e-12)
+    assert ra.best_alpha == rb.best_alpha
+    np.testing.assert_allclose(a.coef_, b.coef_, rtol=1e-8, atol=1e-10)
+    np.testing.assert_allclose(a.predict(X), b.predict(Xs), rtol=1e-8, atol=1e-8)
+    assert a.cv_info_["n_passes"] == b.cv_info_["n_passes"] + 1      # the pass that gathers the scales
+    # and the primal CV of the same model agrees to the CG tolerance
+    rp = sr.RankRLS(normalize=kind).cross_validate(sr.as_source(X, y, q), alphas=alphas, folds=3,
+                                                   scoring=scoring)
+    np.testing.assert_allclose(ra.scores, rp.scores, rtol=1e-7, atol=1e-10)
 
 
 def test_saved_normalized_model_predicts_the_same(tmp_path):
