@@ -201,8 +201,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--chunk-mb", type=float, default=8.0, help="text parsed per append (MB, default 8)")
     p.add_argument("--null-value", type=float, default=None, help="value for NULL features (LETOR 3.0)")
     p.add_argument("--docids", action="store_true",
-                   help="keep each line's '#docid = ID' comment as its document id (new stores; LETOR text): "
-                        "predict --run names documents by them")
+                   help="keep document ids (new stores): LETOR text's '#docid = ID' comments, an .npz's 'docid' "
+                        "array; predict --run names documents by them (a zarr store's ids are always kept)")
+    p.add_argument("--docid-column", default=None, metavar="COL",
+                   help="Parquet: the column of document ids (strings or integers), kept in the store")
     p.add_argument("--max-rows", type=int, default=DEFAULT_MAX_ROWS, help="rows per append when copying a store")
     _common(p)
     p.set_defaults(func=cmd_ingest)

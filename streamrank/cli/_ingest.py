@@ -50,7 +50,8 @@ def _ingest_parquet(args, src, counts):
     with _progress(args, None, desc=f"ingest {Path(src).name}") as bar:
         got = ingest_parquet(args.store, files, label=args.label, qid=args.qid, features=features,
                              feature_prefix=args.features_from_prefix, sparse=args.sparse, chunk_rows=chunk_rows,
-                             batch_id=args.batch_id, group_identity=args.group_identity, progress=bar.update)
+                             batch_id=args.batch_id, group_identity=args.group_identity, progress=bar.update,
+                             docid=getattr(args, "docid_column", None))
     for k in ("rows", "skipped_rows", "batches", "skipped"):
         counts[k] += got[k]
 
@@ -241,21 +242,43 @@ def _ingest_npz(args, src, counts):
     base = args.batch_id or _default_batch_id(src, None)
     store = None
     rows = 0
+    keep = _npz_keeps_docids(args, src)
     with _progress(args, None, desc=f"ingest {Path(src).name}") as bar:
-        for i, ((X, y, qid), last) in enumerate(with_last(iter_npz(src, chunk_rows=args.max_rows))):
+        for i, (chunk, last) in enumerate(with_last(iter_npz(src, chunk_rows=args.max_rows, docids=keep))):
+            X, y, qid = chunk[:3]
             if store is None:
                 n_out = 1 if np.ndim(y) == 1 else int(np.shape(y)[1])
                 store, _ = _open_group_target(args.store, int(np.shape(X)[1]), sparse=args.sparse,
-                                              n_outputs=n_out, group_identity=args.group_identity)
+                                              n_outputs=n_out, group_identity=args.group_identity, docids=keep)
             if store.sparse:
                 X = sp.csr_matrix(X)
-            done = store.append(X, y, qid, batch_id=base if (last and i == 0) else f"{base}#{i}")
+            docid = [str(d) for d in chunk[3]] if keep else None
+            done = store.append(X, y, qid, batch_id=base if (last and i == 0) else f"{base}#{i}", docid=docid)
             counts["rows" if done else "skipped_rows"] += len(y)
             counts["batches" if done else "skipped"] += 1
             rows += len(y)
             bar.update(len(y))
     if store is None:
         raise ValueError(f"{src}: the archive holds no rows; nothing to ingest")
+
+
+def _npz_keeps_docids(args, src) -> bool:
+    """Whether an .npz ingest keeps the archive's ``docid`` array: ``--docids`` (new store) or a store with ids."""
+    from ..io.npz import npz_has_docids
+
+    p = Path(args.store)
+    store = _open_store(p, want="group") if p.exists() and (p / "zarr.json").exists() else None
+    has = npz_has_docids(src)
+    if store is not None:
+        if getattr(args, "docids", False) and not store.has_docids:
+            raise ValueError(f"--docids: the store {args.store} was created without document ids; "
+                             "ingest into a new store to keep them")
+        if store.has_docids and not has:
+            raise ValueError(f"the store {args.store} keeps document ids but {src} has no 'docid' array")
+        return store.has_docids
+    if getattr(args, "docids", False) and not has:
+        raise ValueError(f"--docids: {src} has no 'docid' array (one string per row) to keep")
+    return bool(getattr(args, "docids", False))
 
 
 def _ingest_zarr(args, src, counts):
@@ -266,9 +289,13 @@ def _ingest_zarr(args, src, counts):
         raise ValueError(f"{src} is a saved model, not a store to ingest")
     source = _open_store(src)
     if kind == "group":
+        ids = bool(getattr(source, "has_docids", False))   # a store's doc ids are copied with its rows
         store, _ = _open_group_target(args.store, source.n_features, sparse=source.sparse,
-                                      group_identity=args.group_identity,
+                                      group_identity=args.group_identity, docids=ids,
                                       n_outputs=source.n_outputs, feature_names=source.feature_names)
+        if store.has_docids and not ids:
+            raise ValueError(f"the store {args.store} keeps document ids but {src} has none")
+        ids = ids and store.has_docids       # into a store without ids: the source's ids are dropped
         tag = source.batches[-1]["checksum"][-12:] if source.batches else "empty"
         base_id = args.batch_id or f"{Path(src).name}@{tag}"
         # the source's batches stay batches (io/groups.py): a query recurring across them stays two groups
@@ -282,7 +309,8 @@ def _ingest_zarr(args, src, counts):
                     r0, r1 = int(block.group_ptr[a]), int(block.group_ptr[b])
                     X = block.X[r0:r1]
                     qid = np.repeat(block.qid[a:b], np.diff(block.group_ptr[a:b + 1]))
-                    done = store.append(X, block.y[r0:r1], qid, batch_id=f"{base_id}/{gb[a]}#{i}")
+                    docid = source.docids(block.start + r0, block.start + r1) if ids else None
+                    done = store.append(X, block.y[r0:r1], qid, batch_id=f"{base_id}/{gb[a]}#{i}", docid=docid)
                     counts["rows" if done else "skipped_rows"] += r1 - r0
                     counts["batches" if done else "skipped"] += 1
                 bar.update(block.n_rows)

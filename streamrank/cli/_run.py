@@ -29,6 +29,16 @@ def check_tag(tag: str) -> str:
     return tag
 
 
+def _run_qid(q) -> str:
+    """A query id as the run's first field: integers in decimal, string ids (Parquet) as they are."""
+    if isinstance(q, (int, np.integer)):
+        return str(int(q))
+    q = str(q)
+    if not q or any(c.isspace() for c in q):
+        raise ValueError(f"query id {q!r} cannot be a run file's first field (empty or has whitespace)")
+    return q
+
+
 def run_lines(model, store, *, max_rows: int, tag: str, output: int = 0):
     """Yield the run's lines (str, newline-terminated), block by block of whole queries."""
     ids = store.has_docids if hasattr(store, "has_docids") else False
@@ -43,7 +53,7 @@ def run_lines(model, store, *, max_rows: int, tag: str, output: int = 0):
         for g in range(block.n_groups):
             a, b = int(gp[g]), int(gp[g + 1])
             order = a + np.lexsort((np.arange(b - a), -s[a:b]))
-            q = int(block.qid[g])
+            q = _run_qid(block.qid[g])
             lines.extend(f"{q} Q0 {names[r]} {k} {s[r]:.17g} {tag}\n" for k, r in enumerate(order, start=1))
         yield "".join(lines)
 

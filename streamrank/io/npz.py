@@ -23,7 +23,7 @@ from typing import Iterator
 import numpy as np
 from numpy.lib import format as npf
 
-__all__ = ["iter_npz"]
+__all__ = ["iter_npz", "npz_has_docids"]
 
 NEEDED = ("X", "y", "qid")
 
@@ -82,8 +82,34 @@ def _open(path):
         raise ValueError(f"{path} is not a .npz archive of X, y, qid ({type(exc).__name__})") from None
 
 
-def iter_npz(path, *, chunk_rows: int = 65_536, chunk_bytes: int | None = None) -> Iterator[tuple]:
+def npz_has_docids(path) -> bool:
+    """Whether the archive holds a ``docid`` array (document ids, one per row)."""
+    with _open(path) as zf:
+        return "docid.npy" in zf.namelist()
+
+
+def _docid_strings(a, path):
+    """Rows of a fixed-width ``docid`` array (numpy str ``<U`` or UTF-8 bytes ``S``) as a list of str."""
+    if a.dtype.kind == "U":
+        return [str(v) for v in a]
+    if a.dtype.kind == "S":
+        try:
+            return [bytes(v).decode("utf-8") for v in a]
+        except UnicodeDecodeError as exc:
+            raise ValueError(f"{path}: array 'docid' holds bytes that are not UTF-8 ({exc})") from None
+    if a.dtype.kind in "iu":
+        return [str(int(v)) for v in a]
+    raise TypeError(f"{path}: array 'docid' has dtype {a.dtype}; expected strings (np.str_ / bytes) or integers")
+
+
+def iter_npz(path, *, chunk_rows: int = 65_536, chunk_bytes: int | None = None,
+             docids: bool = False) -> Iterator[tuple]:
     """Yield ``(X, y, qid)`` chunks of whole query groups from an ``.npz`` with arrays X, y, qid.
+
+    ``docids=True``: the archive's ``docid`` array (1-D, one id per row:
+    ``np.savez(..., docid=np.array(ids))`` stores a fixed-width str array, no
+    pickle) is read alongside and every chunk is ``(X, y, qid, docid)`` with
+    docid a list of str.
 
     Chunks hold about ``chunk_rows`` rows (with ``chunk_bytes``: as many rows
     as fit in that many bytes of X, y and qid, from the arrays' headers): the rows of the last query of a
@@ -100,37 +126,42 @@ def iter_npz(path, *, chunk_rows: int = 65_536, chunk_bytes: int | None = None) 
     with _open(path) as zf:
         names = {n[:-4] for n in zf.namelist() if n.endswith(".npy")}
         missing = [k for k in NEEDED if k not in names]
+        if docids and "docid" not in names:
+            missing.append("docid")
         if missing:
-            raise ValueError(f"{path}: .npz needs arrays X, y, qid; missing {missing}")
-        streams = [_RowStream(zf, k, path) for k in NEEDED]
+            raise ValueError(f"{path}: .npz needs arrays X, y, qid{', docid' if docids else ''}; missing {missing}")
+        streams = [_RowStream(zf, k, path) for k in NEEDED + (("docid",) if docids else ())]
         try:
-            X, y, q = streams
+            X, y, q = streams[:3]
             n = X.shape[0]
             if len(X.shape) != 2:
                 raise ValueError(f"{path}: X must be 2-D (rows, features), got shape {X.shape}")
-            for s in (y, q):
+            for s in streams[1:]:
                 if s.shape[0] != n:
                     raise ValueError(f"{path}: {s.name} has {s.shape[0]} rows but X has {n}")
+            if docids and len(streams[3].shape) != 1:
+                raise ValueError(f"{path}: docid must be 1-D (one id per row), got shape {streams[3].shape}")
             if chunk_bytes is not None:
                 chunk_rows = max(1, int(chunk_bytes) // max(1, sum(s._row_bytes for s in streams)))
             carry = None
             for a in range(0, n, chunk_rows):
                 k = min(chunk_rows, n - a)
-                Xc, yc, qc = X.read(k), y.read(k), q.read(k)
+                parts = tuple(st.read(k) for st in streams)
                 if carry is not None:
-                    Xc, yc, qc = (np.concatenate((c, p)) for c, p in zip(carry, (Xc, yc, qc)))
+                    parts = tuple(np.concatenate((c, p)) for c, p in zip(carry, parts))
                     carry = None
                 if a + k < n:   # hold back the last query: it may go on in the next chunk
+                    qc = parts[2]
                     qc1 = np.asarray(qc).reshape(len(qc), -1)[:, 0] if np.ndim(qc) > 1 else qc
                     other = np.flatnonzero(qc1 != qc1[-1])
                     cut = int(other[-1]) + 1 if other.size else 0
-                    carry = (Xc[cut:], yc[cut:], qc[cut:])
+                    carry = tuple(p[cut:] for p in parts)
                     if cut == 0:
                         continue
-                    Xc, yc, qc = Xc[:cut], yc[:cut], qc[:cut]
-                yield Xc, yc, qc
+                    parts = tuple(p[:cut] for p in parts)
+                yield parts if not docids else parts[:3] + (_docid_strings(parts[3], path),)
             if carry is not None and len(carry[0]):  # pragma: no cover - the last chunk takes the carry
-                yield carry
+                yield carry if not docids else carry[:3] + (_docid_strings(carry[3], path),)
         finally:
             for s in streams:
                 s.close()

@@ -59,11 +59,12 @@ def parquet_files(source) -> list[str]:
     return files
 
 
-def select_features(columns, label: str, qid: str, *, features=None, prefix=None) -> list[str]:
+def select_features(columns, label: str, qid: str, *, features=None, prefix=None, docid=None) -> list[str]:
     """The feature columns: ``features`` as given, or every column starting with ``prefix``,
-    or every column but the label and the qid (and never a column named like a query id)."""
+    or every column but the label, the qid and the doc id column (and never a column named like a query id)."""
     cols = list(columns)
-    for what, name in (("--label", label), ("--qid", qid)):
+    named = [("--label", label), ("--qid", qid)] + ([("--docid-column", docid)] if docid is not None else [])
+    for what, name in named:
         if name not in cols:
             raise KeyError(f"{what} column {name!r} is not in the file; columns: {cols[:10]}"
                            f"{' ...' if len(cols) > 10 else ''}")
@@ -73,14 +74,14 @@ def select_features(columns, label: str, qid: str, *, features=None, prefix=None
         if missing:
             raise KeyError(f"feature column(s) {missing[:5]} are not in the file; columns: {cols[:10]}")
         for f in feats:
-            if f in (label, qid):
-                raise ValueError(f"column {f!r} is the label or the query id; it cannot be a feature")
+            if f in (label, qid, docid):
+                raise ValueError(f"column {f!r} is the label, the query id or the doc id; it cannot be a feature")
     elif prefix is not None:
-        feats = [c for c in cols if c.startswith(prefix) and c not in (label, qid)]
+        feats = [c for c in cols if c.startswith(prefix) and c not in (label, qid, docid)]
         if not feats:
             raise ValueError(f"no column starts with {prefix!r}; columns: {cols[:10]}")
     else:
-        feats = [c for c in cols if c not in (label, qid)]
+        feats = [c for c in cols if c not in (label, qid, docid)]
         idlike = [c for c in feats if c.lower() in QID_COLUMN_NAMES]
         if idlike:
             raise ValueError(f"column {idlike[0]!r} looks like a query id and is not --qid {qid!r}; name the "
@@ -94,12 +95,13 @@ def select_features(columns, label: str, qid: str, *, features=None, prefix=None
 
 @dataclass
 class ParquetChunk:
-    """Whole queries: ``X`` (rows, features) float32 (CSR when sparse), ``y`` float64, ``qid``, and
-    where they came from (``files``: indices into the file list of rows' first and last file)."""
+    """Whole queries: ``X`` (rows, features) float32 (CSR when sparse), ``y`` float64, ``qid``, the
+    feature names and, when a doc id column was named, ``docid`` (rows,) of str."""
     X: object
     y: np.ndarray
     qid: np.ndarray
     feature_names: list
+    docid: object = None
 
 
 def _column_numpy(col, name, row0, file):
@@ -135,9 +137,38 @@ def _qid_numpy(col, name, row0, file):
     raise TypeError(f"{file}: query id column {name!r} has type {t}; expected integers or strings")
 
 
+def _docid_numpy(col, name, row0, file):
+    """Doc ids of a string (or integer) column as an object array of str; nulls refused."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    if col.null_count:
+        row = int(pc.index(pc.is_null(col), True).as_py())
+        raise ValueError(f"{file}: doc id column {name!r} is null at row {row0 + row}; every row needs an id")
+    t = col.type
+    if pa.types.is_dictionary(t):
+        col = col.cast(t.value_type)
+        t = t.value_type
+    if pa.types.is_string(t) or pa.types.is_large_string(t):
+        return np.asarray(col.to_numpy(zero_copy_only=False), dtype=object)
+    if pa.types.is_integer(t):
+        return np.asarray([str(v) for v in col.to_numpy(zero_copy_only=False)], dtype=object)
+    if pa.types.is_binary(t) or pa.types.is_large_binary(t):
+        try:
+            return np.asarray([b.decode("utf-8") for b in col.to_pylist()], dtype=object)
+        except UnicodeDecodeError as exc:
+            raise ValueError(f"{file}: doc id column {name!r} holds bytes that are not UTF-8 ({exc})") from None
+    raise TypeError(f"{file}: doc id column {name!r} has type {t}; expected strings or integers")
+
+
 def iter_parquet(source, *, label: str, qid: str, features=None, feature_prefix=None,
-                 chunk_rows: int = DEFAULT_CHUNK_ROWS, sparse: bool = False) -> Iterator[ParquetChunk]:
+                 chunk_rows: int = DEFAULT_CHUNK_ROWS, sparse: bool = False,
+                 docid: str | None = None) -> Iterator[ParquetChunk]:
     """Stream ``source`` (file, directory, glob or list of files) as chunks of whole queries.
+
+    ``docid``: the name of a column of document ids (strings, or integers
+    written in decimal) carried as ``ParquetChunk.docid`` (run files name
+    documents by them, :mod:`streamrank.io.docids`); it is never a feature.
 
     Every file must have the same feature columns (matched by name, so their
     order may differ between files).  A query's rows must be contiguous in
@@ -156,24 +187,22 @@ def iter_parquet(source, *, label: str, qid: str, features=None, feature_prefix=
 
     def emit():
         nonlocal buf, buf_rows
-        X = np.concatenate([b[0] for b in buf]) if len(buf) > 1 else buf[0][0]
-        y = np.concatenate([b[1] for b in buf]) if len(buf) > 1 else buf[0][1]
-        q = np.concatenate([b[2] for b in buf]) if len(buf) > 1 else buf[0][2]
+        X, y, q, d = (np.concatenate([b[k] for b in buf]) if len(buf) > 1 else buf[0][k] for k in range(4))
         buf, buf_rows = [], 0
-        return ParquetChunk(sp.csr_matrix(X) if sparse else X, y, q, feats)
+        return ParquetChunk(sp.csr_matrix(X) if sparse else X, y, q, feats, None if docid is None else d)
 
     for file in files:
         pf = pq.ParquetFile(file)
         names = pf.schema_arrow.names
         if feats is None:
-            feats = select_features(names, label, qid, features=features, prefix=feature_prefix)
+            feats = select_features(names, label, qid, features=features, prefix=feature_prefix, docid=docid)
         else:
             missing = [f for f in feats if f not in names]
-            missing += [c for c in (label, qid) if c not in names]
+            missing += [c for c in (label, qid) + ((docid,) if docid is not None else ()) if c not in names]
             if missing:
                 raise ValueError(f"{file}: lacks column(s) {missing[:5]} that the first file has; every file "
                                  "needs the same columns")
-        cols = feats + [label, qid]
+        cols = feats + [label, qid] + ([docid] if docid is not None else [])
         row0 = 0
         for rb in pf.iter_batches(batch_size=max(int(chunk_rows), 1), columns=cols, use_threads=True):
             n = rb.num_rows
@@ -187,11 +216,11 @@ def iter_parquet(source, *, label: str, qid: str, features=None, feature_prefix=
                 raise ValueError(f"{file}: row {row0 + bad} holds NaN, infinity or a value outside float32")
             y = np.asarray(_column_numpy(rb.column(len(feats)), label, row0, file), dtype=np.float64)
             q = _qid_numpy(rb.column(len(feats) + 1), qid, row0, file)
+            d = (np.zeros(n, dtype=np.int8) if docid is None else
+                 _docid_numpy(rb.column(len(feats) + 2), docid, row0, file))
             row0 += n
             if carry is not None:
-                X = np.concatenate([carry[0], X])
-                y = np.concatenate([carry[1], y])
-                q = np.concatenate([carry[2], q])
+                X, y, q, d = (np.concatenate([c, a]) for c, a in zip(carry, (X, y, q, d)))
                 carry = None
             # hold back the last query: it may continue in the next row group or file
             last = q[-1]
@@ -199,11 +228,11 @@ def iter_parquet(source, *, label: str, qid: str, features=None, feature_prefix=
             while k > 0 and q[k - 1] == last:
                 k -= 1
             if k == 0:
-                carry = (X, y, q)
+                carry = (X, y, q, d)
                 continue
-            buf.append((X[:k], y[:k], q[:k]))
+            buf.append((X[:k], y[:k], q[:k], d[:k]))
             buf_rows += k
-            carry = (X[k:], y[k:], q[k:])
+            carry = (X[k:], y[k:], q[k:], d[k:])
             if buf_rows >= chunk_rows:
                 yield emit()
     if carry is not None:
@@ -238,31 +267,41 @@ def parquet_batch_id(files, extra: str = "") -> str:
 
 def ingest_parquet(store_path, source, *, label: str, qid: str, features=None, feature_prefix=None,
                    sparse: bool = False, chunk_rows: int = DEFAULT_CHUNK_ROWS, batch_id: str | None = None,
-                   group_identity: str = "batch", progress=None) -> dict:
+                   group_identity: str = "batch", progress=None, docid: str | None = None) -> dict:
     """Append ``source`` (one batch: a file, a directory or glob of part files) to a GroupStore.
 
     Creates the store (with the feature names) when it does not exist; an
     existing store must hold the same feature names (columns are matched by
-    name) or none.  Returns counts ``{"rows", "skipped_rows", "batches",
-    "skipped", "batch_id"}``.
+    name) or none.  ``docid``: a column of document ids; a new store then
+    keeps them (``GroupStore.create(docids=True)``), and a store that keeps
+    them needs the column on every ingest.  Returns counts ``{"rows",
+    "skipped_rows", "batches", "skipped", "batch_id"}``.
     """
     from .group_store import GroupStore
 
     files = source if isinstance(source, (list, tuple)) else parquet_files(source)
-    base = batch_id or parquet_batch_id(files, f"{label}|{qid}|{features}|{feature_prefix}|{sparse}|{chunk_rows}")
+    base = batch_id or parquet_batch_id(files, f"{label}|{qid}|{features}|{feature_prefix}|{sparse}|{chunk_rows}"
+                                        + ("" if docid is None else f"|docid={docid}"))
     counts = {"rows": 0, "skipped_rows": 0, "batches": 0, "skipped": 0, "batch_id": base}
     p = Path(store_path)
     store = GroupStore.open(p, mode="a") if (p / "zarr.json").exists() else None
+    if store is not None and store.has_docids != (docid is not None):
+        raise ValueError(f"the store {p} keeps document ids: name their column (--docid-column COL)"
+                         if store.has_docids else
+                         f"the store {p} was created without document ids; ingest into a new store to keep "
+                         f"the column {docid!r}")
     for i, chunk in enumerate(iter_parquet(files, label=label, qid=qid, features=features,
                                            feature_prefix=feature_prefix, chunk_rows=chunk_rows,
-                                           sparse=sparse if store is None else store.sparse)):
+                                           sparse=sparse if store is None else store.sparse, docid=docid)):
         if store is None:
             if p.exists() and (p.is_file() or any(p.iterdir())):
                 raise FileExistsError(f"{p} exists and is not a streamrank store; choose another --store")
             store = GroupStore.create(p, len(chunk.feature_names), sparse=sparse, feature_names=chunk.feature_names,
-                                      overwrite=p.exists(), group_identity=group_identity)
+                                      overwrite=p.exists(), group_identity=group_identity,
+                                      docids=docid is not None)
         X = _to_store_order(chunk, store)
-        done = store.append(X, chunk.y, chunk.qid, batch_id=f"{base}#{i}")
+        done = store.append(X, chunk.y, chunk.qid, batch_id=f"{base}#{i}",
+                            docid=None if docid is None else list(chunk.docid))
         n = len(chunk.y)
         counts["rows" if done else "skipped_rows"] += n
         counts["batches" if done else "skipped"] += 1
