@@ -97,9 +97,6 @@ def fit(estimator, source, client=None, *, max_rows=DEFAULT_BLOCK_ROWS, split_ev
     equal to, the single-machine run (one shard: equal).
     """
     if isinstance(estimator, SGDLearner):
-        if getattr(estimator, "normalize", None) is not None:
-            raise NotImplementedError(f"normalize={estimator.normalize!r} with data-parallel SGD rounds is not "
-                                      "implemented (every shard would scale by its own rows); fit locally")
         if hasattr(estimator, "partial_fit_pairs"):
             kwargs["max_rows"] = max_rows
         return _fit_sgd_rounds(estimator, source, client, **kwargs)

@@ -50,12 +50,15 @@ __all__ = ["DistributedRankingOperator", "fit_cg"]
 class _Partial:
     """Mergeable partial product: a dense (n, k) sum plus the open (split) groups and their class sums."""
 
-    def __init__(self, Z, opens):
+    def __init__(self, Z, opens, moments=None):
         self.Z = Z
         self.opens = opens          # a _split_groups._Open: gid -> [rows, size, S, t]; class_sums gid -> [T per column]
+        self.moments = moments      # FeatureMoments of the rows (normalize=, the diagonal pass), or None
 
     def merge(self, other):
         self.Z = self.Z + other.Z
+        if other.moments is not None:
+            self.moments = other.moments.copy() if self.moments is None else self.moments.merge(other.moments)
         mine = self.opens
         for gid, Ts in other.opens.class_sums.items():     # before add(): a completed group takes its T's
             cur = mine.class_sums.get(gid)
@@ -112,14 +115,22 @@ def _tied_sums_task(plan, ref, table):
     return _GroupSums({int(block.group_start): table.tied_sums_of_piece(block)})
 
 
-def _diagonal_task(plan, ref, group_weight, ties, n_outputs, table=None):
-    """One block's part of diag(XᵀLX); a piece of a split group keeps S_g open (t unused)."""
+def _diagonal_task(plan, ref, group_weight, ties, n_outputs, table=None, moments=False):
+    """One block's part of diag(XᵀLX); a piece of a split group keeps S_g open (t unused).
+
+    ``moments``: also the block's column moments (normalize=: they ride on this pass, as locally).
+    """
     block = ref.open().read_block(*plan)
     opens = _sg._Open(group_weight)
     d, closes = _cg.block_diagonal(block, group_weight, ties, table, n_outputs, opens)
     for s, S, _ in closes:
         d -= s * S ** 2
-    return _Partial(d, opens)
+    mom = None
+    if moments:
+        from ..normalize import FeatureMoments
+
+        mom = FeatureMoments(block.X.shape[1]).update(block.X)
+    return _Partial(d, opens, mom)
 
 
 def pieces_of_plan(plan, group_ptr):
@@ -230,11 +241,16 @@ class DistributedRankingOperator(_cg._PassOperator):
                 Z = Z + self._tree(parts).Z
         return Z
 
-    def gram_diagonal(self):
+    def gram_diagonal(self, moments=None):
+        """diag(XᵀLX), one distributed pass; ``moments`` (FeatureMoments) merged with the rows' on the way."""
         table = self.ties_table()
         parts = self.client.map(_diagonal_task, self.plan, ref=self.ref, group_weight=self.group_weight,
-                                ties=self.ties, n_outputs=self.n_outputs, table=self._table_ref, pure=False)
-        diag = self._reduce(parts).Z
+                                ties=self.ties, n_outputs=self.n_outputs, table=self._table_ref,
+                                moments=moments is not None, pure=False)
+        out = self._reduce(parts)
+        if moments is not None and out.moments is not None:
+            moments.merge(out.moments)
+        diag = out.Z
         if table is not None:
             diag = diag + table.diagonal_term(self.group_weight)
         return diag

@@ -153,6 +153,15 @@ def _pairwise_round_task(shard, ref, model, n_shards, round_, steps, plan):
     return m
 
 
+def _moments_task(plan, ref):
+    """Column moments of one planned block (PairwiseSGDRanker normalize=: the scales of all rows)."""
+    from ..distributed._kernel import _Reservoir
+    from ..normalize import FeatureMoments
+
+    block = ref.open().read_block(*plan)
+    return _Reservoir({}, FeatureMoments(block.X.shape[1]).update(block.X))
+
+
 def average_pairwise(models):
     """Average of pairwise models (:meth:`streamrank.PairwiseSGDRanker.average`)."""
     return type(models[0]).average(models)
@@ -181,7 +190,12 @@ def fit_sgd_rounds(estimator, source, client=None, *, rounds=10, steps_per_round
     phase's pending shrinkage (each shard flushes the same W), every shard runs
     the learner's ``refit`` (SGD without L1 on Ω) over the tuples of the
     main round of the same number, and the client averages (Ω is kept).
-    ``rounds_history_`` records both phases.  ``cache_bytes`` bounds each
+    ``rounds_history_`` records both phases.
+
+    ``PairwiseSGDRanker(normalize=...)``: a fresh model first reduces the
+    column moments of every row on the cluster (one pass, a tree sum of
+    :class:`~streamrank.normalize.FeatureMoments`); every shard then scales its
+    pairs by that one normalizer — as the local ``fit``'s scales of all rows.  ``cache_bytes`` bounds each
     worker's cache of decoded Q/D rows (see ``TupleStore.batches``).
     """
     rounds = int(rounds)
@@ -207,7 +221,13 @@ def fit_sgd_rounds(estimator, source, client=None, *, rounds=10, steps_per_round
             source = _as_source(source)
             ref = _ship_source(c, source)
             plan = source.plan(max_rows)
+            fresh = getattr(model, "_v", None) is None
             model.init_state(source.n_features)
+            if fresh and getattr(model, "normalize", None) is not None:   # one normalizer for every shard
+                from ._cluster import tree_reduce
+
+                parts = c.map(_moments_task, plan, ref=ref, pure=False)
+                model.normalizer_ = tree_reduce(c, parts).result().moments.normalizer(model.normalize)
         else:
             ref = source if hasattr(source, "path") else c.scatter(source, hash=False)
             model.init_state(source.n_query_features, source.n_item_features)   # W₀ on the client
