@@ -35,7 +35,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from ..laplacian import apply_laplacian, group_weights
-from ._statistics import _id_sums
+from ._gram import _id_sums
 
 __all__ = ["TieCounts", "TieTable", "TIE_CACHE_ENTRIES", "finish_classes", "deferred_piece"]
 

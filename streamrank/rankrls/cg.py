@@ -43,7 +43,7 @@ from ._split_groups import (
     deferred_piece,
     finish_classes,
 )
-from ._statistics import _id_sums, _indicator
+from ._gram import _id_sums, _indicator
 
 __all__ = ["RankingOperator", "TieTable", "laplacian_pass", "gram_diagonal", "solve_cg", "validation_loss",
            "ConvergenceWarning"]

@@ -20,7 +20,8 @@ import numpy as np
 import scipy.sparse as sp
 
 from .._validation import check_finite, check_X
-from ._statistics import RankStatistics, _weighted_gram
+from ._gram import _weighted_gram
+from ._statistics import RankStatistics
 
 __all__ = ["COSTS", "edge_weights", "edge_statistics"]
 

@@ -59,7 +59,12 @@ from streamrank._numba import jit
 
 from ._sparse_row_kernels import merge_diff as _merge_diff
 from ._prefetch import prefetch as _prefetch
-from ._sparse_row_kernels import soft as _soft
+from ._row_pool_kernels import (  # noqa: F401  (the pool's layout and maintenance, re-exported)
+    I_ACTIVE, I_COUNT, I_FLUSHED, I_GARBAGE, I_K, I_NEED, I_NEED_LOG, I_T, I_TREFIT, I_UPDATES, I_USED,
+    M_CAP, M_LEN, M_START, M_STAMP, MIN_ROW_CAP, N_CLASSES, N_ISTATE, _alloc, _moves, _release, _shrink_row,
+    _sweep_rows, capacity_total, empty_free_lists, flush_rows, packed_size, repack, row_capacity, rows_to_coo,
+    set_rows, stored_csr,
+)
 
 _u = np.uint64  # an index numba needs no wraparound code for (see _step_row)
 
@@ -80,31 +85,7 @@ __all__ = [
     "score_rows",
 ]
 
-I_T, I_K, I_COUNT, I_UPDATES, I_ACTIVE, I_TREFIT, I_FLUSHED, I_USED, I_GARBAGE, I_NEED, I_NEED_LOG = range(11)
-N_ISTATE = 11
-M_START, M_LEN, M_CAP, M_STAMP = 0, 1, 2, 3
 LR_INVSQRT, LR_CONSTANT = 0, 1
-MIN_ROW_CAP = 4
-N_CLASSES = 64  # segment sizes 2**c; ``free`` holds N_CLASSES list heads, then their lengths
-
-
-@jit
-def row_capacity(n):
-    """Smallest power of two >= max(n, MIN_ROW_CAP): the capacity a row of n entries moves into."""
-    c = MIN_ROW_CAP
-    while c < n:
-        c *= 2
-    return c
-
-
-@jit
-def capacity_total(lengths):
-    """Sum of ``row_capacity(n)`` over the nonzero ``n`` in ``lengths`` (the pool :func:`set_rows` fills)."""
-    u = 0
-    for n in lengths:
-        if n > 0:
-            u += row_capacity(n)
-    return u
 
 
 @jit
@@ -293,160 +274,6 @@ def _append_missing(meta, pc, pv, i, g, dj, dx, nd, hit, free, istate, lpos, u0,
 
 
 @jit
-def _shrink_row(meta, pc, pv, i, sh, K):
-    """Soft-threshold every entry of row i by ``sh`` in place, drop the zeros, stamp K; returns entries removed."""
-    p = meta[i, M_START]
-    n = meta[i, M_LEN]
-    w = p
-    for k in range(p, p + n):
-        v = _soft(pv[_u(k)], sh)
-        if v != 0.0:
-            pc[_u(w)] = pc[_u(k)]
-            pv[_u(w)] = v
-            w += 1
-    meta[i, M_LEN] = w - p
-    meta[i, M_STAMP] = K
-    return p + n - w
-
-
-@jit
-def flush_rows(meta, pc, pv, S, K):
-    """Apply every pending shrinkage (exactly) and drop the zeros; returns entries removed."""
-    SK = S[K]
-    removed = 0
-    for i in range(meta.shape[0]):
-        st = meta[i, M_STAMP]
-        if st != K:
-            removed += _shrink_row(meta, pc, pv, i, SK - S[st], K)
-    return removed
-
-
-@jit
-def _sweep_rows(meta, pc, pv, thr, K):
-    """The literal sweep of Algorithm 1 step 4: ``w <- soft(w, thr)`` for every entry."""
-    removed = 0
-    for i in range(meta.shape[0]):
-        removed += _shrink_row(meta, pc, pv, i, thr, K)
-    return removed
-
-
-@jit
-def _packed_cap(n, tight):
-    if n == 0:
-        return 0
-    return n if tight else row_capacity(n)
-
-
-@jit
-def packed_size(meta, tight):
-    """Pool entries :func:`repack` needs (``tight``: exactly the stored entries)."""
-    u = 0
-    for i in range(meta.shape[0]):
-        u += _packed_cap(meta[i, M_LEN], tight)
-    return u
-
-
-@jit
-def repack(meta, pc, pv, new_pc, new_pv, tight):
-    """Copy every row into the fresh pool (new_pc, new_pv), in row order; returns the pool used.
-
-    A row of n entries gets the capacity ``row_capacity(n)`` (a power of
-    two), or exactly n when ``tight``; an
-    empty row gets none.  :func:`packed_size` says how much that is.
-    """
-    u = 0
-    for i in range(meta.shape[0]):
-        p = meta[i, M_START]
-        n = meta[i, M_LEN]
-        cap = _packed_cap(n, tight)
-        for s in range(n):
-            new_pc[u + s] = pc[p + s]
-            new_pv[u + s] = pv[p + s]
-        meta[i, M_START] = u
-        meta[i, M_CAP] = cap
-        u += cap
-    return u
-
-
-@jit
-def set_rows(meta, pc, pv, indptr, indices, data, stamps):
-    """Fill an empty pool from CSR rows (sorted, no explicit zeros); row i gets stamp ``stamps[i]``."""
-    u = 0
-    for i in range(meta.shape[0]):
-        n = indptr[i + 1] - indptr[i]
-        cap = row_capacity(n) if n > 0 else 0
-        for s in range(n):
-            pc[u + s] = indices[indptr[i] + s]
-            pv[u + s] = data[indptr[i] + s]
-        meta[i, M_START] = u
-        meta[i, M_LEN] = n
-        meta[i, M_CAP] = cap
-        meta[i, M_STAMP] = stamps[i]
-        u += cap
-    return u
-
-
-def empty_free_lists() -> np.ndarray:
-    """The ``free`` array of :func:`_alloc` with every list empty."""
-    free = np.zeros(2 * N_CLASSES, dtype=np.int64)
-    free[:N_CLASSES] = -1
-    return free
-
-
-@jit
-def _size_class(cap):
-    c = 0
-    while (1 << c) < cap:
-        c += 1
-    return c
-
-
-@jit
-def _alloc(pv, free, istate, cap):
-    """Start of a free segment of ``cap`` (a power of two) entries: a released one, else the pool's end.
-
-    Released segments of each size are chained through their first value
-    slot (``pv.view(int64)[start]`` is the next one, -1 ends the list);
-    ``free[c]`` is the head of the list of segments of ``2**c`` entries and
-    ``free[N_CLASSES + c]`` its length.
-    """
-    c = _size_class(cap)
-    seg = free[c]
-    if seg >= 0:
-        free[c] = pv.view(np.int64)[seg]
-        free[N_CLASSES + c] -= 1
-        istate[I_GARBAGE] -= cap
-        return seg
-    seg = istate[I_USED]
-    istate[I_USED] += cap
-    return seg
-
-
-@jit
-def _release(pv, free, istate, start, cap):
-    """Give the segment back: chained for reuse when ``cap`` is a power of two (else left as garbage)."""
-    istate[I_GARBAGE] += cap
-    if cap >= MIN_ROW_CAP and (cap & (cap - 1)) == 0:
-        c = _size_class(cap)
-        pv.view(np.int64)[start] = free[c]
-        free[c] = start
-        free[N_CLASSES + c] += 1
-
-
-@jit
-def _moves(n, cap, old_cap):
-    """Whether a row about to hold up to ``n`` entries leaves its segment of ``old_cap``.
-
-    It moves into a segment of ``cap = row_capacity(n)`` when it does not fit,
-    and also when it would use a quarter or less of a segment at least 4x too
-    big (rows shrink as their entries reach zero; the big segment goes back to
-    the free lists).  Growth doubles, shrinking needs 4x: no row moves back
-    and forth between two sizes.
-    """
-    return n > old_cap or 4 * cap <= old_cap
-
-
-@jit
 def sgd_steps(meta, pc, pv, S, istate, fstate,
               qp, qi, qx, pp, pi, px, mp, mi, mx,
               r0, r1, eta0, lr_code, l1, T, lazy, refit, dj, dx, dense, slot, mask, hit, free,
@@ -628,50 +455,6 @@ def _undo_rows(meta, pc, pv, qi, q0, q1, lpos, lval, u, kept):
         pv[_u(lpos[_u(e)])] = lval[_u(e)]
     for a in range(q0, q1):
         meta[qi[a], M_LEN] = kept[a - q0]
-
-
-@jit
-def stored_csr(meta, pc, pv):
-    """(indptr, indices, values) of the entries as stored (pending shrinkage not applied); read-only."""
-    n_rows = meta.shape[0]
-    indptr = np.zeros(n_rows + 1, dtype=np.int64)
-    for i in range(n_rows):
-        indptr[i + 1] = indptr[i] + meta[i, M_LEN]
-    indices = np.empty(indptr[n_rows], dtype=np.int64)
-    vals = np.empty(indptr[n_rows], dtype=np.float64)
-    for i in range(n_rows):
-        p = meta[i, M_START]
-        for s in range(meta[i, M_LEN]):
-            indices[indptr[i] + s] = pc[p + s]
-            vals[indptr[i] + s] = pv[p + s]
-    return indptr, indices, vals
-
-
-@jit
-def rows_to_coo(meta, pc, pv, S, K):
-    """(rows, cols, values) of the nonzero up-to-date entries, row by row (columns in stored order)."""
-    SK = S[K]
-    n = 0
-    for i in range(meta.shape[0]):
-        n += meta[i, M_LEN]
-    rows = np.empty(n, dtype=np.int64)
-    cols = np.empty(n, dtype=np.int64)
-    data = np.empty(n, dtype=np.float64)
-    n = 0
-    for i in range(meta.shape[0]):
-        p = meta[i, M_START]
-        st = meta[i, M_STAMP]
-        sh = SK - S[st] if st != K else 0.0
-        for s in range(p, p + meta[i, M_LEN]):
-            v = pv[s]
-            if sh > 0.0:
-                v = _soft(v, sh)
-            if v != 0.0:
-                rows[n] = i
-                cols[n] = pc[s]
-                data[n] = v
-                n += 1
-    return rows[:n], cols[:n], data[:n]
 
 
 @jit

@@ -112,7 +112,7 @@ def test_workspace_rejects_pieces(rng):
 @pytest.mark.parametrize("chunk_rows", [1, 3, 7])
 def test_chunked_fill_and_syrk_equal_one_pass(ties, gw, chunk_rows, rng, monkeypatch):
     """Blocks go through the workspace in group-aligned chunks (a group larger than a chunk is one chunk)."""
-    import streamrank.rankrls._statistics as stmod
+    import streamrank.rankrls._dense_syrk as stmod   # the dense SYRK path lives there
 
     X, y, _, gp = make_groups(rng, n_groups=9, max_size=9, levels=3, n_outputs=1)
     X = X.astype(np.float32)
