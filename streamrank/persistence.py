@@ -25,7 +25,8 @@ from pathlib import Path
 import numpy as np
 import scipy.sparse as sp
 
-__all__ = ["save", "load", "register_model", "MODEL_FORMAT_VERSION", "ModelFormatError"]
+__all__ = ["save", "load", "register_model", "MODEL_FORMAT_VERSION", "ModelFormatError", "write_group",
+           "read_group"]
 
 MODEL_FORMAT_VERSION = 1
 _REGISTRY: dict[str, type] = {}
@@ -71,49 +72,71 @@ def _codecs():
     return (ZstdCodec(), Crc32cCodec())
 
 
-def save(model, path) -> None:
-    """Write ``model`` to the zarr group at ``path`` (atomic replace)."""
+def save(model, path, storage_options=None) -> None:
+    """Write ``model`` to the zarr group at ``path`` (atomic replace).
+
+    ``path`` may be a URL of object storage (``s3://bucket/models/m``, any
+    fsspec URL) with ``storage_options`` for its filesystem: the model is then
+    written under a fresh prefix and published by one object write, so a
+    reader sees the old or the new model, never a mix
+    (:mod:`streamrank._remote_models`).
+    """
+    from ._remote_models import is_url, save_url
+
+    if is_url(path):
+        return save_url(model, path, storage_options)
+    if storage_options:
+        raise ValueError(f"storage_options are for a URL of object storage; {str(path)!r} is a local path")
+    import zarr
+
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = _sibling(path, "partial")
+    try:
+        write_group(zarr.open_group(str(tmp), mode="w"), model)
+        replace_dir(tmp, path)
+    finally:
+        if tmp.exists():
+            shutil.rmtree(tmp, ignore_errors=True)
+
+
+def write_group(root, model) -> None:
+    """Write ``model``'s parameters and learned state into the empty, writable zarr group ``root``.
+
+    The root attributes are written last: a group without them is not a model.
+    """
     import zarr
 
     attrs, arrays = model._get_state()
     extra_attrs, extra_arrays = model._extra_state()   # feature names, normalizer (streamrank.base)
     attrs, arrays = {**attrs, **extra_attrs}, {**arrays, **extra_arrays}
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = _sibling(path, "partial")
-    try:
-        # every chunk is written, zeros too: load() bounds an array's declared size by its chunk files
-        with zarr.config.set({"array.write_empty_chunks": True}):
-            root = zarr.open_group(str(tmp), mode="w")
-            for name, a in arrays.items():
-                if sp.issparse(a):
-                    a = a.tocsr()
-                    g = root.create_group(name)
-                    g.attrs["shape"] = list(a.shape)
-                    g.attrs["format"] = "csr"
-                    for part in ("indptr", "indices", "data"):
-                        arr = np.ascontiguousarray(getattr(a, part))
-                        z = g.create_array(part, shape=arr.shape, dtype=arr.dtype, compressors=_codecs(),
-                                           chunks=(max(1, min(arr.size, 1 << 22)),) if arr.ndim == 1 else arr.shape)
-                        z[...] = arr
-                else:
-                    arr = np.ascontiguousarray(np.asarray(a))
-                    chunks = tuple(max(1, s) for s in arr.shape) if arr.ndim else ()
-                    z = root.create_array(name, shape=arr.shape, dtype=arr.dtype, chunks=chunks or None,
-                                          compressors=_codecs())
+    # every chunk is written, zeros too: load() bounds an array's declared size by its chunk files
+    with zarr.config.set({"array.write_empty_chunks": True}):
+        for name, a in arrays.items():
+            if sp.issparse(a):
+                a = a.tocsr()
+                g = root.create_group(name)
+                g.attrs["shape"] = list(a.shape)
+                g.attrs["format"] = "csr"
+                for part in ("indptr", "indices", "data"):
+                    arr = np.ascontiguousarray(getattr(a, part))
+                    z = g.create_array(part, shape=arr.shape, dtype=arr.dtype, compressors=_codecs(),
+                                       chunks=(max(1, min(arr.size, 1 << 22)),) if arr.ndim == 1 else arr.shape)
                     z[...] = arr
-            root.attrs.update({
-                "streamrank": "model",
-                "format_version": MODEL_FORMAT_VERSION,
-                "class": type(model).__name__,
-                "params": _jsonable(model.get_params()),
-                "state": _jsonable(attrs),
-                "arrays": sorted(arrays),
-            })
-        replace_dir(tmp, path)
-    finally:
-        if tmp.exists():
-            shutil.rmtree(tmp, ignore_errors=True)
+            else:
+                arr = np.ascontiguousarray(np.asarray(a))
+                chunks = tuple(max(1, s) for s in arr.shape) if arr.ndim else ()
+                z = root.create_array(name, shape=arr.shape, dtype=arr.dtype, chunks=chunks or None,
+                                      compressors=_codecs())
+                z[...] = arr
+        root.attrs.update({
+            "streamrank": "model",
+            "format_version": MODEL_FORMAT_VERSION,
+            "class": type(model).__name__,
+            "params": _jsonable(model.get_params()),
+            "state": _jsonable(attrs),
+            "arrays": sorted(arrays),
+        })
 
 
 def replace_dir(tmp: Path, path: Path) -> None:
@@ -195,13 +218,19 @@ def _replaced_copy(path: Path):
     return old[-1] if old else None
 
 
-def load(path):
-    """Load a model written by :func:`save` (or a nightly ``current`` pointer)."""
-    import importlib
+def load(path, storage_options=None):
+    """Load a model written by :func:`save` (or a nightly ``current`` pointer).
 
+    ``path`` may be a URL of object storage with ``storage_options`` (see
+    :func:`save`); the model is validated exactly as a local one.
+    """
+    from ._remote_models import is_url, load_url
+
+    if is_url(path):
+        return load_url(path, storage_options)
+    if storage_options:
+        raise ValueError(f"storage_options are for a URL of object storage; {str(path)!r} is a local path")
     import zarr
-
-    import streamrank
 
     path = Path(path)
     if path.is_file() and path.name == "current":  # pointer file of the nightly pipeline
@@ -216,6 +245,24 @@ def load(path):
         path = old
     try:
         root = zarr.open_group(str(path), mode="r")
+    except Exception as exc:
+        raise ModelFormatError(f"{path} is not a readable streamrank model: {exc}") from exc
+    return read_group(root, path, lambda name: _stored_bytes(path / name / "c"))
+
+
+def read_group(root, path, stored_bytes):
+    """The model held by the zarr group ``root`` (named ``path`` in errors), validated on the way.
+
+    ``stored_bytes(name)``: the bytes of the chunk files of array ``name``
+    (bounds its declared size before zarr allocates it).
+    """
+    import importlib
+
+    import zarr
+
+    import streamrank
+
+    try:
         meta = dict(root.attrs)
     except Exception as exc:
         raise ModelFormatError(f"{path} is not a readable streamrank model: {exc}") from exc
@@ -247,7 +294,7 @@ def load(path):
                 kind = np.dtype(a.dtype).kind
                 if kind not in "biuf":  # learned state is numbers; never decode objects
                     raise ModelFormatError(f"dtype {a.dtype} is not numeric")
-                _check_stored_size(path, f"{name}/{part}" if part else name, a)
+                _check_stored_size(f"{name}/{part}" if part else name, a, stored_bytes)
             if isinstance(node, zarr.Group):
                 shape = node.attrs["shape"]
                 if (not isinstance(shape, list) or len(shape) != 2
@@ -277,8 +324,8 @@ _MAX_RATIO = 1 << 15
 _STORED_SLACK = 16 << 20
 
 
-def _check_stored_size(path: Path, name: str, arr) -> None:
-    """Refuse an array whose declared size the files on disk cannot hold (before zarr allocates it).
+def _check_stored_size(name: str, arr, stored_bytes) -> None:
+    """Refuse an array whose declared size its stored chunks cannot hold (before zarr allocates it).
 
     A model directory of a few KB declaring 2**28 entries would otherwise make
     zarr allocate them (missing chunks read as the fill value).  The bound is
@@ -288,16 +335,22 @@ def _check_stored_size(path: Path, name: str, arr) -> None:
     declared = int(np.prod(arr.shape, dtype=object)) * np.dtype(arr.dtype).itemsize
     if declared <= _STORED_SLACK:
         return
+    stored = stored_bytes(name)
+    if declared > _MAX_RATIO * stored + _STORED_SLACK:
+        raise ModelFormatError(f"it declares shape {tuple(arr.shape)} ({declared:,} bytes) but its chunk files "
+                               f"hold {stored:,} bytes, which cannot decode to that much")
+
+
+def _stored_bytes(chunk_dir: Path) -> int:
+    """Total size of the files under a local array's chunk directory ``c``."""
     stored = 0
-    for root, _dirs, files in os.walk(path / name / "c"):
+    for root, _dirs, files in os.walk(chunk_dir):
         for f in files:
             try:
                 stored += os.stat(os.path.join(root, f)).st_size
             except OSError:
                 pass
-    if declared > _MAX_RATIO * stored + _STORED_SLACK:
-        raise ModelFormatError(f"it declares shape {tuple(arr.shape)} ({declared:,} bytes) but its chunk files "
-                               f"hold {stored:,} bytes, which cannot decode to that much")
+    return stored
 
 
 def _dumps(obj) -> str:
