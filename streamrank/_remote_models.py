@@ -21,15 +21,17 @@ Two concurrent saves both write their own version; the last PUT wins, as with
 two local saves.
 
 **Load.** Read the pointer (bounded, validated), list ``U/versions/V/`` once
-(sizes bound every array's declared size as for a local model; every chunk of
-every array must be there, since zarr would read a missing chunk as zeros),
-read and validate the group as a local model, then read the pointer again.
-Unchanged: ``V`` was current for the whole read, and writers remove only
-versions that are not current, so the read was of one complete version.
-Changed (a save published meanwhile): the version is listed again; if every
-chunk is still there the model read is the complete old one, otherwise the
-load starts over from the new pointer (at most :data:`LOAD_ATTEMPTS` times).
-Either way the caller gets the old or the new model, never a mix.
+and fetch every object listed, all requests in flight together; then open
+the group from those bytes in memory and validate it exactly as a local
+model (the listed sizes bound every array's declared size; every chunk of
+every array must be there, since zarr would read a missing chunk as zeros).
+The bytes are all of one immutable version, so the model is that version,
+whole.  An object listed but gone when fetched, or a chunk missing, while
+the pointer now names another version means a save replaced the model and
+swept ``V`` meanwhile: the load starts over from the new pointer (at most
+:data:`LOAD_ATTEMPTS` times).  With the pointer unchanged it is a damaged
+model (:class:`~streamrank.persistence.ModelFormatError`).  Either way the
+caller gets the old or the new model, never a mix.
 
 **Sweep.** After publishing, a save removes versions that are not current
 and were started more than :data:`SWEEP_GRACE_S` seconds ago (their name
@@ -99,14 +101,20 @@ def _version_time(version: str) -> float:
 
 # ------------------------------------------------------------------ save
 def save_url(model, url, storage_options=None) -> str:
-    """Write ``model`` under a fresh version of ``url``, publish it (one PUT), sweep; returns the version."""
+    """Write ``model`` under a fresh version of ``url``, publish it (one PUT), sweep; returns the version.
+
+    The zarr group is built in memory and its objects are uploaded together
+    (all requests in flight at once), then the pointer is written.
+    """
     import zarr
-    from zarr.storage import FsspecStore
+    from zarr.storage import MemoryStore
 
     fs, root = filesystem(url, storage_options)
     version = _new_version()
-    store = FsspecStore.from_url(_join(url, VERSIONS, version), storage_options=storage_options, read_only=False)
-    write_group(zarr.open_group(store=store, mode="w-"), model)
+    objects: dict = {}
+    write_group(zarr.open_group(store=MemoryStore(objects), mode="w"), model)
+    prefix = _join(root, VERSIONS, version)
+    fs.pipe({f"{prefix}/{k}": v.to_bytes() for k, v in objects.items()})
     pointer = {"streamrank": "model-pointer", "format_version": POINTER_FORMAT_VERSION, "version": version,
                "class": type(model).__name__, "saved": _dt.datetime.now(_dt.timezone.utc).isoformat()}
     fs.pipe_file(_join(root, POINTER), json.dumps(pointer).encode())   # the publication: one object write
@@ -185,9 +193,30 @@ def _follow_nightly_pointer(fs, root, url):
 def _listing(fs, prefix) -> dict:
     """``{key relative to prefix: size}`` of every object under ``prefix`` now (one paginated LIST)."""
     fs.invalidate_cache(prefix)                   # s3fs caches listings; a reader must see the storage as it is
-    found = fs.find(prefix, detail=True)
+    try:
+        found = fs.find(prefix, detail=True)
+    except FileNotFoundError:
+        return {}
     base = prefix.rstrip("/") + "/"
     return {k[len(base):]: int(info.get("size") or 0) for k, info in found.items() if k.startswith(base)}
+
+
+def _fetch(fs, prefix, keys):
+    """``{key: bytes}`` of the objects ``keys`` under ``prefix``, all requests in flight together;
+    None when one of them is gone."""
+    paths = [f"{prefix}/{k}" for k in keys]
+    if not paths:
+        return {}
+    got = fs.cat(paths, on_error="return")
+    out = {}
+    for k, path in zip(keys, paths):
+        v = got.get(path)
+        if v is None or isinstance(v, FileNotFoundError):
+            return None
+        if isinstance(v, BaseException):
+            raise v
+        out[k] = v
+    return out
 
 
 def _expected_chunks(group):
@@ -209,18 +238,15 @@ def _all_arrays(group, prefix=""):
             yield path, node
 
 
-def _missing_chunk(group, listing):
+def _missing_chunk(group, objects):
     for path, key in _expected_chunks(group):
-        if f"{path}/{key}" not in listing:
+        if f"{path}/{key}" not in objects:
             return f"{path}/{key}"
     return None
 
 
 def load_url(url, storage_options=None):
     """Load the model published at ``url`` (or a nightly ``DIR/current`` pointer): see the module doc."""
-    import zarr
-    from zarr.storage import FsspecStore
-
     fs, root = filesystem(url, storage_options)
     fs.invalidate_cache(root)
     if root.rstrip("/").rsplit("/", 1)[-1] == NIGHTLY_POINTER and fs.isfile(root):
@@ -238,31 +264,38 @@ def load_url(url, storage_options=None):
         prefix = _join(root, VERSIONS, version)
         where = f"{url} (version {version})"
         listing = _listing(fs, prefix)
-        if "zarr.json" not in listing:
+        objects = _fetch(fs, prefix, sorted(listing)) if "zarr.json" in listing else None
+        group = missing = None
+        if objects is not None:
+            group = _open(objects, where)
+            missing = _missing_chunk(group, objects)
+        if objects is None or missing is not None:
             if _read_pointer(fs, root, url)["version"] != version:
                 continue                            # replaced and swept meanwhile: read the new one
-            raise ModelFormatError(f"{_join(url, POINTER)} names version {version}, but "
-                                   f"{_join(url, VERSIONS, version)} holds no model")
-        store = FsspecStore.from_url(_join(url, VERSIONS, version), storage_options=storage_options,
-                                     read_only=True)
-        try:
-            group = zarr.open_group(store=store, mode="r")
-        except Exception as exc:
-            raise ModelFormatError(f"{where} is not a readable streamrank model: {exc}") from exc
-        missing = _missing_chunk(group, listing)
-        if missing is not None:
-            if _read_pointer(fs, root, url)["version"] != version:
-                continue
+            if objects is None:
+                raise ModelFormatError(f"{_join(url, POINTER)} names version {version}, but "
+                                       f"{_join(url, VERSIONS, version)} holds no complete model")
             raise ModelFormatError(f"{where}: chunk {missing} is missing (a damaged model)")
 
         def stored_bytes(name, listing=listing):
             head = f"{name}/c"
             return sum(s for k, s in listing.items() if k == head or k.startswith(head + "/"))
 
-        model = read_group(group, where, stored_bytes)
-        if _read_pointer(fs, root, url)["version"] == version:
-            return model                            # current for the whole read: never swept
-        if _missing_chunk(group, _listing(fs, prefix)) is None:
-            return model                            # replaced meanwhile, but read whole: the old model
+        # every object of one immutable version, fetched whole: the model is that version, nothing else
+        return read_group(group, where, stored_bytes)
     raise ModelFormatError(f"{url}: the model was replaced {LOAD_ATTEMPTS} times while it was being read; "
                            "try again")
+
+
+def _open(objects, where):
+    """The zarr group held by the fetched ``objects`` (in memory)."""
+    import zarr
+    from zarr.core.buffer import default_buffer_prototype
+    from zarr.storage import MemoryStore
+
+    proto = default_buffer_prototype()
+    try:
+        store = MemoryStore({k: proto.buffer.from_bytes(v) for k, v in objects.items()}, read_only=True)
+        return zarr.open_group(store=store, mode="r")
+    except Exception as exc:
+        raise ModelFormatError(f"{where} is not a readable streamrank model: {exc}") from exc
