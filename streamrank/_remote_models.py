@@ -53,6 +53,8 @@ import json
 import os
 import re
 
+from .io._remote import filesystem as _filesystem
+from .io._remote import is_url
 from .persistence import ModelFormatError, read_group, write_group
 
 __all__ = ["is_url", "save_url", "load_url", "POINTER", "VERSIONS", "SWEEP_GRACE_S", "LOAD_ATTEMPTS"]
@@ -67,23 +69,10 @@ _MAX_POINTER_BYTES = 64 << 10
 _VERSION_RE = re.compile(r"^[0-9]{8}T[0-9]{12}Z-[0-9a-f]{16}$")
 
 
-def is_url(path) -> bool:
-    """True for ``scheme://...`` (object storage or any fsspec filesystem), False for a local path."""
-    return isinstance(path, str) and "://" in path
-
-
 def filesystem(url, storage_options=None):
-    """``(fsspec filesystem, path inside it)`` for ``url``; a missing client package is a one-line error."""
-    try:
-        from fsspec.core import url_to_fs
-    except ImportError:  # pragma: no cover - fsspec comes with dask
-        raise ImportError("URLs of object storage need fsspec: pip install 'streamrank[s3]'") from None
-    try:
-        return url_to_fs(url, **dict(storage_options or {}))
-    except ImportError as exc:
-        scheme = url.split("://", 1)[0]
-        raise ImportError(f"{scheme}:// URLs need a filesystem package that is not installed ({exc}); "
-                          "for s3:// pip install 'streamrank[s3]'") from None
+    """``(fsspec filesystem, path inside it)`` of ``url`` (a missing client is a one-line error naming the extra)."""
+    fs = _filesystem(url, storage_options)
+    return fs, fs._strip_protocol(url).rstrip("/")
 
 
 def _join(url: str, *parts: str) -> str:

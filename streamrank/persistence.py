@@ -81,7 +81,8 @@ def save(model, path, storage_options=None) -> None:
     reader sees the old or the new model, never a mix
     (:mod:`streamrank._remote_models`).
     """
-    from ._remote_models import is_url, save_url
+    from ._remote_models import save_url
+    from .io._remote import is_url, local_path
 
     if is_url(path):
         return save_url(model, path, storage_options)
@@ -89,7 +90,7 @@ def save(model, path, storage_options=None) -> None:
         raise ValueError(f"storage_options are for a URL of object storage; {str(path)!r} is a local path")
     import zarr
 
-    path = Path(path)
+    path = Path(local_path(path))
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = _sibling(path, "partial")
     try:
@@ -224,7 +225,8 @@ def load(path, storage_options=None):
     ``path`` may be a URL of object storage with ``storage_options`` (see
     :func:`save`); the model is validated exactly as a local one.
     """
-    from ._remote_models import is_url, load_url
+    from ._remote_models import load_url
+    from .io._remote import is_url, local_path
 
     if is_url(path):
         return load_url(path, storage_options)
@@ -232,7 +234,7 @@ def load(path, storage_options=None):
         raise ValueError(f"storage_options are for a URL of object storage; {str(path)!r} is a local path")
     import zarr
 
-    path = Path(path)
+    path = Path(local_path(path))
     if path.is_file() and path.name == "current":  # pointer file of the nightly pipeline
         target = path.read_text().strip()
         if target in ("", ".", "..") or "/" in target or "\\" in target:  # only a version beside the pointer
