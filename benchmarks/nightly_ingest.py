@@ -1,6 +1,6 @@
 """Nightly day-file ingest: peak memory of chunked ingest vs reading the day whole (issue 6).
 
-Question: does ``pipelines/_nightly_ingest.ingest`` (chunks of whole query
+Question: does ``streamrank.pipelines._nightly_ingest.ingest`` (chunks of whole query
 groups, ``--chunk-mb`` of input per append) keep memory bounded whatever the
 size of the day file, for ``.npz`` (``np.savez`` stored and
 ``np.savez_compressed`` deflated members, read as row streams by
@@ -38,7 +38,7 @@ sys.path.insert(0, {root!r})
 mode, day, store, chunk = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
 import numpy as np
 import streamrank as sr
-from pipelines import nightly
+from streamrank.pipelines import nightly
 t0 = time.perf_counter()
 if mode == "whole":
     if day.endswith(".npz"):

@@ -6,7 +6,7 @@
 * :func:`regularization_path` -- cross-validation score against λ (log
   axis), the chosen λ marked;
 * :func:`nightly_history` -- the validation metrics of every nightly run
-  (``pipelines/nightly.py`` reports in ``DIR/reports/*.json``), promoted
+  (:mod:`streamrank.pipelines.nightly` reports in ``DIR/reports/*.json``), promoted
   and rejected candidates told apart, with the chosen λ below;
 * :func:`convergence` -- a generic convergence curve (e.g. CG residuals per pass).
 
@@ -130,7 +130,8 @@ def _read_reports(source):
         rdir = p / "reports" if (p / "reports").is_dir() else p
         files = sorted(f for f in rdir.glob("*.json") if not f.name.startswith("."))
         if not files:
-            raise ValueError(f"{rdir} holds no nightly reports (*.json); run pipelines/nightly.py first")
+            raise ValueError(f"{rdir} holds no nightly reports (*.json); "
+                             "run python -m streamrank.pipelines.nightly first")
         reports = []
         for f in files:
             try:
@@ -147,7 +148,7 @@ def nightly_history(source, path=None, *, metrics=None, figsize=(8.0, 5.0), dpi=
     Parameters
     ----------
     source : path of a nightly model directory (``--models DIR`` of
-        ``pipelines/nightly.py``; its ``reports/*.json`` are read), a
+        :mod:`streamrank.pipelines.nightly`; its ``reports/*.json`` are read), a
         reports directory, or a list of report dicts.
     path : write a PNG there (``figsize * dpi`` pixels).
     metrics : names to draw (default: every metric in the reports, e.g.

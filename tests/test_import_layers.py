@@ -27,6 +27,7 @@ FLOORS = {
     "streamrank.exporters": 3,
     "streamrank.datasets": 4, "streamrank.distributed": 4, "streamrank.plot": 4,
     "streamrank.cli": 5, "streamrank.demo": 5,
+    "streamrank.pipelines": 5, "streamrank.recipes": 5,   # commands over the public API, beside the CLI
 }
 
 

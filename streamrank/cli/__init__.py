@@ -24,7 +24,7 @@ gradient), ``kernel`` (KernelRankRLS, exact dual), ``sparse-kernel``
   e.g. ``2^-15:2^15``, the papers' grid); ``10^A:10^B[:STEP]`` likewise;
 * ``LO:HI:N`` — N values spaced evenly on a log scale from LO to HI.
 
-``pipelines/nightly.py --alphas`` uses the same :func:`parse_grid` and also
+``python -m streamrank.pipelines.nightly --alphas`` uses the same :func:`parse_grid` and also
 takes ``LO:HI`` without N (its older form; plain numbers): the powers of two
 2^int(log2 LO) … 2^int(log2 HI).  Here ``LO:HI`` is a usage error.
 

@@ -31,13 +31,13 @@ def _power_of_two_exponent(side: str) -> int:
 
 
 def parse_grid(text: str, *, plain_range: bool = False) -> np.ndarray:
-    """Parse a λ grid (the ``--alphas GRID`` of ``streamrank`` and of ``pipelines/nightly.py``).
+    """Parse a λ grid (the ``--alphas GRID`` of ``streamrank`` and of :mod:`streamrank.pipelines.nightly`).
 
     * ``a,b,c`` — the values (items may be powers ``2^-3``);
     * ``B^A:B^C[:STEP]`` — the powers B^A, B^(A+STEP), …, B^C (inclusive, same base B on both sides);
     * ``LO:HI:N`` — N values log-spaced from LO to HI.
 
-    ``plain_range=True`` (``pipelines/nightly.py``, whose ``--alphas`` always took it) also accepts
+    ``plain_range=True`` (:mod:`streamrank.pipelines.nightly`, whose ``--alphas`` always took it) also accepts
     ``LO:HI`` with no N and a plain number on at least one side: the powers of two
     2^int(log2 LO) … 2^int(log2 HI) (a side may be ``2^E``).  The ``streamrank`` command refuses
     ``LO:HI`` (how many values between would be a guess): there it is a usage error.

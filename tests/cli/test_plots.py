@@ -1,10 +1,8 @@
 """sr.plot.regularization_path and sr.plot.nightly_history write non-empty PNGs of the expected size."""
 from __future__ import annotations
 
-import importlib.util
 import io
 import json
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -51,11 +49,9 @@ def test_regularization_path_png(tmp_path):
 
 
 def _nightly():
-    spec = importlib.util.spec_from_file_location("nightly_for_plots", ROOT / "pipelines" / "nightly.py")
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = mod
-    spec.loader.exec_module(mod)
-    return mod
+    from streamrank.pipelines import nightly
+
+    return nightly
 
 
 def _day(tmp_path, day):

@@ -129,7 +129,7 @@ def test_cli_model_and_store_mismatches(tmp_path):
 
 def test_nightly_bad_day_leaves_store_and_model(tmp_path):
     sys.path.insert(0, str(ROOT))
-    from pipelines import nightly
+    from streamrank.pipelines import nightly
 
     store, models = tmp_path / "logs.zarr", tmp_path / "models"
     good = _npz(tmp_path, "d1.npz", **_arrays())

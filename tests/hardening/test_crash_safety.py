@@ -124,7 +124,7 @@ def _write_day(tmp, d):
 
 
 def _nightly_argv(store, models, day):
-    return [str(ROOT / "pipelines" / "nightly.py"), "--store", str(store), "--new", str(day),
+    return ["-m", "streamrank.pipelines.nightly", "--store", str(store), "--new", str(day),
             "--models", str(models), "--alphas", "2^-2:2^2", "--tolerance", "1.0", "--no-plot"]
 
 
@@ -137,7 +137,7 @@ def _nightly(store, models, day):
 
 
 def _check_after_kill(store, models, days_done, prev_version):
-    from pipelines import nightly
+    from streamrank.pipelines import nightly
 
     s = sr.GroupStore.open(store)
     assert s.verify() == len(s.batches)                       # committed rows intact
@@ -152,7 +152,7 @@ def _check_after_kill(store, models, days_done, prev_version):
 
 def test_nightly_killed_at_random_moments_completes_exactly_once(tmp_path):
     sys.path.insert(0, str(ROOT))
-    from pipelines import nightly
+    from streamrank.pipelines import nightly
 
     store, models = tmp_path / "logs.zarr", tmp_path / "models"
     days = [_write_day(tmp_path, d) for d in (1, 2)]

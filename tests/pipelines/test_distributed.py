@@ -20,8 +20,8 @@ from streamrank.metrics import evaluate
 from pipeline_data import make_store
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
-from pipelines import distributed as pdist  # noqa: E402
-from pipelines import nightly  # noqa: E402
+from streamrank.pipelines import distributed as pdist  # noqa: E402
+from streamrank.pipelines import nightly  # noqa: E402
 
 pytestmark = pytest.mark.distributed
 

@@ -17,14 +17,14 @@ from pipeline_data import make_day, make_tuple_day
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
-from pipelines import nightly  # noqa: E402
+from streamrank.pipelines import nightly  # noqa: E402
 
 GRID = "2^-4:2^4"
 
 CHILD = textwrap.dedent("""
     import os, signal, sys
     sys.path.insert(0, {root!r})
-    from pipelines import nightly
+    from streamrank.pipelines import nightly
     import streamrank.io.group_store as gs
 
     def die(*args, **kwargs):
@@ -166,9 +166,9 @@ def test_cli_main_and_plot(tmp_path, capsys):
         nightly.main(["--store", str(store), "--new", "x", "--models", str(models), "--alphas", "0,-1"])
 
 
-@pytest.mark.parametrize("script", ["nightly.py", "distributed.py"])
-def test_scripts_run_from_the_command_line(script):
-    proc = subprocess.run([sys.executable, str(ROOT / "pipelines" / script), "--help"], capture_output=True,
+@pytest.mark.parametrize("module", ["streamrank.pipelines.nightly", "streamrank.pipelines.distributed"])
+def test_scripts_run_from_the_command_line(module):
+    proc = subprocess.run([sys.executable, "-m", module, "--help"], capture_output=True,
                           text=True, timeout=120)
     assert proc.returncode == 0 and "--store" in proc.stdout
 

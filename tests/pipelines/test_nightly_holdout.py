@@ -13,7 +13,7 @@ from pipeline_data import make_day, make_tuple_day
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
-from pipelines import nightly  # noqa: E402
+from streamrank.pipelines import nightly  # noqa: E402
 
 ALPHAS = [0.25, 1.0, 4.0, 16.0]
 

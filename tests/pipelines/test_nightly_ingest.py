@@ -16,13 +16,13 @@ from pipeline_data import make_day
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
-from pipelines import nightly  # noqa: E402
-from pipelines._nightly_ingest import ingest, iter_day  # noqa: E402
+from streamrank.pipelines import nightly  # noqa: E402
+from streamrank.pipelines._nightly_ingest import ingest, iter_day  # noqa: E402
 
 CHILD = textwrap.dedent("""
     import os, signal, sys
     sys.path.insert(0, {root!r})
-    from pipelines import nightly
+    from streamrank.pipelines import nightly
     import streamrank.io.group_store as gs
 
     real, calls = gs.write_attrs, []

@@ -19,7 +19,7 @@ from pipeline_data import make_day
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
-from pipelines import nightly  # noqa: E402
+from streamrank.pipelines import nightly  # noqa: E402
 
 GRID = "2^-2:2^2"
 
@@ -98,7 +98,7 @@ def test_damaged_pointer_or_version_is_one_line_naming_the_file(night1, capsys, 
 
 
 def test_lock_held_is_one_line_exit_5(night1, capsys):
-    from pipelines._nightly_versions import models_lock
+    from streamrank.pipelines._nightly_versions import models_lock
 
     with models_lock(night1 / "models"):
         code, out, err = _run(night1, capsys, 2)
@@ -148,7 +148,7 @@ NO_MPL = textwrap.dedent("""
     import sys
     sys.modules["matplotlib"] = None          # the optional 'plot' extra is not installed
     sys.path.insert(0, {root!r})
-    from pipelines import nightly
+    from streamrank.pipelines import nightly
     sys.exit(nightly.main(sys.argv[1:]))
 """)
 
@@ -169,7 +169,7 @@ def test_runs_without_matplotlib_and_says_it_skipped_the_plot(tmp_path):
 RACER = textwrap.dedent("""
     import sys, time
     sys.path.insert(0, {root!r})
-    from pipelines import nightly
+    from streamrank.pipelines import nightly
     import streamrank.rankrls.linear                  # imports done before the start line
     print("ready", flush=True)
     t0 = float(sys.stdin.readline())
@@ -241,7 +241,7 @@ def test_nightly_partial_day_commit_is_reported_with_the_line(tmp_path, capsys):
 
 
 def test_distributed_pipeline_failure_is_one_line(tmp_path, capsys):
-    from pipelines import distributed as pdist
+    from streamrank.pipelines import distributed as pdist
 
     code = pdist.main(["--store", str(tmp_path / "nope.zarr"), "--model", str(tmp_path / "m.zarr"),
                        "--learner", "rankrls", "--workers", "1"])

@@ -15,7 +15,7 @@ pq = pytest.importorskip("pyarrow.parquet")
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
-from pipelines import nightly  # noqa: E402
+from streamrank.pipelines import nightly  # noqa: E402
 
 
 def _parquet_day(tmp, d, *, names=None):

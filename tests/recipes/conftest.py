@@ -11,10 +11,7 @@ ROOT = pathlib.Path(__file__).resolve().parents[2]
 
 
 def _load(name):
-    spec = importlib.util.spec_from_file_location(f"recipe_{name}", ROOT / "data_recipes" / f"{name}.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return importlib.import_module(f"streamrank.recipes.{name}")
 
 
 @pytest.fixture

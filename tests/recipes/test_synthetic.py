@@ -15,10 +15,7 @@ ROOT = pathlib.Path(__file__).resolve().parents[2]
 
 
 def load_recipe(name):
-    spec = importlib.util.spec_from_file_location(f"recipe_{name}", ROOT / "data_recipes" / f"{name}.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return importlib.import_module(f"streamrank.recipes.{name}")
 
 
 @pytest.mark.parametrize("chunk_rows", [1, 37, 500, 5000])

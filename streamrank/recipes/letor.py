@@ -3,19 +3,20 @@
 The known datasets are read straight from their distribution archives in
 ``--data-dir`` (default ../shared/data/letor beside the checkout, or $STREAMRANK_DATA/letor; nothing is unpacked):
 
-    python data_recipes/letor.py --dataset MQ2008 --fold 1 --split train --out mq2008_f1_train.zarr
-    python data_recipes/letor.py --dataset OHSUMED --fold 2 --split test --out ohsumed_f2_test.zarr
+    python -m streamrank.recipes.letor --dataset MQ2008 --fold 1 --split train --out mq2008_f1_train.zarr
+    python -m streamrank.recipes.letor --dataset OHSUMED --fold 2 --split test --out ohsumed_f2_test.zarr
 
 Any other file (plain, .gz, or a member of a tar archive):
 
-    python data_recipes/letor.py --input my_logs.txt.gz --out logs.zarr
-    python data_recipes/letor.py --input MSLR-WEB10K.tar.gz --member Fold1/train.txt --out web10k.zarr
+    python -m streamrank.recipes.letor --input my_logs.txt.gz --out logs.zarr
+    python -m streamrank.recipes.letor --input MSLR-WEB10K.tar.gz --member Fold1/train.txt --out web10k.zarr
 
 As Parquet with string query ids (how logging pipelines write it), for
 ``streamrank ingest FILE.parquet --label label --qid qid``:
 
-    python data_recipes/letor.py --dataset MQ2008 --fold 1 --split train --to-parquet --out mq2008_f1_train.parquet
-    python data_recipes/letor.py --dataset MQ2008 --to-parquet --rows-per-file 5000 --out mq2008_parts/
+    python -m streamrank.recipes.letor --dataset MQ2008 --fold 1 --split train --to-parquet \\
+        --out mq2008_f1_train.parquet
+    python -m streamrank.recipes.letor --dataset MQ2008 --to-parquet --rows-per-file 5000 --out mq2008_parts/
 
 Features are stored dense float32 (LETOR lists every feature); memory is
 bounded by ``--chunk-mb`` plus the largest query.
@@ -31,7 +32,7 @@ import time
 def build_parser():
     from streamrank.datasets.letor import DATASETS, DEFAULT_DIR, SPLITS
 
-    p = argparse.ArgumentParser(prog="data_recipes/letor.py", description=__doc__,
+    p = argparse.ArgumentParser(prog="python -m streamrank.recipes.letor", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--out", required=True, help="path of the GroupStore (or with --to-parquet, the Parquet file "
                    "or directory) to write")

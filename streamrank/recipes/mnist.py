@@ -1,12 +1,12 @@
 """MNIST -> unit-L2 pixel vectors (784 features, CSR) -> class TupleStores.
 
-Writes under ``--out`` (same layout as data_recipes/newsgroups.py):
+Writes under ``--out`` (same layout as streamrank.recipes.newsgroups):
 ``train.zarr`` (Q = D = training images, tuples with q and d+ of the same
 digit, d- of another), ``test.zarr`` (Q = test images, D = training images),
 ``labels_train.npy``, ``labels_test.npy``, ``classes.txt``.
 
-    python data_recipes/mnist.py --out mnist --tuples 1000000 --test-tuples 100000
-    python data_recipes/mnist.py --out mnist_small --limit 1000 --tuples 5000
+    python -m streamrank.recipes.mnist --out mnist --tuples 1000000 --test-tuples 100000
+    python -m streamrank.recipes.mnist --out mnist_small --limit 1000 --tuples 5000
 """
 from __future__ import annotations
 
@@ -19,7 +19,7 @@ import time
 def build_parser():
     from streamrank.datasets.mnist import DEFAULT_DIR
 
-    p = argparse.ArgumentParser(prog="data_recipes/mnist.py", description=__doc__,
+    p = argparse.ArgumentParser(prog="python -m streamrank.recipes.mnist", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--out", required=True, help="output directory")
     p.add_argument("--data-dir", default=DEFAULT_DIR, help=f"directory of the IDX .gz files (default {DEFAULT_DIR})")

@@ -2,7 +2,7 @@
 
 ::
 
-    python pipelines/distributed.py --store STORE --model OUT \\
+    python -m streamrank.pipelines.distributed --store STORE --model OUT \\
         [--scheduler tcp://HOST:PORT | --workers N] --learner rankrls|sparse-kernel|sgd-bilinear|sgd-pairwise
 
 Connects to ``--scheduler`` or starts a LocalCluster of ``--workers``
@@ -30,11 +30,8 @@ from pathlib import Path
 
 import numpy as np
 
-if __package__ in (None, ""):  # run as a script: make the repository importable
-    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
-import streamrank as sr  # noqa: E402
-from streamrank import distributed as srd  # noqa: E402
+import streamrank as sr
+from streamrank import distributed as srd
 
 __all__ = ["main", "run", "build_estimator"]
 
@@ -59,7 +56,7 @@ def _tuple_quality(model, store):
     """Tuple error of ``model`` on every tuple of a TupleStore (streamed in batches)."""
     from streamrank.metrics import tuple_error
 
-    from pipelines.nightly import tuple_range
+    from streamrank.pipelines.nightly import tuple_range
 
     n = store.n_tuples
     pos, neg = [], []
@@ -113,7 +110,7 @@ def run_sgd(args, out):
 
 def run(args, out=None):
     """Fit (and validate) on the cluster; returns the report dict."""
-    from pipelines.nightly import select_alpha
+    from streamrank.pipelines.nightly import select_alpha
 
     out = sys.stdout if out is None else out
     if args.learner == "sgd-bilinear":
@@ -192,7 +189,7 @@ def run_pairwise(args, out):
 
 
 def build_parser():
-    from pipelines.nightly import _parse_alphas
+    from streamrank.pipelines.nightly import _parse_alphas
 
     p = argparse.ArgumentParser(prog="distributed.py", description=__doc__.split("\n\n")[0],
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -234,8 +231,8 @@ def build_parser():
 
 
 def main(argv=None) -> int:
-    """Run; every failure is one line on stderr and an exit code (:mod:`pipelines._errors`)."""
-    from pipelines._errors import run_main
+    """Run; every failure is one line on stderr and an exit code (:mod:`streamrank.pipelines._errors`)."""
+    from streamrank.pipelines._errors import run_main
 
     args = build_parser().parse_args(argv)
     return run_main("distributed", args.verbose, lambda: run(args))

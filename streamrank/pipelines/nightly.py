@@ -2,7 +2,7 @@
 
 One run = one night::
 
-    python pipelines/nightly.py --store STORE --new DAYFILE... --models DIR \\
+    python -m streamrank.pipelines.nightly --store STORE --new DAYFILE... --models DIR \\
         [--learner rankrls|sparse-kernel|sgd-bilinear|sgd-pairwise] [--alphas GRID] [--full] [--keep N]
 
 1. **Ingest** each DAYFILE (LETOR/svmlight text, ``.npz`` with ``X, y, qid``,
@@ -11,13 +11,13 @@ One run = one night::
    last chunk and ``"sha256:<hash>#<row>"`` for the ones before: re-running a
    night never appends twice, a killed ingest leaves the store at its last
    committed chunk and the next run appends the rest
-   (:mod:`pipelines._nightly_ingest`).  The new batches are then re-read
+   (:mod:`streamrank.pipelines._nightly_ingest`).  The new batches are then re-read
    against their checksums (``--verify``: every batch of the store).
    With ``--learner sgd-bilinear`` STORE is a :class:`~streamrank.TupleStore`
    and a DAYFILE is an ``.npz`` with ``Q``, ``D``, ``tuples`` (rows local to
    the file) or a TupleStore.  ``sgd-pairwise`` uses a GroupStore like
    RankRLS.
-2. **Update** the model incrementally (:mod:`pipelines._nightly_learners`):
+2. **Update** the model incrementally (:mod:`streamrank.pipelines._nightly_learners`):
    RankRLS keeps its statistics (G = XᵀLX, B = XᵀLY and the per-fold
    statistics of k-fold group CV) in the saved model; a night reads only the
    groups the base model has not seen and adds their statistics — the result
@@ -59,7 +59,7 @@ One run = one night::
    directory name) is replaced with ``os.replace`` — atomic.
    ``sr.load(DIR + "/current")`` loads the promoted model.  ``--keep N``
    prunes all but the newest N versions (never the current one)
-   (:mod:`pipelines._nightly_versions`).
+   (:mod:`streamrank.pipelines._nightly_versions`).
 5. **Report**: ``DIR/reports/<time>.json``, one summary line on stdout and,
    with matplotlib (the ``plot`` extra), ``DIR/metrics.png`` over versions.
 
@@ -90,11 +90,8 @@ from pathlib import Path
 
 import numpy as np
 
-if __package__ in (None, ""):  # run as a script: make the repository importable
-    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
-import streamrank as sr  # noqa: E402
-from pipelines._nightly_ingest import (  # noqa: E402,F401
+import streamrank as sr
+from streamrank.pipelines._nightly_ingest import (  # noqa: F401
     content_hash,
     ingest,
     ingest_tuples,
@@ -104,7 +101,7 @@ from pipelines._nightly_ingest import (  # noqa: E402,F401
     read_tuple_day,
     verify_new,
 )
-from pipelines._nightly_learners import (  # noqa: E402,F401
+from streamrank.pipelines._nightly_learners import (  # noqa: F401
     DEFAULT_BLOCK_ROWS,
     DEFAULT_FOLDS,
     GroupRange,
@@ -119,7 +116,7 @@ from pipelines._nightly_learners import (  # noqa: E402,F401
     validate,
     validate_tuples,
 )
-from pipelines._nightly_versions import (  # noqa: E402,F401
+from streamrank.pipelines._nightly_versions import (  # noqa: F401
     KERNEL_STATS,
     LOCK,
     META,
@@ -413,7 +410,7 @@ def main(argv=None) -> int:
     """Run one night; every failure is one line on stderr and an exit code (those of ``streamrank``:
     3 not found, 4 bad data, 5 cannot write — lock held, disk full —, 1 unexpected; ``--verbose``
     adds the traceback)."""
-    from pipelines._errors import run_main
+    from streamrank.pipelines._errors import run_main
 
     args = build_parser().parse_args(argv)
     return run_main("nightly", args.verbose, lambda: run_night(

@@ -28,7 +28,7 @@ import streamrank as sr
 from streamrank import DEFAULT_BLOCK_ROWS
 from streamrank.io.blocks import BlockSource
 
-from pipelines._nightly_versions import KERNEL_STATS
+from streamrank.pipelines._nightly_versions import KERNEL_STATS
 
 __all__ = ["DEFAULT_FOLDS", "DEFAULT_BLOCK_ROWS", "GroupRange", "select_alpha", "select_alpha_kernel",
            "kernel_fold_statistics", "update_rankrls", "update_kernel", "update_sgd", "update_pairwise",

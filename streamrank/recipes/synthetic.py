@@ -13,9 +13,9 @@ Two modes:
 
 Examples::
 
-    python data_recipes/synthetic.py --rows 1000000 --features 46 --out letor_like.zarr
-    python data_recipes/synthetic.py --rows 200000 --nonlinear --group-size 10 60 --out nl.zarr
-    python data_recipes/synthetic.py --tuples 1000000 --features 1000 --out planted.zarr
+    python -m streamrank.recipes.synthetic --rows 1000000 --features 46 --out letor_like.zarr
+    python -m streamrank.recipes.synthetic --rows 200000 --nonlinear --group-size 10 60 --out nl.zarr
+    python -m streamrank.recipes.synthetic --tuples 1000000 --features 1000 --out planted.zarr
 """
 from __future__ import annotations
 
@@ -31,7 +31,7 @@ CITATION = ("Synthetic data (streamrank.datasets.synthetic); LETOR-like layout a
 
 
 def build_parser():
-    p = argparse.ArgumentParser(prog="data_recipes/synthetic.py", description=__doc__,
+    p = argparse.ArgumentParser(prog="python -m streamrank.recipes.synthetic", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--out", required=True, help="path of the zarr store to write")
     p.add_argument("--rows", type=int, default=100_000, help="rows (groups mode; default 100,000)")

@@ -1,8 +1,8 @@
 """Production entry points over streamrank's public API.
 
-* :mod:`pipelines.nightly` — one night of retraining on growing logs
+* :mod:`streamrank.pipelines.nightly` — one night of retraining on growing logs
   (ingest → incremental update → λ selection → validation → atomic promotion);
-* :mod:`pipelines.distributed` — fit / evaluate a learner on a dask cluster.
+* :mod:`streamrank.pipelines.distributed` — fit / evaluate a learner on a dask cluster.
 
 Each module has a ``main(argv)`` (the command line) and library functions it calls.
 """

@@ -9,8 +9,8 @@ Writes under ``--out``:
   (held-out queries against the training collection);
 * ``labels_train.npy``, ``labels_test.npy``, ``classes.txt``, ``vocabulary.txt``.
 
-    python data_recipes/newsgroups.py --out 20ng --tuples 1000000 --test-tuples 100000
-    python data_recipes/newsgroups.py --out 20ng_small --limit 400 --tuples 5000   # a quick slice
+    python -m streamrank.recipes.newsgroups --out 20ng --tuples 1000000 --test-tuples 100000
+    python -m streamrank.recipes.newsgroups --out 20ng_small --limit 400 --tuples 5000   # a quick slice
 """
 from __future__ import annotations
 
@@ -23,7 +23,7 @@ import time
 def build_parser():
     from streamrank.datasets.newsgroups import DEFAULT_ARCHIVE
 
-    p = argparse.ArgumentParser(prog="data_recipes/newsgroups.py", description=__doc__,
+    p = argparse.ArgumentParser(prog="python -m streamrank.recipes.newsgroups", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--out", required=True, help="output directory")
     p.add_argument("--archive", default=DEFAULT_ARCHIVE, help=f"20news-bydate.tar.gz (default {DEFAULT_ARCHIVE})")

@@ -5,8 +5,8 @@ GroupStores with ``n_outputs`` = number of topics, every story in one global
 group (qid 0), so each column is an AUC-maximisation task — plus
 ``topics.txt`` (the column order) and ``vocabulary.txt``.
 
-    python data_recipes/reuters.py --out reuters                     # ModApte 9,603 / 3,299
-    python data_recipes/reuters.py --out reuters500 --train-size 500  # Pahikkala et al. 2009, §5.4
+    python -m streamrank.recipes.reuters --out reuters                     # ModApte 9,603 / 3,299
+    python -m streamrank.recipes.reuters --out reuters500 --train-size 500  # Pahikkala et al. 2009, §5.4
 """
 from __future__ import annotations
 
@@ -21,7 +21,7 @@ import numpy as np
 def build_parser():
     from streamrank.datasets.reuters import DEFAULT_ARCHIVE
 
-    p = argparse.ArgumentParser(prog="data_recipes/reuters.py", description=__doc__,
+    p = argparse.ArgumentParser(prog="python -m streamrank.recipes.reuters", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--out", required=True, help="output directory")
     p.add_argument("--archive", default=DEFAULT_ARCHIVE, help=f"reuters21578.tar.gz (default {DEFAULT_ARCHIVE})")
