@@ -19,14 +19,18 @@ gradient), ``kernel`` (KernelRankRLS, exact dual), ``sparse-kernel``
 
 λ grids (``--alphas GRID``)
 ---------------------------
-* a comma list ``0.01,0.1,1,10`` (items may be powers: ``2^-3,2^0,2^3``);
-* ``2^A:2^B[:STEP]`` — powers of two 2^A, 2^(A+STEP), …, 2^B (inclusive;
-  e.g. ``2^-15:2^15``, the papers' grid); ``10^A:10^B[:STEP]`` likewise;
-* ``LO:HI:N`` — N values spaced evenly on a log scale from LO to HI.
+One grammar (:func:`parse_grid`), one meaning per form:
 
-``python -m streamrank.pipelines.nightly --alphas`` uses the same :func:`parse_grid` and also
-takes ``LO:HI`` without N (its older form; plain numbers): the powers of two
-2^int(log2 LO) … 2^int(log2 HI).  Here ``LO:HI`` is a usage error.
+* a comma list ``0.01,0.1,1,10`` (items may be powers: ``2^-3,2^0,2^3``);
+* ``LO:HI:N`` — N values spaced evenly on a log scale from LO to HI, both
+  ends included; LO and HI may be powers (``10^-3:10^3:7`` is 0.001, 0.01,
+  …, 1000).  N is a count, never a step;
+* ``B^A:B^C`` — the integer powers of B from A to C, i.e. ``B^A:B^C:(C-A+1)``
+  (``2^-15:2^15``, the papers' grid: 31 values).
+
+Anything else (``LO:HI`` between plain numbers, a fractional N, LO > HI, a
+value <= 0) is a usage error (exit 2) naming these forms.  The nightly
+pipeline's ``--alphas`` takes the same grammar.
 
 Progress and messages
 ---------------------

@@ -16,6 +16,7 @@ from ._export import cmd_export
 from ._fit import cmd_cv, cmd_fit
 from ._grid import _folds_type, _grid_type, _positive_float
 from ._ingest import cmd_info, cmd_ingest
+from ._options import Given, GivenTrue
 from ._plot import cmd_plot
 
 
@@ -46,12 +47,15 @@ an interrupted ingest continues where it stopped.""",
   streamrank fit --store train.zarr --model k.zarr --learner sparse-kernel --n-basis 500 --gamma 0.05
   streamrank fit --store tuples.zarr --model w.zarr --learner sgd-bilinear --steps 100000 --l1 1e-5
 
-GRID: '0.1,1,10' | '2^-15:2^15[:STEP]' | '10^-3:10^3' | 'LO:HI:N' (log-spaced).
+GRID: '0.1,1,10' (these values) | 'LO:HI:N' (N log-spaced values, ends included:
+'10^-3:10^3:7' is 0.001 ... 1000) | 'B^A:B^C' (integer powers: '2^-15:2^15' is
+31 values).  Anything else is a usage error; N is a count, never a step.
 --cv K chooses alpha by K-fold CV by query (or 'query': leave-one-query-out)
 from the learner's statistics (rankrls, kernel, sparse-kernel only).""",
     "evaluate": """examples:
   streamrank evaluate --model m.zarr --store test.zarr
   streamrank evaluate --model m.zarr --store test.zarr --metrics ndcg@5,map,auc --json
+  streamrank evaluate --model m.zarr --data test.txt.gz          # a LETOR file, streamed (not ingested)
   streamrank evaluate --model w.zarr --store test_tuples.zarr     # tuple error
   streamrank evaluate --model m.zarr --store test.zarr --metrics ndcg@1,3,5,10,map,mrr,p@10,err@10 \
       --gain linear --empty zero --json
@@ -59,7 +63,8 @@ from the learner's statistics (rankrls, kernel, sparse-kernel only).""",
     "predict": """examples:
   streamrank predict --model m.zarr --store test.zarr --out scores.npy
   streamrank predict --model m.zarr --store test.zarr --out scores.zarr   # + qid, group_ptr
-  streamrank predict --model m.zarr --store test.zarr --run run.trec      # TREC run (qid Q0 docid rank score tag)""",
+  streamrank predict --model m.zarr --store test.zarr --run run.trec      # TREC run (qid Q0 docid rank score tag)
+  streamrank predict --model m.zarr --data day.parquet --label label --qid query --out scores.npy""",
     "export": """examples:
   streamrank export --model m.zarr --format opensearch --out m.json --name mq2008_rankrls
   streamrank export --model m.zarr --format solr --out m.json --feature-names @features.txt
@@ -81,6 +86,19 @@ cannot express the model exits 6 naming the formats that can.""",
   streamrank plot --model w.zarr --out curve.png         # learning curve of an sgd model
   streamrank plot --model nightly_models/ --out nights.png   # history of the nightly pipeline""",
 }
+
+
+def _file_options(p):
+    g = p.add_argument_group("reading a file directly (instead of a store)")
+    g.add_argument("--n-features", type=int, default=None, metavar="N",
+                   help="text: pad a file whose largest feature index is below the model's N on purpose "
+                        "(without it that is an error)")
+    g.add_argument("--label", default=None, metavar="COL", help="Parquet: the label column")
+    g.add_argument("--qid", default=None, metavar="COL", help="Parquet: the query id column")
+    g.add_argument("--features", type=_features_type, default=None, metavar="COL,COL,...",
+                   help="Parquet: the feature columns (default: the model's feature names, else all others)")
+    g.add_argument("--features-from-prefix", default=None, metavar="P",
+                   help="Parquet: every column whose name starts with P is a feature")
 
 
 def _common(p):
@@ -106,44 +124,48 @@ def _learner_options(p, *, cv_option: bool):
     p.add_argument("--learner", required=True, choices=LEARNERS, metavar="LEARNER",
                    help="one of: " + ", ".join(LEARNERS))
     if cv_option:
-        p.add_argument("--alpha", type=_positive_float, default=1.0, action=_SetFlag,
+        p.add_argument("--alpha", type=_positive_float, default=1.0, action=Given,
                        help="regularization λ (default 1)")
     p.add_argument("--max-rows", type=int, default=DEFAULT_MAX_ROWS, help="block budget in rows (default 65536)")
-    p.add_argument("--scoring", default="squared",
+    p.add_argument("--scoring", action=Given, default="squared",
                    help="CV score: squared (least-squares ranking loss, default), disagreement, ndcg@K")
     r = p.add_argument_group("RankRLS (rankrls, cg, kernel, sparse-kernel)")
-    r.add_argument("--group-weight", choices=("pair", "query", "size"), default="pair",
+    r.add_argument("--group-weight", action=Given, choices=("pair", "query", "size"), default="pair",
                    help="weight of a query's pairs (default pair)")
-    r.add_argument("--ties", choices=("include", "exclude"), default="include")
-    r.add_argument("--tol", type=_positive_float, default=1e-6, help="cg: relative residual tolerance")
-    r.add_argument("--max-iter", type=int, default=None, help="cg: iteration limit")
+    r.add_argument("--ties", action=Given, choices=("include", "exclude"), default="include")
+    r.add_argument("--tol", action=Given, type=_positive_float, default=1e-6, help="cg: relative residual tolerance")
+    r.add_argument("--max-iter", action=Given, type=int, default=None, help="cg: iteration limit")
     k = p.add_argument_group("kernels (kernel, sparse-kernel)")
-    k.add_argument("--kernel", choices=("rbf", "linear", "poly"), default="rbf")
-    k.add_argument("--gamma", type=_positive_float, default=1.0)
-    k.add_argument("--degree", type=int, default=2)
-    k.add_argument("--coef0", type=float, default=0.0)
-    k.add_argument("--n-basis", type=int, default=256, help="sparse-kernel: basis rows (default 256)")
+    k.add_argument("--kernel", action=Given, choices=("rbf", "linear", "poly"), default="rbf")
+    k.add_argument("--gamma", action=Given, type=_positive_float, default=1.0)
+    k.add_argument("--degree", action=Given, type=int, default=2)
+    k.add_argument("--coef0", action=Given, type=float, default=0.0)
+    k.add_argument("--n-basis", action=Given, type=int, default=256, help="sparse-kernel: basis rows (default 256)")
     s = p.add_argument_group("SGD (sgd-bilinear, sgd-pairwise)")
-    s.add_argument("--eta0", type=_positive_float, default=None, help="step size C of eta_t = C/sqrt(t)")
-    s.add_argument("--l1", type=float, default=None, help="cumulative L1 strength (default: the learner's)")
-    s.add_argument("--l2", type=float, default=None, help="sgd-pairwise: L2 strength (default 0)")
-    s.add_argument("--loss", choices=("hinge", "logistic"), default=None, help="sgd-pairwise loss (default hinge)")
-    s.add_argument("--shrink-every", type=int, default=None, help="T: soft-threshold every T steps (default 100)")
-    s.add_argument("--init", choices=("identity", "zeros"), default=None, help="sgd-bilinear W_0 (default identity)")
-    s.add_argument("--no-refit", action="store_true", help="sgd-bilinear: skip the refit on the support")
-    s.add_argument("--max-memory-mb", type=_positive_float, default=None, metavar="MB",
+    s.add_argument("--eta0", action=Given, type=_positive_float, default=None, help="step size C of eta_t = C/sqrt(t)")
+    s.add_argument("--l1", action=Given, type=float, default=None,
+                   help="cumulative L1 strength (default: the learner's)")
+    s.add_argument("--l2", action=Given, type=float, default=None, help="sgd-pairwise: L2 strength (default 0)")
+    s.add_argument("--loss", action=Given, choices=("hinge", "logistic"), default=None,
+                   help="sgd-pairwise loss (default hinge)")
+    s.add_argument("--shrink-every", action=Given, type=int, default=None,
+                   help="T: soft-threshold every T steps (default 100)")
+    s.add_argument("--init", action=Given, choices=("identity", "zeros"), default=None,
+                   help="sgd-bilinear W_0 (default identity)")
+    s.add_argument("--no-refit", action=GivenTrue, help="sgd-bilinear: skip the refit on the support")
+    s.add_argument("--max-memory-mb", action=Given, type=_positive_float, default=None, metavar="MB",
                    help="sgd-bilinear: bound on the memory of W (default: half the physical memory); "
                         "reaching it is an error (exit 6), raise --l1 for a sparser W")
-    s.add_argument("--steps", type=int, default=None, help="sgd-bilinear: SGD steps (default: one pass)")
-    s.add_argument("--n-pairs", type=int, default=None,
+    s.add_argument("--steps", action=Given, type=int, default=None, help="sgd-bilinear: SGD steps (default: one pass)")
+    s.add_argument("--n-pairs", action=Given, type=int, default=None,
                    help="sgd-pairwise: pairs sampled within queries (default: one per row)")
-    s.add_argument("--batch-size", type=int, default=1024)
-    s.add_argument("--checkpoint-every", type=int, default=None,
+    s.add_argument("--batch-size", action=Given, type=int, default=1024)
+    s.add_argument("--checkpoint-every", action=Given, type=int, default=None,
                    help="sgd-bilinear: record history every N steps (default steps/20)")
-    s.add_argument("--validation", default=None, metavar="TUPLESTORE",
+    s.add_argument("--validation", action=Given, default=None, metavar="TUPLESTORE",
                    help="sgd-bilinear: tuple store whose tuple error is recorded in the history")
-    p.add_argument("--seed", type=int, default=0, help="random seed (basis sample, tuple order)")
-    p.add_argument("--normalize", choices=("standard", "minmax"), default=None,
+    p.add_argument("--seed", action=Given, type=int, default=0, help="random seed (basis sample, tuple order)")
+    p.add_argument("--normalize", action=Given, choices=("standard", "minmax"), default=None,
                    help="scale features by statistics of the training rows, kept in the model and its exports "
                         "(rankrls, cg, kernel, sparse-kernel, sgd-pairwise)")
 
@@ -187,6 +209,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--batch-id", default=None, metavar="ID", help="batch id in the store's append log")
     p.add_argument("--features", type=_features_type, default=None, metavar="N|COL,COL,...",
                    help="text: number of features (default: inferred); Parquet: the feature columns")
+    p.add_argument("--n-features", type=int, default=None, metavar="N",
+                   help="text: the number of features, on purpose: a file whose largest index is below N is "
+                        "padded with zero features (without it, a text with fewer features than the store "
+                        "is an error)")
     p.add_argument("--features-from-prefix", default=None, metavar="P",
                    help="Parquet: every column whose name starts with P is a feature")
     p.add_argument("--label", default=None, metavar="COL", help="Parquet: the label column")
@@ -228,18 +254,22 @@ def build_parser() -> argparse.ArgumentParser:
                                                         "(atomic: the model appears complete or not at all).")
     p.add_argument("--store", required=True)
     p.add_argument("--model", required=True, metavar="OUT", help="where to save the model (a zarr directory)")
+    p.add_argument("--overwrite", action="store_true", help="replace a model already saved at OUT")
     _learner_options(p, cv_option=True)
-    p.add_argument("--alphas", type=_grid_type, default=None, metavar="GRID", help="λ grid to choose from by CV")
+    p.add_argument("--alphas", type=_grid_type, default=None, metavar="GRID",
+                   help="λ grid to choose from by CV: 'a,b,c', 'LO:HI:N' (N log-spaced values) or 'B^A:B^C'")
     p.add_argument("--cv", type=_folds_type, default=5, action=_SetFlag, metavar="K|query",
                    help="folds by query for --alphas (default 5)")
     _common(p)
-    p.set_defaults(func=cmd_fit, alpha_given=False, cv_given=False)
+    p.set_defaults(func=cmd_fit, cv_given=False)
 
     p = sub.add_parser("evaluate", help="ranking metrics of a model on a store", epilog=EXAMPLES["evaluate"],
                        formatter_class=fmt, description="Stream a store through a model; print the mean "
                                                         "metrics over queries (AUC: one global group).")
     p.add_argument("--model", metavar="M", help="a saved model (with --store)")
-    p.add_argument("--store", help="a group or tuple store (with --model)")
+    p.add_argument("--store", "--data", dest="store", metavar="STORE|FILE",
+                   help="a group or tuple store, or a LETOR/svmlight text (.gz, ARCHIVE.tar.gz:MEMBER) or Parquet "
+                        "file read directly, streamed, not ingested (with --model)")
     p.add_argument("--run", metavar="RUN", help="a TREC run file: qid Q0 docid rank score tag (with --qrels)")
     p.add_argument("--qrels", metavar="QRELS", help="TREC judgments: qid iter docid rel (with --run)")
     p.add_argument("--metrics", default="ndcg@10,disagreement,map",
@@ -254,13 +284,16 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--output", type=int, default=0, help="score column for multi-output stores")
     p.add_argument("--max-rows", type=int, default=DEFAULT_MAX_ROWS)
     p.add_argument("--json", action="store_true", help="print JSON")
+    _file_options(p)
     _common(p)
     p.set_defaults(func=cmd_evaluate)
 
     p = sub.add_parser("predict", help="write the scores of every row of a store", epilog=EXAMPLES["predict"],
                        formatter_class=fmt, description="Scores in store row order, float64, written atomically.")
     p.add_argument("--model", required=True, metavar="M")
-    p.add_argument("--store", required=True)
+    p.add_argument("--store", "--data", dest="store", required=True, metavar="STORE|FILE",
+                   help="a store, or a LETOR/svmlight text (.gz, ARCHIVE.tar.gz:MEMBER) or Parquet file read "
+                        "directly (streamed, not ingested; scores in file row order)")
     p.add_argument("--out", default=None, metavar="SCORES", help="SCORES.npy or SCORES.zarr")
     p.add_argument("--run", default=None, metavar="RUN",
                    help="also (or instead) write a TREC run file: qid Q0 docid rank score tag, doc ids from the "
@@ -268,6 +301,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--run-tag", default="streamrank", metavar="TAG", help="the run's tag column (default streamrank)")
     p.add_argument("--output", type=int, default=0, help="--run: score column of a multi-output model")
     p.add_argument("--max-rows", type=int, default=DEFAULT_MAX_ROWS)
+    _file_options(p)
     _common(p)
     p.set_defaults(func=cmd_predict)
 
@@ -296,6 +330,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--alphas", type=_grid_type, required=True, metavar="GRID")
     p.add_argument("--folds", type=_folds_type, default=5, metavar="K|query", help="K folds by query, or 'query'")
     p.add_argument("--model", default=None, metavar="OUT", help="also save the model refitted with the best λ")
+    p.add_argument("--overwrite", action="store_true", help="replace a model already saved at OUT")
     p.add_argument("--json", default=None, metavar="FILE", help="write the scores as JSON")
     p.add_argument("--plot", default=None, metavar="PNG", help="write the λ path plot")
     _common(p)

@@ -90,8 +90,12 @@ def _sweep_npy_partials(out: Path) -> list:
     return removed
 
 
-def _check_model_out(out) -> None:
-    """A model may replace a model, never a store or any other file (checked before and after fitting)."""
+def _check_model_out(out, *, overwrite: bool = True) -> None:
+    """A model may replace a model, never a store or any other file (checked before and after fitting).
+
+    ``overwrite=False`` (the command line without ``--overwrite``): an existing
+    model is refused too, before any work is done.
+    """
     from ..io.schema import StoreFormatError
 
     out = Path(out)
@@ -103,6 +107,9 @@ def _check_model_out(out) -> None:
         if kind != "model":
             raise FileExistsError(f"{out} is a streamrank store or another zarr group; refusing to overwrite "
                                   "it with a model (choose another --model)")
+        if not overwrite:
+            raise FileExistsError(f"a model already exists at {out}; pass --overwrite to replace it "
+                                  "(or choose another --model)")
     elif out.exists() and (out.is_file() or any(out.iterdir())):
         raise FileExistsError(f"{out} exists and is not a streamrank model; refusing to overwrite it")
 

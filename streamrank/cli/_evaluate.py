@@ -10,6 +10,7 @@ import numpy as np
 
 from ._atomic import _npy_partial, _partial_sibling, _replace_dir, _sweep_npy_partials
 from ._common import EXIT_OK, UsageError, _progress, _say, log
+from ._file_source import open_data
 from ._stores import _jsonable, _kind_of, _load_model, _open_store
 
 
@@ -59,7 +60,13 @@ def cmd_evaluate(args) -> int:
     if args.ties != "expected":
         raise UsageError("--ties trec needs document ids: evaluate a TREC run (--run, --qrels) instead")
     model = _load_model(args.model)
-    kind = _kind_of(args.store)
+    kind, source = open_data(args.store, args, model)
+    if kind == "file":
+        with _progress(args, None, desc="evaluate") as bar:
+            source.progress = bar
+            res = evaluate(source, model, 10, metrics=names, max_rows=args.max_rows, output=args.output, **options)
+        _report_metrics(args, res, {"model": args.model, "data": source.name})
+        return EXIT_OK
     if type(model).__name__ == "SparseSGDRanker" or kind == "tuple":
         if kind != "tuple" or not hasattr(model, "score"):
             raise ValueError(f"{type(model).__name__} scores (query, item) tuples and is evaluated on a tuple "
@@ -126,12 +133,18 @@ def cmd_predict(args) -> int:
     if args.out is None and getattr(args, "run", None) is None:
         raise UsageError("predict needs --out SCORES.npy|SCORES.zarr and/or --run RUN.trec")
     if args.out is None:
-        return _predict_run(args, _load_model(args.model))
+        model = _load_model(args.model)
+        kind, source = open_data(args.store, args, model)
+        if kind == "file":
+            return _predict_file(args, model, source, None)
+        return _predict_run(args, model)
     out = Path(args.out)
     if out.suffix not in (".npy", ".zarr"):
         raise UsageError(f"--out must end with .npy or .zarr, got {args.out!r}")
     model = _load_model(args.model)
-    kind = _kind_of(args.store)
+    kind, source = open_data(args.store, args, model)
+    if kind == "file":
+        return _predict_file(args, model, source, out)
     tuples = kind == "tuple"
     if tuples and not hasattr(model, "score"):
         raise ValueError(f"{args.store} is a tuple store; only an sgd-bilinear model scores tuples")
@@ -210,4 +223,73 @@ def _predict_run(args, model) -> int:
                       output=getattr(args, "output", 0), progress=bar)
     ids = "doc ids from the store" if store.has_docids else "row numbers as doc ids (store without doc ids)"
     _say(args, f"wrote a run of {n:,} lines ({store.n_groups:,} queries; {ids}) to {args.run}")
+    return EXIT_OK
+
+
+def _predict_file(args, model, source, out) -> int:
+    """predict from a text or Parquet file (:class:`~streamrank.cli._file_source.FileSource`): one streamed
+    pass; the scores (8 bytes a row, not the features) are held until they are written atomically."""
+    from ._run import check_tag, run_block_lines
+
+    scores, qids, sizes = [], [], []
+    run_tmp = fh = None
+    if args.run is not None:
+        import tempfile
+
+        run_path = Path(args.run)
+        run_path.parent.mkdir(parents=True, exist_ok=True)
+        fd, run_tmp = tempfile.mkstemp(prefix=f".{run_path.name}.", suffix=".partial", dir=run_path.parent)
+        fh = os.fdopen(fd, "w", encoding="utf-8", newline="\n")
+    try:
+        tag = check_tag(args.run_tag)
+        with _progress(args, None, desc="predict") as bar:
+            source.progress = bar
+            for block in source.blocks(max_rows=args.max_rows):
+                s = np.asarray(model.predict(block.X), dtype=np.float64)
+                scores.append(s)
+                qids.append(np.asarray(block.qid))
+                sizes.append(np.diff(block.group_ptr))
+                if fh is not None:
+                    fh.write(run_block_lines(block, s, None, tag, getattr(args, "output", 0)))
+        if fh is not None:
+            fh.close()
+            fh = None
+            os.replace(run_tmp, args.run)
+    finally:
+        if fh is not None:
+            fh.close()
+        if run_tmp is not None and os.path.exists(run_tmp):
+            os.unlink(run_tmp)
+    score = np.concatenate(scores) if scores else np.zeros(0)
+    if out is not None:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        if out.suffix == ".npy":
+            tmp = _npy_partial(out)
+            try:
+                np.save(tmp, score)
+                os.replace(tmp, out)
+            finally:
+                tmp.unlink(missing_ok=True)
+        else:
+            import zarr
+
+            if out.exists() and out.is_dir() and not (out / "zarr.json").exists() and any(out.iterdir()):
+                raise FileExistsError(f"{out} exists and is not a zarr array; refusing to overwrite it")
+            tmp = _partial_sibling(out)
+            try:
+                root = zarr.open_group(str(tmp), mode="w")
+                root.create_array("score", data=score)
+                qid = np.concatenate(qids) if qids else np.zeros(0, np.int64)
+                root.create_array("qid", data=qid if qid.dtype != object else qid.astype(str))
+                ptr = np.concatenate(([0], np.cumsum(np.concatenate(sizes) if sizes else []))).astype(np.int64)
+                root.create_array("group_ptr", data=ptr)
+                root.attrs.update({"streamrank": "scores", "model": str(args.model), "data": source.name})
+                _replace_dir(tmp, out)
+            finally:
+                if tmp.exists():
+                    shutil.rmtree(tmp, ignore_errors=True)
+        _say(args, f"wrote {len(score):,} scores of {source.name} to {out}")
+    if args.run is not None:
+        _say(args, f"wrote a run of {len(score):,} lines ({source.n_groups:,} queries; row numbers of the file "
+                   f"as doc ids) to {args.run}")
     return EXIT_OK

@@ -71,6 +71,9 @@ def _run_cv(model, source, args, folds, check_only=False):
 
 def _preflight(args, cv_folds):
     """Refuse what cannot work before any pass over the data."""
+    from ._options import refuse_inapplicable
+
+    refuse_inapplicable(args, cross_validates=cv_folds is not None)
     if cv_folds is not None:
         _run_cv(None, None, args, cv_folds, check_only=True)
         from ..rankrls.selection import _parse_scoring
@@ -80,7 +83,11 @@ def _preflight(args, cv_folds):
         except ValueError as exc:
             raise UsageError(f"--scoring: {exc}") from None
     if getattr(args, "model", None):
-        _check_model_out(args.model)
+        from ._stores import _kind_of
+
+        if "://" not in str(args.store):
+            _kind_of(args.store)        # a missing local store is named before an existing model is
+        _check_model_out(args.model, overwrite=getattr(args, "overwrite", False))
 
 
 def _fit_model(args, *, cv_folds=None):
@@ -133,7 +140,9 @@ def _fit_model(args, *, cv_folds=None):
 
 
 def cmd_fit(args) -> int:
-    if args.alphas is not None and args.alpha_given:
+    from ._options import was_given
+
+    if args.alphas is not None and was_given(args, "alpha"):
         raise UsageError("give either --alpha A or --alphas GRID (with --cv), not both")
     folds = args.cv if args.alphas is not None else None
     if args.alphas is None and args.cv_given:

@@ -17,66 +17,84 @@ def _number(text: str) -> float:
     return float(t)
 
 
-def _power_of_two_exponent(side: str) -> int:
-    """``2^E`` -> E (an integer); a plain number x -> int(log2 x) (truncated toward 0)."""
-    if "^" in side:
-        base, exp = side.split("^", 1)
-        if float(base) != 2.0:
-            raise ValueError
-        return int(exp)
-    x = float(side)
-    if not (math.isfinite(x) and x > 0):
-        raise ValueError
-    return int(np.log2(x))
+def _power(text: str):
+    """``B^E`` -> (B, E); a plain number -> None."""
+    if "^" not in text:
+        return None
+    base, exp = text.split("^", 1)
+    return float(base), float(exp)
+
+
+GRID_HELP = ("'a,b,c' (the values; items may be powers 2^-3), 'LO:HI:N' (N values log-spaced from LO to HI, "
+             "both included; LO, HI may be powers: 10^-3:10^3:7) or 'B^A:B^C' (the integer powers of B from "
+             "A to C: 2^-15:2^15 is 2^-15:2^15:31)")
 
 
 def parse_grid(text: str, *, plain_range: bool = False) -> np.ndarray:
     """Parse a λ grid (the ``--alphas GRID`` of ``streamrank`` and of :mod:`streamrank.pipelines.nightly`).
 
-    * ``a,b,c`` — the values (items may be powers ``2^-3``);
-    * ``B^A:B^C[:STEP]`` — the powers B^A, B^(A+STEP), …, B^C (inclusive, same base B on both sides);
-    * ``LO:HI:N`` — N values log-spaced from LO to HI.
+    One grammar, one meaning per form:
 
-    ``plain_range=True`` (:mod:`streamrank.pipelines.nightly`, whose ``--alphas`` always took it) also accepts
-    ``LO:HI`` with no N and a plain number on at least one side: the powers of two
-    2^int(log2 LO) … 2^int(log2 HI) (a side may be ``2^E``).  The ``streamrank`` command refuses
-    ``LO:HI`` (how many values between would be a guess): there it is a usage error.
+    * ``a,b,c`` — these values (an item may be a power ``2^-3``);
+    * ``LO:HI:N`` — N values spaced evenly on a log scale from LO to HI, both
+      included (``np.geomspace(LO, HI, N)``); LO and HI may be powers, so
+      ``10^-3:10^3:7`` is 0.001, 0.01, …, 1000.  N is a count (an integer
+      >= 1; N = 1 needs LO = HI), never a step;
+    * ``B^A:B^C`` — shorthand for ``B^A:B^C:(C-A+1)``, the integer powers of
+      B from A to C (``2^-15:2^15``, the papers' grid, 31 values); A and C
+      integers, the same base on both sides.
+
+    Anything else — ``LO:HI`` between plain numbers, a fractional or
+    negative N, LO > HI, a value <= 0 or not finite — is a
+    :class:`UsageError` naming the accepted forms.  ``plain_range`` is
+    accepted for the callers of an older release and changes nothing.
     """
     s = str(text).strip()
+
+    def bad(why):
+        return UsageError(f"bad GRID {text!r}: {why}; use {GRID_HELP}")
+
     try:
         if ":" in s:
-            parts = s.split(":")
-            if len(parts) not in (2, 3):
-                raise ValueError
-            a, b = parts[0].strip(), parts[1].strip()
-            if plain_range and len(parts) == 2 and not ("^" in a and "^" in b):
-                lo, hi = _power_of_two_exponent(a), _power_of_two_exponent(b)
-                vals = 2.0 ** np.arange(lo, hi + 1)
-            elif "^" in a and "^" in b:
-                ba, ea = a.split("^", 1)
-                bb, eb = b.split("^", 1)
-                if float(ba) != float(bb):
-                    raise ValueError
-                step = float(parts[2]) if len(parts) == 3 else 1.0
-                if step <= 0:
-                    raise ValueError
-                exps = np.arange(float(ea), float(eb) + step / 2, step)
-                vals = float(ba) ** exps
-            else:
-                if len(parts) != 3:
-                    raise ValueError
-                n = int(parts[2])
+            parts = [p.strip() for p in s.split(":")]
+            if len(parts) == 3:
+                lo, hi = _number(parts[0]), _number(parts[1])
+                try:
+                    n = int(parts[2])
+                except ValueError:
+                    raise bad(f"N = {parts[2]!r} is not a whole number of values (N is a count, not a step)") \
+                        from None
                 if n < 1:
-                    raise ValueError
-                vals = np.geomspace(_number(a), _number(b), n)
+                    raise bad(f"N = {n} values")
+                if n == 1 and lo != hi:
+                    raise bad("N = 1 value between two different ends")
+            elif len(parts) == 2:
+                pa, pb = _power(parts[0]), _power(parts[1])
+                if pa is None or pb is None:
+                    raise bad("'LO:HI' needs N ('LO:HI:N'), unless both ends are powers of one base (B^A:B^C)")
+                if pa[0] != pb[0]:
+                    raise bad(f"the two ends have different bases ({pa[0]:g} and {pb[0]:g})")
+                if pa[1] != int(pa[1]) or pb[1] != int(pb[1]):
+                    raise bad("B^A:B^C needs integer exponents (for other ends give N: LO:HI:N)")
+                lo, hi, n = pa[0] ** pa[1], pb[0] ** pb[1], int(pb[1]) - int(pa[1]) + 1
+                if n < 1:
+                    raise bad(f"LO = {lo:g} > HI = {hi:g}")
+            else:
+                raise bad(f"{len(parts)} ':'-separated parts")
+            if not (math.isfinite(lo) and math.isfinite(hi) and lo > 0 and hi > 0):
+                raise bad("LO and HI must be finite numbers > 0")
+            if lo > hi:
+                raise bad(f"LO = {lo:g} > HI = {hi:g}")
+            vals = np.geomspace(lo, hi, n)
+            if n > 1:
+                vals[0], vals[-1] = lo, hi          # the ends exactly as written
         else:
             vals = np.asarray([_number(x) for x in s.split(",") if x.strip()], dtype=np.float64)
     except (ValueError, ZeroDivisionError, OverflowError):
-        raise UsageError(f"bad GRID {text!r}: use a comma list '0.1,1,10', powers '2^-15:2^15[:STEP]' "
-                         "or 'LO:HI:N' (N log-spaced values)") from None
+        raise bad("not a number") from None
     vals = np.asarray(vals, dtype=np.float64)
     if vals.size == 0 or not np.all(np.isfinite(vals)) or np.any(vals <= 0):
-        raise UsageError(f"bad GRID {text!r}: every value must be a finite number > 0")
+        raise bad("every value must be a finite number > 0")
     return vals
 
 

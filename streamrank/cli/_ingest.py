@@ -8,7 +8,8 @@ from pathlib import Path
 import numpy as np
 
 from .._itertools import with_last
-from ._common import EXIT_OK, _progress, _say
+from ._common import EXIT_OK, UsageError, _progress, _say
+from ._formats import detect_format
 from ._stores import _dir_size, _human, _jsonable, _kind_of, _load_model, _model_meta, _open_store, _resolve_pointer
 
 
@@ -86,12 +87,26 @@ def _partial_commit_error(exc, name, store, qid, lines, counts, base_id, default
     """The append error of a chunk, saying what this run committed before it and how to resume."""
     row = _offending_row(store, qid)
     where = f" (line {int(lines[row])})" if lines is not None and len(lines) > row else ""
+    exc = _rows_as_lines(exc, lines)
     if not counts["batches"]:
         return ValueError(f"{name}{where}: {exc}")
     resume = f"re-run with --batch-id {base_id} (same --chunk-mb) " if default_id else "re-run "
     line = f"line {int(lines[row])}" if where else "the offending line"
     return ValueError(f"{name}{where}: {exc}; committed {counts['rows']:,} rows in {counts['batches']} "
                       f"batch(es) before it (they stay in the store); {resume}after fixing {line} resumes")
+
+
+def _rows_as_lines(exc, lines):
+    """The store counts a chunk's rows from 0; a text file's user counts lines from 1: 'row R' -> 'line L'."""
+    import re
+
+    if lines is None:
+        return exc
+
+    def line(m):
+        r = int(m.group(2))
+        return f"line {int(lines[r])}" if 0 <= r < len(lines) else m.group(0)
+    return re.sub(r"\b(row) (\d+)\b", line, str(exc))
 
 
 def _open_group_target(path, n_features, *, sparse, n_outputs=1, feature_names=None, docids=False,
@@ -124,7 +139,10 @@ def _ingest_letor(args, src, member, counts):
                                       sparse=args.sparse)
     if isinstance(args.features, list):
         raise ValueError("--features COL,COL,... names Parquet columns; for text give the number of features")
-    n_features = store.n_features if store is not None else args.features
+    wanted = getattr(args, "n_features", None)       # --n-features N: pad to N on purpose
+    if store is not None and wanted is not None and wanted != store.n_features:
+        raise ValueError(f"--n-features {wanted}, but the store {args.store} holds {store.n_features} features")
+    n_features = store.n_features if store is not None else wanted
     sparse = store.sparse if store is not None else args.sparse
     ids = _docid_stream(args, store, src, member)   # doc ids (streamrank.io.docids), or None
     tf = None
@@ -169,6 +187,8 @@ def _ingest_letor(args, src, member, counts):
                     X, y, qid = X[:cut], y[:cut], qid[:cut]
                     lines = None if lines is None else lines[:cut]
                     stop = True
+                if i == 0 and wanted is None and n_features is not None:
+                    _check_feature_count(chunk, n_features, name, args.store)
                 if store is None:
                     store, _ = _open_group_target(args.store, X.shape[1], sparse=sparse, docids=ids is not None,
                                                   group_identity=args.group_identity)
@@ -201,6 +221,17 @@ def _ingest_letor(args, src, member, counts):
             raise ValueError(f"{name}: no data lines (and --features not given); nothing to ingest")
         _open_group_target(args.store, n_features, sparse=sparse, docids=ids is not None,
                            group_identity=args.group_identity)
+
+
+def _check_feature_count(chunk, n_features, name, target) -> None:
+    """The text must reach the target's feature count on its own: a 45-feature file is not padded into a
+    46-feature store (or model) unless ``--n-features`` says so.  Judged on the first chunk (before any append):
+    its largest feature index."""
+    seen = int(getattr(chunk, "n_features_seen", n_features))
+    if seen < n_features:
+        raise ValueError(f"{name} has {seen} features (its largest feature index, in its first chunk) but "
+                         f"{target} has {n_features}; pass --n-features {n_features} to pad the missing features "
+                         "with zeros on purpose")
 
 
 def _docid_stream(args, store, src, member):
@@ -397,25 +428,32 @@ def copy_tuple_store(source, target, base_id, counts, *, rows_per_append=65_536,
 
 def cmd_ingest(args) -> int:
     counts = {"rows": 0, "skipped_rows": 0, "batches": 0, "skipped": 0, "tuples": 0, "skipped_tuples": 0}
+    _n_features_option(args)
+    # every source is checked (format by content) before the first append
+    plan = []
     for src in args.sources:
         path, member = _split_member(src)
-        fmt = args.format or _detect_format(path, member)
-        if fmt == "parquet":
-            _ingest_parquet(args, path, counts)
-            continue
-        if not os.path.exists(path):
-            raise FileNotFoundError(f"source {path} does not exist")
-        if fmt == "letor":
-            if Path(path).is_dir():
-                raise ValueError(f"{path} is a directory; --format letor reads a text, .gz or tar file")
-            _ingest_letor(args, path, member, counts)
-        elif fmt == "npz":
-            _ingest_npz(args, path, counts)
-        else:
-            if not Path(path).is_dir():
-                raise ValueError(f"{path} is not a zarr store (a directory); --format zarr copies a "
-                                 "GroupStore or TupleStore")
-            _ingest_zarr(args, path, counts)
+        plan.append((path, member, detect_format(path, member, args.format)))
+    created = not os.path.lexists(args.store)
+    try:
+        for path, member, fmt in plan:
+            if fmt == "parquet":
+                _ingest_parquet(args, path, counts)
+            elif fmt == "letor":
+                if Path(path).is_dir():
+                    raise ValueError(f"{path} is a directory; --format letor reads a text, .gz or tar file")
+                _ingest_letor(args, path, member, counts)
+            elif fmt == "npz":
+                _ingest_npz(args, path, counts)
+            else:
+                if not Path(path).is_dir():
+                    raise ValueError(f"{path} is not a zarr store (a directory); --format zarr copies a "
+                                     "GroupStore or TupleStore")
+                _ingest_zarr(args, path, counts)
+    except BaseException:
+        if created:
+            _remove_if_empty(args.store)
+        raise
     store = _open_store(args.store)
     if hasattr(store, "n_tuples"):
         _say(args, f"ingested {counts['tuples']:,} tuples ({counts['batches']} batch(es), "
@@ -425,6 +463,36 @@ def cmd_ingest(args) -> int:
                    f"already in the store) into {args.store}: now {store.n_rows:,} rows, "
                    f"{store.n_groups:,} groups, {store.n_features} features")
     return EXIT_OK
+
+
+def _n_features_option(args) -> None:
+    """``--n-features N`` (and the older ``--features N``): the text's feature count, on purpose."""
+    n = getattr(args, "n_features", None)
+    if isinstance(args.features, int):
+        if n is not None and n != args.features:
+            raise UsageError(f"--features {args.features} and --n-features {n} disagree")
+        n = args.features
+    if n is not None and n < 1:
+        raise UsageError(f"--n-features must be >= 1, got {n}")
+    args.n_features = n
+
+
+def _remove_if_empty(path) -> None:
+    """A store this ingest created and never committed a batch to is removed: a failed first ingest
+    leaves nothing behind (a store with committed batches stays: re-running resumes it)."""
+    import shutil
+
+    from ..io.schema import read_attrs
+
+    p = Path(path)
+    if not p.is_dir():
+        return
+    try:
+        committed = bool(_open_store(p).log)
+    except Exception:  # noqa: BLE001 - half-created (no complete metadata): nothing was committed
+        committed = (p / "zarr.json").exists() and bool(read_attrs(p).get("log"))
+    if not committed:
+        shutil.rmtree(p, ignore_errors=True)
 
 
 # --------------------------------------------------------------------- info

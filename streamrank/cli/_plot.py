@@ -31,8 +31,7 @@ def cmd_plot(args) -> int:
         elif cli.get("curve"):
             kind = "curve"
         else:
-            raise ValueError(f"{src} holds nothing to plot: fit with --alphas GRID --cv K to record a λ path, "
-                             "or use an sgd model (learning curve) or a nightly model directory")
+            raise ValueError(f"{src} holds nothing to plot: {_record_hint(cli.get('learner'), meta.get('class'))}")
     size = dict(figsize=(args.width / args.dpi, args.height / args.dpi), dpi=args.dpi)
     if kind == "nightly":
         if not nightly:
@@ -40,11 +39,13 @@ def cmd_plot(args) -> int:
         P.nightly_history(src, args.out, **size)
     elif kind == "path":
         if not cli.get("cv"):
-            raise ValueError(f"{src} has no cross-validation record; fit it with --alphas GRID --cv K")
+            hint = _record_hint(cli.get("learner"), meta.get("class"))
+            raise ValueError(f"{src} has no cross-validation record; {hint}")
         P.regularization_path(cli["cv"], args.out, **size)
     elif kind == "curve":
         if not cli.get("curve"):
-            raise ValueError(f"{src} has no convergence record (only --learner cg records one)")
+            raise ValueError(f"{src} has no convergence record (only --learner cg records one); "
+                             f"{_record_hint(cli.get('learner'), meta.get('class'))}")
         P.convergence(cli["curve"], args.out, **size)
     else:
         model = _load_model(src)
@@ -53,7 +54,7 @@ def cmd_plot(args) -> int:
         except ImportError:
             raise Unsupported("sr.plot.learning_curve is not available in this build") from None
         if not getattr(model, "history_", None):
-            raise ValueError(f"{src} has no training history; fit with --checkpoint-every N")
+            raise ValueError(f"{src} has no training history; {_history_hint(model)}")
         _call_sized(learning_curve, model, args.out, size)
     _say(args, f"wrote {args.out} ({kind})")
     return EXIT_OK
@@ -65,3 +66,24 @@ def _call_sized(fn, model, out, size):
     params = inspect.signature(fn).parameters
     kw = {k: v for k, v in size.items() if k in params}
     fn(model, out, **kw)
+
+
+def _history_hint(model) -> str:
+    """How to get a learning curve for this model's learner: only options that learner takes."""
+    return _record_hint(None, type(model).__name__)
+
+
+def _record_hint(learner, cls) -> str:
+    """What this model's learner can record for a plot, naming only options it takes (``_options``)."""
+    if learner == "cg":
+        return "refit with --learner cg: it records its convergence curve"
+    if learner in ("rankrls", "kernel"):
+        return f"refit with --learner {learner} --alphas GRID --cv K to record a λ path"
+    if learner == "sparse-kernel":
+        return "refit with --learner sparse-kernel --alphas GRID --cv query to record a λ path"
+    if learner == "sgd-bilinear" or cls == "SparseSGDRanker":
+        return "refit with --learner sgd-bilinear --checkpoint-every N for a learning curve"
+    if learner == "sgd-pairwise" or cls == "PairwiseSGDRanker":
+        return "an sgd-pairwise model records no curve or λ path (plot a nightly model directory instead)"
+    return ("models fitted by 'streamrank fit' with --alphas GRID --cv K (rankrls, kernel, sparse-kernel) have a "
+            "λ path, cg a convergence curve, sgd-bilinear a learning curve")

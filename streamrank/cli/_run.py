@@ -39,23 +39,29 @@ def _run_qid(q) -> str:
     return q
 
 
+def run_block_lines(block, s, names, tag: str, output: int = 0) -> str:
+    """The run lines of one block of whole queries with scores ``s`` (``names``: doc ids, None: ``row<N>``)."""
+    if s.ndim == 2:
+        s = s[:, output]
+    if names is None:
+        names = [f"row{block.start + r}" for r in range(block.n_rows)]
+    gp = block.group_ptr
+    lines = []
+    for g in range(block.n_groups):
+        a, b = int(gp[g]), int(gp[g + 1])
+        order = a + np.lexsort((np.arange(b - a), -s[a:b]))
+        q = _run_qid(block.qid[g])
+        lines.extend(f"{q} Q0 {names[r]} {k} {s[r]:.17g} {tag}\n" for k, r in enumerate(order, start=1))
+    return "".join(lines)
+
+
 def run_lines(model, store, *, max_rows: int, tag: str, output: int = 0):
     """Yield the run's lines (str, newline-terminated), block by block of whole queries."""
     ids = store.has_docids if hasattr(store, "has_docids") else False
     for block in store.blocks(max_rows=max_rows):
         s = np.asarray(model.predict(block.X), dtype=np.float64)
-        if s.ndim == 2:
-            s = s[:, output]
-        names = store.docids(block.start, block.stop) if ids else \
-            [f"row{block.start + r}" for r in range(block.n_rows)]
-        gp = block.group_ptr
-        lines = []
-        for g in range(block.n_groups):
-            a, b = int(gp[g]), int(gp[g + 1])
-            order = a + np.lexsort((np.arange(b - a), -s[a:b]))
-            q = _run_qid(block.qid[g])
-            lines.extend(f"{q} Q0 {names[r]} {k} {s[r]:.17g} {tag}\n" for k, r in enumerate(order, start=1))
-        yield "".join(lines)
+        names = store.docids(block.start, block.stop) if ids else None
+        yield run_block_lines(block, s, names, tag, output)
 
 
 def write_run(path, model, store, *, max_rows: int, tag: str, output: int = 0, progress=None) -> int:

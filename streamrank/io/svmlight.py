@@ -67,10 +67,13 @@ class SvmlightChunk(_Chunk):
 
     ``lines`` (an attribute, not a tuple field: ``X, y, qid = chunk`` still
     unpacks): the 1-based line of the text each row comes from (int64), or
-    None — for messages such as "re-run after fixing line L".
+    None — for messages such as "re-run after fixing line L".  ``n_features_seen``: 1 + the largest
+    feature index parsed up to this chunk (0-based columns; 0 before any), whatever ``n_features``
+    pads to — how a caller tells a file with fewer features than its target.
     """
 
     lines = None
+    n_features_seen = 0
 
 
 def open_text_bytes(source):
@@ -262,6 +265,7 @@ def iter_svmlight(source, *, n_features: int | None = None, dense: bool = True,
     first_row_line = None
     pending = []  # parts (labels, qids, indptr, indices, values, lines) of the last, maybe unfinished, query
     cr_mode = None  # True: the file's line ends are bare CR (decided at its first line end)
+    seen_cols = 0   # 1 + the largest feature index parsed so far (chunk.n_features_seen)
     try:
         eof = False
         nxt = _read(f, chunk_bytes, fname)
@@ -300,6 +304,7 @@ def iter_svmlight(source, *, n_features: int | None = None, dense: bool = True,
                 if first_row_line is None and len(lines):
                     first_row_line = int(lines[0])
                 rows_seen += len(lab)
+                seen_cols = max(seen_cols, max_col + 1)
                 if nf is None and max_col >= 0:
                     nf = max_col + 1
                 line0 += n_lines
@@ -337,6 +342,7 @@ def iter_svmlight(source, *, n_features: int | None = None, dense: bool = True,
             X = _to_X(ip, ind, val, nf, dense)
             chunk = SvmlightChunk(X, lab, q.copy() if qid_mode == 1 else None)
             chunk.lines = lines
+            chunk.n_features_seen = seen_cols
             yield chunk
     finally:
         if close:

@@ -156,7 +156,7 @@ def test_ingest_sparse_store_equals_dense(data, rankrls_model, tmp_path):
 @pytest.fixture(scope="module")
 def rankrls_model(data):
     p = ok(run("fit", "--store", data / "train.zarr", "--model", data / "m.zarr", "--learner", "rankrls",
-               "--alphas", "2^-6:2^6:3", "--cv", 3))
+               "--alphas", "2^-6:2^6:5", "--cv", 3))   # 2^-6, 2^-3, ..., 2^6
     assert "chose alpha=" in p.stdout and "saved to" in p.stdout
     return data / "m.zarr"
 
@@ -389,13 +389,21 @@ def test_help_on_every_subcommand(capsys):
 
 def test_grid_syntax():
     np.testing.assert_allclose(cli.parse_grid("2^-2:2^2"), [0.25, 0.5, 1, 2, 4])
-    np.testing.assert_allclose(cli.parse_grid("2^-4:2^4:4"), [1 / 16, 1, 16])
+    # LO:HI:N is N log-spaced values, whatever LO and HI look like (issue 24: 10^-3:10^3:7 gave 0.001, 10000)
+    np.testing.assert_allclose(cli.parse_grid("10^-3:10^3:7"), 10.0 ** np.arange(-3, 4), rtol=1e-12)
+    np.testing.assert_allclose(cli.parse_grid("2^-4:2^4:3"), [1 / 16, 1, 16])
+    np.testing.assert_allclose(cli.parse_grid("2^-4:2^4:4"), 2.0 ** np.array([-4, -4 / 3, 4 / 3, 4]))
     np.testing.assert_allclose(cli.parse_grid("10^-1:10^1"), [0.1, 1, 10])
     np.testing.assert_allclose(cli.parse_grid("0.01:100:5"), [0.01, 0.1, 1, 10, 100])
+    np.testing.assert_allclose(cli.parse_grid("3:3:1"), [3.0])
     np.testing.assert_allclose(cli.parse_grid("0.5, 2^3,7"), [0.5, 8, 7])
-    for bad in ("", "1:2", "-1,2", "2^a:2^3", "0:1:3", "2^1:3^2", "nan"):
-        with pytest.raises(cli.UsageError):
+    assert cli.parse_grid("10^-3:10^3:7").max() == 1000.0 and cli.parse_grid("10^-3:10^3:7").min() == 0.001
+    for bad in ("", "1:2", "-1,2", "2^a:2^3", "0:1:3", "2^1:3^2", "nan", "1:10:2.5", "1:10:0", "10:1:3",
+                "2^3:2^1", "2^-1.5:2^2", "1:2:3:4", "1:10:1", "0.001:inf:3"):
+        with pytest.raises(cli.UsageError, match="LO:HI:N"):
             cli.parse_grid(bad)
+    p = inproc("cv", "--store", "x.zarr", "--learner", "rankrls", "--alphas", "10^-3:10^3:2.5")
+    assert p.returncode == 2 and "N is a count" in p.stderr
 
 
 # ---------------------------------------------------------------- Ctrl-C
@@ -432,9 +440,9 @@ def test_sigint_during_fit_leaves_no_model(data, rankrls_model, tmp_path):
     rc, err = _interrupt_after_progress(argv + ["--model", tmp_path / "new.zarr"], slow, lines=1, sig=signal.SIGTERM)
     assert rc == 143 and "terminated" in err, err
     assert list(tmp_path.iterdir()) == []
-    # over an existing model: the old one stays, whole
+    # over an existing model (--overwrite): the old one stays, whole
     shutil.copytree(rankrls_model, tmp_path / "old.zarr")
-    rc, err = _interrupt_after_progress(argv + ["--model", tmp_path / "old.zarr"], slow)
+    rc, err = _interrupt_after_progress(argv + ["--model", tmp_path / "old.zarr", "--overwrite"], slow)
     assert rc == 130, err
     assert sorted(p.name for p in tmp_path.iterdir()) == ["old.zarr"]
     X = np.ones((3, 46))

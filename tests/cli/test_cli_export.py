@@ -49,8 +49,9 @@ def _test_rows(d):
 @pytest.mark.parametrize("learner,fmt", [("rankrls", "opensearch"), ("cg", "solr"), ("sgd-pairwise", "elasticsearch")])
 def test_fit_normalized_then_export_serves_like_predict(stores, tmp_path, learner, fmt):
     model_path = tmp_path / "m.zarr"
+    alpha = [] if learner.startswith("sgd") else ["--alpha", "1"]     # sgd-pairwise takes --l1/--l2, no --alpha
     rc, _, err = run("fit", "--store", stores / "train.zarr", "--model", model_path, "--learner", learner,
-                     "--normalize", "minmax", "--alpha", "1", "-q")
+                     "--normalize", "minmax", *alpha, "-q")
     assert rc == 0, err
     (tmp_path / "names.txt").write_text("\n".join(NAMES) + "\n")
     rc, out, err = run("export", "--model", model_path, "--format", fmt, "--out", tmp_path / "m.json",
@@ -76,7 +77,8 @@ def test_export_refusals_are_one_line_with_exit_6(stores, tmp_path):
     assert rc == 6 and err.count("\n") == 1 and "format='onnx' or 'json'" in err
     rc, _, err = run("export", "--model", tmp_path / "missing.zarr", "--format", "json", "--out", tmp_path / "x")
     assert rc == 3
-    rc, _, err = run("fit", "--store", stores / "train.zarr", "--model", model_path, "--learner", "rankrls", "-q")
+    rc, _, err = run("fit", "--store", stores / "train.zarr", "--model", model_path, "--learner", "rankrls",
+                     "--overwrite", "-q")
     rc, _, err = run("export", "--model", model_path, "--format", "opensearch", "--out", tmp_path / "m.json")
     assert rc == 6 and "feature names" in err and not (tmp_path / "m.json").exists()
 
