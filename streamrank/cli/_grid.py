@@ -30,7 +30,7 @@ GRID_HELP = ("'a,b,c' (the values; items may be powers 2^-3), 'LO:HI:N' (N value
              "A to C: 2^-15:2^15 is 2^-15:2^15:31)")
 
 
-def parse_grid(text: str, *, plain_range: bool = False) -> np.ndarray:
+def parse_grid(text: str) -> np.ndarray:
     """Parse a λ grid (the ``--alphas GRID`` of ``streamrank`` and of :mod:`streamrank.pipelines.nightly`).
 
     One grammar, one meaning per form:
@@ -46,8 +46,7 @@ def parse_grid(text: str, *, plain_range: bool = False) -> np.ndarray:
 
     Anything else — ``LO:HI`` between plain numbers, a fractional or
     negative N, LO > HI, a value <= 0 or not finite — is a
-    :class:`UsageError` naming the accepted forms.  ``plain_range`` is
-    accepted for the callers of an older release and changes nothing.
+    :class:`UsageError` naming the accepted forms.
     """
     s = str(text).strip()
 

@@ -345,12 +345,11 @@ def _run_locked(store_path, new_files, models_dir, learner, alphas, full, keep, 
 
 # ------------------------------------------------------------------- CLI
 def _parse_alphas(text):
-    """``--alphas GRID``: :func:`streamrank.cli.parse_grid` (the ``streamrank`` command's syntax), plus
-    this pipeline's older ``LO:HI`` (powers of two 2^int(log2 LO) … 2^int(log2 HI))."""
+    """``--alphas GRID``: :func:`streamrank.cli.parse_grid`, the ``streamrank`` command's one grammar."""
     from streamrank.cli import UsageError, parse_grid
 
     try:
-        return parse_grid(text, plain_range=True)
+        return parse_grid(text)
     except UsageError as exc:
         raise argparse.ArgumentTypeError(f"--alphas: {exc}") from None
 
@@ -370,8 +369,8 @@ def build_parser():
     p.add_argument("--models", required=True, metavar="DIR", help="model directory (versions + current)")
     p.add_argument("--learner", default="rankrls", choices=LEARNERS)
     p.add_argument("--alphas", type=_parse_alphas, default=None, metavar="GRID",
-                   help="λ grid as for 'streamrank fit': 'a,b,c', '2^-15:2^15[:STEP]', 'LO:HI:N' "
-                        "(log-spaced), or 'LO:HI' (powers of two) (default 2^-15 … 2^15)")
+                   help="λ grid as for 'streamrank fit': 'a,b,c', 'LO:HI:N' (N log-spaced values) or "
+                        "'B^A:B^C' (integer powers) (default 2^-15 … 2^15)")
     p.add_argument("--full", action="store_true", help="retrain from scratch on all data")
     p.add_argument("--keep", type=int, default=None, metavar="N", help="keep only the newest N versions")
     p.add_argument("--tolerance", type=float, default=0.005, help="allowed NDCG@10 drop for promotion")
