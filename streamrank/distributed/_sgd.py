@@ -149,7 +149,13 @@ def _pairwise_round_task(shard, ref, model, n_shards, round_, steps, plan):
     if not mine:
         return m
     block = ref.open().read_block(*mine[round_ % len(mine)])
-    m.partial_fit(block.X, block.y, block.row_qid(), n_pairs=steps)
+    if block.weight is None:
+        m.partial_fit(block.X, block.y, block.row_qid(), n_pairs=steps)
+    else:                                   # row weights (a WeightedSource): pairs weigh w_i w_j, as locally
+        from ..io.sources import as_source
+        from ..io.weighted import with_weights
+
+        m.partial_fit(with_weights(as_source(block.X, block.y, block.row_qid()), block.weight), n_pairs=steps)
     return m
 
 

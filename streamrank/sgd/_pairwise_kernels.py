@@ -43,7 +43,8 @@ from streamrank._numba import jit
 
 from ._sparse_row_kernels import merge_diff, soft
 
-__all__ = ["pairwise_steps", "pairwise_steps_dense", "pairwise_step", "dense_diff",
+__all__ = ["pairwise_steps", "pairwise_steps_dense", "pairwise_steps_weighted", "pairwise_steps_dense_weighted",
+           "pairwise_step", "dense_diff",
            "merge_diff", "soft", "LOSS_HINGE", "LOSS_LOGISTIC",
            "L1_CUMULATIVE", "L1_WINDOW"]
 
@@ -60,13 +61,16 @@ def _renormalize(v, fstate):
 
 
 @jit(inline="always")  # numba-level inlining: a plain call cost the CSR kernel ~14%
-def pairwise_step(v, fstate, istate, qv, eta0, lr_code, l1, l2, T, loss, l1_rule, dj, dx, nd):
+def pairwise_step(v, fstate, istate, qv, eta0, lr_code, l1, l2, T, loss, l1_rule, dj, dx, nd, wt):
     """One SGD step on the difference row ``delta = x+ - x-`` held as ``(dj[:nd], dx[:nd])``.
 
     ``dj`` ascending and distinct, ``dx`` nonzero (what :func:`merge_diff` and
     :func:`dense_diff` produce).  margin ``m = w . delta``; ``g = 1`` if
     ``m < 1`` (hinge) or ``g = 1 / (1 + exp(m))`` (logistic); then
-    ``w <- (1 - eta l2) w + eta g delta``, then the L1 rule (module doc).
+    ``w <- (1 - eta l2) w + eta wt g delta``, then the L1 rule (module doc).
+    ``wt`` >= 0 is the pair's weight (the gradient of ``wt * loss``; 1.0 leaves
+    every bit as unweighted: ``(eta g) * 1.0 = eta g``); the decay, the clock and the
+    L1 penalty do not depend on it.
     ``eta_t = eta0 / sqrt(t)`` or ``eta0``.  Shared by the CSR and dense kernels.
     """
     istate[0] += 1
@@ -96,7 +100,7 @@ def pairwise_step(v, fstate, istate, qv, eta0, lr_code, l1, l2, T, loss, l1_rule
     else:
         a *= decay
     fstate[0] = a
-    c = eta * g / a
+    c = eta * g * wt / a
     if l1_rule == 0 and l1 > 0.0:
         # gradient step and penalty in one pass: each j occurs once in dj
         fstate[2] += l1 * eta
@@ -158,7 +162,17 @@ def pairwise_steps(v, fstate, istate, qv, pp, pi, px, mp, mi, mx,
     n = pp.shape[0] - 1
     for r in range(n):
         nd = merge_diff(pp, pi, px, mp, mi, mx, r, dj, dx)
-        pairwise_step(v, fstate, istate, qv, eta0, lr_code, l1, l2, T, loss, l1_rule, dj, dx, nd)
+        pairwise_step(v, fstate, istate, qv, eta0, lr_code, l1, l2, T, loss, l1_rule, dj, dx, nd, 1.0)
+
+
+@jit
+def pairwise_steps_weighted(v, fstate, istate, qv, pp, pi, px, mp, mi, mx, pw,
+                            eta0, lr_code, l1, l2, T, loss, l1_rule, dj, dx):
+    """:func:`pairwise_steps` with pair r's gradient weighted by ``pw[r]`` (e.g. inverse propensities)."""
+    n = pp.shape[0] - 1
+    for r in range(n):
+        nd = merge_diff(pp, pi, px, mp, mi, mx, r, dj, dx)
+        pairwise_step(v, fstate, istate, qv, eta0, lr_code, l1, l2, T, loss, l1_rule, dj, dx, nd, pw[r])
 
 
 @jit
@@ -170,4 +184,13 @@ def pairwise_steps_dense(v, fstate, istate, qv, Xp, Xn,
     """
     for r in range(Xp.shape[0]):
         nd = dense_diff(Xp, Xn, r, dj, dx)
-        pairwise_step(v, fstate, istate, qv, eta0, lr_code, l1, l2, T, loss, l1_rule, dj, dx, nd)
+        pairwise_step(v, fstate, istate, qv, eta0, lr_code, l1, l2, T, loss, l1_rule, dj, dx, nd, 1.0)
+
+
+@jit
+def pairwise_steps_dense_weighted(v, fstate, istate, qv, Xp, Xn, pw,
+                                  eta0, lr_code, l1, l2, T, loss, l1_rule, dj, dx):
+    """Dense twin of :func:`pairwise_steps_weighted` (bit-identical on the CSR form of the same rows)."""
+    for r in range(Xp.shape[0]):
+        nd = dense_diff(Xp, Xn, r, dj, dx)
+        pairwise_step(v, fstate, istate, qv, eta0, lr_code, l1, l2, T, loss, l1_rule, dj, dx, nd, pw[r])

@@ -29,7 +29,19 @@ The L1 term (``l1_rule``):
 
 Pairs are sampled as in stochastic pairwise ranking: a query uniformly
 among those with two different scores, then a uniform ordered pair of that
-query (:func:`streamrank.pairs_from_groups`).  ``t``, the L1 state (``u``,
+query (:func:`streamrank.pairs_from_groups`).
+
+Weights (click logs, inverse propensity scoring): on a source with row
+weights (:func:`streamrank.io.weighted.with_weights`, e.g.
+:func:`streamrank.clicks.ips_weights`) the sampled pair (i, j) steps with its
+gradient times ``w_i w_j`` — the pair weight of weighted RankRLS
+(:mod:`streamrank.laplacian`) — so SGD minimises the weighted objective
+``Σ_q (1/|P_q|) Σ_{(i,j) ∈ P_q} w_i w_j loss_ij`` (pairs are still drawn
+uniformly; the weight multiplies the gradient, an unbiased estimate).  With
+clicks as labels and ``w = ips_weights(clicks, position, propensity)`` the
+pairs are (clicked i, unclicked j) of weight ``1 / p(position_i)`` (Joachims,
+Swaminathan & Schnabel 2017).  ``partial_fit_pairs(..., pair_weight=)`` takes
+explicit pair weights.  ``t``, the L1 state (``u``,
 ``q``, the pending eta of the window) and the sampling counter survive
 ``partial_fit`` calls and ``sr.save`` / ``sr.load``.
 
@@ -178,11 +190,14 @@ class PairwiseSGDRanker(BaseRanker):
         return out
 
     # ------------------------------------------------------------ stepping
-    def partial_fit_pairs(self, X_pos, X_neg):
+    def partial_fit_pairs(self, X_pos, X_neg, pair_weight=None):
         """One SGD step per row-aligned pair ``(X_pos[r], X_neg[r])`` (X_pos preferred).
 
         Dense float32/float64 pairs run the dense kernel directly; sparse input
         (or a dense/sparse mix) runs the CSR kernel -- the results are identical.
+        ``pair_weight``: (pairs,) finite weights >= 0; pair r's gradient is
+        multiplied by it (a weight 0 still advances the clock, the decay and
+        the L1 penalty: it is a step of the weighted objective).
         """
         p = self._params()
         nf = getattr(self, "n_features_in_", None)
@@ -190,6 +205,11 @@ class PairwiseSGDRanker(BaseRanker):
         Xn = check_X(X_neg, "X_neg", n_features=Xp.shape[1])
         if Xn.shape[0] != Xp.shape[0]:
             raise ValueError(f"X_neg has {Xn.shape[0]} rows but X_pos has {Xp.shape[0]}; pairs are row-aligned")
+        pw = None
+        if pair_weight is not None:
+            from ..laplacian import check_weight
+
+            pw = np.ascontiguousarray(check_weight(pair_weight, Xp.shape[0], "pair_weight"), dtype=np.float64)
         if getattr(self, "_v", None) is None:
             self._start(Xp.shape[1])
         if Xp.shape[0] == 0:
@@ -203,15 +223,30 @@ class PairwiseSGDRanker(BaseRanker):
             # dense twin: same steps bit for bit, without building CSR (check_X: C-contiguous float32/64)
             dj = np.empty(max(Xp.shape[1], 1), dtype=np.int64)
             dx = np.empty(max(Xp.shape[1], 1), dtype=np.float64)
-            PK.pairwise_steps_dense(self._v, self._fstate, self._istate, self._q, Xp, Xn, *args, dj, dx)
+            if pw is None:
+                PK.pairwise_steps_dense(self._v, self._fstate, self._istate, self._q, Xp, Xn, *args, dj, dx)
+            else:
+                PK.pairwise_steps_dense_weighted(self._v, self._fstate, self._istate, self._q, Xp, Xn, pw, *args,
+                                                 dj, dx)
             return self
         Xp, Xn = _canonical_csr(Xp), _canonical_csr(Xn)
         nd = int((np.diff(Xp.indptr) + np.diff(Xn.indptr)).max())
         dj = np.empty(max(nd, 1), dtype=np.int64)
         dx = np.empty(max(nd, 1), dtype=np.float64)
-        PK.pairwise_steps(self._v, self._fstate, self._istate, self._q,
-                          Xp.indptr, Xp.indices, Xp.data, Xn.indptr, Xn.indices, Xn.data, *args, dj, dx)
+        if pw is None:
+            PK.pairwise_steps(self._v, self._fstate, self._istate, self._q,
+                              Xp.indptr, Xp.indices, Xp.data, Xn.indptr, Xn.indices, Xn.data, *args, dj, dx)
+        else:
+            PK.pairwise_steps_weighted(self._v, self._fstate, self._istate, self._q, Xp.indptr, Xp.indices, Xp.data,
+                                       Xn.indptr, Xn.indices, Xn.data, pw, *args, dj, dx)
         return self
+
+    def _step_pairs(self, src, batches):
+        """Step on every PairBatch; on a weighted source pair (i, j) weighs w_i w_j (module doc)."""
+        w = _row_weights(src)
+        for b in batches:
+            pw = None if w is None else w[b.rows[:, 0]] * w[b.rows[:, 1]]
+            self.partial_fit_pairs(b.X_pos, b.X_neg, pair_weight=pw)
 
     def _seed(self):
         base = 0 if self.random_state is None else int(self.random_state)
@@ -219,7 +254,7 @@ class PairwiseSGDRanker(BaseRanker):
         self._calls += 1
         return np.random.default_rng(seed)
 
-    def partial_fit(self, X, y, qid=None, n_pairs=None, *, feature_names=None):
+    def partial_fit(self, X, y=None, qid=None, n_pairs=None, *, feature_names=None):
         """Sample ``n_pairs`` (default: one per row) pairs within the groups of this batch and step.
 
         ``qid=None``: the batch is one group.  Continues t and the shrinkage state.
@@ -228,7 +263,6 @@ class PairwiseSGDRanker(BaseRanker):
 
         self._params()
         src = self._fit_source(X, y, qid, reset=getattr(self, "_v", None) is None)
-        _refuse_weights(self, src)
         if src.n_rows == 0:
             raise ValueError("empty batch: X has 0 rows; at least two rows of one group are needed")
         nf = getattr(self, "n_features_in_", None)
@@ -242,9 +276,8 @@ class PairwiseSGDRanker(BaseRanker):
         n_pairs = src.n_rows if n_pairs is None else check_int(n_pairs, "n_pairs", 0)
         if n_pairs == 0:
             return self
-        for b in pairs_from_groups(src, n_pairs, random_state=self._seed(), shuffle=True,
-                                   max_rows=max(src.n_rows, 1)):
-            self.partial_fit_pairs(b.X_pos, b.X_neg)
+        self._step_pairs(src, pairs_from_groups(src, n_pairs, random_state=self._seed(), shuffle=True,
+                                                max_rows=max(src.n_rows, 1)))
         return self
 
     def fit(self, source, y=None, qid=None, *, n_pairs=None, max_rows=100_000, batch_size=8192,
@@ -254,15 +287,15 @@ class PairwiseSGDRanker(BaseRanker):
         ``source``: a GroupStore / BlockSource, or ``X`` with ``y`` and ``qid``.
         ``n_pairs=None``: as many pairs as the source has rows.  ``feature_names``:
         names of the columns, kept as ``feature_names_in_`` (default: the store's).
-        Row weights are not supported yet: a weighted source
-        (:func:`streamrank.io.weighted.with_weights`) raises NotImplementedError.
+        Row weights: a weighted source (:func:`streamrank.io.weighted.with_weights`,
+        e.g. ``with_weights(sr.as_source(X, clicks, qid), ips_weights(...))``)
+        weighs pair (i, j) by ``w_i w_j`` (module doc).
         """
         from ..io.pairs import pairs_from_groups
 
         self._params()
         # a BlockSource passes through (a dask array has .blocks too)
         src = self._fit_source(source, y, qid, reset=True)
-        _refuse_weights(self, src)
         if src.n_rows == 0:
             raise ValueError("empty input: X has 0 rows; at least two rows of one group are needed")
         self._v = None
@@ -271,9 +304,8 @@ class PairwiseSGDRanker(BaseRanker):
         self._fit_normalizer(src, max_rows)
         n_pairs = src.n_rows if n_pairs is None else check_int(n_pairs, "n_pairs", 0)
         if n_pairs:
-            for b in pairs_from_groups(src, n_pairs, random_state=self._seed(), shuffle=True,
-                                       max_rows=max_rows, batch_size=batch_size):
-                self.partial_fit_pairs(b.X_pos, b.X_neg)
+            self._step_pairs(src, pairs_from_groups(src, n_pairs, random_state=self._seed(), shuffle=True,
+                                                    max_rows=max_rows, batch_size=batch_size))
         return self
 
     # ------------------------------------------------------------- results
@@ -333,11 +365,8 @@ class PairwiseSGDRanker(BaseRanker):
         self._calls = calls
 
 
-def _refuse_weights(model, source):
+def _row_weights(source):
+    """The (rows,) weights of a :class:`~streamrank.io.weighted.WeightedSource` (global row order), or None."""
     from ..io.weighted import WeightedSource
 
-    if isinstance(source, WeightedSource):
-        raise NotImplementedError(
-            f"{type(model).__name__} does not support row weights yet (its pairs are sampled uniformly); "
-            "RankRLS(...).fit(X, y, qid, sample_weight=w) and sparse KernelRankRLS do"
-        )
+    return source.weight if isinstance(source, WeightedSource) else None

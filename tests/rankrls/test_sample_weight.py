@@ -234,8 +234,9 @@ def test_weighted_sparse_kernel_rankrls_equals_closed_form(ties, rng):
 def test_learners_without_weights_refuse_them(rng):
     X, y, qid, gp = make_groups(rng, n_groups=4, min_size=2)
     src = with_weights(sr.as_source(X, y, qid), np.ones(len(y)))
-    with pytest.raises(NotImplementedError, match="PairwiseSGDRanker does not support row weights"):
-        sr.PairwiseSGDRanker().fit(src)
+    # PairwiseSGDRanker takes row weights now (tests/sgd/test_sgd_pairwise_weights.py): weights 1 = no weights
+    np.testing.assert_array_equal(sr.PairwiseSGDRanker().fit(src).coef_,
+                                  sr.PairwiseSGDRanker().fit(X, y, qid).coef_)
     with pytest.raises(ValueError, match="zero on every row"):
         sr.RankRLS().fit(X, y, qid, sample_weight=np.zeros(len(y)))
 

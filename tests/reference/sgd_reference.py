@@ -65,18 +65,20 @@ def refit(W, Q, Dp, Dn, *, eta0, t0, learning_rate="invsqrt"):
 
 
 def pairwise_sgd(X, pairs, *, eta0, l1, l2, T, loss="hinge", learning_rate="invsqrt",
-                 w0=None, t0=0, window0=0.0):
+                 w0=None, t0=0, window0=0.0, weights=None):
     """Linear pairwise SGD on the ordered pairs (i preferred over j), in order.
 
-    Step t: ``w <- (1 - eta l2) w + eta g (x_i - x_j)`` with ``g = 1`` when the
+    Step t: ``w <- (1 - eta l2) w + eta c_t g (x_i - x_j)`` with ``g = 1`` when the
     hinge margin ``w.(x_i - x_j) < 1`` (else 0), or ``g = sigmoid(-margin)``
-    for the logistic loss; every T steps ``w <- soft(w, l1 * sum eta)``.
+    for the logistic loss, ``c_t`` the pair's weight (``weights``, default 1);
+    every T steps ``w <- soft(w, l1 * sum eta)``.
     """
     X = _dense(X)
     w = np.zeros(X.shape[1]) if w0 is None else np.array(w0, dtype=np.float64)
     t = t0
     window = window0
-    for i, j in pairs:
+    for k, (i, j) in enumerate(pairs):
+        c = 1.0 if weights is None else float(weights[k])
         t += 1
         eta = eta0 / np.sqrt(t) if learning_rate == "invsqrt" else eta0
         x = X[i] - X[j]
@@ -85,7 +87,7 @@ def pairwise_sgd(X, pairs, *, eta0, l1, l2, T, loss="hinge", learning_rate="invs
             g = 1.0 if m < 1.0 else 0.0
         else:
             g = 1.0 / (1.0 + np.exp(m))
-        w = (1.0 - eta * l2) * w + eta * g * x
+        w = (1.0 - eta * l2) * w + eta * c * g * x
         window += eta
         if t % T == 0:
             w = soft(w, l1 * window)
