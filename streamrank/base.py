@@ -105,8 +105,9 @@ class BaseRanker:
         return self
 
     # ------------------------------------------------------------ selection
+    # (for the package's model selection, rankrls.selection / cg_selection / kernel: not user API)
     @contextlib.contextmanager
-    def _solving_with(self, alpha):
+    def solving_with(self, alpha):
         """Solve (refit) with ``alpha`` inside the block; the user's ``alpha`` parameter is restored after.
 
         Model selection refits at the chosen λ without changing the estimator's
@@ -119,7 +120,7 @@ class BaseRanker:
         finally:
             self.alpha = user
 
-    def _record_selection(self, result):
+    def record_selection(self, result):
         """``best_alpha_`` and ``cv_results_`` of a model-selection run; returns ``result``."""
         self.best_alpha_ = float(result.best_alpha)
         self.cv_results_ = result

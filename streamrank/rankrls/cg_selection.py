@@ -171,8 +171,7 @@ def path_of_model(model, alphas, source=None, max_rows=DEFAULT_BLOCK_ROWS):
     """
     alphas = check_alphas(alphas, allow_empty=True)
     if alphas.size == 0:
-        shape = (0, model.n_features_in_) + (() if model._y_1d else (model.n_outputs_,))
-        return np.zeros(shape)
+        return model.as_target_shape(np.zeros((0, model.n_features_in_, model.n_outputs_)))
     src = _model_source(model, source)
     norm = getattr(model, "normalizer_", None)
     W, infos, n_passes = cg_path(src, alphas, group_weight=model.group_weight, ties=model.ties, tol=model.tol,
@@ -180,7 +179,7 @@ def path_of_model(model, alphas, source=None, max_rows=DEFAULT_BLOCK_ROWS):
                                  scale=None if norm is None else 1.0 / norm.scale)
     model.path_info_ = {"n_passes": int(n_passes), "n_iter": [int(i["n_iter"]) for i in infos],
                         "converged": [bool(i["converged"]) for i in infos]}
-    return W[:, :, 0] if model._y_1d else W
+    return model.as_target_shape(W)
 
 
 def _n_pairs(source, ties, max_rows):
@@ -226,7 +225,7 @@ def cross_validate_cg(model, source=None, *, alphas=None, folds=5, scoring="squa
     kind, k = _parse_scoring(scoring)
     alphas = check_alphas(alphas)
     source = model.training_source(source)
-    model._check_source(source)
+    model.check_source(source)
     if folds == "query":
         raise NotImplementedError("cross_validate(folds='query') on a cg model: " + LEAVE_QUERY_OUT_MESSAGE)
     folds = check_folds(folds, source.n_groups)
@@ -286,9 +285,9 @@ def cross_validate_cg(model, source=None, *, alphas=None, folds=5, scoring="squa
     scores = np.nanmean(per_out, axis=1) if per_out.size else per_out
     valid = np.where(np.isnan(scores), -np.inf if greater else np.inf, scores)
     best = int(np.argmax(valid) if greater else np.argmin(valid))
-    with model._solving_with(alphas[best]):       # refit at the best alpha; the user's alpha stays
+    with model.solving_with(alphas[best]):       # refit at the best alpha; the user's alpha stays
         model.fit(source, max_rows=max_rows)
     model.cv_info_ = {"n_passes": int(n_passes), "n_iter": n_iter}
-    return model._record_selection(CVResult(
+    return model.record_selection(CVResult(
         alphas=alphas, scores=scores, scores_per_output=per_out, best_alpha=float(alphas[best]), best_index=best,
         scoring=scoring if kind != "ndcg" else f"ndcg@{k}", folds=folds, greater_is_better=greater))

@@ -314,7 +314,7 @@ class KernelRankRLS(BaseRanker):
             raise ValueError("cross_validate(source=None) needs a fitted model; pass the training data")
         mode = self._fitted_mode()
         mode.solver(self)     # recomputed after sr.load; an error for files saved without the training data
-        return self._record_selection(mode.cross_validate(self, arr, folds, kind, k, scoring))
+        return self.record_selection(mode.cross_validate(self, arr, folds, kind, k, scoring))
 
     # ------------------------------------------------------------ persistence
     def _get_state(self):

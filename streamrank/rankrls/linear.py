@@ -146,7 +146,8 @@ class RankRLS(BaseRanker):
         return "primal" if (source.n_features <= PRIMAL_MAX_FEATURES and not source.sparse) else "cg"
 
     @staticmethod
-    def _check_source(source):
+    def check_source(source):
+        """Refuse a training source with no rows (what fit, selection and the pipelines call first)."""
         if source.n_rows == 0:
             raise ValueError("empty input: the source has no rows; at least one group with 2 rows is needed")
 
@@ -178,7 +179,12 @@ class RankRLS(BaseRanker):
                         group_offset=block.group_offset, group_id=gid, weight=block.weight)
         return stats
 
-    def _accumulate(self, source, max_rows, stats=None) -> RankStatistics:
+    def accumulate_source(self, source, max_rows, stats=None) -> RankStatistics:
+        """The statistics of every block of ``source`` (one pass), added into ``stats`` (default: new ones).
+
+        Groups larger than ``max_rows`` are read in pieces (``split_groups=True``);
+        the result is complete (:meth:`RankStatistics.check_complete`).
+        """
         if stats is None:
             stats = self.new_statistics(source.n_features, source.n_outputs)
         part = self.new_statistics(source.n_features, source.n_outputs)   # reuses its SYRK workspace
@@ -187,6 +193,10 @@ class RankRLS(BaseRanker):
         stats.merge(part)
         stats.check_complete()
         return stats
+
+    def as_target_shape(self, A):
+        """``A`` (..., v) in the shape of the training targets: the output axis dropped when y was a vector."""
+        return A[..., 0] if self._y_1d else A
 
     # --------------------------------------------------------- solve (step 2)
     def _solve(self, stats, alpha):
@@ -255,7 +265,7 @@ class RankRLS(BaseRanker):
         """
         self._check_params()
         source = _source_of(X, y, qid, self)
-        self._check_source(source)
+        self.check_source(source)
         source = _weighted(source, sample_weight)
         self._set_feature_names(source.n_features, feature_names, source)
         for attr in ("coef_", "stats_", "fold_stats_", "n_iter_", "_eigen", "best_alpha_", "cv_results_"):
@@ -263,7 +273,7 @@ class RankRLS(BaseRanker):
         y_1d = _source_y_1d(source, y)
         solver = self.solver_for(source)
         if solver == "primal":
-            stats = self._accumulate(source, max_rows)
+            stats = self.accumulate_source(source, max_rows)
             self.fit_statistics(stats, y_1d=y_1d)
         else:
             from .cg import solve_cg
@@ -315,7 +325,7 @@ class RankRLS(BaseRanker):
         """
         self._check_params()
         source = _source_of(X, y, qid, self, reset=not hasattr(self, "stats_"))
-        self._check_source(source)
+        self.check_source(source)
         source = _weighted(source, sample_weight)
         if not hasattr(self, "stats_"):
             if hasattr(self, "coef_"):
@@ -351,7 +361,7 @@ class RankRLS(BaseRanker):
                 folds[f].merge(add[f])
                 new.merge(add[f])
         else:
-            new = self._accumulate(source, max_rows)
+            new = self.accumulate_source(source, max_rows)
         stats.merge(new)
         self.fit_statistics(stats)
         self._train_source = source

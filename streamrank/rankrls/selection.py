@@ -187,7 +187,7 @@ def cross_validate(model, source=None, *, alphas=None, folds=5, scoring="squared
     kind, k = _parse_scoring(scoring)
     alphas = check_alphas(alphas)
     source = model.training_source(source)
-    model._check_source(source)
+    model.check_source(source)
     if model.solver_for(source) != "primal":
         raise NotImplementedError("cross_validate needs the primal solver (statistics); got a source that "
                                   "resolves to solver='cg'")
@@ -196,7 +196,7 @@ def cross_validate(model, source=None, *, alphas=None, folds=5, scoring="squared
         if source.n_groups < 2:
             raise ValueError(f"leave-query-out cross-validation needs at least 2 groups; the source has "
                              f"{source.n_groups}")
-        total = model._accumulate(source, max_rows)
+        total = model.accumulate_source(source, max_rows)
         model.fit_statistics(total, y_1d=(n_out == 1))
         model.__dict__.pop("fold_stats_", None)
         ev = _Evaluators(kind, k, len(alphas), n_out) if kind != "squared" else None
@@ -242,11 +242,11 @@ def cross_validate(model, source=None, *, alphas=None, folds=5, scoring="squared
     scores = np.nanmean(per_out, axis=1) if per_out.size else per_out
     valid = np.where(np.isnan(scores), -np.inf if greater else np.inf, scores)
     best = int(np.argmax(valid) if greater else np.argmin(valid))
-    with model._solving_with(alphas[best]):       # refit at the best alpha; the user's alpha stays
+    with model.solving_with(alphas[best]):       # refit at the best alpha; the user's alpha stays
         model.fit_statistics(model.stats_, source=source)
     if fold_stats is not None:
         model.fold_stats_ = fold_stats
-    return model._record_selection(CVResult(
+    return model.record_selection(CVResult(
         alphas=alphas, scores=scores, scores_per_output=per_out, best_alpha=float(alphas[best]), best_index=best,
         scoring=scoring if kind == "squared" or kind == "disagreement" else f"ndcg@{k}", folds=folds,
         greater_is_better=greater))
@@ -348,4 +348,4 @@ def leave_query_out(model, source, *, alpha=None, max_rows=DEFAULT_BLOCK_ROWS):
     out = np.zeros((source.n_rows, model.stats_.n_outputs))
     for block, P in _lqo_blocks(model, source, [alpha], max_rows):
         out[block.start:block.stop] = P[:, 0]
-    return out[:, 0] if model._y_1d else out
+    return model.as_target_shape(out)

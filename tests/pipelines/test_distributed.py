@@ -549,7 +549,7 @@ def test_task_results_are_o_n2_bytes_whatever_the_block(store):
     n = store.n_features
     st = _stats_task(plan, SourceRef(store), est)
     assert len(pickle.dumps(st)) < 40 * 8 * (n + 2) ** 2
-    ref = est._accumulate(store, 10_000)
+    ref = est.accumulate_source(store, 10_000)
     np.testing.assert_allclose(st.G, ref.G, rtol=1e-12, atol=1e-12)
     folds = _fold_stats_task(plan, SourceRef(store), est, 3)
     assert all(len(pickle.dumps(f)) < 40 * 8 * (n + 2) ** 2 for f in folds)
