@@ -58,33 +58,44 @@ class LaplacianRoot:
     """The symmetric block-diagonal square root ``B = L^{1/2}`` of the group Laplacian.
 
     ``apply(M)`` returns ``B @ M`` for M (m, k) in O(m k) (ties included) or
-    O(Σ n_g² k) (ties excluded).
+    O(Σ n_g² k) (ties excluded, or row weights).
+
+    ``weight``: row weights w (m,), pair weight w_i w_j — the weighted group
+    Laplacian ``L_g = s_g ((Σw) diag(w) − w wᵀ)`` (ties included; with ties
+    excluded the weighted tie classes, :mod:`streamrank.laplacian`).  Its root
+    is taken per group from a small eigendecomposition, as with ties
+    excluded; the dual ``A = (L K + λI)⁻¹ L y`` holds for any PSD L, so every
+    formula of this module (path, leave-query-out) keeps working.  The null
+    space of ``L_g`` is the group constants plus ``e_i`` of every row of weight 0.
     """
 
-    def __init__(self, group_ptr, y=None, *, group_weight="pair", ties="include"):
+    def __init__(self, group_ptr, y=None, *, group_weight="pair", ties="include", weight=None):
         gp = np.asarray(group_ptr, dtype=np.int64)
         self.group_ptr = gp
         self.m = int(gp[-1])
         sizes = np.diff(gp)
         self.sizes = sizes
         self.ties = ties
-        if ties == "include":
+        if ties == "include" and weight is None:
             s = group_weights(sizes, group_weight)
             self.scale = np.sqrt(s * sizes)            # √(s_g n_g)
             self.blocks = None
         else:
-            yy = np.asarray(y, dtype=np.float64).reshape(self.m, -1)
-            if yy.shape[1] != 1:
-                raise NotImplementedError(
-                    "ties='exclude' with several outputs: every output has its own tie classes and so "
-                    "its own Laplacian; fit one model per output or use ties='include'")
-            yy = yy[:, 0]
+            yy = None
+            if ties == "exclude":
+                yy = np.asarray(y, dtype=np.float64).reshape(self.m, -1)
+                if yy.shape[1] != 1:
+                    raise NotImplementedError(
+                        "ties='exclude' with several outputs: every output has its own tie classes and so "
+                        "its own Laplacian; fit one model per output or use ties='include'")
+                yy = yy[:, 0]
+            w = None if weight is None else np.asarray(weight, dtype=np.float64).reshape(-1)
             blocks, pinv, null = [], [], []
             for g in range(len(sizes)):
                 a, b = gp[g], gp[g + 1]
                 # the pair/size/query weight of the group uses its full size
-                Lg = laplacian_dense(np.array([0, b - a]), y=yy[a:b], group_weight=group_weight,
-                                     ties="exclude")
+                Lg = laplacian_dense(np.array([0, b - a]), y=None if yy is None else yy[a:b],
+                                     group_weight=group_weight, ties=ties, weight=None if w is None else w[a:b])
                 lam, V = np.linalg.eigh(Lg) if b > a else (np.zeros(0), np.zeros((0, 0)))
                 lam = np.maximum(lam, 0.0)
                 pos = lam > (lam.max(initial=0.0) * max(b - a, 1) * np.finfo(float).eps * 100)

@@ -33,8 +33,12 @@ def check_folds(folds, n_groups):
     return None
 
 
-def heldout_scores(preds, Y, gp, *, group_weight, ties, kind, k):
-    """(alphas, outputs) scores of held-out predictions ``preds`` (alphas, rows, outputs) of targets Y."""
+def heldout_scores(preds, Y, gp, *, group_weight, ties, kind, k, weight=None):
+    """(alphas, outputs) scores of held-out predictions ``preds`` (alphas, rows, outputs) of targets Y.
+
+    ``weight``: row weights; the "squared" loss is then ``rᵀ L_w r`` divided by the unweighted pair
+    count (the convention of the weighted primal's cross-validation).
+    """
     n_alphas, v = preds.shape[0], Y.shape[1]
     per_out = np.empty((n_alphas, v))
     n_groups = len(gp) - 1
@@ -45,7 +49,7 @@ def heldout_scores(preds, Y, gp, *, group_weight, ties, kind, k):
         for ai in range(n_alphas):
             R = Y - preds[ai]
             for o in range(v):
-                LR = apply_laplacian(R[:, o], gp, y=Y[:, o], group_weight=group_weight, ties=ties)
+                LR = apply_laplacian(R[:, o], gp, y=Y[:, o], group_weight=group_weight, ties=ties, weight=weight)
                 per_out[ai, o] = float(R[:, o] @ LR)
         n_pairs = int(_pair_count(np.diff(gp)).sum())
         if ties == "exclude":

@@ -134,11 +134,14 @@ class KernelRankRLS(BaseRanker):
         """Fit from arrays ``(X, y, qid)`` or from a :class:`~streamrank.BlockSource`.
 
         Row weights (pair weight w_i w_j, as ``RankRLS.fit(sample_weight=)``):
-        pass a weighted source, ``fit(streamrank.io.weighted.with_weights(source, w))``;
-        sparse RankRLS (``n_basis=r``) only — K_RM L_w K_MR stays one pass; the
-        exact dual raises.  (No ``sample_weight=`` parameter: scikit-learn's
-        checks would require the randomly sampled basis to treat a weight
-        of 2 like a repeated row.)
+        pass a weighted source, ``fit(streamrank.io.weighted.with_weights(source, w))``.
+        Sparse RankRLS (``n_basis=r``): K_RM L_w K_MR stays one pass.  The exact
+        dual: ``A = (L_w K + λI)⁻¹ L_w y`` with the weighted Laplacian's root
+        (:class:`~streamrank.rankrls._dual.LaplacianRoot`), so path,
+        leave-query-out and cross-validation keep working (held-out squared
+        loss weighted alike); ``leave_pair_out`` refuses weights.  (No
+        ``sample_weight=`` parameter: scikit-learn's checks would require the
+        randomly sampled basis to treat a weight of 2 like a repeated row.)
 
         ``n_basis=None``: the exact dual in memory (a source is read whole).
         ``n_basis=r``: sparse RankRLS, two streaming passes (basis, statistics)
@@ -166,18 +169,17 @@ class KernelRankRLS(BaseRanker):
         self.__dict__.pop("normalizer_", None)
         from ..io.weighted import WeightedSource
 
-        if isinstance(source if source is not None else X, WeightedSource) and self.n_basis is None \
-                and isinstance(self.basis, str):
-            raise NotImplementedError("row weights with the exact dual KernelRankRLS (n_basis=None) are not "
-                                      "implemented; use sparse RankRLS (n_basis=r, or basis=X for all rows)")
+        weight = None
         if self.n_basis is None and isinstance(self.basis, str):
             if source is not None:
+                if isinstance(source, WeightedSource):   # global row order = the order _read_all reads
+                    weight = np.array(source.weight, dtype=np.float64)
                 X, y, qid = _read_all(source)
             if self.normalize is not None:   # the dual holds the rows: normalize them once, in memory
                 X = check_X(X, "X")
                 normalizer = FeatureMoments(X.shape[1]).update(X).normalizer(self.normalize)
                 X = normalizer.transform(X)
-            _DUAL.fit(self, spec, X, y, qid)
+            _DUAL.fit(self, spec, X, y, qid, weight=weight)
             if self.normalize is not None:
                 self.normalizer_ = normalizer
         else:
@@ -350,7 +352,8 @@ class KernelRankRLS(BaseRanker):
             self._mode = mode + "-loaded"       # written before these arrays existed: predict only
 
 
-_FITTED_STATE = ("dual_coef_", "_decomp", "_sparse", "_sparse_stats", "_lpo_cache", "_train_source")
+_FITTED_STATE = ("dual_coef_", "_decomp", "_sparse", "_sparse_stats", "_lpo_cache", "_train_source",
+                 "_weight")
 
 
 class _DualMode:
@@ -364,7 +367,7 @@ class _DualMode:
 
     name = "dual"
 
-    def fit(self, est, spec, X, y, qid):
+    def fit(self, est, spec, X, y, qid, weight=None):
         X = check_X(X, "X")
         m = X.shape[0]
         if m < 1:
@@ -377,7 +380,8 @@ class _DualMode:
         est._one_d = y.ndim == 1
         Y = y.reshape(m, -1)
         est.n_outputs_ = Y.shape[1]
-        est._decomp = _dual_decomposition(spec, X, Y, gp, est.group_weight, est.ties, check=True)
+        est._weight = weight                       # row weights (a weighted source) or None
+        est._decomp = _dual_decomposition(spec, X, Y, gp, est.group_weight, est.ties, check=True, weight=weight)
         est._group_ptr = gp
         est._Y = Y
         est._mode = self.name
@@ -388,7 +392,8 @@ class _DualMode:
     def solver(self, est):
         if getattr(est, "_decomp", None) is None:     # loaded: O(m³) once
             est._decomp = _dual_decomposition(est.kernel_function(), est.basis_, est._Y, est._group_ptr,
-                                              est.group_weight, est.ties, check=False)
+                                              est.group_weight, est.ties, check=False,
+                                              weight=getattr(est, "_weight", None))
         return est._decomp
 
     def leave_query_out(self, est, alpha, source):
@@ -406,6 +411,10 @@ class _DualMode:
                 raise ValueError(
                     f"leave_pair_out is for object ranking (one group, qid=None); this model was trained "
                     f"with {n_groups} query groups — use leave_query_out")
+            if getattr(est, "_weight", None) is not None:
+                raise NotImplementedError("leave_pair_out with row weights is not implemented (its closed "
+                                          "form, eqs. (35)-(39), is for the unweighted Laplacian); use "
+                                          "leave_query_out or cross_validate")
             m = est.basis_.shape[0]
             P = np.asarray(pairs)
             if P.ndim != 2 or P.shape[1] != 2 or P.dtype.kind not in "iu":
@@ -443,7 +452,8 @@ class _DualMode:
         sets = [np.concatenate([np.arange(gp[g], gp[g + 1]) for g in gs]) if len(gs) else
                 np.zeros(0, np.int64) for gs in fold_groups]
         preds = np.stack([est._decomp.holdout(a, sets) for a in arr])      # (a, m, v)
-        per_out = heldout_scores(preds, Y, gp, group_weight=est.group_weight, ties=est.ties, kind=kind, k=k)
+        per_out = heldout_scores(preds, Y, gp, group_weight=est.group_weight, ties=est.ties, kind=kind, k=k,
+                                 weight=getattr(est, "_weight", None))
         result = choose(arr, per_out, kind=kind, k=k, scoring=scoring, folds=folds)
         est.dual_coef_ = est._y_out(self.solver(est).coef(result.best_alpha))   # alpha stays the user's
         est.cv_predictions_ = preds[:, :, 0] if est._one_d else preds
@@ -454,6 +464,8 @@ class _DualMode:
         arrays["train_y"] = np.asarray(est._Y, dtype=np.float64)
         arrays["train_group_ptr"] = np.asarray(est._group_ptr, dtype=np.int64)
         arrays["train_group_qid"] = qid_keys(est._group_qid)  # folds need only the keys
+        if getattr(est, "_weight", None) is not None:
+            arrays["train_weight"] = np.asarray(est._weight, dtype=np.float64)
 
     def has_state(self, arrays):
         return "train_y" in arrays
@@ -463,6 +475,7 @@ class _DualMode:
         est._Y = state_array(arrays, "train_y", (m, est.n_outputs_))
         est._group_ptr = state_array(arrays, "train_group_ptr", (None,), kind="i", lo=0, hi=m)
         est._group_qid = state_array(arrays, "train_group_qid", (len(est._group_ptr) - 1,), kind="i")
+        est._weight = state_array(arrays, "train_weight", (m,), lo=0) if "train_weight" in arrays else None
         gp = est._group_ptr
         if gp.size == 0 or gp[0] != 0 or gp[-1] != m or np.any(gp[1:] < gp[:-1]):
             raise ValueError(f"train_group_ptr does not run from 0 to the {m} basis rows without decreasing")
@@ -473,11 +486,11 @@ _DUAL = _DualMode()
 _MODES = {_DUAL.name: _DUAL, SPARSE.name: SPARSE}
 
 
-def _dual_decomposition(spec, X, Y, gp, group_weight, ties, *, check):
+def _dual_decomposition(spec, X, Y, gp, group_weight, ties, *, check, weight=None):
     """The one O(m³) step of the dual: ``BKB = U Λ Uᵀ`` (see :mod:`streamrank.rankrls._dual`).
 
     ``check``: test that a kernel not PSD by construction is PSD on X (fit;
-    a loaded model was checked when it was fitted).
+    a loaded model was checked when it was fitted).  ``weight``: row weights (weighted Laplacian).
     """
     Y = np.asarray(Y, dtype=np.float64).reshape(len(Y), -1)
     K = spec(X)
@@ -486,11 +499,11 @@ def _dual_decomposition(spec, X, Y, gp, group_weight, ties, *, check):
     if ties == "exclude" and Y.shape[1] > 1:     # every output has its own tie classes: one per output
         parts = []
         for k in range(Y.shape[1]):
-            root = LaplacianRoot(gp, Y[:, k:k + 1], group_weight=group_weight, ties=ties)
+            root = LaplacianRoot(gp, Y[:, k:k + 1], group_weight=group_weight, ties=ties, weight=weight)
             held = [root.apply(K.copy() if k + 1 < Y.shape[1] else K, inplace=True)]
             parts.append(DualDecomposition(held, Y[:, k:k + 1], root))
         return PerOutput(parts)
-    root = LaplacianRoot(gp, Y, group_weight=group_weight, ties=ties)
+    root = LaplacianRoot(gp, Y, group_weight=group_weight, ties=ties, weight=weight)
     held = [root.apply(K, inplace=True)]     # B K, in the buffer of K, handed over (freed early)
     del K
     return DualDecomposition(held, Y, root)

@@ -227,8 +227,7 @@ def test_weighted_sparse_kernel_rankrls_equals_closed_form(ties, rng):
                 L += w[i] * w[j] * np.outer(e, e)
     ref = np.linalg.solve(K_RM @ L @ K_RM.T + 0.3 * K_RR, K_RM @ L @ y)
     np.testing.assert_allclose(np.ravel(m.dual_coef_), ref, rtol=1e-8, atol=1e-10)
-    with pytest.raises(NotImplementedError, match="exact dual"):
-        sr.KernelRankRLS(alpha=0.3).fit(with_weights(sr.as_source(X, y, qid), w))
+    # the exact dual takes the weights too: tests/rankrls/test_kernel_dual_weights.py
 
 
 def test_learners_without_weights_refuse_them(rng):
