@@ -97,13 +97,17 @@ class ChunkFileDecoder:
     def chunk_file(self, c: int) -> Path:
         return self._dir.joinpath("c", str(int(c)), *self._suffix)
 
+    def _read_bytes(self, c: int) -> bytes:
+        """The stored bytes of chunk ``c`` (FileNotFoundError if absent); remote stores: _remote_chunks."""
+        return self.chunk_file(c).read_bytes()
+
     def decode(self, c: int, out: np.ndarray) -> None:
         """Decode chunk ``c`` (all of its ``chunk_shape`` rows) into ``out``: C-contiguous, that shape and dtype."""
         if out.shape != self.chunk_shape or out.dtype != self.dtype or not out.flags.c_contiguous:
             raise ValueError(f"out must be a C-contiguous {self.dtype} array of shape {self.chunk_shape}")
         path = self.chunk_file(c)
         try:
-            data = path.read_bytes()
+            data = self._read_bytes(c)
         except FileNotFoundError:
             if self.strict or self._expected(c) is not None:
                 raise StoreFormatError(f"{path}: chunk {int(c)} of array {self.name!r} is missing (deleted after "

@@ -98,6 +98,11 @@ def filesystem(url: str, storage_options: dict | None = None, *, asynchronous: b
     protocol = protocol_of(url)
     _import_client(protocol)
     opts = dict(storage_options or {})
+    if protocol in ("s3", "s3a"):
+        # a commit record must be read as it is now, never from a cached listing; and one GET per object
+        # (s3fs's concurrent whole-object reads first send a HEAD for the size: twice the requests per chunk)
+        opts["use_listings_cache"] = False
+        opts.setdefault("max_concurrency", 1)
     if asynchronous:
         opts["asynchronous"] = True
     return fsspec.filesystem(protocol, **opts)

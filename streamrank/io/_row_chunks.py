@@ -116,6 +116,9 @@ class RowChunkReader:
             return out
         C = self._rows_per_chunk
         first, last = r0 // C, (r1 - 1) // C
+        prefetch = getattr(self._decoder, "prefetch", None)
+        if prefetch is not None:                  # a remote store: request the block's chunks all at once
+            prefetch([c for c in range(first, last + 1) if self._cached(c, min(c * C + C, n_rows)) is None])
         lo = r0                                   # rows [lo, hi) come straight from zarr
         hit = self._cached(first, min(first * C + C, n_rows))
         if hit is not None:

@@ -23,12 +23,9 @@ logger).  One writer at a time is enforced with an advisory ``flock`` on
 """
 from __future__ import annotations
 
-import contextlib
 import datetime as _dt
 import logging
 import os
-import shutil
-from pathlib import Path
 
 import numpy as np
 import scipy.sparse as sp
@@ -45,8 +42,10 @@ from .groups import (
     scope_ranges,
 )
 from ._chunk_files import ChunkFileDecoder
+from ._remote_chunks import RemoteChunkDecoder
 from ._read_checks import BadEntry, check_offsets, entries_check, finite_rows_check, with_row
 from ._row_chunks import RowChunkReader
+from ._writer import LOCK_NAME, creating_store, location, new_store_id, writer_lock, writing, zarr_store  # noqa: F401
 from .blocks import BlockSource
 from .docids import DOCID_ARRAYS, append_docids, check_docids, create_docid_arrays, hash_docids, read_docids
 from .schema import (
@@ -65,7 +64,6 @@ from .schema import (
     check_chunk_dirs,
     check_format,
     check_log,
-    check_store_path,
     cut_torn_tail,
     every_chunk,
     full_chunk_crcs,
@@ -86,64 +84,10 @@ _DECODE_CHUNK_FILES = True
 _GROUP_CHUNK = 1 << 14      # group_ptr / qid entries per chunk (128 KiB; rewritten by every append)
 _NNZ_CHUNK = 1 << 20        # CSR indices / data entries per chunk (4 MiB)
 _INDPTR_CHUNK = 1 << 19     # CSR indptr entries per chunk (4 MiB)
-LOCK_NAME = ".streamrank.lock"
 
 
 def _now() -> str:
     return _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="milliseconds")
-
-
-@contextlib.contextmanager
-def writer_lock(path):
-    """Exclusive advisory lock on ``<path>/.streamrank.lock`` (one writer at a time)."""
-    import fcntl
-
-    fd = os.open(os.path.join(path, LOCK_NAME), os.O_RDWR | os.O_CREAT, 0o644)
-    try:
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            raise RuntimeError(f"{path} is being appended to (or re-created) by another process "
-                               f"(lock {LOCK_NAME} is held); one writer at a time") from None
-        yield
-    finally:
-        os.close(fd)
-
-
-@contextlib.contextmanager
-def creating_store(p: Path, overwrite: bool):
-    """The directory of a store about to be (re-)created, empty but for its lock, held under the writer lock.
-
-    The lock file is the one an appender of the old store holds, so
-    re-creating a store while another process appends to it fails with the
-    lock error (or the appender's next append finds the lock held), and an
-    appender that opened the old store refuses to append to the new one
-    (its ``store_id`` changed).  Only a zarr store or an empty directory is
-    ever emptied.
-    """
-    check_store_path(p)
-    if os.path.lexists(p):
-        if not overwrite:
-            raise FileExistsError(f"{p} already exists; pass overwrite=True to replace it")
-        if not (p.is_dir() and ((p / "zarr.json").exists() or not any(c.name != LOCK_NAME for c in p.iterdir()))):
-            raise FileExistsError(f"{p} exists and is not a zarr store; refusing to delete it")
-    p.mkdir(parents=True, exist_ok=True)
-    with writer_lock(p):
-        for child in p.iterdir():
-            if child.name == LOCK_NAME:
-                continue
-            if child.is_dir() and not child.is_symlink():
-                shutil.rmtree(child)
-            else:
-                child.unlink()
-        yield
-
-
-def new_store_id() -> str:
-    """A random identity for a new store (what an appender checks it still writes to)."""
-    import uuid
-
-    return uuid.uuid4().hex
 
 
 def _as_float32(X, name: str = "X"):
@@ -188,25 +132,27 @@ class GroupStore(BlockSource):
     """
 
     # ------------------------------------------------------------ creation
-    def __init__(self, path, mode: str = "r", *, _token=None):
+    def __init__(self, path, mode: str = "r", *, _token=None, storage_options=None):
         if _token is not _PRIVATE:
             raise TypeError("use GroupStore.create(path, ...) or GroupStore.open(path)")
         if mode not in ("r", "a"):
             raise ValueError(f"mode must be 'r' (read) or 'a' (append), got {mode!r}")
-        self.path = str(path)
+        self.path, self._loc = location(path, storage_options)
+        self.storage_options = dict(storage_options) if storage_options else None
         self.mode = mode
         self._load()
 
     @classmethod
     def create(cls, path, n_features: int, *, sparse: bool = False, n_outputs: int = 1,
                overwrite: bool = False, feature_names=None, chunk_rows: int | None = None,
-               docids: bool = False, group_identity: str = "batch"):
+               docids: bool = False, group_identity: str = "batch", storage_options: dict | None = None):
         """Create an empty store and return it opened for appending.
 
         Parameters
         ----------
         path : str or Path
-            Directory of the new zarr store.
+            Directory of the new zarr store, or its URL on object storage
+            (``s3://bucket/prefix/train.zarr``; see ``storage_options``).
         n_features : int
             Number of feature columns.
         sparse : bool
@@ -227,6 +173,13 @@ class GroupStore(BlockSource):
             (default) — a group is (batch, qid), the same query id in a later
             batch is a new group; ``"global"`` — a query id may appear in one
             batch only (a repeat is an error).
+        storage_options : dict, optional
+            For a store at a URL: options of its fsspec filesystem (s3fs:
+            ``endpoint_url``, ``key``, ``secret``, ``anon``, ``client_kwargs``
+            …); without them the client's environment variables apply
+            (``AWS_ACCESS_KEY_ID``, ``AWS_SECRET_ACCESS_KEY``,
+            ``AWS_ENDPOINT_URL`` …).  Appends there keep their guarantees
+            through conditional writes: :mod:`streamrank.io._remote_commit`.
 
         Re-creating holds the store's writer lock: while another process
         appends, it fails with ``RuntimeError`` (lock held), and an appender
@@ -242,17 +195,17 @@ class GroupStore(BlockSource):
             if len(feature_names) != n_features:
                 raise ValueError(f"feature_names has {len(feature_names)} names; "
                                  f"n_features is {n_features}")
-        p = Path(path)
+        _name, p = location(path, storage_options)
         rpc = int(chunk_rows) if chunk_rows else rows_per_chunk(4 * (n_features if not sparse else 16))
         with creating_store(p, overwrite), every_chunk():
             cls._create_arrays(p, n_features, sparse, n_outputs, feature_names, rpc, docids, group_identity)
-        return cls(p, "a", _token=_PRIVATE)
+        return cls(path, "a", _token=_PRIVATE, storage_options=storage_options)
 
     @staticmethod
     def _create_arrays(p, n_features, sparse, n_outputs, feature_names, rpc, docids, group_identity="batch"):
         import zarr
 
-        root = zarr.open_group(store=zarr.storage.LocalStore(str(p)), mode="a")
+        root = zarr.open_group(store=zarr_store(p), mode="a")
         if sparse:
             xg = root.create_group("X")
             ip = xg.create_array("indptr", shape=(1,), chunks=(_INDPTR_CHUNK,), dtype="int64",
@@ -297,15 +250,19 @@ class GroupStore(BlockSource):
         write_attrs(p, attrs)  # last: a store without it is not a store
 
     @classmethod
-    def open(cls, path, mode: str = "r"):
-        """Open an existing store: ``mode="r"`` (read only) or ``"a"`` (append)."""
-        return cls(path, mode, _token=_PRIVATE)
+    def open(cls, path, mode: str = "r", *, storage_options: dict | None = None):
+        """Open an existing store: ``mode="r"`` (read only) or ``"a"`` (append).
+
+        ``path``: a directory or a URL (``s3://…``) with its ``storage_options``
+        (see :meth:`create`).
+        """
+        return cls(path, mode, _token=_PRIVATE, storage_options=storage_options)
 
     # -------------------------------------------------------------- loading
     def _load(self):
         import zarr
 
-        attrs = check_format(self.path, read_attrs(self.path), GROUP_FORMAT)
+        attrs = check_format(self.path, read_attrs(self._loc), GROUP_FORMAT)
         check_log(self.path, attrs["log"], ("rows", "groups", "nnz"))
         self._attrs = attrs
         try:
@@ -317,28 +274,28 @@ class GroupStore(BlockSource):
             self.has_docids = attrs.get("docids", False) is True
             self._docid_bytes = int(c["docid_bytes"]) if self.has_docids else 0
         except (KeyError, TypeError, ValueError) as exc:
-            raise StoreFormatError(f"{Path(self.path) / 'zarr.json'}: corrupt metadata "
+            raise StoreFormatError(f"{self.path}/zarr.json: corrupt metadata "
                                    f"(attribute {exc} missing or invalid)") from exc
         names = attrs.get("feature_names")
         if names is not None and (not isinstance(names, list) or len(names) != self.n_features
                                   or not all(isinstance(f, str) for f in names)):
             got = f"{len(names)} entries" if isinstance(names, list) else type(names).__name__
-            raise StoreFormatError(f"{Path(self.path) / 'zarr.json'}: corrupt metadata: feature_names holds "
+            raise StoreFormatError(f"{self.path}/zarr.json: corrupt metadata: feature_names holds "
                                    f"{got}, expected {self.n_features} names (n_features)")
         if not hasattr(self, "_store_id"):      # the identity of the store this object opened
             self._store_id = (attrs.get("store_id"), attrs.get("created"))
-        store = zarr.storage.LocalStore(self.path, read_only=(self.mode == "r"))
+        store = self._zstore = zarr_store(self._loc, read_only=(self.mode == "r"))
         self._root = zarr.open_group(store=store, mode="r" if self.mode == "r" else "r+")
         spec = GROUP_ARRAYS_SPARSE if self.sparse else GROUP_ARRAYS_DENSE
         if self.has_docids:
             spec = {**spec, **DOCID_ARRAYS}
         if self.mode == "a":
-            check_chunk_dirs(self.path, spec)
+            check_chunk_dirs(self._loc, spec)
         self._strict = bool(attrs.get(EVERY_CHUNK))    # a missing chunk file is damage, not zeros
         self._chunk_crcs = check_chunk_crcs(self.path, attrs)
         self._arrays = {}
         for name, (dtype, _ndim) in spec.items():
-            check_array_layout(self.path, name, dtype)
+            check_array_layout(self._loc, name, dtype)
             try:
                 with every_chunk():
                     arr = open_array(self._root, self.path, name)
@@ -408,7 +365,10 @@ class GroupStore(BlockSource):
         """Whole-chunk readers of the row-chunked arrays: a sequential pass decodes every chunk once
         whatever the block cutting (:mod:`streamrank.io._row_chunks`)."""
         def reader(name, check=None):
-            decoder = ChunkFileDecoder.for_array(self.path, name) if _DECODE_CHUNK_FILES else None
+            decoder = None
+            if _DECODE_CHUNK_FILES:
+                decoder = (ChunkFileDecoder.for_array(self.path, name) if isinstance(self._loc, str)
+                           else RemoteChunkDecoder.for_remote(self._loc, name))
             if decoder is not None:
                 decoder.strict = self._strict
                 decoder.expected = self._chunk_crcs.get(name)     # full chunks bound to their place
@@ -450,9 +410,9 @@ class GroupStore(BlockSource):
         return self
 
     def __reduce__(self):
-        # shipped to dask workers as (path, committed counts), never as data:
+        # shipped to dask workers as (path or URL and its options, committed counts), never as data:
         # the worker reopens the store read-only at the same commit
-        return (_reopen, (self.path, self._rows, self._groups, self._nnz))
+        return (_reopen, (self.path, self._rows, self._groups, self._nnz, self.storage_options))
 
     # ----------------------------------------------------------- properties
     @property
@@ -625,8 +585,8 @@ class GroupStore(BlockSource):
         if batch_id is not None:
             batch_id = str(batch_id)
         X, y, qid = self._from_table(X, y, qid)
-        with writer_lock(self.path):
-            if read_attrs(self.path).get("committed") != self._attrs.get("committed"):
+        with writer_lock(self._loc):
+            if read_attrs(self._loc).get("committed") != self._attrs.get("committed"):
                 self._load()  # another process committed since we opened
                 check_same_store(self)
             else:
@@ -637,8 +597,9 @@ class GroupStore(BlockSource):
             self._batch_id_pending = batch_id
             X, y, gp, gq = self._validate(X, y, qid)
             ids = self._validate_docids(docid, X.shape[0])
-            self.repair()
-            self._write(X, y, gp, gq, batch_id, ids)
+            with writing(self._zstore):
+                self.repair()
+                self._write(X, y, gp, gq, batch_id, ids)
         return True
 
     def _from_table(self, X, y, qid):
@@ -762,7 +723,7 @@ class GroupStore(BlockSource):
         """
         if self.mode != "a":
             raise PermissionError(f"{self.path} is open read-only")
-        fixes = cut_torn_tail(self.path, self._arrays, self._needed_lengths(self._rows, self._groups, self._nnz))
+        fixes = cut_torn_tail(self._loc, self._arrays, self._needed_lengths(self._rows, self._groups, self._nnz))
         if fixes:
             logger.warning("GroupStore %s: repaired a torn append (%d fix(es)); the store is at "
                            "its last commit (%d rows)", self.path, fixes, self._rows)
@@ -814,8 +775,8 @@ class GroupStore(BlockSource):
             entry["docid_bytes"] = [b0, b1]
         attrs["log"] = list(attrs["log"]) + [{**entry, "time": _now(), "checksum": h.hexdigest()}]
         rows_arrays = {k: v for k, v in self._needed_lengths(m1, q1, z1).items() if k not in ("group_ptr", "qid")}
-        attrs[CHUNK_CRCS] = full_chunk_crcs(self.path, a, rows_arrays, self._chunk_crcs)
-        write_attrs(self.path, attrs)  # the commit point
+        attrs[CHUNK_CRCS] = full_chunk_crcs(self._loc, a, rows_arrays, self._chunk_crcs)
+        write_attrs(self._loc, attrs)  # the commit point
         self._chunk_crcs = attrs[CHUNK_CRCS]
         self._attrs = attrs
         self._rows, self._groups, self._nnz = m1, q1, z1
@@ -906,8 +867,8 @@ class GroupStore(BlockSource):
 _PRIVATE = object()
 
 
-def _reopen(path, rows, groups, nnz):
-    return GroupStore.open(path)._pin(rows, groups, nnz)
+def _reopen(path, rows, groups, nnz, storage_options=None):
+    return GroupStore.open(path, storage_options=storage_options)._pin(rows, groups, nnz)
 
 
 def _positive_int(v, name):

@@ -1,6 +1,10 @@
 """On-disk layout of streamrank's zarr stores — described in one place.
 
-Both stores are zarr v3 groups on local disk.  Their arrays may be *longer*
+Both stores are zarr v3 groups, in a local directory or at a URL of object
+storage (``s3://…``; :mod:`streamrank.io._remote`, commit protocol there:
+:mod:`streamrank.io._remote_commit`).  Functions here that read or write
+store files take the store's *location*: a local path (str) or a
+:class:`~streamrank.io._remote.Remote`.  Their arrays may be *longer*
 than what is committed (a torn append); readers use only the committed counts
 kept in the group attributes, never the array shapes.
 
@@ -50,6 +54,8 @@ import os
 from pathlib import Path
 
 import numpy as np
+
+from ._remote import Remote
 
 __all__ = [
     "StoreFormatError",
@@ -166,6 +172,9 @@ def full_chunk_crcs(path, arrays: dict, lengths: dict, previous: dict) -> dict:
         tail = ("0",) * (arr.ndim - 1)
         for c in range(len(have), n_full):
             try:
+                if isinstance(path, Remote):         # one ranged request for the 4 bytes
+                    have.append(int.from_bytes(path.read_tail("/".join((name, "c", str(c)) + tail), 4), "little"))
+                    continue
                 with open(os.path.join(path, name, "c", str(c), *tail), "rb") as f:
                     f.seek(-4, os.SEEK_END)
                     have.append(int.from_bytes(f.read(4), "little"))
@@ -181,7 +190,7 @@ def check_chunk_crcs(path, attrs: dict) -> dict:
     if not isinstance(crcs, dict) or not all(
             isinstance(v, list) and all(isinstance(x, int) and not isinstance(x, bool) for x in v)
             for v in crcs.values()):
-        raise StoreFormatError(f"{Path(path) / 'zarr.json'}: corrupt metadata: {CHUNK_CRCS} is not "
+        raise StoreFormatError(f"{_meta_name(path, 'zarr.json')}: corrupt metadata: {CHUNK_CRCS} is not "
                                "{array: [crc, ...]}")
     return crcs
 
@@ -197,9 +206,9 @@ def check_array_layout(path, name: str, dtype: str) -> None:
     numbers (or into missing chunks): such a store is a
     :class:`StoreFormatError` naming the metadata file and the field.
     """
-    meta = Path(path) / name / "zarr.json"
+    meta = _meta_name(path, f"{name}/zarr.json")
     try:
-        doc = json.loads(meta.read_text())
+        doc = json.loads(read_meta(path, f"{name}/zarr.json"))
     except FileNotFoundError:
         return                                  # a missing array is reported by the caller
     except (OSError, ValueError) as exc:
@@ -256,8 +265,8 @@ class CheckedArray:
     def _check_chunks_exist(self, key) -> None:
         """In a store that writes every chunk, the chunk files a read covers must all exist (zarr would fill)."""
         first = key[0] if isinstance(key, tuple) else key
-        if not self._strict or not isinstance(first, slice):
-            return
+        if not self._strict or not isinstance(first, slice) or "://" in self._path:
+            return                  # (a store at a URL: its zarr store refuses missing chunks, _remote_commit)
         a, b, _ = first.indices(self._arr.shape[0])
         if b <= a:
             return
@@ -331,7 +340,7 @@ def check_format(path, attrs: dict, expected: str) -> dict:
     metadata file when they are missing, of another format or of an
     unsupported version.
     """
-    meta = Path(path) / "zarr.json"
+    meta = _meta_name(path, "zarr.json")
     fmt = attrs.get("format")
     if fmt is None:
         raise StoreFormatError(f"{meta}: no 'format' attribute; not a streamrank store "
@@ -359,6 +368,8 @@ def check_store_path(path) -> None:
     """A store path that cannot be a directory (a symbolic link loop, a path through a file) is a clear error."""
     import errno
 
+    if isinstance(path, Remote):
+        return
     try:
         os.stat(path)
     except FileNotFoundError:
@@ -374,14 +385,29 @@ def check_store_path(path) -> None:
 
 def read_attrs(path) -> dict:
     """The group attributes, read straight from ``zarr.json`` (clear errors)."""
+    return attrs_of(path, read_meta_doc(path))
+
+
+def read_meta_doc(path) -> bytes:
+    """The bytes of a store's group ``zarr.json`` (FileNotFoundError: no store there)."""
     check_store_path(path)
-    meta = Path(path) / "zarr.json"
-    if not meta.exists():
-        if not Path(path).exists():
-            raise FileNotFoundError(f"no store at {path}")
-        raise StoreFormatError(f"{meta} is missing; {path} is not a zarr v3 store")
+    meta = _meta_name(path, "zarr.json")
     try:
-        doc = json.loads(meta.read_text())
+        return read_meta(path, "zarr.json")
+    except FileNotFoundError:
+        there = path.any_object() if isinstance(path, Remote) else Path(path).exists()
+        if not there:
+            raise FileNotFoundError(f"no store at {_meta_name(path, '')}") from None
+        raise StoreFormatError(f"{meta} is missing; {_meta_name(path, '')} is not a zarr v3 store") from None
+    except OSError as exc:
+        raise StoreFormatError(f"{meta}: corrupt metadata ({exc})") from exc
+
+
+def attrs_of(path, raw: bytes) -> dict:
+    """The group attributes in the bytes of a store's ``zarr.json``, checked."""
+    meta = _meta_name(path, "zarr.json")
+    try:
+        doc = json.loads(raw)
     except (OSError, ValueError) as exc:
         raise StoreFormatError(f"{meta}: corrupt metadata ({exc})") from exc
     if not isinstance(doc, dict):
@@ -404,7 +430,7 @@ def check_log(path, log: list, keys: tuple) -> list:
     Returns ``log``; raises :class:`StoreFormatError` naming the metadata
     file and the entry otherwise (a hand-edited or damaged log).
     """
-    meta = Path(path) / "zarr.json"
+    meta = _meta_name(path, "zarr.json")
     for i, e in enumerate(log):
         if not isinstance(e, dict):
             raise StoreFormatError(f"{meta}: corrupt metadata: append log entry {i} is not an object")
@@ -423,6 +449,8 @@ def check_log(path, log: list, keys: tuple) -> list:
 
 def check_chunk_dirs(path, names) -> None:
     """Each array's chunk directory ``<name>/c`` is a directory if present (else appends fail mid-way)."""
+    if isinstance(path, Remote):
+        return                      # object storage has no directories
     for name in names:
         c = Path(path) / name / "c"
         if os.path.lexists(c) and not c.is_dir():
@@ -433,6 +461,8 @@ def check_chunk_dirs(path, names) -> None:
 def remove_partial_files(path) -> int:
     """Delete temporary ``*.partial`` files left by a killed writer; return how many."""
     n = 0
+    if isinstance(path, Remote):
+        return 0                    # objects are written whole: there are no temporary files
     for root, _dirs, files in os.walk(path):
         for f in files:
             if f.endswith(".partial"):
@@ -526,8 +556,15 @@ def write_attrs(path, attrs: dict) -> None:
     flushed to disk, and is renamed over ``zarr.json`` (``os.replace`` is
     atomic on POSIX): a reader — or a writer killed half-way — sees either the
     old or the new commit record, never a mixture.  This is the commit point
-    of every append.
+    of every append.  At a URL (a :class:`~streamrank.io._remote.Remote`)
+    the document is one object written with ``If-Match``:
+    :func:`streamrank.io._remote_commit.commit_remote`.
     """
+    if isinstance(path, Remote):
+        from ._remote_commit import commit_remote
+
+        commit_remote(path, attrs)
+        return
     meta = Path(path) / "zarr.json"
     doc = json.loads(meta.read_text())
     doc["attributes"] = attrs
@@ -537,3 +574,19 @@ def write_attrs(path, attrs: dict) -> None:
         f.flush()
         os.fsync(f.fileno())
     os.replace(tmp, meta)
+
+
+def _meta_name(path, rel: str) -> str:
+    """A store file's name for messages: ``<dir>/<rel>`` or ``<url>/<rel>``."""
+    if isinstance(path, Remote):
+        return path.display(rel)
+    if "://" in str(path):
+        return f"{str(path).rstrip('/')}/{rel}" if rel else str(path)
+    return str(Path(path) / rel) if rel else str(path)
+
+
+def read_meta(path, rel: str) -> bytes:
+    """The bytes of a store file (``zarr.json`` documents): FileNotFoundError if absent."""
+    if isinstance(path, Remote):
+        return path.read(rel)
+    return (Path(path) / rel).read_bytes()

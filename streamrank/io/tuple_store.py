@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import datetime as _dt
 import logging
-from pathlib import Path
 
 import numpy as np
 import scipy.sparse as sp
@@ -44,14 +43,12 @@ from .tuples import (  # noqa: F401  (re-exported: streamrank.io.tuple_store kee
     _make_batch,
     as_tuple_source,
 )
+from ._writer import creating_store, location, new_store_id, writer_lock, writing, zarr_store
 from .group_store import (
     _PRIVATE,
     _check_csr_width,
     _positive_int,
     check_same_store,
-    creating_store,
-    new_store_id,
-    writer_lock,
 )
 from .schema import (
     FORMAT_VERSION,
@@ -104,34 +101,37 @@ class TupleStore(TupleSource):
     [(1, 4), (1, 4)]
     """
 
-    def __init__(self, path, mode="r", *, _token=None):
+    def __init__(self, path, mode="r", *, _token=None, storage_options=None):
         if _token is not _PRIVATE:
             raise TypeError("use TupleStore.create(path, ...) or TupleStore.open(path)")
         if mode not in ("r", "a"):
             raise ValueError(f"mode must be 'r' (read) or 'a' (append), got {mode!r}")
-        self.path = str(path)
+        self.path, self._loc = location(path, storage_options)
+        self.storage_options = dict(storage_options) if storage_options else None
         self.mode = mode
         self._load()
 
     @classmethod
-    def create(cls, path, n_query_features: int, n_item_features: int, *, overwrite: bool = False):
+    def create(cls, path, n_query_features: int, n_item_features: int, *, overwrite: bool = False,
+               storage_options: dict | None = None):
         """Create an empty tuple store and return it opened for appending.
 
         ``overwrite=True`` replaces a store at ``path`` under its writer lock
-        (see :meth:`GroupStore.create`).
+        (see :meth:`GroupStore.create`).  ``path`` may be a URL (``s3://…``)
+        with its ``storage_options``, as for :meth:`GroupStore.create`.
         """
         nq = _check_csr_width(_positive_int(n_query_features, "n_query_features"), "n_query_features")
         nd = _check_csr_width(_positive_int(n_item_features, "n_item_features"), "n_item_features")
-        p = Path(path)
+        _name, p = location(path, storage_options)
         with creating_store(p, overwrite), every_chunk():
             cls._create_arrays(p, nq, nd)
-        return cls(p, "a", _token=_PRIVATE)
+        return cls(path, "a", _token=_PRIVATE, storage_options=storage_options)
 
     @staticmethod
     def _create_arrays(p, nq, nd):
         import zarr
 
-        root = zarr.open_group(store=zarr.storage.LocalStore(str(p)), mode="a")
+        root = zarr.open_group(store=zarr_store(p), mode="a")
         for side in ("Q", "D"):
             g = root.create_group(side)
             ip = g.create_array("indptr", shape=(1,), chunks=(_INDPTR_CHUNK,), dtype="int64",
@@ -153,14 +153,14 @@ class TupleStore(TupleSource):
         })
 
     @classmethod
-    def open(cls, path, mode: str = "r"):
-        """Open an existing tuple store: ``mode="r"`` or ``"a"`` (append)."""
-        return cls(path, mode, _token=_PRIVATE)
+    def open(cls, path, mode: str = "r", *, storage_options: dict | None = None):
+        """Open an existing tuple store: ``mode="r"`` or ``"a"`` (append); a directory or a URL."""
+        return cls(path, mode, _token=_PRIVATE, storage_options=storage_options)
 
     def _load(self):
         import zarr
 
-        attrs = check_format(self.path, read_attrs(self.path), TUPLE_FORMAT)
+        attrs = check_format(self.path, read_attrs(self._loc), TUPLE_FORMAT)
         check_log(self.path, attrs["log"], _COUNTS)
         if not hasattr(self, "_store_id"):      # the identity of the store this object opened
             self._store_id = (attrs.get("store_id"), attrs.get("created"))
@@ -169,17 +169,17 @@ class TupleStore(TupleSource):
             self.n_item_features = _positive_int(attrs["n_item_features"], "n_item_features")
             self._c = {k: int(attrs["committed"][k]) for k in _COUNTS}
         except (KeyError, TypeError, ValueError) as exc:
-            raise StoreFormatError(f"{Path(self.path) / 'zarr.json'}: corrupt metadata "
+            raise StoreFormatError(f"{self.path}/zarr.json: corrupt metadata "
                                    f"(attribute {exc} missing or invalid)") from exc
         self._attrs = attrs
-        store = zarr.storage.LocalStore(self.path, read_only=(self.mode == "r"))
+        store = self._zstore = zarr_store(self._loc, read_only=(self.mode == "r"))
         root = self._root = zarr.open_group(store=store, mode="r" if self.mode == "r" else "r+")
         if self.mode == "a":
-            check_chunk_dirs(self.path, TUPLE_ARRAYS)
+            check_chunk_dirs(self._loc, TUPLE_ARRAYS)
         self._a = {}
         self._strict = bool(attrs.get(EVERY_CHUNK))    # a missing chunk file is damage, not zeros
         for name, (dtype, _nd) in TUPLE_ARRAYS.items():
-            check_array_layout(self.path, name, dtype)
+            check_array_layout(self._loc, name, dtype)
             try:
                 with every_chunk():
                     arr = open_array(root, self.path, name)
@@ -244,7 +244,7 @@ class TupleStore(TupleSource):
 
     def __reduce__(self):
         # shipped (e.g. to dask workers) as path + committed counts, never as data
-        return (_reopen_tuples, (self.path, dict(self._c)))
+        return (_reopen_tuples, (self.path, dict(self._c), self.storage_options))
 
     # ------------------------------------------------------------ read hooks
     def _n_cols(self, side):
@@ -341,8 +341,8 @@ class TupleStore(TupleSource):
             raise ValueError(f"rows must be 'local' or 'global', got {rows!r}")
         if batch_id is not None:
             batch_id = str(batch_id)
-        with writer_lock(self.path):
-            if read_attrs(self.path).get("committed") != self._attrs.get("committed"):
+        with writer_lock(self._loc):
+            if read_attrs(self._loc).get("committed") != self._attrs.get("committed"):
                 self._load()
                 check_same_store(self)
             else:  # a killed writer may have grown the arrays since we opened
@@ -362,12 +362,13 @@ class TupleStore(TupleSource):
                 t = t + np.array([c["q_rows"], c["d_rows"], c["d_rows"]], dtype=np.int64)
             else:
                 _check_ranges(t, c["q_rows"] + Q.shape[0], c["d_rows"] + D.shape[0])
-            self._repair()
-            self._write(Q, D, t, m, batch_id)
+            with writing(self._zstore):
+                self._repair()
+                self._write(Q, D, t, m, batch_id)
         return True
 
     def _repair(self):
-        fixes = cut_torn_tail(self.path, self._a, self._needed())
+        fixes = cut_torn_tail(self._loc, self._a, self._needed())
         if fixes:
             logger.warning("TupleStore %s: repaired a torn append (%d fix(es))", self.path, fixes)
         return fixes
@@ -396,7 +397,7 @@ class TupleStore(TupleSource):
             "batch_id": batch_id, "time": _now(), "checksum": h.hexdigest(),
             **{k: [c0[k], c1[k]] for k in _COUNTS},
         }]
-        write_attrs(self.path, attrs)  # the commit point
+        write_attrs(self._loc, attrs)  # the commit point
         self._attrs, self._c, self._cache, self._row_cache = attrs, c1, None, None
 
     def verify(self, *, batch_ids=None) -> int:
@@ -424,8 +425,8 @@ class TupleStore(TupleSource):
         return len(log)
 
 
-def _reopen_tuples(path, counts):
-    ts = TupleStore.open(path)
+def _reopen_tuples(path, counts, storage_options=None):
+    ts = TupleStore.open(path, storage_options=storage_options)
     if any(counts[k] > ts._c[k] for k in _COUNTS):
         raise StoreFormatError(f"{path}: holds less than the snapshot being restored; the store was rewritten")
     ts._c = dict(counts)
