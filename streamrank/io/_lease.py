@@ -205,8 +205,8 @@ class WriterLease:
                 return
             try:
                 self.remote.delete_if_match(LOCK_KEY, self.etag)
-            except PreconditionFailed:
-                pass                          # taken over meanwhile: the new holder's now
+            except (PreconditionFailed, FileNotFoundError):
+                pass                          # taken over meanwhile (and maybe released): not ours any more
             self.etag = None
 
     def __enter__(self):

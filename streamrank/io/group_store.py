@@ -586,10 +586,13 @@ class GroupStore(BlockSource):
             batch_id = str(batch_id)
         X, y, qid = self._from_table(X, y, qid)
         with writer_lock(self._loc):
-            if read_attrs(self._loc).get("committed") != self._attrs.get("committed"):
+            now = read_attrs(self._loc)
+            if now.get("committed") != self._attrs.get("committed"):
                 self._load()  # another process committed since we opened
                 check_same_store(self)
             else:
+                if "writer_epoch" in now:     # a fence (io/_remote_commit) since we opened: keep its count
+                    self._attrs = {**self._attrs, "writer_epoch": now["writer_epoch"]}
                 self._reopen_arrays()  # a killed writer may have grown them since
             if batch_id is not None and any(e.get("batch_id") == batch_id for e in self._attrs["log"]):
                 logger.info("GroupStore %s: batch %r is already committed; skipped", self.path, batch_id)

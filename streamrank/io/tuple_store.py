@@ -342,10 +342,14 @@ class TupleStore(TupleSource):
         if batch_id is not None:
             batch_id = str(batch_id)
         with writer_lock(self._loc):
-            if read_attrs(self._loc).get("committed") != self._attrs.get("committed"):
+            now = read_attrs(self._loc)
+            if now.get("committed") != self._attrs.get("committed"):
                 self._load()
                 check_same_store(self)
-            else:  # a killed writer may have grown the arrays since we opened
+            else:
+                if "writer_epoch" in now:     # a fence (io/_remote_commit) since we opened: keep its count
+                    self._attrs = {**self._attrs, "writer_epoch": now["writer_epoch"]}
+                # a killed writer may have grown the arrays since we opened
                 with every_chunk():
                     self._a = {name: CheckedArray(self._root[name], self.path, name, self._strict)
                                for name in self._a}
