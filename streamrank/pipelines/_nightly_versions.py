@@ -258,6 +258,11 @@ def summary_line(report) -> str:
     val = f"{mk} {m[mk]:.4f}" if mk else ""
     if c and mk:
         val += f" (current {c[mk]:.4f})"
+    g = report.get("gate")
+    if g:   # the decision: both models out of fold on the history they were trained on
+        gk = g["metric"]
+        val = (f"{gk} {g['candidate'][gk]:.4f} (current {g['current'][gk]:.4f}) out of fold on "
+               f"{g['groups'][1] - g['groups'][0]} history groups")
     alpha = f" alpha={report['alpha']:.4g}" if report.get("alpha") is not None else ""
     return (head + f"; {report['mode']} {report['version']}{alpha} {val} -> "
             f"{report['status']}; current={report['current']}")

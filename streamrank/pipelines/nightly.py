@@ -51,6 +51,18 @@ One run = one night::
      version says so (``validation.scheme = "in-sample"``);
    * ``--validation STORE`` — a fixed validation store: the final model and
      the current one are scored on it.
+   Those newest-day numbers describe tonight's data; for the statistics
+   learners they do not decide: after a promotion the candidate without the
+   day *is* the current model (same groups, same folds, same λ), so the two
+   scored identically every night (issue 24).  The decision is the **gate**
+   (:mod:`streamrank.pipelines._nightly_gate`): the final candidate (trained
+   with the new data) and the current model are both scored *out of fold*
+   on the newest history groups the current model was trained on (each group
+   by the model solved without its fold, from the fold statistics both keep),
+   recorded as ``version.json["gate"]``.  A day with inverted labels lowers
+   the candidate's score there and is rejected; a day that adds more of the
+   right order raises it.  (A fixed ``--validation`` store, the first night
+   and the SGD learners decide as described above.)
 4. **Promote** the candidate if its NDCG@10 is not below the current model's
    by more than ``--tolerance`` (SGD: tuple error not above it by more): every
    version is written completely to ``DIR/<version>/`` (a model loadable with
@@ -232,6 +244,44 @@ def _validate_night(learner, store, log, unit, total, model, held, cur_model, cu
     return vdesc, metrics, cur_metrics, f"ndcg@{k}", True
 
 
+def _history_gate(learner, store, log, unit, models_dir, cur, cur_model, cur_seen, model, extra, validation, k,
+                  tolerance, max_rows):
+    """The promotion gate of :mod:`streamrank.pipelines._nightly_gate`, or None where it does not apply.
+
+    Statistics learners (rankrls, sparse-kernel) against a current model of the same learner, without a
+    fixed ``--validation`` store (that store decides then), when the current model was trained on history
+    that precedes tonight's new data.
+    """
+    from streamrank.pipelines._nightly_gate import gate, history_slice
+
+    if validation is not None or cur_model is None or learner not in ("rankrls", "sparse-kernel"):
+        return None
+    if read_version(models_dir, cur).get("learner", learner) != learner:
+        return None
+    day = newest_day(log)
+    end = min(int(cur_seen), int(day[0][unit][0]) if day else int(cur_seen))
+    h = history_slice(store, end, max_rows)
+    if h is None:
+        return None
+    if learner == "rankrls":
+        cand_folds, cur_folds = model.fold_stats_, getattr(cur_model, "fold_stats_", None)
+        if cur_folds is None:
+            return None
+    else:
+        cand_folds = _kernel_folds(extra, model)
+        with np.load(models_dir / cur / KERNEL_STATS, allow_pickle=False) as z:
+            cur_folds = _kernel_folds({n: z[n] for n in z.files}, cur_model)
+    return gate(learner, store, h, model, cand_folds, cur_model, cur_folds, k=k, tolerance=tolerance,
+                max_rows=max_rows)
+
+
+def _kernel_folds(arrays, model):
+    from streamrank.rankrls._statistics import RankStatistics
+
+    return [RankStatistics.from_arrays(arrays, group_weight=model.group_weight, ties=model.ties, prefix=f"fold{f}_")
+            for f in range(int(arrays["n_folds"]))]
+
+
 def run_night(store_path, new_files, models_dir, *, learner="rankrls", alphas=None, full=False, keep=None,
               tolerance=0.005, folds=DEFAULT_FOLDS, validation=None, k=10, max_rows=DEFAULT_BLOCK_ROWS,
               plot=True, out=None, learner_params=None, verify=False, chunk_bytes=None, columns=None):
@@ -316,7 +366,11 @@ def _run_locked(store_path, new_files, models_dir, learner, alphas, full, keep, 
         vdesc, metrics, cur_metrics, mk, higher = _validate_night(
             learner, store, log, unit, total, model, held, cur_model, cur_seen, h0, validation, k, max_rows)
         data.update(batches=len(log), last_batch=log[-1]["batch_id"])
-        if cur_metrics is None:
+        gate_rec = _history_gate(learner, store, log, unit, models_dir, cur, cur_model, cur_seen, model, extra,
+                                 validation, k, tolerance, max_rows)
+        if gate_rec is not None:     # the decision (step 4): out of fold on the history both models trust
+            promote = gate_rec["promote"]
+        elif cur_metrics is None:
             promote = True
         elif higher:
             promote = not (metrics[mk] < cur_metrics[mk] - tolerance)
@@ -331,6 +385,8 @@ def _run_locked(store_path, new_files, models_dir, learner, alphas, full, keep, 
             "selection": sel, "validation": vdesc, "metrics": metrics, "current_metrics": cur_metrics,
             "promotion_metric": mk, "tolerance": tolerance, "promote": bool(promote), "previous": cur,
         }
+        if gate_rec is not None:
+            meta["gate"] = gate_rec
         _write_version(models_dir, name, model, meta, extra)
     # 4. promote
     if meta["promote"]:
@@ -339,7 +395,7 @@ def _run_locked(store_path, new_files, models_dir, learner, alphas, full, keep, 
                   promoted=bool(meta["promote"]), current=current_version(models_dir),
                   alpha=meta["selection"].get("alpha"), metrics=meta["metrics"],
                   current_metrics=meta["current_metrics"], data=meta["data"], mode=meta["mode"],
-                  validation=meta["validation"])
+                  validation=meta["validation"], gate=meta.get("gate"))
     return finish_report(report, models_dir, keep, plot, out)
 
 
