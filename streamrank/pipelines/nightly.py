@@ -244,6 +244,28 @@ def _validate_night(learner, store, log, unit, total, model, held, cur_model, cu
     return vdesc, metrics, cur_metrics, f"ndcg@{k}", True
 
 
+def _learner_switch(models_dir, learner):
+    """The current version's learner when ``learner`` differs from it (None otherwise), checked before ingest.
+
+    A group learner after another group learner starts a new model line: the first version is trained
+    from scratch on the whole store (no statistics of the other learner are reused) and judged against the
+    current model on the held-out newest day.  Between sgd-bilinear (a TupleStore) and a group learner
+    (a GroupStore) there is nothing to compare: refused, naming both, before anything is ingested.
+    """
+    cur = current_version(models_dir)
+    if cur is None:
+        return None
+    prev = read_version(models_dir, cur).get("learner")
+    if prev is None or prev == learner:
+        return None
+    if (prev == "sgd-bilinear") != (learner == "sgd-bilinear"):
+        kinds = {True: "(query, item) tuples in a TupleStore", False: "scored groups in a GroupStore"}
+        raise ValueError(f"--learner {learner} learns from {kinds[learner == 'sgd-bilinear']}, but the current "
+                         f"model {cur} in {models_dir} is {prev}, trained on {kinds[prev == 'sgd-bilinear']}; "
+                         "use another --models directory for it (nothing was ingested)")
+    return prev
+
+
 def _history_gate(learner, store, log, unit, models_dir, cur, cur_model, cur_seen, model, extra, validation, k,
                   tolerance, max_rows):
     """The promotion gate of :mod:`streamrank.pipelines._nightly_gate`, or None where it does not apply.
@@ -317,6 +339,9 @@ def _run_locked(store_path, new_files, models_dir, learner, alphas, full, keep, 
     unit = "tuples" if tuples else "groups"
     started = _now()
     report = {"started": started, "store": str(store_path), "models": str(models_dir), "learner": learner}
+    switched = _learner_switch(models_dir, learner)   # before the ingest: a refusal changes nothing
+    if switched:
+        report["switched_from"] = switched
 
     # 1. ingest, then re-read what was written (or, with verify, the whole store)
     if tuples:
@@ -333,7 +358,7 @@ def _run_locked(store_path, new_files, models_dir, learner, alphas, full, keep, 
     # 2. update
     cur = current_version(models_dir)
     cur_seen = seen_by(models_dir, cur, unit) if cur else 0
-    base = None if (full or cur is None) else cur
+    base = None if (full or cur is None or switched) else cur   # another learner: a new line, from scratch
     seen = 0 if base is None else cur_seen
     if seen > total:
         raise ValueError(f"the current model saw {seen} {unit} but the store has {total}: "
@@ -387,6 +412,8 @@ def _run_locked(store_path, new_files, models_dir, learner, alphas, full, keep, 
         }
         if gate_rec is not None:
             meta["gate"] = gate_rec
+        if switched:
+            meta["switched_from"] = switched
         _write_version(models_dir, name, model, meta, extra)
     # 4. promote
     if meta["promote"]:

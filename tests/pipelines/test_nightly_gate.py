@@ -108,3 +108,48 @@ def test_sparse_kernel_gate_rejects_an_inverted_day(days, tmp_path):
     g = rep["gate"]
     assert g["scheme"] == "history-out-of-fold" and g["groups"] == [0, 40]
     assert g["candidate"]["ndcg@10"] < g["current"]["ndcg@10"] - 0.005
+
+
+# ----------------------------------------------------------- a change of --learner on a models directory
+def _npz(tmp, d):
+    from pipeline_data import make_day
+
+    p = tmp / f"day{d}.npz"
+    np.savez(p, **dict(zip("X y qid".split(), make_day(d))))
+    return p
+
+
+def test_a_new_learner_starts_a_new_model_line(tmp_path):
+    store, models = tmp_path / "logs.zarr", tmp_path / "models"
+    run = dict(alphas=[0.25, 1.0, 4.0], tolerance=1.0, plot=False)
+    for d in (1, 2):
+        nightly.run_night(store, [_npz(tmp_path, d)], models, out=io.StringIO(), **run)
+    params = {"n_basis": 15, "gamma": 0.05, "random_state": 3}
+    rep = nightly.run_night(store, [_npz(tmp_path, 3)], models, learner="sparse-kernel", learner_params=params,
+                            out=io.StringIO(), **run)      # crashed: statistics.npz of the rankrls version
+    meta = nightly.read_version(models, rep["version"])
+    assert rep["switched_from"] == "rankrls" and meta["switched_from"] == "rankrls"
+    assert meta["mode"] == "full" and meta["base"] is None and meta["learner"] == "sparse-kernel"
+    assert meta["validation"]["scheme"] == "holdout" and meta["validation"]["groups"] == [24, 36]
+    assert "gate" not in meta                     # two learners: judged on the held-out newest day
+    assert meta["metrics"]["ndcg@10"] != meta["current_metrics"]["ndcg@10"]
+    assert rep["status"] == "promoted" and isinstance(sr.load(models / "current"), sr.KernelRankRLS)
+    rep = nightly.run_night(store, [_npz(tmp_path, 4)], models, learner="sparse-kernel", learner_params=params,
+                            out=io.StringIO(), **run)
+    meta = nightly.read_version(models, rep["version"])
+    assert meta["mode"] == "incremental" and "switched_from" not in meta and meta["gate"]["groups"] == [0, 36]
+
+
+def test_a_learner_on_another_kind_of_store_is_refused_before_ingest(tmp_path):
+    from pipeline_data import make_tuple_day
+
+    store, models = tmp_path / "logs.zarr", tmp_path / "models"
+    nightly.run_night(store, [_npz(tmp_path, 1)], models, alphas=[1.0], plot=False, out=io.StringIO())
+    import contextlib
+
+    err = io.StringIO()
+    with contextlib.redirect_stderr(err):
+        rc = nightly.main(["--store", str(tmp_path / "t.zarr"), "--new", str(make_tuple_day(tmp_path, 1)),
+                           "--models", str(models), "--learner", "sgd-bilinear", "--no-plot"])
+    assert rc == 4 and "is rankrls" in err.getvalue() and "nothing was ingested" in err.getvalue()
+    assert not (tmp_path / "t.zarr").exists() and nightly.list_versions(models) == ["v0001"]
