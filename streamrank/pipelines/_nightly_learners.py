@@ -108,6 +108,24 @@ def _select_by_fold_loss(fold_stats, alphas, fold_loss):
     return float(alphas[best]), scores, total
 
 
+def _total(fold_stats):
+    """The sum of fold statistics (new object)."""
+    total = fold_stats[0].copy()
+    for st in fold_stats[1:]:
+        total.merge(st)
+    return total
+
+
+def _for_selection(fold_stats, normalize):
+    """Fold statistics as λ selection sees them: with ``normalize=`` the congruence D G_f D, D B_f by the
+    scales of all their rows (the rule of ``RankRLS.cross_validate``: fold models on the full data's
+    scales, held-out rows included; :mod:`streamrank.normalize`)."""
+    if normalize is None:
+        return fold_stats
+    d = 1.0 / _total(fold_stats).moments.normalizer(normalize).scale
+    return [st.scaled(d) for st in fold_stats]
+
+
 def _merged(a, b):
     """Fold statistics ``a + b`` as new objects (either may be None: absent)."""
     if a is None and b is None:
@@ -155,17 +173,17 @@ def update_rankrls(store, base_model, seen_groups, alphas, *, folds=DEFAULT_FOLD
     if folds_now is None:
         raise ValueError("no data: the store is empty")
     y_1d = store.n_outputs == 1
-    best, scores, total = select_alpha(folds_now, alphas)
+    best, scores, _ = select_alpha(_for_selection(folds_now, model.normalize), alphas)
     model.alpha = best
-    model.fit_statistics(total, y_1d=y_1d)
+    model.fit_statistics(_total(folds_now), y_1d=y_1d)    # normalize=: the moments ride in the statistics
     model.fold_stats_ = folds_now
     sel = {"alphas": [float(a) for a in alphas], "cv_squared": [float(s) for s in scores],
            "alpha": best, "new_rows": pre.n_rows + hold.n_rows, "new_groups": pre.n_groups + hold.n_groups}
     minus = None
     if holdout is not None and folds_pre is not None and folds_hold is not None:
-        best_m, _, total_m = select_alpha(folds_pre, alphas)
+        best_m, _, _ = select_alpha(_for_selection(folds_pre, model.normalize), alphas)
         minus = sr.RankRLS(**dict(model.get_params(), alpha=best_m))
-        minus.fit_statistics(total_m, y_1d=y_1d)
+        minus.fit_statistics(_total(folds_pre), y_1d=y_1d)
         sel["holdout_alpha"] = best_m
     return model, sel, minus
 
@@ -174,11 +192,18 @@ def update_rankrls(store, base_model, seen_groups, alphas, *, folds=DEFAULT_FOLD
 
 
 def kernel_fold_statistics(model, source, n_folds, max_rows=DEFAULT_BLOCK_ROWS):
-    """Per-fold statistics of Φ = k(X, basis_) over ``source`` (one pass; folds by query id)."""
+    """Per-fold statistics of Φ = k(X, basis_) over ``source`` (one pass; folds by query id).
+
+    A model with ``normalizer_`` (normalize=) evaluates k(x̃, basis_) on x̃ = (x − o)/s: its basis rows are
+    normalized, and the scales stay those of the night that drew the basis (like the basis itself).
+    """
+    from streamrank.normalize import NormalizedSource
     from streamrank.rankrls._statistics import RankStatistics
     from streamrank.rankrls.selection import _split_by_fold, fold_of
 
     spec, Xb = model.kernel_function(), model.basis_
+    if getattr(model, "normalizer_", None) is not None:
+        source = NormalizedSource(source, model.normalizer_)
     folds = [RankStatistics(Xb.shape[0], source.n_outputs, group_weight=model.group_weight, ties=model.ties)
              for _ in range(n_folds)]
     for block in source.blocks(max_rows=max_rows, split_groups=True):
@@ -229,7 +254,8 @@ def update_kernel(store, base_model, base_dir, seen, alphas, *, folds=DEFAULT_FO
     K_RR = model.kernel_function()(model.basis_)
     best, scores, total = select_alpha_kernel(fold_stats, K_RR, alphas)
     model.alpha = best
-    model.fit_basis_statistics(total, model.basis_, store, max_rows)
+    norm = getattr(model, "normalizer_", None)          # normalize=: fixed with the basis (first night)
+    model.fit_basis_statistics(total, model.basis_, store, max_rows, normalizer=norm)
     arrays = {"n_folds": np.array(len(fold_stats))}
     for f, st in enumerate(fold_stats):
         arrays.update(st.to_arrays(f"fold{f}_"))
@@ -239,7 +265,7 @@ def update_kernel(store, base_model, base_dir, seen, alphas, *, folds=DEFAULT_FO
     if holdout is not None and folds_pre is not None and folds_hold is not None:
         best_m, _, total_m = select_alpha_kernel(folds_pre, K_RR, alphas)
         minus = sr.KernelRankRLS(**dict(model.get_params(), alpha=best_m))
-        minus.fit_basis_statistics(total_m, model.basis_, store, max_rows)
+        minus.fit_basis_statistics(total_m, model.basis_, store, max_rows, normalizer=norm)
         sel["holdout_alpha"] = best_m
     return model, sel, minus, arrays
 
@@ -295,6 +321,17 @@ def update_pairwise(store, base_model, seen, *, params=None, max_rows=DEFAULT_BL
 
     model = sr.PairwiseSGDRanker(**(params or {})) if base_model is None else base_model
     pre, hold = _split(store, seen, holdout)
+    if base_model is None and model.normalize is not None:
+        # normalize=: the scales of all of the first night's rows (one pass), not of its first block;
+        # later nights keep them (partial_fit scales every batch by the model's normalizer_)
+        from streamrank.normalize import FeatureMoments
+
+        moments = FeatureMoments(store.n_features)
+        for part in (pre, hold):
+            for block in part.blocks(max_rows=max_rows, split_groups=True):
+                moments.update(block.X)
+        model.init_state(store.n_features)
+        model.normalizer_ = moments.normalizer(model.normalize)
     ev = RankingEvaluator(k, ("ndcg", "disagreement"))
     judged = 0
     for part in (pre, hold):

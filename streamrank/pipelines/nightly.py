@@ -470,6 +470,10 @@ def build_parser():
     p.add_argument("--group-weight", default="pair", choices=("pair", "query", "size"),
                    help="rankrls: weight of each query's pairs (fixed at the first night)")
     p.add_argument("--ties", default="include", choices=("include", "exclude"), help="rankrls: tied pairs")
+    p.add_argument("--normalize", default=None, choices=("standard", "minmax"),
+                   help="rankrls, sparse-kernel, sgd-pairwise: scale the features by statistics of the training "
+                        "rows, fitted with the model (rankrls: of all rows, every night; sparse-kernel and "
+                        "sgd-pairwise: of the first night's rows, kept like the basis / the SGD state)")
     p.add_argument("--n-basis", type=int, default=500, help="sparse-kernel: basis rows (fixed at the first night)")
     p.add_argument("--kernel", default="rbf", help="sparse-kernel: kernel name")
     p.add_argument("--gamma", type=float, default=1.0, help="sparse-kernel: kernel width")
@@ -479,12 +483,14 @@ def build_parser():
 
 
 def _learner_params(args):
+    norm = {} if getattr(args, "normalize", None) is None else {"normalize": args.normalize}
     if args.learner == "sparse-kernel":
-        return {"n_basis": args.n_basis, "kernel": args.kernel, "gamma": args.gamma, "random_state": args.seed}
+        return {"n_basis": args.n_basis, "kernel": args.kernel, "gamma": args.gamma, "random_state": args.seed,
+                **norm}
     if args.learner == "sgd-pairwise":
-        return {"random_state": args.seed}
+        return {"random_state": args.seed, **norm}
     if args.learner == "rankrls":
-        return {"group_weight": args.group_weight, "ties": args.ties}
+        return {"group_weight": args.group_weight, "ties": args.ties, **norm}
     return None
 
 
@@ -494,7 +500,11 @@ def main(argv=None) -> int:
     adds the traceback)."""
     from streamrank.pipelines._errors import run_main
 
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.normalize is not None and args.learner not in ("rankrls", "sparse-kernel", "sgd-pairwise"):
+        parser.error(f"--normalize: the {args.learner} learner learns qᵀWd over raw sparse features; "
+                     "--normalize applies to rankrls, sparse-kernel and sgd-pairwise")
     return run_main("nightly", args.verbose, lambda: run_night(
         args.store, args.new, args.models, learner=args.learner, alphas=args.alphas, full=args.full,
         keep=args.keep, tolerance=args.tolerance, folds=args.folds, validation=args.validation,

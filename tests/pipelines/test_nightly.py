@@ -247,3 +247,64 @@ def test_fixed_validation_store_and_group_weight(tmp_path):
     np.testing.assert_allclose(final.coef_, ref.fit(sr.GroupStore.open(store)).coef_, rtol=1e-8)
     want = sr.metrics.evaluate(val, final, k=10)["ndcg@10"].value
     assert meta["metrics"]["ndcg@10"] == pytest.approx(want, rel=1e-12)
+
+
+def test_nightly_normalize_rankrls_equals_scratch_and_library_selection(tmp_path):
+    """--normalize standard: the moments ride in the fold statistics night after night; λ is chosen on the
+    scaled folds (the library's rule) and the model equals a from-scratch normalized fit on all data."""
+    store, models = tmp_path / "logs.zarr", tmp_path / "models"
+    for d in (1, 2, 3):
+        assert nightly.main(["--store", str(store), "--new", str(_day_file(tmp_path, d)), "--models", str(models),
+                             "--alphas", "0.01,1,100", "--normalize", "standard", "--tolerance", "1",
+                             "--no-plot"]) == 0
+    final = sr.load(models / "current")
+    s = sr.GroupStore.open(store)
+    assert final.normalize == "standard" and final.normalizer_ is not None
+    ref = sr.RankRLS(alpha=final.alpha, solver="primal", normalize="standard").fit(s)
+    np.testing.assert_allclose(final.coef_, ref.coef_, rtol=1e-8, atol=1e-10)
+    np.testing.assert_allclose(final.normalizer_.scale, ref.normalizer_.scale, rtol=1e-10)
+    cv = sr.RankRLS(solver="primal", normalize="standard").cross_validate(s, alphas=[0.01, 1.0, 100.0], folds=5)
+    assert final.alpha == cv.best_alpha
+    meta = nightly.read_version(models, nightly.current_version(models))
+    np.testing.assert_allclose(meta["selection"]["cv_squared"], cv.scores, rtol=1e-8)
+
+
+def test_nightly_normalize_sparse_kernel_and_pairwise_keep_the_first_nights_scales(tmp_path):
+    from streamrank.normalize import FeatureMoments, NormalizedSource
+
+    X1 = make_day(1)[0]
+    first = FeatureMoments(X1.shape[1]).update(X1).normalizer("minmax")
+    # sparse kernel: scales fixed with the basis; incremental = a fit on the scaled rows with that basis
+    store, models = tmp_path / "k.zarr", tmp_path / "km"
+    for d in (1, 2, 3):
+        assert nightly.main(["--store", str(store), "--new", str(_day_file(tmp_path, d)), "--models", str(models),
+                             "--learner", "sparse-kernel", "--n-basis", "15", "--gamma", "0.5", "--alphas", "0.1,1,10",
+                             "--normalize", "minmax", "--tolerance", "1", "--no-plot"]) == 0
+    final = sr.load(models / "current")
+    np.testing.assert_allclose(final.normalizer_.offset, first.offset, rtol=1e-12)
+    np.testing.assert_allclose(final.normalizer_.scale, first.scale, rtol=1e-12)
+    s = sr.GroupStore.open(store)
+    scratch = sr.KernelRankRLS(gamma=0.5, alpha=final.alpha, basis=final.basis_).fit(NormalizedSource(s, first))
+    np.testing.assert_allclose(final.dual_coef_, scratch.dual_coef_, rtol=1e-7, atol=1e-9)
+    X = np.vstack([b.X for b in s.blocks()])
+    np.testing.assert_allclose(final.predict(X), scratch.predict(first.transform(X)), rtol=1e-7, atol=1e-9)
+    # pairwise SGD: the first night's scales, then the same partial_fit calls
+    store, models = tmp_path / "p.zarr", tmp_path / "pm"
+    for d in (1, 2, 3):
+        assert nightly.main(["--store", str(store), "--new", str(_day_file(tmp_path, d)), "--models", str(models),
+                             "--learner", "sgd-pairwise", "--normalize", "minmax", "--seed", "5", "--tolerance", "1",
+                             "--no-plot"]) == 0
+    final = sr.load(models / "current")
+    s = sr.GroupStore.open(store)
+    replay = sr.PairwiseSGDRanker(random_state=5, normalize="minmax").init_state(s.n_features)
+    replay.normalizer_ = first
+    for e in s.batches:
+        for b in nightly.GroupRange(s, *e["groups"]).blocks():
+            replay.partial_fit(b.X, b.y, b.row_qid())
+    np.testing.assert_allclose(final.normalizer_.scale, first.scale, rtol=1e-12)
+    np.testing.assert_allclose(final.coef_, replay.coef_, rtol=1e-12, atol=1e-15)
+    # the bilinear learner has nothing to normalize: a usage error before anything is written
+    with pytest.raises(SystemExit) as exc:
+        nightly.main(["--store", str(tmp_path / "b.zarr"), "--new", str(_day_file(tmp_path, 1)), "--models",
+                      str(tmp_path / "bm"), "--learner", "sgd-bilinear", "--normalize", "standard"])
+    assert exc.value.code == 2 and not (tmp_path / "b.zarr").exists()
