@@ -20,7 +20,6 @@ update returns ``(final model, selection, progressive metrics or None)``.
 """
 from __future__ import annotations
 
-from pathlib import Path
 
 import numpy as np
 
@@ -28,7 +27,7 @@ import streamrank as sr
 from streamrank import DEFAULT_BLOCK_ROWS
 from streamrank.io.blocks import BlockSource
 
-from streamrank.pipelines._nightly_versions import KERNEL_STATS
+from streamrank.pipelines._nightly_versions import open_stats
 
 __all__ = ["DEFAULT_FOLDS", "DEFAULT_BLOCK_ROWS", "GroupRange", "select_alpha", "select_alpha_kernel",
            "kernel_fold_statistics", "update_rankrls", "update_kernel", "update_sgd", "update_pairwise",
@@ -242,7 +241,7 @@ def update_kernel(store, base_model, base_dir, seen, alphas, *, folds=DEFAULT_FO
         n_folds, seen = folds, 0
     else:
         model = base_model
-        with np.load(Path(base_dir) / KERNEL_STATS, allow_pickle=False) as z:
+        with np.load(open_stats(base_dir), allow_pickle=False) as z:
             arrays = {k: z[k] for k in z.files}
         n_folds = int(arrays["n_folds"])
         base_folds = [RankStatistics.from_arrays(arrays, group_weight=model.group_weight, ties=model.ties,

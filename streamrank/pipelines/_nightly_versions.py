@@ -30,8 +30,10 @@ from pathlib import Path
 import numpy as np
 
 import streamrank as sr
+from streamrank.pipelines._nightly_remote import RemoteModelsDir, as_models_dir
 
 __all__ = ["POINTER", "META", "KERNEL_STATS", "LOCK", "ModelsDirError", "ModelsLocked", "models_lock",
+           "open_models_dir", "load_version", "stats_location", "open_stats", "RemoteModelsDir",
            "current_version", "list_versions", "read_version", "switch_current", "prune", "summary_line",
            "finish_report"]
 
@@ -57,6 +59,11 @@ def models_lock(models_dir):
     run never blocks the next night.  The holder's pid and start time are
     written into the file for the loser's message.
     """
+    remote = as_models_dir(models_dir)
+    if remote is not None:          # object storage: a lease held through conditional writes
+        with remote.lock():
+            yield
+        return
     import fcntl
 
     path = Path(models_dir) / LOCK
@@ -94,6 +101,10 @@ def current_version(models_dir):
     empty or unreadable, or names anything but a complete version directly
     inside ``models_dir``.
     """
+    remote = as_models_dir(models_dir)
+    if remote is not None:
+        return remote.current_version()
+
     d = Path(models_dir)
     p = d / POINTER
     if not os.path.lexists(p):
@@ -120,6 +131,10 @@ def current_version(models_dir):
 
 def list_versions(models_dir):
     """Complete versions (directories with ``version.json``), oldest first."""
+    remote = as_models_dir(models_dir)
+    if remote is not None:
+        return remote.list_versions()
+
     d = Path(models_dir)
     if not d.is_dir():
         return []
@@ -129,6 +144,10 @@ def list_versions(models_dir):
 
 def read_version(models_dir, version) -> dict:
     """``DIR/<version>/version.json``; :class:`ModelsDirError` naming the file if missing or damaged."""
+    remote = as_models_dir(models_dir)
+    if remote is not None:
+        return remote.read_version(version)
+
     f = Path(models_dir) / version / META
     try:
         with open(f, "rb") as fh:
@@ -160,6 +179,10 @@ def seen_by(models_dir, version, unit) -> int:
 
 def _write_version(models_dir, name, model, meta, arrays=None):
     """Model (+ statistics) + version.json in a hidden temp dir, then one rename: complete or absent."""
+    remote = as_models_dir(models_dir)
+    if remote is not None:
+        return remote.write_version(name, model, meta, arrays)
+
     d = Path(models_dir)
     tmp = _tmp_name(d, name, "partial")
     sr.save(model, tmp)
@@ -174,6 +197,10 @@ def _write_version(models_dir, name, model, meta, arrays=None):
 
 def switch_current(models_dir, version):
     """Atomically point ``DIR/current`` at ``version`` (write a temp file, fsync, os.replace)."""
+    remote = as_models_dir(models_dir)
+    if remote is not None:
+        return remote.switch_current(version)
+
     d = Path(models_dir)
     tmp = _tmp_name(d, POINTER, "tmp")
     with open(tmp, "w") as fh:
@@ -193,6 +220,10 @@ def switch_current(models_dir, version):
 
 def _clean_partial(models_dir):
     """Remove temporary versions and pointer files of runs that died (never those of a live process)."""
+    remote = as_models_dir(models_dir)
+    if remote is not None:
+        return remote.clean_partial()
+
     from streamrank.persistence import _writer_alive
 
     for p in Path(models_dir).glob(".*.partial"):
@@ -205,6 +236,10 @@ def _clean_partial(models_dir):
 
 def prune(models_dir, keep):
     """Delete all but the newest ``keep`` versions; the current version is always kept."""
+    remote = as_models_dir(models_dir)
+    if remote is not None:
+        return remote.prune(keep)
+
     keep = int(keep)
     if keep < 1:
         raise ValueError(f"--keep must be >= 1, got {keep}")
@@ -226,13 +261,16 @@ def finish_report(report, models_dir, keep, plot, out):
     if keep is not None:
         report["pruned"] = prune(models_dir, keep)
     report["finished"] = _now()
-    rdir = Path(models_dir) / "reports"
-    rdir.mkdir(exist_ok=True)
     stamp = report["started"].replace(":", "").replace("-", "").replace(".", "")
-    tmp = rdir / f".{stamp}.json.tmp"
-    with open(tmp, "w") as fh:
-        json.dump(report, fh, indent=1, sort_keys=True)
-    os.replace(tmp, rdir / f"{stamp}.json")
+    remote = as_models_dir(models_dir)
+    if remote is not None:
+        remote.write_report(stamp, report)
+        if plot:
+            report["plot_skipped"] = "the models directory is on object storage (draw it with streamrank plot " \
+                                     "from a local copy)"
+        plot = False
+    else:
+        _write_local_report(models_dir, stamp, report)
     if plot:
         report["plot"] = _plot(models_dir)
         if report["plot"] is None:
@@ -243,6 +281,40 @@ def finish_report(report, models_dir, keep, plot, out):
     out.write(line + "\n")
     out.flush()
     return report
+
+
+def _write_local_report(models_dir, stamp, report):
+    rdir = Path(models_dir) / "reports"
+    rdir.mkdir(exist_ok=True)
+    tmp = rdir / f".{stamp}.json.tmp"
+    with open(tmp, "w") as fh:
+        json.dump(report, fh, indent=1, sort_keys=True)
+    os.replace(tmp, rdir / f"{stamp}.json")
+
+
+def open_models_dir(models_dir, storage_options=None):
+    """``models_dir`` as the pipeline uses it: a :class:`RemoteModelsDir` for a URL, else a local Path."""
+    remote = as_models_dir(models_dir, storage_options)
+    return remote if remote is not None else Path(models_dir)
+
+
+def stats_location(models_dir, version):
+    """Where the learners find a version's statistics: its directory, or ``(RemoteModelsDir, version)``."""
+    return (models_dir, version) if isinstance(models_dir, RemoteModelsDir) else Path(models_dir) / version
+
+
+def load_version(models_dir, version):
+    """The model of ``DIR/<version>``."""
+    if isinstance(models_dir, RemoteModelsDir):
+        return models_dir.load(version)
+    return sr.load(Path(models_dir) / version)
+
+
+def open_stats(version_dir):
+    """``<version>/statistics.npz`` for ``np.load`` (``version_dir`` from :func:`stats_location`)."""
+    if isinstance(version_dir, tuple):
+        return version_dir[0].open_stats(version_dir[1])
+    return Path(version_dir) / KERNEL_STATS
 
 
 def summary_line(report) -> str:

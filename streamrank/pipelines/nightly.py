@@ -141,10 +141,13 @@ from streamrank.pipelines._nightly_versions import (  # noqa: F401
     current_version,
     finish_report,
     list_versions,
+    load_version,
     models_lock,
+    open_models_dir,
     prune,
     read_version,
     seen_by,
+    stats_location,
     summary_line,
     switch_current,
 )
@@ -306,8 +309,14 @@ def _kernel_folds(arrays, model):
 
 def run_night(store_path, new_files, models_dir, *, learner="rankrls", alphas=None, full=False, keep=None,
               tolerance=0.005, folds=DEFAULT_FOLDS, validation=None, k=10, max_rows=DEFAULT_BLOCK_ROWS,
-              plot=True, out=None, learner_params=None, verify=False, chunk_bytes=None, columns=None):
+              plot=True, out=None, learner_params=None, verify=False, chunk_bytes=None, columns=None,
+              storage_options=None):
     """One night; returns the run report (also written to ``DIR/reports/``).
+
+    ``models_dir`` may be a URL of object storage (``s3://bucket/nightly``;
+    ``storage_options`` for its filesystem, else the client's environment
+    variables): versions, the ``current`` pointer, the one-writer lease and
+    reports live there (:mod:`streamrank.pipelines._nightly_remote`).
 
     ``learner_params``: constructor parameters of a new model (e.g. sparse
     kernel ``{"n_basis": 500, "gamma": 0.1, "random_state": 0}``).
@@ -323,10 +332,11 @@ def run_night(store_path, new_files, models_dir, *, learner="rankrls", alphas=No
     from streamrank import DEFAULT_ALPHAS
 
     alphas = np.asarray(DEFAULT_ALPHAS if alphas is None else alphas, dtype=np.float64)
-    models_dir = Path(models_dir)
-    if models_dir.exists() and not models_dir.is_dir():
-        raise NotADirectoryError(f"--models {models_dir} exists and is not a directory")
-    models_dir.mkdir(parents=True, exist_ok=True)
+    models_dir = open_models_dir(models_dir, storage_options)   # a local directory or a URL (object storage)
+    if isinstance(models_dir, Path):
+        if models_dir.exists() and not models_dir.is_dir():
+            raise NotADirectoryError(f"--models {models_dir} exists and is not a directory")
+        models_dir.mkdir(parents=True, exist_ok=True)
     with models_lock(models_dir):  # one run per models directory: ingest, train, promote, prune
         _clean_partial(models_dir)
         return _run_locked(store_path, new_files, models_dir, learner, alphas, full, keep, tolerance, folds,
@@ -375,10 +385,11 @@ def _run_locked(store_path, new_files, models_dir, learner, alphas, full, keep, 
         name, meta = reuse, metas[reuse]
         report["reused"] = True
     else:
-        base_model = sr.load(models_dir / base) if base is not None else None
-        cur_model = sr.load(models_dir / cur) if cur else None
+        base_model = load_version(models_dir, base) if base is not None else None
+        cur_model = load_version(models_dir, cur) if cur else None
         h0 = _holdout(log, unit, total, cur_seen if cur else 0, validation)
-        model, sel, held, extra = _train(learner, store, base_model, models_dir / base if base else None, seen,
+        model, sel, held, extra = _train(learner, store, base_model, stats_location(models_dir, base) if base else None,
+                                         seen,
                                          alphas, folds, max_rows, learner_params, h0, k)
         if not tuples and store.feature_names is not None:   # the store's names travel with the model
             model._set_feature_names(store.n_features, store.feature_names)
