@@ -16,6 +16,12 @@ start-up sweep removes only those whose process is dead (as ``sr.save`` does).
 name with a ``version.json``): anything else — empty, a directory, a path
 such as ``../../elsewhere`` — is a :class:`ModelsDirError` naming the file,
 as is a missing or unreadable ``version.json``.
+
+A models directory at a URL (``s3://bucket/nightly``) keeps the same layout
+and guarantees with object storage's means — versions published by
+``sr.save`` at URLs, ``current`` moved by one conditional PUT, a lease
+instead of ``flock``: every function here hands it to
+:class:`~streamrank.pipelines._nightly_remote.RemoteModelsDir`.
 """
 from __future__ import annotations
 
