@@ -175,3 +175,12 @@ def test_cold_start_smoke(tmp_path, capsys):
     cols = help_row.split()  # name, wall, cpu, ratio, cpu ratio, load, compiled, cached, modules, heavy imports
     assert cols[6:8] == ["0", "0"]  # --help neither compiles nor loads a numba kernel
     assert "numba" not in cols[9] and "zarr" not in cols[9]
+
+
+def test_object_store_smoke(s3_server, capsys):
+    """Streaming from the loopback S3 server vs local disk, and an append's requests (issue 19)."""
+    mod = _load("object_store")
+    assert mod.main(["--smoke"], server=s3_server) == 0
+    out = capsys.readouterr().out
+    assert "FAILED" not in out, out
+    assert "16 in flight" in out and "requests per batch" in out

@@ -25,9 +25,11 @@ a second implementation of the math:
   :class:`~streamrank.metrics.RankingEvaluator`.
 
 The data never travels through the client: a :class:`~streamrank.GroupStore`
-is sent to workers as its path (:class:`SourceRef`) and opened there (any
-path the workers can reach — local disk in tests, shared storage in
-production).  In-memory sources (numpy, scipy.sparse) are scattered once.
+is sent to workers as its path or URL and storage options
+(:class:`SourceRef`) and opened there — any path the workers can reach
+(local disk in tests, shared storage), or a URL of object storage
+(``s3://…``) that each worker reads from the bucket itself (clusters without
+a shared filesystem).  In-memory sources (numpy, scipy.sparse) are scattered once.
 A worker that dies mid-run loses only its tasks; the scheduler recomputes
 them from the same plan, so the result does not change (tasks never modify
 their inputs).
@@ -72,14 +74,16 @@ def _is_statistics_learner(estimator, source):
 
 
 def fit(estimator, source, client=None, *, max_rows=DEFAULT_BLOCK_ROWS, split_every=DEFAULT_SPLIT_EVERY,
-        **kwargs):
+        storage_options=None, **kwargs):
     """Fit ``estimator`` on ``source`` with a dask cluster; same result as ``estimator.fit(source)``.
 
     Parameters
     ----------
     estimator : a streamrank learner (fitted in place and returned)
-    source : GroupStore, any BlockSource, a store path, or an (X, y, qid) tuple
+    source : GroupStore, any BlockSource, a store path or URL (``s3://…``), or an (X, y, qid) tuple
     client : distributed.Client, scheduler address, or None (a LocalCluster for the call)
+    storage_options : for a store URL: its filesystem's options (credentials, endpoint); the
+        workers open the URL with them and read their blocks from the bucket themselves
     max_rows : block budget (the same default as the local learners)
     split_every : fan-in of the tree reduction
     **kwargs : options of the strategy (``blocks_per_task`` for statistics
@@ -100,7 +104,7 @@ def fit(estimator, source, client=None, *, max_rows=DEFAULT_BLOCK_ROWS, split_ev
         if hasattr(estimator, "partial_fit_pairs"):
             kwargs["max_rows"] = max_rows
         return _fit_sgd_rounds(estimator, source, client, **kwargs)
-    source = _as_source(source)
+    source = _as_source(source, storage_options)
     if source.n_rows == 0:
         raise ValueError("empty input: the source has no rows")
     estimator.check_params()

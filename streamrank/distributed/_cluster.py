@@ -28,19 +28,24 @@ _OPEN_STORES: dict = {}
 class SourceRef:
     """What a worker needs to read blocks of ``source`` itself.
 
-    A :class:`~streamrank.GroupStore` travels as ``(path, committed rows,
-    creation stamp)`` and is reopened read-only on the worker (cached per
-    worker process; reopened when the store has grown).  Its zarr handles are
-    never pickled.  Any other :class:`BlockSource` travels as itself (the
-    caller scatters it once).
+    A :class:`~streamrank.GroupStore` travels as ``(path or URL, storage
+    options, committed rows, creation stamp)`` and is reopened read-only on
+    the worker (cached per worker process; reopened when the store has
+    grown): a store on object storage (``s3://…``) is read by every worker
+    straight from the bucket with the store's ``storage_options`` (or, without
+    them, the workers' own environment credentials), so no row passes through
+    the client.  Its zarr handles are never pickled.  Any other
+    :class:`BlockSource` travels as itself (the caller scatters it once).
     """
 
     def __init__(self, source):
         from ..io.group_store import GroupStore
 
+        self.storage_options = None
         if isinstance(source, GroupStore):
             self.kind = "group_store"
             self.path = source.path
+            self.storage_options = getattr(source, "storage_options", None) or None
             self.n_rows = source.n_rows
             self.created = source._attrs.get("created")
             self.source = None
@@ -62,17 +67,23 @@ class SourceRef:
             return _WorkerReads(self.source)
         from ..io.group_store import GroupStore
 
-        key = (self.path, self.created)
+        key = (self.path, self.created, repr(sorted((self.storage_options or {}).items())))
         st = _OPEN_STORES.get(key)
         if st is None or st.n_rows < self.n_rows:
+            from ..io._remote import is_url
+
+            hint = ("can the workers reach it (network, credentials in the storage options or their environment)?"
+                    if is_url(self.path) else
+                    "is the store on storage shared with the workers, at the same path?")
             try:
-                st = GroupStore.open(self.path, mode="r")
+                opts = {"storage_options": self.storage_options} if self.storage_options else {}
+                st = GroupStore.open(self.path, mode="r", **opts)
             except Exception as exc:
-                raise _on_worker(exc, "is the store on storage shared with the workers, at the same path?") \
-                    from exc
+                raise _on_worker(exc, hint) from exc
             if st.n_rows < self.n_rows:
                 raise _on_worker(RuntimeError(
                     f"{st.n_rows} committed rows in {self.path}, the client planned {self.n_rows}"),
+                    "is it the same store as the client's?" if is_url(self.path) else
                     "is the store on storage shared with the workers?")
             _OPEN_STORES[key] = st
         return _WorkerReads(st)
@@ -127,13 +138,14 @@ class _WorkerReads:
             raise _on_worker(exc) from exc
 
 
-def _as_source(source) -> BlockSource:
+def _as_source(source, storage_options=None) -> BlockSource:
     if isinstance(source, BlockSource):
         return source
     if isinstance(source, (str, os.PathLike)):
         from ..io.group_store import GroupStore
 
-        return GroupStore.open(source, mode="r")
+        opts = {"storage_options": storage_options} if storage_options else {}
+        return GroupStore.open(source, mode="r", **opts)
     if isinstance(source, tuple):
         from ..io.sources import as_source
 

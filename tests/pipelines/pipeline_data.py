@@ -18,12 +18,14 @@ def make_day(day, n_groups=12, n_features=6, seed=0, sparse=False):
     return X, y, qid
 
 
-def make_store(path, days, **kw):
+def make_store(path, days, storage_options=None, **kw):
+    """A store of the days' logs at ``path`` (a directory, or a URL with its ``storage_options``)."""
     X0, _, _ = make_day(days[0], **kw)
-    store = sr.GroupStore.create(path, n_features=X0.shape[1])
+    opts = {"storage_options": storage_options} if storage_options else {}
+    store = sr.GroupStore.create(path, n_features=X0.shape[1], **opts)
     for d in days:
         store.append(*make_day(d, **kw), batch_id=f"day-{d}")
-    return sr.GroupStore.open(path)
+    return sr.GroupStore.open(path, **opts)
 
 
 def make_tuple_day(tmp, d, n_features=12, n_tuples=300):

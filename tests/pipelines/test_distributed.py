@@ -62,6 +62,26 @@ def test_statistics_never_pull_rows(client, store):
     assert any(store.path in p for p in paths.values())
 
 
+def test_fit_from_an_s3_store_equals_the_local_fit(client, store, s3_server, s3_url):
+    """No shared filesystem: the workers open the s3:// URL themselves (with the store's storage options;
+    their environment has no credentials) and read their blocks from the bucket; the tasks carry the URL."""
+    import pickle
+
+    so = s3_server.storage_options
+    url = s3_url + "/train.zarr"
+    remote = make_store(url, range(1, 7), storage_options=so)
+    assert remote.n_rows == store.n_rows
+    ref = srd.SourceRef(remote)
+    assert (ref.kind, ref.path, ref.storage_options, ref.source) == ("group_store", url, so, None)
+    assert len(pickle.dumps(ref)) < 2000                     # a URL and options, never rows
+    local = sr.RankRLS(alpha=0.5, solver="primal").fit(store, max_rows=40)
+    dist = srd.fit(sr.RankRLS(alpha=0.5, solver="primal"), url, client, max_rows=40, split_every=3,
+                   storage_options=so)
+    np.testing.assert_allclose(dist.coef_, local.coef_, rtol=1e-10, atol=1e-12)
+    opened = client.run(lambda: sorted({k[0] for k in _cluster._OPEN_STORES}))
+    assert any(url in paths for paths in opened.values()), opened   # opened on the workers themselves
+
+
 def test_fold_statistics_equal_local(client, store):
     from streamrank.rankrls.selection import accumulate_folds
 
