@@ -20,7 +20,9 @@ instead of rename and ``flock``:
   (:class:`streamrank.io._lease.WriterLease`: created with ``If-None-Match``,
   renewed while the run lives, taken over only after it expired); a second
   run fails at once with :class:`~streamrank.pipelines._nightly_versions.ModelsLocked`.
-  The lease is checked again right before the pointer is moved.
+  The lease is checked again before every write; a run whose lease was
+  taken over (or whose pointer ETag no longer matches) stops with
+  ``ModelsLocked`` (exit 5) without promoting.
 * Pruning deletes a version's ``version.json`` first (the version is then
   incomplete, so never listed again), then its objects; the current version
   is never pruned.
@@ -161,9 +163,20 @@ class RemoteModelsDir:
         return io.BytesIO(self.remote.read(f"{version}/{KERNEL_STATS}"))
 
     # --------------------------------------------------------------- writing
+    def _locked(self, msg):
+        from streamrank.pipelines._nightly_versions import ModelsLocked
+
+        return ModelsLocked(msg)
+
     def _check_lease(self):
+        """Refuse to write once this run's lease was taken over (it expired while the run was stalled)."""
+        from streamrank.io._lease import LeaseLost
+
         if self._lease is not None:
-            self._lease.check()
+            try:
+                self._lease.check()
+            except LeaseLost as exc:
+                raise self._locked(f"{exc}; one writer at a time: this run stops") from None
 
     def write_version(self, name, model, meta, arrays=None):
         """Model (+ statistics), then ``version.json`` (If-None-Match): complete, or not listed."""
@@ -177,8 +190,8 @@ class RemoteModelsDir:
         try:
             self.remote.put_if_absent(f"{name}/{META}", json.dumps(meta, indent=1, sort_keys=True).encode())
         except PreconditionFailed:
-            raise self._error(f"{self.remote.display(name + '/' + META)} appeared while this run wrote version "
-                              f"{name}: another writer is using {self.url}") from None
+            raise self._locked(f"{self.remote.display(name + '/' + META)} appeared while this run wrote version "
+                               f"{name}: another writer is using {self.url} (one writer at a time)") from None
 
     def switch_current(self, version):
         """Point ``current`` at ``version``: one PUT, conditional on the ETag read when the run started."""
@@ -192,8 +205,8 @@ class RemoteModelsDir:
             else:
                 self._pointer_etag = self.remote.put_if_match(POINTER, data, self._pointer_etag)
         except PreconditionFailed:
-            raise self._error(f"{self.remote.display(POINTER)} was moved by another writer since this run read "
-                              f"it; {version} was not promoted (one writer at a time)") from None
+            raise self._locked(f"{self.remote.display(POINTER)} was moved by another writer since this run read "
+                               f"it; {version} was not promoted (one writer at a time)") from None
 
     def clean_partial(self):
         """Nothing to do: an incomplete version is never listed and its number is reused (see module doc)."""

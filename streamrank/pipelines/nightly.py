@@ -460,7 +460,11 @@ def build_parser():
                    help="Parquet day: the query id column, integers or strings (default qid)")
     p.add_argument("--features-from-prefix", default=None, metavar="P",
                    help="Parquet day: the feature columns are those starting with P (default: all others)")
-    p.add_argument("--models", required=True, metavar="DIR", help="model directory (versions + current)")
+    p.add_argument("--models", required=True, metavar="DIR",
+                   help="model directory (versions + current); a URL (s3://bucket/nightly) keeps it on object storage")
+    p.add_argument("--storage-options", type=_parse_storage_options, default=None, metavar="JSON",
+                   help="options of the filesystem of a --models URL as a JSON object (s3: endpoint_url, key, "
+                        "secret, ...); default: the client's environment variables (AWS_ACCESS_KEY_ID, ...)")
     p.add_argument("--learner", default="rankrls", choices=LEARNERS)
     p.add_argument("--alphas", type=_parse_alphas, default=None, metavar="GRID",
                    help="λ grid as for 'streamrank fit': 'a,b,c', 'LO:HI:N' (N log-spaced values) or "
@@ -493,6 +497,16 @@ def build_parser():
     return p
 
 
+def _parse_storage_options(text):
+    try:
+        opts = json.loads(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(f"--storage-options: not JSON: {exc}") from None
+    if not isinstance(opts, dict):
+        raise argparse.ArgumentTypeError(f"--storage-options: a JSON object is needed, got {type(opts).__name__}")
+    return opts
+
+
 def _learner_params(args):
     norm = {} if getattr(args, "normalize", None) is None else {"normalize": args.normalize}
     if args.learner == "sparse-kernel":
@@ -521,7 +535,8 @@ def main(argv=None) -> int:
         keep=args.keep, tolerance=args.tolerance, folds=args.folds, validation=args.validation,
         max_rows=args.max_rows, plot=not args.no_plot, verify=args.verify,
         chunk_bytes=max(1, int(args.chunk_mb * 2**20)), learner_params=_learner_params(args),
-        columns={"label": args.label, "qid": args.qid, "feature_prefix": args.features_from_prefix}),
+        columns={"label": args.label, "qid": args.qid, "feature_prefix": args.features_from_prefix},
+        storage_options=args.storage_options),
         interrupted="interrupted; the store keeps its last commit and current its last promoted version")
 
 

@@ -7,6 +7,7 @@ the same nights with a local models directory.
 from __future__ import annotations
 
 import io
+import json
 import threading
 
 import numpy as np
@@ -73,15 +74,19 @@ def test_nights_on_s3_equal_local_and_readers_see_old_or_new(tmp_path, s3_server
     assert d.prune(1) == ["v0001"] and d.list_versions() == ["v0002"]
 
 
-def test_one_writer_and_a_moved_pointer_on_s3(tmp_path, s3_server, s3_url, monkeypatch):
+def test_one_writer_and_a_moved_pointer_on_s3(tmp_path, s3_server, s3_url, monkeypatch, capsys):
     so = s3_server.storage_options
     models = s3_url + "/nightly"
-    _night(tmp_path, 1, models, so)
+    argv = ["--store", str(tmp_path / "logs.zarr"), "--models", models, "--storage-options", json.dumps(so),
+            "--alphas", "2^-2:2^2", "--tolerance", "1.0", "--no-plot", "--folds", "2", "--new"]
+    assert nightly.main(argv + [str(_day(tmp_path, 1))]) == 0
+    assert "current=v0001" in capsys.readouterr().out
     d = RemoteModelsDir(models, so)
-    # a live run holds the lease: a second run changes nothing
+    # a live run holds the lease: a second run changes nothing, one line, exit 5
     with d.lock():
-        with pytest.raises(nightly.ModelsLocked, match="another writer"):
-            _night(tmp_path, 2, models, so)
+        assert nightly.main(argv + [str(_day(tmp_path, 2))]) == 5
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "another writer" in err and "one writer at a time" in err, err
     assert d.current_version() == "v0001" and d.list_versions() == ["v0001"]
     # someone moves ``current`` while a run trains: the run's conditional PUT refuses to promote over it
     real = RemoteModelsDir.write_version
@@ -91,6 +96,6 @@ def test_one_writer_and_a_moved_pointer_on_s3(tmp_path, s3_server, s3_url, monke
         self.remote.write("current", b"v0001 \n")     # a plain PUT by another writer (other bytes: a new ETag)
 
     monkeypatch.setattr(RemoteModelsDir, "write_version", write_then_someone_moves_current)
-    with pytest.raises(nightly.ModelsDirError, match="moved by another writer"):
+    with pytest.raises(nightly.ModelsLocked, match="moved by another writer"):
         _night(tmp_path, 2, models, so)
     assert RemoteModelsDir(models, so).current_version() == "v0001"
