@@ -18,7 +18,9 @@ published by *one* PUT of ``U/model.json``.  An object PUT is atomic on S3
 pointer or the whole new one.  A writer that dies before the PUT leaves an
 unpublished version that nobody reads; after the PUT the model is complete.
 Two concurrent saves both write their own version; the last PUT wins, as with
-two local saves.
+two local saves.  Saving is refused (``NotImplementedError``) on filesystems
+whose writes are not atomic objects (ftp, sftp, …: a reader could see a
+half-written pointer); see :data:`ATOMIC_PUT`.
 
 **Load.** Read the pointer (bounded, validated), list ``U/versions/V/`` once
 and fetch every object listed, all requests in flight together; then open
@@ -66,6 +68,8 @@ SWEEP_GRACE_S = 600.0
 LOAD_ATTEMPTS = 5
 POINTER_FORMAT_VERSION = 1
 _MAX_POINTER_BYTES = 64 << 10
+#: filesystems whose object write is atomic (a reader gets the whole old object or the whole new one)
+ATOMIC_PUT = ("s3", "s3a", "gs", "gcs", "az", "abfs", "abfss", "memory")
 _VERSION_RE = re.compile(r"^[0-9]{8}T[0-9]{12}Z-[0-9a-f]{16}$")
 
 
@@ -98,6 +102,12 @@ def save_url(model, url, storage_options=None) -> str:
     import zarr
     from zarr.storage import MemoryStore
 
+    protocol = url.split("://", 1)[0].lower()
+    if protocol not in ATOMIC_PUT:
+        raise NotImplementedError(
+            f"sr.save to {protocol}:// is refused: its writes are not atomic objects, so a reader could see a "
+            "half-written pointer; save to a local path or to object storage "
+            f"({', '.join(p + '://' for p in ATOMIC_PUT if p != 'memory')})")
     fs, root = filesystem(url, storage_options)
     version = _new_version()
     objects: dict = {}

@@ -61,6 +61,9 @@ def test_save_load_replace_and_sweep(s3_server, s3_url, two_models, monkeypatch,
     # storage options belong to URLs only
     with pytest.raises(ValueError, match="local path"):
         sr.save(a, tmp_path / "m", storage_options=so)
+    # a filesystem without atomic object writes: refused, not weakened
+    with pytest.raises(NotImplementedError, match="not atomic"):
+        sr.save(a, "ftp://127.0.0.1/m")
 
 
 def test_writer_dying_before_publication_leaves_the_old_model(s3_server, s3_url, two_models, monkeypatch):
