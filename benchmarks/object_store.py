@@ -14,6 +14,8 @@ process, the one the tests use: ``tests/_s3_server.py``); the same store
    HTTP on loopback to a Python server, so the ratio is a lower bound of
    what a real object store with more bandwidth per connection gives, and
    the gain from more requests in flight is the point.
+   A last line fetches the same chunk objects raw (no decoding, 16 at a
+   time): the server's own ceiling, to tell its limit from streamrank's.
 2. **Append** — the requests one ``append`` of a batch sends (counted by
    the server: every request line it logs), by HTTP method, and per MiB
    appended; plus the requests of opening the store.
@@ -155,6 +157,18 @@ def main(argv=None, server=None) -> int:
             t = statistics.median(times)
             print(f"   {'s3 loopback, %2d in flight' % k:<28} {a.rows / t:>14,.0f} rows/s   "
                   f"{t_local / t:.2f} of local")
+        # the server's own ceiling: the same chunk objects fetched raw (no decoding), 16 requests at a time
+        from streamrank.io._remote import Remote
+
+        rem = Remote(url, so)
+        keys = [k for k in rem.list() if k.startswith(("X/c/", "y/c/"))]
+        t0 = time.perf_counter()
+        nbytes = 0
+        for i in range(0, len(keys), 16):
+            nbytes += sum(len(b) for b in rem.read_many(keys[i:i + 16]))
+        t = time.perf_counter() - t0
+        print(f"   {'raw GETs of X, y chunks, 16':<28} {a.rows / t:>14,.0f} rows/s   {t_local / t:.2f} of local "
+              f"({nbytes / t / 2**20:.0f} MiB/s of stored bytes: the loopback server's ceiling)")
         counter.take()
 
         print("\n2. requests (counted by the server)")
