@@ -53,9 +53,12 @@ def _open_store(path, *, want=None):
     return GroupStore.open(path) if kind == "group" else TupleStore.open(path)
 
 
-def _load_model(path):
+def _load_model(path, storage_options=None):
     from .. import persistence
+    from ..io._remote import is_url
 
+    if is_url(path):   # a model published on object storage (sr.save(model, url)); credentials from the env
+        return persistence.load(str(path), storage_options=storage_options)
     p = Path(path)
     if not p.exists():
         raise FileNotFoundError(f"no model at {p}")

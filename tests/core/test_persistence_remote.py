@@ -58,6 +58,12 @@ def test_save_load_replace_and_sweep(s3_server, s3_url, two_models, monkeypatch,
     (only,) = fs.ls(root + "/versions", detail=False, refresh=True)
     assert only.endswith(json.loads(fs.cat_file(root + "/model.json"))["version"])
     assert _same(sr.load(url, storage_options=so), a)
+    # the command line's model loading takes the URL, credentials and endpoint from the environment
+    from streamrank.cli._stores import _load_model
+
+    for k, v in s3_server.env.items():
+        monkeypatch.setenv(k, v)
+    assert _same(_load_model(url), a)
     # storage options belong to URLs only
     with pytest.raises(ValueError, match="local path"):
         sr.save(a, tmp_path / "m", storage_options=so)
