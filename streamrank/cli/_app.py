@@ -346,7 +346,25 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--dpi", type=int, default=100)
     _common(p)
     p.set_defaults(func=cmd_plot)
+    for p in sub.choices.values():      # every command that takes a store takes its object-storage options
+        if any(a.dest == "store" for a in p._actions):
+            p.add_argument("--storage-options", metavar="JSON", type=_storage_options, default=None,
+                           help="for a --store at a URL (s3://bucket/prefix/store.zarr): options of its filesystem "
+                                "as a JSON object, e.g. '{\"endpoint_url\": \"http://minio:9000\"}'; without it "
+                                "the usual AWS_* environment variables apply")
     return top
+
+
+def _storage_options(text: str) -> dict:
+    import json
+
+    try:
+        opts = json.loads(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(f"not JSON ({exc})") from None
+    if not isinstance(opts, dict):
+        raise argparse.ArgumentTypeError(f"expected a JSON object, got {type(opts).__name__}")
+    return opts
 
 
 def _version():
@@ -420,6 +438,9 @@ def main(argv=None) -> int:
         old = signal.signal(signal.SIGTERM, _on_sigterm)
     except ValueError:  # not the main thread (e.g. called from a test thread)
         pass
+    from . import _stores
+
+    _stores.STORAGE_OPTIONS = getattr(args, "storage_options", None)   # for a --store at a URL
     try:
         with warnings.catch_warnings():
             if not args.verbose:

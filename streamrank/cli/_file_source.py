@@ -123,8 +123,10 @@ def open_data(path, args, model):
     """
     from ._formats import detect_format
     from ._ingest import _split_member
-    from ._stores import _kind_of, _open_store, _resolve_pointer
+    from ._stores import _is_url, _kind_of, _open_store, _resolve_pointer
 
+    if _is_url(path):                        # a store on object storage
+        return _kind_of(path), _open_store(path)
     p = _resolve_pointer(path)
     if p.is_dir() and (p / "zarr.json").exists():
         return _kind_of(p), _open_store(p)

@@ -96,7 +96,8 @@ def _fit_model(args, *, cv_folds=None):
 
     _preflight(args, cv_folds)
     model = _estimator(args)
-    record: dict = {"learner": args.learner, "store": os.path.abspath(args.store)}
+    record: dict = {"learner": args.learner,
+                    "store": args.store if "://" in str(args.store) else os.path.abspath(args.store)}
     t0 = time.perf_counter()
     if args.learner == "sgd-bilinear":
         store = _open_store(args.store, want="tuple")

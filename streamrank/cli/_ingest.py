@@ -112,7 +112,18 @@ def _rows_as_lines(exc, lines):
 def _open_group_target(path, n_features, *, sparse, n_outputs=1, feature_names=None, docids=False,
                        group_identity="batch"):
     from ..io.group_store import GroupStore
+    from ._stores import STORAGE_OPTIONS, _is_url
 
+    if _is_url(path):                        # a store on object storage: open it to append, else create it
+        try:
+            store = GroupStore.open(path, mode="a", storage_options=STORAGE_OPTIONS)
+        except FileNotFoundError:
+            return GroupStore.create(path, n_features, sparse=sparse, n_outputs=n_outputs, feature_names=feature_names,
+                                     docids=docids, group_identity=group_identity,
+                                     storage_options=STORAGE_OPTIONS), True
+        if store.n_features != n_features:
+            raise ValueError(f"the source has {n_features} features but the store {path} holds {store.n_features}")
+        return store, False
     p = Path(path)
     if p.exists() and (p / "zarr.json").exists():
         store = _open_store(p, want="group")

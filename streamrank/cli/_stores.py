@@ -15,10 +15,28 @@ def _resolve_pointer(path) -> Path:
     return p
 
 
+#: ``--storage-options`` of the command being run: the filesystem options of a store given as a URL
+STORAGE_OPTIONS = None
+
+
+def _is_url(path) -> bool:
+    from ..io._remote import is_url
+
+    return is_url(path)
+
+
 def _kind_of(path) -> str:
     """'group', 'tuple', 'model' or raise (FileNotFoundError / StoreFormatError)."""
     from ..io.schema import GROUP_FORMAT, TUPLE_FORMAT, StoreFormatError, read_attrs
 
+    if _is_url(path):                        # a store on object storage (s3://…)
+        from ..io._remote import Remote
+
+        attrs = read_attrs(Remote(str(path), STORAGE_OPTIONS))
+        fmt = attrs.get("format")
+        if fmt in (GROUP_FORMAT, TUPLE_FORMAT):
+            return "group" if fmt == GROUP_FORMAT else "tuple"
+        raise StoreFormatError(f"{path} is a zarr group but not a streamrank store")
     p = _resolve_pointer(path)
     if not p.exists():
         raise FileNotFoundError(f"{p} does not exist")
@@ -50,7 +68,9 @@ def _open_store(path, *, want=None):
                                    "(query, preferred item, other item) tuples (ingest one with --format zarr)")
         raise StoreFormatError(f"{path} is a tuple store; this command needs a scored-group store "
                                "(ingest LETOR text, .npz or a GroupStore)")
-    return GroupStore.open(path) if kind == "group" else TupleStore.open(path)
+    opts = STORAGE_OPTIONS if _is_url(path) else None
+    return (GroupStore.open(path, storage_options=opts) if kind == "group"
+            else TupleStore.open(path, storage_options=opts))
 
 
 def _load_model(path, storage_options=None):

@@ -98,6 +98,8 @@ def filesystem(url: str, storage_options: dict | None = None, *, asynchronous: b
     protocol = protocol_of(url)
     _import_client(protocol)
     opts = dict(storage_options or {})
+    if asynchronous and protocol in ("memory", "file", "local"):
+        asynchronous = False                  # no async implementation: the caller wraps it
     if protocol in ("s3", "s3a"):
         # a commit record must be read as it is now, never from a cached listing; and one GET per object
         # (s3fs's concurrent whole-object reads first send a HEAD for the size: twice the requests per chunk)
@@ -161,6 +163,10 @@ class Remote:
         import zarr
 
         fs = filesystem(self.url, self.storage_options, asynchronous=True)
+        if not fs.async_impl:                 # memory://, … : zarr needs an async filesystem
+            from fsspec.implementations.asyn_wrapper import AsyncFileSystemWrapper
+
+            fs = AsyncFileSystemWrapper(filesystem(self.url, self.storage_options), asynchronous=True)
         return zarr.storage.FsspecStore(fs, read_only=read_only, path=self.root)
 
     # ------------------------------------------------------------ plain I/O

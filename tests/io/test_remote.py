@@ -81,3 +81,17 @@ def test_environment_variables_reach_the_client(s3_server, s3_url, monkeypatch):
     r = Remote(s3_url + "/env.zarr")                 # no storage_options: AWS_* variables only
     r.write("k", b"v")
     assert r.read("k") == b"v"
+
+
+def test_a_group_store_on_memory_url_appends_and_verifies():
+    import numpy as np
+
+    import streamrank as sr
+
+    url = "memory://streamrank-test-store/x.zarr"
+    s = sr.GroupStore.create(url, 3, overwrite=True)
+    assert s.append(np.ones((4, 3)), [1, 2, 3, 4], [1, 1, 2, 2], batch_id="a")
+    assert not s.append(np.ones((4, 3)), [1, 2, 3, 4], [1, 1, 2, 2], batch_id="a")
+    r = sr.GroupStore.open(url)
+    assert r.verify() == 1 and [b.n_rows for b in r.blocks(shuffle=False)] == [4]
+    r._loc.fs.rm(r._loc.root, recursive=True)
