@@ -32,7 +32,7 @@ from typing import Iterator
 import numpy as np
 import scipy.sparse as sp
 
-__all__ = ["Block", "BlockSource", "OversizedGroupWarning", "WrappedSource"]
+__all__ = ["Block", "BlockSource", "GroupRange", "OversizedGroupWarning", "WrappedSource"]
 
 
 class OversizedGroupWarning(UserWarning):
@@ -287,6 +287,14 @@ class BlockSource:
     def __iter__(self):
         return self.blocks()
 
+    def groups(self, g0: int, g1: int) -> "GroupRange":
+        """Groups ``g0:g1`` of this source as a source of their own (e.g. tonight's new groups of a store).
+
+        A view: nothing is read until its blocks are; rows, targets, query
+        ids and row weights are the source's.
+        """
+        return GroupRange(self, g0, g1)
+
 
 class WrappedSource(BlockSource):
     """A source that yields the blocks of ``inner`` changed by :meth:`_map_block`.
@@ -336,6 +344,52 @@ class WrappedSource(BlockSource):
         """The inner source's blocks (its own reader and prefetch), each through :meth:`_map_block`."""
         for b in self.inner.blocks(*args, **kwargs):
             yield self._map_block(b)
+
+
+class GroupRange(BlockSource):
+    """Groups ``g0:g1`` of a block source, as a source (:meth:`BlockSource.groups`).
+
+    Its rows are the source's rows ``group_ptr[g0]:group_ptr[g1]``, numbered
+    from 0; planning, splitting and prefetch are its own (a block never spans
+    the range's edges).
+    """
+
+    def __init__(self, source: BlockSource, g0: int, g1: int):
+        g0, g1 = int(g0), int(g1)
+        if not 0 <= g0 <= g1 <= source.n_groups:
+            raise ValueError(f"group range {g0}:{g1} outside the source's {source.n_groups} groups")
+        self.base = source
+        self.g0, self.g1 = g0, g1
+        ptr = source.group_ptr[g0:g1 + 1]
+        self._r0 = int(ptr[0])
+        self._gp = (ptr - ptr[0]).astype(np.int64)
+        self.n_rows = int(ptr[-1] - ptr[0])
+        self.n_groups = g1 - g0
+        self.n_features = source.n_features
+        self.n_outputs = source.n_outputs
+        self.sparse = source.sparse
+        for attr in ("y_ndim", "feature_names"):
+            if hasattr(source, attr):
+                setattr(self, attr, getattr(source, attr))
+
+    def _group_ptr(self):
+        return self._gp
+
+    def _group_qid(self, a, b):
+        return self.base._group_qid(self.g0 + a, self.g0 + b)
+
+    def _nnz_at(self, rows):
+        z = self.base._nnz_at(np.concatenate(([self._r0], np.asarray(rows, np.int64) + self._r0)))
+        return None if z is None else z[1:] - z[0]
+
+    def _read_rows(self, r0, r1):
+        return self.base._read_rows(self._r0 + r0, self._r0 + r1)
+
+    def _read_y(self, r0, r1):
+        return self.base.read_y(self._r0 + r0, self._r0 + r1)
+
+    def _read_weight(self, r0, r1):
+        return self.base._read_weight(self._r0 + r0, self._r0 + r1)
 
 
 def _prefetched(read, plan, depth: int = 1):

@@ -110,9 +110,7 @@ def gate(learner, store, h, candidate, cand_folds, current, cur_folds, *, k=10, 
     Returns the record kept in ``version.json`` under ``"gate"``: the slice,
     both models' out-of-fold metrics, the metric and the decision.
     """
-    from streamrank.pipelines._nightly_learners import GroupRange
-
-    src = GroupRange(store, *h)
+    src = store.groups(*h)
     cand = out_of_fold_metrics(src, fold_scorers(learner, candidate, cand_folds), k=k, max_rows=max_rows)
     cur = out_of_fold_metrics(src, fold_scorers(learner, current, cur_folds), k=k, max_rows=max_rows)
     mk = f"ndcg@{k}"

@@ -25,106 +25,16 @@ import numpy as np
 
 import streamrank as sr
 from streamrank import DEFAULT_BLOCK_ROWS
-from streamrank.io.blocks import BlockSource
 
 from streamrank.pipelines._nightly_versions import open_stats
 
-__all__ = ["DEFAULT_FOLDS", "DEFAULT_BLOCK_ROWS", "GroupRange", "select_alpha", "select_alpha_kernel",
-           "kernel_fold_statistics", "update_rankrls", "update_kernel", "update_sgd", "update_pairwise",
-           "tuple_range", "validate", "validate_tuples"]
+__all__ = ["DEFAULT_FOLDS", "DEFAULT_BLOCK_ROWS", "update_rankrls", "update_kernel", "update_sgd",
+           "update_pairwise", "tuple_range", "validate", "validate_tuples"]
 
 DEFAULT_FOLDS = 5
 
 
-class GroupRange(BlockSource):
-    """Groups ``g0:g1`` of a block source (e.g. tonight's new groups of a store), as a source."""
-
-    def __init__(self, source, g0, g1):
-        g0, g1 = int(g0), int(g1)
-        if not 0 <= g0 <= g1 <= source.n_groups:
-            raise ValueError(f"group range {g0}:{g1} outside the source's {source.n_groups} groups")
-        self.base = source
-        self.g0, self.g1 = g0, g1
-        ptr = source.group_ptr[g0:g1 + 1]
-        self._r0 = int(ptr[0])
-        self._gp = (ptr - ptr[0]).astype(np.int64)
-        self.n_rows = int(ptr[-1] - ptr[0])
-        self.n_groups = g1 - g0
-        self.n_features = source.n_features
-        self.n_outputs = source.n_outputs
-        self.sparse = source.sparse
-
-    def _group_ptr(self):
-        return self._gp
-
-    def _group_qid(self, a, b):
-        return self.base._group_qid(self.g0 + a, self.g0 + b)
-
-    def _nnz_at(self, rows):
-        z = self.base._nnz_at(np.concatenate(([self._r0], np.asarray(rows, np.int64) + self._r0)))
-        return None if z is None else z[1:] - z[0]
-
-    def _read_rows(self, r0, r1):
-        return self.base._read_rows(self._r0 + r0, self._r0 + r1)
-
-
 # --------------------------------------------------------------- rankrls
-def select_alpha(fold_stats, alphas):
-    """λ with the lowest k-fold squared ranking loss, from per-fold statistics only.
-
-    For fold f, ``w_f(λ) = (G − G_f + λI)⁻¹ (B − B_f)`` and its loss on fold f is
-    ``w_fᵀ G_f w_f − 2 w_fᵀ B_f + yᵀL_f y`` (DESIGN §3.2); the score is their
-    sum over folds divided by the number of pairs (as
-    ``RankRLS.cross_validate(scoring="squared")``).  Returns (best alpha, scores).
-    """
-    from streamrank.rankrls._statistics import EigenPath
-
-    def fold_loss(G, B, st, alphas):
-        ep = EigenPath(G, B)
-        return st.loss(np.stack([ep.coef(a) for a in alphas]))
-
-    return _select_by_fold_loss(fold_stats, alphas, fold_loss)
-
-
-def _select_by_fold_loss(fold_stats, alphas, fold_loss):
-    """The k-fold selection shared by :func:`select_alpha` and :func:`select_alpha_kernel`.
-
-    ``total`` = the sum of the fold statistics; ``fold_loss(G − G_f, B − B_f,
-    fold f's statistics, alphas)`` is the (len(alphas), v) loss on fold f of
-    the model trained without it.  Score = summed loss / pairs, mean over
-    outputs; the best λ is the lowest non-NaN score.  Returns (best alpha,
-    scores, total).
-    """
-    total = fold_stats[0].copy()
-    for st in fold_stats[1:]:
-        total.merge(st)
-    alphas = np.asarray(alphas, dtype=np.float64)
-    loss = np.zeros((len(alphas), total.n_outputs))
-    for st in fold_stats:
-        loss += fold_loss(total.G - st.G, total.B - st.B, st, alphas)
-    scores = (loss / max(total.n_pairs, 1)).mean(axis=1)
-    best = int(np.argmin(np.where(np.isnan(scores), np.inf, scores)))
-    return float(alphas[best]), scores, total
-
-
-def _total(fold_stats):
-    """The sum of fold statistics (new object)."""
-    total = fold_stats[0].copy()
-    for st in fold_stats[1:]:
-        total.merge(st)
-    return total
-
-
-def _for_selection(fold_stats, normalize):
-    """Fold statistics as λ selection sees them: with ``normalize=`` the congruence D G_f D, D B_f by the
-    scales of all their rows (the rule of ``RankRLS.cross_validate``: fold models on the full data's
-    scales, held-out rows included; :mod:`streamrank.normalize`)."""
-    if normalize is None:
-        return fold_stats
-    d = 1.0 / _total(fold_stats).moments.normalizer(normalize).scale
-    return [st.scaled(d) for st in fold_stats]
-
-
 def _merged(a, b):
     """Fold statistics ``a + b`` as new objects (either may be None: absent)."""
     if a is None and b is None:
@@ -140,7 +50,7 @@ def _split(store, seen, holdout):
     """``(groups seen:h0, groups h0:)`` of the store; ``h0`` = the held-out start (no holdout: the end)."""
     n = store.n_groups
     h0 = n if holdout is None else min(max(int(holdout), int(seen)), n)
-    return GroupRange(store, seen, h0), GroupRange(store, h0, n)
+    return store.groups(seen, h0), store.groups(h0, n)
 
 
 def update_rankrls(store, base_model, seen_groups, alphas, *, folds=DEFAULT_FOLDS, max_rows=DEFAULT_BLOCK_ROWS,
@@ -155,7 +65,7 @@ def update_rankrls(store, base_model, seen_groups, alphas, *, folds=DEFAULT_FOLD
     returned as the third value (None without a holdout or without data
     outside it).
     """
-    from streamrank.rankrls.selection import accumulate_folds
+    from streamrank.rankrls.selection import accumulate_folds, select_from_fold_statistics
 
     if base_model is not None and getattr(base_model, "fold_stats_", None) is None:
         raise ValueError("the current RankRLS model holds no fold statistics; run with --full once")
@@ -172,59 +82,24 @@ def update_rankrls(store, base_model, seen_groups, alphas, *, folds=DEFAULT_FOLD
     if folds_now is None:
         raise ValueError("no data: the store is empty")
     y_1d = store.n_outputs == 1
-    best, scores, _ = select_alpha(_for_selection(folds_now, model.normalize), alphas)
-    model.alpha = best
-    model.fit_statistics(_total(folds_now), y_1d=y_1d)    # normalize=: the moments ride in the statistics
+    res, total = select_from_fold_statistics(model, folds_now, alphas)
+    model.alpha = res.best_alpha          # the nightly model is saved with the λ chosen tonight
+    model.fit_statistics(total, y_1d=y_1d)
+    model.record_selection(res)
     model.fold_stats_ = folds_now
-    sel = {"alphas": [float(a) for a in alphas], "cv_squared": [float(s) for s in scores],
-           "alpha": best, "new_rows": pre.n_rows + hold.n_rows, "new_groups": pre.n_groups + hold.n_groups}
+    sel = {"alphas": [float(a) for a in alphas], "cv_squared": [float(s) for s in res.scores],
+           "alpha": res.best_alpha, "new_rows": pre.n_rows + hold.n_rows,
+           "new_groups": pre.n_groups + hold.n_groups}
     minus = None
     if holdout is not None and folds_pre is not None and folds_hold is not None:
-        best_m, _, _ = select_alpha(_for_selection(folds_pre, model.normalize), alphas)
-        minus = sr.RankRLS(**dict(model.get_params(), alpha=best_m))
-        minus.fit_statistics(_total(folds_pre), y_1d=y_1d)
-        sel["holdout_alpha"] = best_m
+        res_m, total_m = select_from_fold_statistics(model, folds_pre, alphas)
+        minus = sr.RankRLS(**dict(model.get_params(), alpha=res_m.best_alpha))
+        minus.fit_statistics(total_m, y_1d=y_1d)
+        sel["holdout_alpha"] = res_m.best_alpha
     return model, sel, minus
 
 
 # ---------------------------------------------------------- sparse kernel
-
-
-def kernel_fold_statistics(model, source, n_folds, max_rows=DEFAULT_BLOCK_ROWS):
-    """Per-fold statistics of Φ = k(X, basis_) over ``source`` (one pass; folds by query id).
-
-    A model with ``normalizer_`` (normalize=) evaluates k(x̃, basis_) on x̃ = (x − o)/s: its basis rows are
-    normalized, and the scales stay those of the night that drew the basis (like the basis itself).
-    """
-    from streamrank.normalize import NormalizedSource
-    from streamrank.rankrls._statistics import RankStatistics
-    from streamrank.rankrls.selection import _split_by_fold, fold_of
-
-    spec, Xb = model.kernel_function(), model.basis_
-    if getattr(model, "normalizer_", None) is not None:
-        source = NormalizedSource(source, model.normalizer_)
-    folds = [RankStatistics(Xb.shape[0], source.n_outputs, group_weight=model.group_weight, ties=model.ties)
-             for _ in range(n_folds)]
-    for block in source.blocks(max_rows=max_rows, split_groups=True):
-        for f, X, Y, gp, size, off, gid, _ in _split_by_fold(block, fold_of(block.qid, n_folds)):
-            folds[f].add_block(spec(X, Xb), Y, gp, group_size=size, group_offset=off, group_id=gid)
-    for st in folds:
-        st.check_complete()
-    return folds
-
-
-def select_alpha_kernel(fold_stats, K_RR, alphas):
-    """λ of sparse RankRLS by k-fold CV from fold statistics only.
-
-    Without fold f: ``A_f(λ) = (G − G_f + λ K_RR)⁻¹ (B − B_f)`` (§3.5), its loss on
-    fold f ``A_fᵀ G_f A_f − 2 A_fᵀ B_f + yᵀL_f y``; summed over folds / pairs.
-    """
-    import scipy.linalg
-
-    def fold_loss(G, B, st, alphas):
-        return np.stack([st.loss(scipy.linalg.lstsq(G + a * K_RR, B, check_finite=False)[0]) for a in alphas])
-
-    return _select_by_fold_loss(fold_stats, alphas, fold_loss)
 
 
 def update_kernel(store, base_model, base_dir, seen, alphas, *, folds=DEFAULT_FOLDS, max_rows=DEFAULT_BLOCK_ROWS,
@@ -247,14 +122,15 @@ def update_kernel(store, base_model, base_dir, seen, alphas, *, folds=DEFAULT_FO
         base_folds = [RankStatistics.from_arrays(arrays, group_weight=model.group_weight, ties=model.ties,
                                                  prefix=f"fold{f}_") for f in range(n_folds)]
     pre, hold = _split(store, seen, holdout)
-    folds_pre = _merged(base_folds, kernel_fold_statistics(model, pre, n_folds, max_rows) if pre.n_rows else None)
-    folds_hold = kernel_fold_statistics(model, hold, n_folds, max_rows) if hold.n_rows else None
+    folds_pre = _merged(base_folds, model.fold_statistics(pre, n_folds, max_rows=max_rows) if pre.n_rows else None)
+    folds_hold = model.fold_statistics(hold, n_folds, max_rows=max_rows) if hold.n_rows else None
     fold_stats = _merged(folds_pre, folds_hold)
-    K_RR = model.kernel_function()(model.basis_)
-    best, scores, total = select_alpha_kernel(fold_stats, K_RR, alphas)
-    model.alpha = best
+    res, total = model.select_from_fold_statistics(fold_stats, alphas)
+    best, scores = res.best_alpha, res.scores
+    model.alpha = best                    # the nightly model is saved with the λ chosen tonight
     norm = getattr(model, "normalizer_", None)          # normalize=: fixed with the basis (first night)
     model.fit_basis_statistics(total, model.basis_, store, max_rows, normalizer=norm)
+    model.record_selection(res)
     arrays = {"n_folds": np.array(len(fold_stats))}
     for f, st in enumerate(fold_stats):
         arrays.update(st.to_arrays(f"fold{f}_"))
@@ -262,7 +138,8 @@ def update_kernel(store, base_model, base_dir, seen, alphas, *, folds=DEFAULT_FO
            "alpha": best, "new_rows": pre.n_rows + hold.n_rows, "new_groups": pre.n_groups + hold.n_groups}
     minus = None
     if holdout is not None and folds_pre is not None and folds_hold is not None:
-        best_m, _, total_m = select_alpha_kernel(folds_pre, K_RR, alphas)
+        res_m, total_m = model.select_from_fold_statistics(folds_pre, alphas)
+        best_m = res_m.best_alpha
         minus = sr.KernelRankRLS(**dict(model.get_params(), alpha=best_m))
         minus.fit_basis_statistics(total_m, model.basis_, store, max_rows, normalizer=norm)
         sel["holdout_alpha"] = best_m

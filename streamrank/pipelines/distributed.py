@@ -110,7 +110,7 @@ def run_sgd(args, out):
 
 def run(args, out=None):
     """Fit (and validate) on the cluster; returns the report dict."""
-    from streamrank.pipelines.nightly import select_alpha
+    from streamrank.rankrls.selection import select_from_fold_statistics
 
     out = sys.stdout if out is None else out
     if args.learner == "sgd-bilinear":
@@ -129,12 +129,13 @@ def run(args, out=None):
                 raise ValueError("--alphas selects λ from fold statistics: primal RankRLS only")
             folds = srd.statistics(est, store, client, max_rows=args.max_rows, split_every=args.split_every,
                                    folds=args.folds)
-            best, scores, total = select_alpha(folds, args.alphas)
-            est.alpha = best
+            res, total = select_from_fold_statistics(est, folds, args.alphas)
+            est.alpha = res.best_alpha     # the saved model carries the chosen λ
             est.fit_statistics(total, y_1d=store.n_outputs == 1)
+            est.record_selection(res)
             est.fold_stats_ = folds
             report["selection"] = {"alphas": [float(a) for a in args.alphas],
-                                   "cv_squared": [float(s) for s in scores], "alpha": best}
+                                   "cv_squared": [float(s) for s in res.scores], "alpha": res.best_alpha}
         else:
             srd.fit(est, store, client, max_rows=args.max_rows, split_every=args.split_every)
         report["fit_seconds"] = time.perf_counter() - t0

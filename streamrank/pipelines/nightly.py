@@ -116,10 +116,6 @@ from streamrank.pipelines._nightly_ingest import (  # noqa: F401
 from streamrank.pipelines._nightly_learners import (  # noqa: F401
     DEFAULT_BLOCK_ROWS,
     DEFAULT_FOLDS,
-    GroupRange,
-    kernel_fold_statistics,
-    select_alpha,
-    select_alpha_kernel,
     tuple_range,
     update_kernel,
     update_pairwise,
@@ -153,8 +149,8 @@ from streamrank.pipelines._nightly_versions import (  # noqa: F401
 )
 
 __all__ = ["main", "run_night", "build_parser", "ingest", "ingest_tuples", "read_day", "read_tuple_day", "iter_day",
-           "content_hash", "GroupRange", "select_alpha", "select_alpha_kernel", "kernel_fold_statistics",
-           "tuple_range", "validate", "switch_current", "current_version", "list_versions", "read_version", "prune",
+           "content_hash", "tuple_range", "validate", "switch_current", "current_version", "list_versions",
+           "read_version", "prune",
            "summary_line", "POINTER", "META", "KERNEL_STATS", "LOCK", "ModelsDirError", "ModelsLocked"]
 
 LEARNERS = ("rankrls", "sparse-kernel", "sgd-bilinear", "sgd-pairwise")
@@ -232,7 +228,7 @@ def _validate_night(learner, store, log, unit, total, model, held, cur_model, cu
             vdesc["reason"] = ("the current model has seen every group of the newest day"
                                if cur_model is not None and cur_seen >= total
                                else "no data outside the newest day to train a candidate on")
-        vsrc, vt = (None if tuples else GroupRange(store, lo, total)), (store, lo, total)
+        vsrc, vt = (None if tuples else store.groups(lo, total)), (store, lo, total)
         cand = held if (honest and not sgd) else model
     if held is not None and sgd and validation is None:
         metrics = held

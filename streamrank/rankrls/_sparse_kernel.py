@@ -243,32 +243,15 @@ class SparseMode:
         source, max_rows = est._train_source
         spec = est.kernel_function()
         Xb = est.basis_
-        r = Xb.shape[0]
         v = source.n_outputs
-        folds = [RankStatistics(r, v, group_weight=est.group_weight, ties=est.ties, per_output=True)
-                 for _ in range(n_folds)]
-
-        def phi_blocks():
-            for block in source.blocks(max_rows=max_rows, split_groups=True):
-                yield dataclasses.replace(block, X=spec(block.X, Xb))
-
-        for pb in phi_blocks():
-            for f, P, Y, gp, size, off, gid, _ in _split_by_fold(pb, fold_of(pb.qid, n_folds)):
-                folds[f].add_block(P, Y, gp, group_size=size, group_offset=off, group_id=gid)
-        total = RankStatistics(r, v, group_weight=est.group_weight, ties=est.ties, per_output=True)
-        for st in folds:
-            st.check_complete()
-            total.merge(st)
-        K_RR = spec(Xb)
-        coefs = []
-        for st in folds:
-            sol = sparse_solution(total.G - st.G, total.B - st.B, K_RR)
-            coefs.append(np.stack([sol.coef(a) for a in arr]))          # (a, r, v)
+        folds = self.fold_statistics(est, source, n_folds, max_rows)
+        total, coefs = self._fold_coefs(est, folds, arr)
         if kind == "squared":
             per_out = sum(st.loss(W) for st, W in zip(folds, coefs)) / np.maximum(total.pairs_per_output, 1)
         else:
             ev = _Evaluators(kind, k, len(arr), v)
-            for pb in phi_blocks():
+            for block in source.blocks(max_rows=max_rows, split_groups=True):
+                pb = dataclasses.replace(block, X=spec(block.X, Xb))
                 S = np.empty((pb.n_rows, len(arr), v))
                 for f, P, _, _, _, _, _, rows in _split_by_fold(pb, fold_of(pb.qid, n_folds)):
                     S[rows] = np.einsum("ir,arv->iav", P, coefs[f])
@@ -278,6 +261,45 @@ class SparseMode:
         est.dual_coef_ = est._y_out(est._sparse.coef(result.best_alpha))   # alpha stays the user's
         est.__dict__.pop("cv_predictions_", None)
         return result
+
+    def fold_statistics(self, est, source, n_folds, max_rows):
+        """Per-fold statistics of Φ = k(X, X_R) over ``source`` in one pass (folds by query id, row weights kept)."""
+        from .selection import _split_by_fold, fold_of, rows_weight
+
+        spec = est.kernel_function()
+        Xb = est.basis_
+        r = Xb.shape[0]
+        v = source.n_outputs
+        folds = [RankStatistics(r, v, group_weight=est.group_weight, ties=est.ties, per_output=True)
+                 for _ in range(n_folds)]
+        for block in source.blocks(max_rows=max_rows, split_groups=True):
+            pb = dataclasses.replace(block, X=spec(block.X, Xb))
+            for f, P, Y, gp, size, off, gid, rows in _split_by_fold(pb, fold_of(pb.qid, n_folds)):
+                folds[f].add_block(P, Y, gp, group_size=size, group_offset=off, group_id=gid,
+                                   weight=rows_weight(pb, rows))
+        return folds
+
+    def _fold_coefs(self, est, folds, arr):
+        """``(total, coefs)``: the summed statistics and, per fold, A(λ) (a, r, v) trained without it."""
+        spec = est.kernel_function()
+        Xb = est.basis_
+        total = RankStatistics(Xb.shape[0], folds[0].n_outputs, group_weight=est.group_weight, ties=est.ties,
+                               per_output=True)
+        for st in folds:
+            st.check_complete()
+            total.merge(st)
+        K_RR = spec(Xb)
+        coefs = []
+        for st in folds:
+            sol = sparse_solution(total.G - st.G, total.B - st.B, K_RR)
+            coefs.append(np.stack([sol.coef(a) for a in arr]))          # (a, r, v)
+        return total, coefs
+
+    def select_from_fold_statistics(self, est, folds, arr):
+        """k-fold choice of λ (squared loss per pair) from per-fold statistics alone: ``(CVResult, total)``."""
+        total, coefs = self._fold_coefs(est, folds, arr)
+        per_out = sum(st.loss(W) for st, W in zip(folds, coefs)) / np.maximum(total.pairs_per_output, 1)
+        return choose(arr, per_out, kind="squared", k=None, scoring="squared", folds=len(folds)), total
 
     # ------------------------------------------------------------ persistence
     def get_state(self, est, attrs, arrays):

@@ -318,6 +318,40 @@ class KernelRankRLS(BaseRanker):
         mode.solver(self)     # recomputed after sr.load; an error for files saved without the training data
         return self.record_selection(mode.cross_validate(self, arr, folds, kind, k, scoring))
 
+    def fold_statistics(self, source, folds=5, *, max_rows=None):
+        """Per-fold statistics of Φ = k(X, basis_) over ``source``, one pass (sparse models; folds by query id).
+
+        The folds of :func:`~streamrank.rankrls.selection.fold_of`, as
+        :meth:`cross_validate` uses them; statistics of several sources (e.g.
+        one per night) add up (``merge``) fold by fold, so a source may hold
+        fewer groups than folds.  A model fitted with ``normalize=`` evaluates
+        k(x̃, basis_) on the rows scaled by its ``normalizer_``.
+        """
+        self._check_fitted("dual_coef_")
+        if self._fitted_mode() is not SPARSE:
+            raise ValueError("fold_statistics is for sparse models (n_basis=r or an array basis)")
+        if max_rows is None:
+            max_rows = getattr(self, "_max_rows", None) or max(256, (1 << 22) // max(self.basis_.shape[0], 1))
+        if getattr(self, "normalizer_", None) is not None:      # the basis rows are normalized: so are x
+            from ..normalize import NormalizedSource
+
+            source = NormalizedSource(source, self.normalizer_)
+        if isinstance(folds, bool) or not isinstance(folds, (int, np.integer)) or folds < 2:
+            raise ValueError(f"folds must be an integer >= 2; got {folds!r}")
+        return SPARSE.fold_statistics(self, source, int(folds), max_rows)
+
+    def select_from_fold_statistics(self, fold_stats, alphas=None):
+        """k-fold choice of λ from per-fold statistics alone (squared loss per pair): ``(CVResult, total)``.
+
+        What :meth:`cross_validate` (``folds=k``, ``scoring="squared"``) does
+        after its pass.  The model is not changed: ``fit_basis_statistics(total,
+        basis_, ...)`` with ``alpha = result.best_alpha`` fits it.
+        """
+        self._check_fitted("dual_coef_")
+        if self._fitted_mode() is not SPARSE:
+            raise ValueError("select_from_fold_statistics is for sparse models (n_basis=r or an array basis)")
+        return SPARSE.select_from_fold_statistics(self, list(fold_stats), check_alphas(alphas))
+
     # ------------------------------------------------------------ persistence
     def _get_state(self):
         self._check_fitted("dual_coef_")

@@ -37,7 +37,7 @@ from .._validation import check_alpha
 from ._statistics import EigenPath
 
 __all__ = ["fold_of", "accumulate_folds", "cross_validate", "leave_query_out", "CVResult",
-           "MAX_LQO_GROUP_ROWS"]
+           "MAX_LQO_GROUP_ROWS", "fold_solutions", "fold_squared_loss", "select_from_fold_statistics"]
 
 MAX_LQO_GROUP_ROWS = 20_000
 
@@ -211,22 +211,9 @@ def cross_validate(model, source=None, *, alphas=None, folds=5, scoring="squared
     else:
         folds = check_folds(folds, source.n_groups)
         fold_stats = accumulate_folds(model, source, folds, max_rows)
-        total = model.new_statistics(source.n_features, n_out)
-        for st in fold_stats:
-            total.merge(st)
-        # normalize=: each fold's model is solved on the features scaled by the scales of all rows
-        # (the congruence of streamrank.normalize) and mapped back to raw-feature weights d * w'
-        d = np.ones(source.n_features)
-        if model.normalize is not None:
-            d = 1.0 / total.moments.normalizer(model.normalize).scale
-        Ws = []
-        for st in fold_stats:
-            G, B = total.G - st.G, total.B - st.B
-            G = G * d[:, None] * d[None, :] if G.ndim == 2 else G * d[None, :, None] * d[None, None, :]
-            ep = EigenPath(G, B * d[:, None])
-            Ws.append(np.stack([ep.coef(a) for a in alphas]) * d[None, :, None])   # (a, n, v), raw features
+        total, Ws = fold_solutions(model, fold_stats, alphas)
         if kind == "squared":
-            per_out = sum(st.loss(W) for st, W in zip(fold_stats, Ws)) / np.maximum(total.pairs_per_output, 1)
+            per_out = fold_squared_loss(fold_stats, Ws, total)
         else:
             ev = _Evaluators(kind, k, len(alphas), n_out)
             for block in source.blocks(max_rows=max_rows, split_groups=True):
@@ -239,9 +226,7 @@ def cross_validate(model, source=None, *, alphas=None, folds=5, scoring="squared
             per_out = ev.result()
         model.fit_statistics(total, y_1d=(n_out == 1))
     greater = kind == "ndcg"
-    scores = np.nanmean(per_out, axis=1) if per_out.size else per_out
-    valid = np.where(np.isnan(scores), -np.inf if greater else np.inf, scores)
-    best = int(np.argmax(valid) if greater else np.argmin(valid))
+    scores, best = _best(per_out, greater)
     with model.solving_with(alphas[best]):       # refit at the best alpha; the user's alpha stays
         model.fit_statistics(model.stats_, source=source)
     if fold_stats is not None:
@@ -250,6 +235,64 @@ def cross_validate(model, source=None, *, alphas=None, folds=5, scoring="squared
         alphas=alphas, scores=scores, scores_per_output=per_out, best_alpha=float(alphas[best]), best_index=best,
         scoring=scoring if kind == "squared" or kind == "disagreement" else f"ndcg@{k}", folds=folds,
         greater_is_better=greater))
+
+
+def _best(per_out, greater):
+    """(scores, best index): the mean over outputs of every λ's scores, and the best λ (NaN never wins)."""
+    scores = np.nanmean(per_out, axis=1) if per_out.size else per_out
+    valid = np.where(np.isnan(scores), -np.inf if greater else np.inf, scores)
+    return scores, int(np.argmax(valid) if greater else np.argmin(valid))
+
+
+def fold_solutions(model, fold_stats, alphas):
+    """``(total, Ws)``: the sum of per-fold statistics and, per fold f, the weights without it.
+
+    ``Ws[f]`` (len(alphas), n, v) = ``(G − G_f + λI)⁻¹ (B − B_f)`` for every λ,
+    from one eigendecomposition per fold (:class:`EigenPath`).  With
+    ``normalize=`` each fold's model is solved on the features scaled by the
+    scales of all rows (the congruence of :mod:`streamrank.normalize`) and
+    mapped back to raw-feature weights.
+    """
+    total = model.new_statistics(fold_stats[0].n_features, fold_stats[0].n_outputs)
+    for st in fold_stats:
+        total.merge(st)
+    # normalize=: each fold's model is solved on the features scaled by the scales of all rows
+    # (the congruence of streamrank.normalize) and mapped back to raw-feature weights d * w'
+    d = np.ones(total.n_features)
+    if model.normalize is not None:
+        d = 1.0 / total.moments.normalizer(model.normalize).scale
+    Ws = []
+    for st in fold_stats:
+        G, B = total.G - st.G, total.B - st.B
+        G = G * d[:, None] * d[None, :] if G.ndim == 2 else G * d[None, :, None] * d[None, None, :]
+        ep = EigenPath(G, B * d[:, None])
+        Ws.append(np.stack([ep.coef(a) for a in alphas]) * d[None, :, None])   # (a, n, v), raw features
+    return total, Ws
+
+
+def fold_squared_loss(fold_stats, Ws, total):
+    """(alphas, outputs) k-fold squared ranking loss per pair, from the statistics alone (no pass).
+
+    Fold f's loss of ``w_f`` is ``w_fᵀ G_f w_f − 2 w_fᵀ B_f + yᵀL_f y``; the sum
+    over folds is divided by each output's number of pairs in the cost.
+    """
+    return sum(st.loss(W) for st, W in zip(fold_stats, Ws)) / np.maximum(total.pairs_per_output, 1)
+
+
+def select_from_fold_statistics(model, fold_stats, alphas):
+    """k-fold choice of λ from per-fold statistics alone: ``(CVResult, total statistics)``.
+
+    What :func:`cross_validate` (``folds=k``, ``scoring="squared"``) does
+    after its pass, for fold statistics kept elsewhere — added night by
+    night (the nightly pipeline) or reduced on a cluster.  The model is not
+    changed: solve ``total`` at ``result.best_alpha`` to fit it.
+    """
+    alphas = check_alphas(alphas)
+    total, Ws = fold_solutions(model, fold_stats, alphas)
+    per_out = fold_squared_loss(fold_stats, Ws, total)
+    scores, best = _best(per_out, False)
+    return CVResult(alphas=alphas, scores=scores, scores_per_output=per_out, best_alpha=float(alphas[best]),
+                    best_index=best, scoring="squared", folds=len(fold_stats), greater_is_better=False), total
 
 
 def _predict_stack(X, W):

@@ -208,11 +208,10 @@ def test_sparse_kernel_nights_incremental_equals_scratch(tmp_path):
     s = sr.GroupStore.open(store)
     scratch = sr.KernelRankRLS(gamma=0.05, alpha=final.alpha, basis=final.basis_).fit(s)
     np.testing.assert_allclose(final.dual_coef_, scratch.dual_coef_, rtol=1e-7, atol=1e-9)
-    # λ chosen from the fold statistics equals a from-scratch choice on all data
+    # λ chosen from the fold statistics kept night by night equals the library's own k-fold choice on all data
     m = sr.KernelRankRLS(gamma=0.05, basis=final.basis_).fit(s)
-    folds = nightly.kernel_fold_statistics(m, s, 5)
-    best, _, _ = nightly.select_alpha_kernel(folds, m.kernel_function()(final.basis_), [0.1, 1.0, 10.0])
-    assert best == final.alpha
+    best = m.cross_validate(alphas=[0.1, 1.0, 10.0], folds=5).best_alpha
+    assert best == final.alpha == final.best_alpha_
 
 
 def test_sgd_pairwise_nights_resume(tmp_path):
@@ -225,7 +224,7 @@ def test_sgd_pairwise_nights_resume(tmp_path):
     s = sr.GroupStore.open(store)
     replay = sr.PairwiseSGDRanker(random_state=5)     # the same partial_fit calls in one process
     for e in s.batches:
-        for b in nightly.GroupRange(s, *e["groups"]).blocks():
+        for b in s.groups(*e["groups"]).blocks():
             replay.partial_fit(b.X, b.y, b.row_qid())
     assert final.t_ == replay.t_ == s.n_rows
     np.testing.assert_allclose(final.coef_, replay.coef_, rtol=1e-12, atol=1e-15)
@@ -299,7 +298,7 @@ def test_nightly_normalize_sparse_kernel_and_pairwise_keep_the_first_nights_scal
     replay = sr.PairwiseSGDRanker(random_state=5, normalize="minmax").init_state(s.n_features)
     replay.normalizer_ = first
     for e in s.batches:
-        for b in nightly.GroupRange(s, *e["groups"]).blocks():
+        for b in s.groups(*e["groups"]).blocks():
             replay.partial_fit(b.X, b.y, b.row_qid())
     np.testing.assert_allclose(final.normalizer_.scale, first.scale, rtol=1e-12)
     np.testing.assert_allclose(final.coef_, replay.coef_, rtol=1e-12, atol=1e-15)
@@ -308,3 +307,53 @@ def test_nightly_normalize_sparse_kernel_and_pairwise_keep_the_first_nights_scal
         nightly.main(["--store", str(tmp_path / "b.zarr"), "--new", str(_day_file(tmp_path, 1)), "--models",
                       str(tmp_path / "bm"), "--learner", "sgd-bilinear", "--normalize", "standard"])
     assert exc.value.code == 2 and not (tmp_path / "b.zarr").exists()
+
+
+@pytest.mark.parametrize("ties", ["include", "exclude"])
+def test_nightly_rankrls_selection_equals_brute_force_kfold(tmp_path, ties):
+    """Two nights of a two-output store: the λ scores the nightly reports are the brute-force k-fold loss.
+
+    Fold f's model is retrained pair by pair without fold f's groups
+    (tests/reference), its loss summed over fold f's pairs, the sum divided by
+    each output's pair count and averaged over the outputs — the library's
+    selection (``RankRLS.cross_validate``).  The pipeline's own copy divided
+    by the pair count summed over the outputs, which differs with
+    ``ties="exclude"`` (each output has its own tied pairs).
+    """
+    sys.path.insert(0, str(ROOT / "tests" / "reference"))
+    from rankrls_reference import brute_loss, brute_rankrls, pair_list
+
+    from streamrank.pipelines._nightly_learners import update_rankrls
+    from streamrank.rankrls.selection import fold_of
+
+    rng = np.random.default_rng(7)
+    store = sr.GroupStore.create(tmp_path / "s.zarr", n_features=4, n_outputs=2)
+    alphas = [0.25, 1.0, 4.0]
+    model = None
+    for night in range(2):                      # night 2 adds its groups' fold statistics to night 1's
+        sizes = rng.integers(2, 6, 8)
+        X = rng.normal(size=(sizes.sum(), 4))
+        Y = rng.integers(0, 3, size=(sizes.sum(), 2)).astype(float)
+        store.append(X, Y, np.repeat(np.arange(8) + 8 * night, sizes), batch_id=f"night-{night}")
+        s = sr.GroupStore.open(tmp_path / "s.zarr")
+        model, sel, _ = update_rankrls(s, model, 8 * night, alphas, folds=3, params={"ties": ties})
+    assert sel["new_groups"] == 8
+    X, Y, qids, gp = [], [], [], [0]
+    for b in s.blocks():
+        X.append(b.X), Y.append(np.asarray(b.y).reshape(b.n_rows, -1)), qids.append(b.qid)
+        gp += list(gp[-1] + b.group_ptr[1:])
+    X, Y, qids, gp = np.vstack(X), np.vstack(Y), np.concatenate(qids), np.asarray(gp)
+    fog = fold_of(qids, 3)
+    loss = np.zeros((len(alphas), 2))
+    for f in range(3):
+        tr = [g for g in range(len(qids)) if fog[g] != f]
+        te = [g for g in range(len(qids)) if fog[g] == f]
+        rows = lambda gs: np.concatenate([np.arange(gp[g], gp[g + 1]) for g in gs])  # noqa: E731
+        ptr = lambda gs: np.concatenate(([0], np.cumsum([gp[g + 1] - gp[g] for g in gs])))  # noqa: E731
+        for ai, a in enumerate(alphas):
+            W = brute_rankrls(X[rows(tr)], Y[rows(tr)], ptr(tr), a, ties=ties)
+            loss[ai] += brute_loss(X[rows(te)] @ W, Y[rows(te)], ptr(te), ties=ties)
+    pairs = np.array([len(pair_list(gp, Y[:, c], ties=ties)) for c in range(2)])
+    want = (loss / pairs).mean(axis=1)
+    np.testing.assert_allclose(sel["cv_squared"], want, rtol=1e-8)
+    assert sel["alpha"] == alphas[int(np.argmin(want))] == model.alpha == model.best_alpha_

@@ -40,7 +40,7 @@ def test_rankrls_candidate_without_the_newest_day_decides_and_the_refit_is_promo
     val = meta["validation"]
     assert val["scheme"] == "holdout" and val["groups"] == [24, 36] and val["candidate_trained_on"] == [0, 24]
     s = sr.GroupStore.open(store)
-    before, day = nightly.GroupRange(s, 0, 24), nightly.GroupRange(s, 24, 36)
+    before, day = s.groups(0, 24), s.groups(24, 36)
     # the candidate of the decision: nights 1-2 only, λ by 5-fold CV on them (the day takes no part)
     cand = sr.RankRLS(solver="primal")
     cv = cand.cross_validate(before, alphas=ALPHAS, folds=5)
@@ -83,8 +83,8 @@ def test_sparse_kernel_holdout_candidate(tmp_path):
     s = sr.GroupStore.open(store)
     final = sr.load(models / "current")
     cand = sr.KernelRankRLS(gamma=0.05, alpha=meta["selection"]["holdout_alpha"], basis=final.basis_)
-    cand.fit(nightly.GroupRange(s, 0, 12))
-    want = sr.metrics.evaluate(nightly.GroupRange(s, 12, 24), cand, k=10)["ndcg@10"].value
+    cand.fit(s.groups(0, 12))
+    want = sr.metrics.evaluate(s.groups(12, 24), cand, k=10)["ndcg@10"].value
     assert meta["metrics"]["ndcg@10"] == pytest.approx(want, rel=1e-8)
 
 
@@ -113,7 +113,7 @@ def test_pairwise_progressive_validation(tmp_path):
     s = sr.GroupStore.open(store)
     m = sr.load(models / "v0001")
     ev = sr.metrics.RankingEvaluator(10, ("ndcg", "disagreement"))
-    for b in nightly.GroupRange(s, 12, 24).blocks(max_rows=40):
+    for b in s.groups(12, 24).blocks(max_rows=40):
         ev.update(b.y, m.predict(b.X), b.group_ptr, qid=b.qid, group_size=b.group_size,
                   group_offset=b.group_offset)
         m.partial_fit(b.X, b.y, b.row_qid())
