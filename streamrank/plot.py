@@ -131,7 +131,7 @@ def _read_reports(source):
         files = sorted(f for f in rdir.glob("*.json") if not f.name.startswith("."))
         if not files:
             raise ValueError(f"{rdir} holds no nightly reports (*.json); "
-                             "run python -m streamrank.pipelines.nightly first")
+                             "run streamrank nightly first")
         reports = []
         for f in files:
             try:

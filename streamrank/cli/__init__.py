@@ -11,6 +11,9 @@
     streamrank export   --model M --format onnx|opensearch|elasticsearch|solr|json --out PATH
     streamrank cv       --store PATH --learner LEARNER --alphas GRID --folds K|query
     streamrank plot     --model M --out PNG
+    streamrank nightly  --store PATH --new DAYFILE... --models DIR [--learner LEARNER] [--alphas GRID]
+    streamrank distributed --store PATH --model OUT [--workers N | --scheduler ADDR] --learner LEARNER
+    streamrank recipe   synthetic|letor|newsgroups|mnist|reuters [options]
 
 Learners: ``rankrls`` (RankRLS, primal statistics), ``cg`` (RankRLS, conjugate
 gradient), ``kernel`` (KernelRankRLS, exact dual), ``sparse-kernel``
@@ -64,7 +67,8 @@ Modules
 (``parse_grid``) and other argument types; ``_ingest`` ingest/info; ``_fit``
 fit/cv; ``_evaluate`` evaluate/predict; ``_export`` export; ``_plot`` plot; ``_stores`` opening
 stores and models; ``_atomic`` atomic model/score writes; ``_common`` exit
-codes and exceptions.
+codes and exceptions; ``_delegate`` the commands run by a module's own ``main(argv)``
+(``nightly`` and ``distributed``: :mod:`streamrank.pipelines`; ``recipe NAME``: :mod:`streamrank.recipes`).
 """
 from __future__ import annotations
 

@@ -8,6 +8,7 @@ import signal
 import sys
 import traceback
 
+from ._delegate import PIPELINES, RECIPE_HELP, is_delegated, run_delegated
 from ._common import (DEFAULT_MAX_ROWS, EXIT_BUG, EXIT_CODES, EXIT_DATA, EXIT_NOT_FOUND, EXIT_SIGINT,
                       EXIT_SIGTERM, EXIT_UNSUPPORTED, EXIT_USAGE, EXIT_WRITE, FORMATS, LEARNERS, Unsupported,
                       UsageError, _Terminated, log)
@@ -352,6 +353,11 @@ def build_parser() -> argparse.ArgumentParser:
                            help="for a --store at a URL (s3://bucket/prefix/store.zarr): options of its filesystem "
                                 "as a JSON object, e.g. '{\"endpoint_url\": \"http://minio:9000\"}'; without it "
                                 "the usual AWS_* environment variables apply")
+
+    # listed here for --help; main() hands these to the module's own parser (cli/_delegate.py)
+    for name, (_, text) in PIPELINES.items():
+        sub.add_parser(name, help=text, add_help=False)
+    sub.add_parser("recipe", help="write a store from a dataset: " + ", ".join(RECIPE_HELP), add_help=False)
     return top
 
 
@@ -424,6 +430,9 @@ def _on_sigterm(signum, frame):
 
 def main(argv=None) -> int:
     """Run the command line; returns the exit code (the console script exits with it)."""
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if is_delegated(argv):  # nightly, distributed, recipe NAME: the module's own main(argv)
+        return run_delegated(argv)
     parser = build_parser()
     try:
         args = parser.parse_args(argv)

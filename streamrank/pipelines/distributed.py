@@ -2,7 +2,7 @@
 
 ::
 
-    python -m streamrank.pipelines.distributed --store STORE --model OUT \\
+    streamrank distributed --store STORE --model OUT \\
         [--scheduler tcp://HOST:PORT | --workers N] --learner rankrls|sparse-kernel|sgd-bilinear|sgd-pairwise
 
 Connects to ``--scheduler`` or starts a LocalCluster of ``--workers``
@@ -192,7 +192,7 @@ def run_pairwise(args, out):
 def build_parser():
     from streamrank.pipelines.nightly import _parse_alphas
 
-    p = argparse.ArgumentParser(prog="distributed.py", description=__doc__.split("\n\n")[0],
+    p = argparse.ArgumentParser(prog="streamrank distributed", description=__doc__.split("\n\n")[0],
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--store", required=True,
                    help="GroupStore (TupleStore for sgd learners) path reachable by every worker")

@@ -2,7 +2,7 @@
 
 One run = one night::
 
-    python -m streamrank.pipelines.nightly --store STORE --new DAYFILE... --models DIR \\
+    streamrank nightly --store STORE --new DAYFILE... --models DIR \\
         [--learner rankrls|sparse-kernel|sgd-bilinear|sgd-pairwise] [--alphas GRID] [--full] [--keep N]
 
 1. **Ingest** each DAYFILE (LETOR/svmlight text, ``.npz`` with ``X, y, qid``,
@@ -445,7 +445,7 @@ def _parse_alphas(text):
 
 
 def build_parser():
-    p = argparse.ArgumentParser(prog="nightly.py", description=__doc__.split("\n\n")[0],
+    p = argparse.ArgumentParser(prog="streamrank nightly", description=__doc__.split("\n\n")[0],
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--store", required=True, help="GroupStore of all logs so far (created if missing)")
     p.add_argument("--new", nargs="+", required=True, metavar="DAYFILE",

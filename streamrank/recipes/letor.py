@@ -32,7 +32,7 @@ import time
 def build_parser():
     from streamrank.datasets.letor import DATASETS, DEFAULT_DIR, SPLITS
 
-    p = argparse.ArgumentParser(prog="python -m streamrank.recipes.letor", description=__doc__,
+    p = argparse.ArgumentParser(prog="streamrank recipe letor", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--out", required=True, help="path of the GroupStore (or with --to-parquet, the Parquet file "
                    "or directory) to write")

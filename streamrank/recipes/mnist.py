@@ -19,7 +19,7 @@ import time
 def build_parser():
     from streamrank.datasets.mnist import DEFAULT_DIR
 
-    p = argparse.ArgumentParser(prog="python -m streamrank.recipes.mnist", description=__doc__,
+    p = argparse.ArgumentParser(prog="streamrank recipe mnist", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--out", required=True, help="output directory")
     p.add_argument("--data-dir", default=DEFAULT_DIR, help=f"directory of the IDX .gz files (default {DEFAULT_DIR})")

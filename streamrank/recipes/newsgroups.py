@@ -23,7 +23,7 @@ import time
 def build_parser():
     from streamrank.datasets.newsgroups import DEFAULT_ARCHIVE
 
-    p = argparse.ArgumentParser(prog="python -m streamrank.recipes.newsgroups", description=__doc__,
+    p = argparse.ArgumentParser(prog="streamrank recipe newsgroups", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--out", required=True, help="output directory")
     p.add_argument("--archive", default=DEFAULT_ARCHIVE, help=f"20news-bydate.tar.gz (default {DEFAULT_ARCHIVE})")

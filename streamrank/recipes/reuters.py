@@ -21,7 +21,7 @@ import numpy as np
 def build_parser():
     from streamrank.datasets.reuters import DEFAULT_ARCHIVE
 
-    p = argparse.ArgumentParser(prog="python -m streamrank.recipes.reuters", description=__doc__,
+    p = argparse.ArgumentParser(prog="streamrank recipe reuters", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--out", required=True, help="output directory")
     p.add_argument("--archive", default=DEFAULT_ARCHIVE, help=f"reuters21578.tar.gz (default {DEFAULT_ARCHIVE})")

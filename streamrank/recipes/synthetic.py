@@ -31,7 +31,7 @@ CITATION = ("Synthetic data (streamrank.datasets.synthetic); LETOR-like layout a
 
 
 def build_parser():
-    p = argparse.ArgumentParser(prog="python -m streamrank.recipes.synthetic", description=__doc__,
+    p = argparse.ArgumentParser(prog="streamrank recipe synthetic", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--out", required=True, help="path of the zarr store to write")
     p.add_argument("--rows", type=int, default=100_000, help="rows (groups mode; default 100,000)")

@@ -34,6 +34,7 @@ def _modules_after(code: str) -> set[str]:
     ["fit", "--store", "s.zarr", "--model", "m.zarr", "--learner", "no-such-learner"],
     ["evaluate", "--model", "m.zarr"],                   # missing --store
     ["fit", "--store", "s", "--model", "m", "--learner", "rankrls", "--alphas", "2^x"],  # bad GRID
+    ["recipe", "--help"],                                # lists the recipes without importing them
 ])
 def test_help_and_usage_errors_import_no_learner_and_no_heavy_dependency(argv):
     code = ("import contextlib, io\nfrom streamrank.cli import main\n"
@@ -42,7 +43,8 @@ def test_help_and_usage_errors_import_no_learner_and_no_heavy_dependency(argv):
             "assert rc in (0, 2), rc\n")
     mods = _modules_after(code)
     assert not [m for m in HEAVY + LEARNERS if m in mods], sorted(m for m in HEAVY + LEARNERS if m in mods)
-    assert not [m for m in mods if m.startswith(("streamrank.rankrls", "streamrank.sgd", "streamrank.io"))]
+    assert not [m for m in mods if m.startswith(("streamrank.rankrls", "streamrank.sgd", "streamrank.io",
+                                                 "streamrank.pipelines", "streamrank.recipes."))]
 
 
 def test_import_streamrank_is_cheap():

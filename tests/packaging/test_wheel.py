@@ -1,0 +1,286 @@
+"""The installed product (issue 24): the wheel built from this checkout, installed in a fresh virtual environment
+outside the repository, runs every command the README shows exactly as written; building and installing it
+prints no warning.
+
+What makes it affordable on 2 cold cores:
+
+* the wheel is built offline with this environment's setuptools (``--no-build-isolation --no-index``), once;
+* the fresh venv gets streamrank *only* from the wheel (``pip install --no-deps``); its dependencies are this
+  environment's site-packages, seen through a ``.pth`` file, so nothing is downloaded or unpacked again (which
+  dependencies the wheel declares is checked against them with ``pip check``);
+* the venv lives at a path keyed by the wheel's RECORD (the hash of every file in it) and is reused while the
+  wheel's content is unchanged, so numba's cache (keyed by the installed sources' path) stays warm between runs;
+  a fresh install into a throwaway venv is still made every time by the warnings test.
+
+Each README section runs in its own directory laid out as the section assumes (the MQ2008 slices, a day file,
+``features.txt``, a TREC run and its judgments); a section with commands that this test does not know is a
+failure, so a new README command cannot go untested.
+"""
+from __future__ import annotations
+
+import fcntl
+import gzip
+import hashlib
+import os
+import re
+import shlex
+import shutil
+import subprocess
+import sys
+import sysconfig
+import tarfile
+import tempfile
+import time
+import zipfile
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+README = REPO / "README.md"
+pytestmark = pytest.mark.slow
+
+#: README sections run in a checkout only (they create .venv/ with make): not commands of the installed product
+CHECKOUT_ONLY = {"The two commands": ["make demo", "make test"]}
+
+
+def _run(argv, **kw):
+    return subprocess.run(argv, capture_output=True, text=True, **kw)
+
+
+def _warnings(text: str) -> list[str]:
+    # this machine's pip configuration names an index directory that may not exist; that is not ours
+    return [ln for ln in text.splitlines() if re.search(r"warn|deprecat", ln, re.I)
+            and "is ignored: it is neither a file nor a directory" not in ln]
+
+
+@pytest.fixture(scope="module")
+def wheel(tmp_path_factory):
+    out = tmp_path_factory.mktemp("wheel")
+    r = _run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "--no-index",
+              "-w", str(out), str(REPO)], timeout=600)
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    (whl,) = out.glob("streamrank-*.whl")
+    return whl, r.stdout + r.stderr
+
+
+def _site_packages(venv: Path) -> Path:
+    return venv / "lib" / f"python{sys.version_info.major}.{sys.version_info.minor}" / "site-packages"
+
+
+def _make_venv(venv: Path, whl: Path) -> str:
+    """A venv holding streamrank from ``whl`` only; returns pip's output of the install."""
+    r = _run([sys.executable, "-m", "venv", "--without-pip", str(venv)], timeout=300)
+    assert r.returncode == 0, r.stderr
+    deps = {sysconfig.get_paths()["purelib"], sysconfig.get_paths()["platlib"]}
+    (_site_packages(venv) / "_streamrank_test_dependencies.pth").write_text("\n".join(sorted(deps)) + "\n")
+    r = _run([sys.executable, "-m", "pip", "--python", str(venv / "bin" / "python"), "install", "--no-deps",
+              "--no-index", "--no-cache-dir", str(whl)], timeout=600)
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    return r.stdout + r.stderr
+
+
+@pytest.fixture(scope="module")
+def venv(wheel):
+    """The installed product, at a path keyed by the wheel's content (reused while it is unchanged)."""
+    whl, _ = wheel
+    with zipfile.ZipFile(whl) as z:
+        record = next(n for n in z.namelist() if n.endswith(".dist-info/RECORD"))
+        key = hashlib.sha256(z.read(record) + sys.executable.encode()).hexdigest()[:16]
+    root = Path(tempfile.gettempdir()) / f"streamrank-wheel-venvs-{os.getuid()}"
+    root.mkdir(exist_ok=True)
+    for old in root.iterdir():                   # other sessions may use theirs: remove only day-old ones
+        if not old.name.startswith(key) and time.time() - old.stat().st_mtime > 86400:
+            shutil.rmtree(old, ignore_errors=True) if old.is_dir() else old.unlink(missing_ok=True)
+    venv = root / key
+    with open(root / f"{key}.lock", "w") as lock:  # another session may be installing the same wheel
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not (venv / "installed").exists():    # absent or half made: (re)make it in place (scripts hold its path)
+            shutil.rmtree(venv, ignore_errors=True)
+            _make_venv(venv, whl)
+            (venv / "installed").write_text(whl.name)
+    os.utime(venv)
+    return venv
+
+
+def _env(venv: Path) -> dict:
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONHOME", "VIRTUAL_ENV")}
+    env["PATH"] = str(venv / "bin") + os.pathsep + env.get("PATH", "")
+    env["VIRTUAL_ENV"] = str(venv)
+    env["STREAMRANK_PROGRESS_SECONDS"] = "3600"  # no progress lines in the captured output
+    return env
+
+
+# ----------------------------------------------------------------------------------------- wheel contents
+def test_wheel_ships_the_pipelines_recipes_license_and_type_marker(wheel):
+    whl, _ = wheel
+    names = set(zipfile.ZipFile(whl).namelist())
+    for mod in ("pipelines/nightly.py", "pipelines/distributed.py", "recipes/synthetic.py", "recipes/letor.py",
+                "cli/_delegate.py", "py.typed"):
+        assert f"streamrank/{mod}" in names, mod
+    assert not [n for n in names if n.startswith(("pipelines/", "data_recipes/", "tests/", "benchmarks/"))]
+    dist = next(n.split("/")[0] for n in names if n.endswith(".dist-info/METADATA"))
+    assert f"{dist}/licenses/LICENSE" in names
+    meta = zipfile.ZipFile(whl).read(f"{dist}/METADATA").decode()
+    assert "License-Expression: BSD-3-Clause" in meta
+    assert "streamrank = streamrank.cli:main" in zipfile.ZipFile(whl).read(f"{dist}/entry_points.txt").decode()
+    assert "BSD 3-Clause License" in zipfile.ZipFile(whl).read(f"{dist}/licenses/LICENSE").decode()
+
+
+def test_build_and_fresh_install_print_no_warning(wheel, tmp_path):
+    """The issue's setuptools license deprecation warning (printed three times by ``pip install``) is gone."""
+    whl, build_output = wheel
+    assert "Successfully built streamrank" in build_output
+    assert _warnings(build_output) == [], build_output
+    install_output = _make_venv(tmp_path / "fresh", whl)
+    assert "Successfully installed streamrank" in install_output
+    assert _warnings(install_output) == [], install_output
+    py = tmp_path / "fresh" / "bin" / "python"
+    r = _run([str(py), "-W", "error", "-c", "import streamrank, streamrank.cli, streamrank.pipelines, "
+              "streamrank.recipes; print(streamrank.__file__)"], cwd=tmp_path, env=_env(tmp_path / "fresh"),
+             timeout=120)
+    assert r.returncode == 0 and r.stderr == "", r.stderr
+    assert Path(r.stdout.strip()).is_relative_to(tmp_path / "fresh")
+    r = _run([sys.executable, "-m", "pip", "--python", str(py), "check"], timeout=300)
+    assert r.returncode == 0, r.stdout + r.stderr  # the wheel's declared dependencies are satisfied
+
+
+# ------------------------------------------------------------------------------------- README commands
+def _sections():
+    """[(title, [(lang, code), ...])] of the README's sections with shell or Python blocks, in order."""
+    out = []
+    for part in re.split(r"^## ", README.read_text(), flags=re.M)[1:]:
+        title = part.splitlines()[0].strip()
+        blocks = re.findall(r"```(bash|python)\n(.*?)```", part, flags=re.S)
+        if blocks:
+            out.append((title, blocks))
+    return out
+
+
+def _commands(code: str) -> list[list[str]]:
+    text = re.sub(r"\\\n\s*", " ", code)          # continuation lines
+    return [argv for ln in text.splitlines() if (argv := shlex.split(ln, comments=True))]
+
+
+def _mq2008_lines(member: str) -> list[str]:
+    from streamrank.datasets._paths import data_path
+
+    archive = data_path("letor", "MQ2008_QueryLevelNorm.tar.gz")
+    if not archive.exists():
+        pytest.skip("MQ2008 archive not available")
+    with tarfile.open(archive) as tf:
+        return tf.extractfile(member).read().decode().splitlines()
+
+
+def _whole_queries(lines, n):
+    """The first lines of ``lines`` holding about ``n`` rows, cut at a query boundary."""
+    qid = [ln.split()[1] for ln in lines]
+    end = n
+    while end < len(lines) and qid[end] == qid[end - 1]:
+        end += 1
+    return lines[:end]
+
+
+def _prepare_cli_section(d: Path):
+    """What ``## Command line, pipelines, clusters`` assumes: MQ2008 Fold1 text, a day file, feature names,
+    a TREC run with its judgments."""
+    train = _mq2008_lines("MQ2008/Fold1/train.txt")
+    test = _whole_queries(_mq2008_lines("MQ2008/Fold1/test.txt"), 300)
+    (d / "MQ2008" / "Fold1").mkdir(parents=True)
+    (d / "MQ2008" / "Fold1" / "train.txt").write_text("\n".join(_whole_queries(train, 600)) + "\n")
+    (d / "MQ2008" / "Fold1" / "test.txt").write_text("\n".join(test) + "\n")
+    rest = train[len(_whole_queries(train, 600)):]
+    (d / "day-42.txt").write_text("\n".join(_whole_queries(rest, 300)) + "\n")
+    (d / "features.txt").write_text("\n".join(f"mq2008_f{j}" for j in range(1, 47)) + "\n")
+    with open(d / "qrels.txt", "w") as qrels, open(d / "run.txt", "w") as run:
+        ranks = {}
+        for ln in test:
+            tok = ln.split()
+            q, doc = tok[1].split(":")[1], ln.split("docid =")[1].split()[0]
+            qrels.write(f"{q} 0 {doc} {tok[0]}\n")
+            ranks[q] = ranks.get(q, 0) + 1
+            run.write(f"{q} Q0 {doc} {ranks[q]} {-ranks[q]} baseline\n")   # the file's order as a run
+
+
+def _prepare_recipes_section(d: Path):
+    lines = _whole_queries(_mq2008_lines("MQ2008/Fold1/vali.txt"), 200)
+    with gzip.open(d / "my_logs.txt.gz", "wt") as f:
+        f.write("\n".join(lines) + "\n")
+
+
+PREPARE = {
+    "Ten lines of Python": None,
+    "From Parquet, DataFrames and string query ids": None,
+    "Train on logs, serve in OpenSearch": None,
+    "Data recipes": _prepare_recipes_section,
+    "Command line, pipelines, clusters": _prepare_cli_section,
+}
+
+
+def _check_section(title, d: Path, outputs: list[str]):
+    import streamrank as sr
+
+    if title == "Ten lines of Python":
+        assert 0.5 < float(outputs[-1].strip().splitlines()[-1]) <= 1.0
+    elif title.startswith("From Parquet"):
+        assert sr.load(d / "m.zarr").feature_names_in_[0] == "f_0" and "f_" in outputs[-1]
+    elif title.startswith("Train on logs"):
+        assert (d / "ranker-solr.json").stat().st_size > 0 and (d / "ranker.onnx").stat().st_size > 0
+    elif title == "Data recipes":
+        assert sr.GroupStore.open(d / "letor_like.zarr").n_rows == 20_000
+        assert sr.GroupStore.open(d / "logs.zarr").n_features == 46
+    elif title.startswith("Command line"):
+        assert len(np.load(d / "scores.npy")) == sr.GroupStore.open(d / "test.zarr").n_rows
+        assert (d / "models" / "current").read_text().strip()
+        assert sr.load(d / "models" / "current").coef_.shape == (46,)
+        assert '"ndcg@10"' in "".join(outputs)
+
+
+def test_readme_sections_are_known():
+    titles = [t for t, _ in _sections()]
+    assert sorted(titles) == sorted([*CHECKOUT_ONLY, *PREPARE]), titles
+    for title, blocks in _sections():
+        if title in CHECKOUT_ONLY:
+            assert [" ".join(a) for lang, code in blocks for a in _commands(code)] == CHECKOUT_ONLY[title]
+
+
+@pytest.mark.parametrize("title", list(PREPARE))
+def test_readme_commands_run_as_written_from_the_installed_wheel(venv, tmp_path, title):
+    d = tmp_path / "work"                         # outside the repository: nothing of the checkout is importable
+    d.mkdir()
+    assert not d.resolve().is_relative_to(REPO)
+    if PREPARE[title] is not None:
+        PREPARE[title](d)
+    env = _env(venv)
+    blocks = dict(_sections())[title]
+    outputs = []
+    for i, (lang, code) in enumerate(blocks):
+        if lang == "python":
+            script = d / f"readme_block_{i}.py"
+            script.write_text(code)
+            runs = [[str(venv / "bin" / "python"), script.name]]
+        else:
+            runs = _commands(code)
+            assert runs and all(argv[0] == "streamrank" for argv in runs), code
+        for argv in runs:
+            r = _run(argv, cwd=d, env=env, timeout=900)
+            assert r.returncode == 0, f"{' '.join(argv)} -> exit {r.returncode}\n{r.stderr[-3000:]}"
+            outputs.append(r.stdout)
+    _check_section(title, d, outputs)
+
+
+def test_installed_command_is_the_wheels(venv, tmp_path):
+    """``streamrank`` on PATH is the venv's console script and imports the installed copy (not the checkout);
+    ``streamrank distributed`` runs as a command (the old script's name shadowed dask's ``distributed``)."""
+    env = _env(venv)
+    script = shutil.which("streamrank", path=env["PATH"])
+    assert script and Path(script).parent == venv / "bin"
+    r = _run([str(venv / "bin" / "python"), "-c", "import streamrank; print(streamrank.__file__)"], cwd=tmp_path,
+             env=env, timeout=120)
+    assert Path(r.stdout.strip()).resolve().is_relative_to(venv.resolve()), r.stdout + r.stderr
+    for argv, want in ((["streamrank", "distributed", "--help"], "usage: streamrank distributed"),
+                       (["streamrank", "recipe", "--help"], "synthetic"),
+                       ([str(venv / "bin" / "python"), "-m", "streamrank.recipes.synthetic", "--help"], "--rows")):
+        r = _run(argv, cwd=tmp_path, env=env, timeout=300)
+        assert r.returncode == 0 and want in r.stdout, r.stderr
