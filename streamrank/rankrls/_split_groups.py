@@ -372,13 +372,56 @@ def _piece_classes(block, Y, table, outs):
     return {int(o): table.rows(block, Y, int(o)) for o in np.unique(outs)}
 
 
-def _block_apply(block, U, Y, group_weight, ties, opens, ties_table=None):
+def weight_totals(source):
+    """``W(gid) = Σ_{i in g} w_i`` of a row-weighted source (its global weights), or None without weights.
+
+    A piece of a split group needs its whole group's weight W_g for the row-local part
+    ``s_g W_g w_i u_i`` of the weighted Laplacian ``L_g = s_g (W_g diag(w) − w wᵀ)``
+    (:mod:`streamrank.laplacian`); the weights are in memory
+    (:class:`~streamrank.io.weighted.WeightedSource`), so W_g costs no pass.
+    Looks through views that keep the base source's group numbering (``.source``: cg CV folds;
+    ``.inner``: wrapped sources).
+    """
+    base = source
+    while getattr(base, "weight", None) is None and \
+            (getattr(base, "source", None) is not None or getattr(base, "inner", None) is not None):
+        base = base.source if getattr(base, "source", None) is not None else base.inner
+    w = getattr(base, "weight", None)
+    if w is None:
+        return None
+    cw = np.concatenate(([0.0], np.cumsum(np.asarray(w, dtype=np.float64))))
+    gp = np.asarray(base.group_ptr, dtype=np.int64)
+
+    def total(gid):
+        return float(cw[gp[gid + 1]] - cw[gp[gid]])
+    return total
+
+
+def _weighted_piece(block, group_weight, ties, weight_total, what="row weights"):
+    """``(s_g, W_g, w)`` of a piece of a split group with row weights; ties='exclude' or no totals raise."""
+    size = int(block.group_size[0])
+    if weight_total is None:
+        raise NotImplementedError(
+            f"{what} with a group split across blocks (group of {size} rows, more than the block budget) need the "
+            "whole group's weight: not available here (a cluster pass); raise max_rows above the largest group")
+    if ties == "exclude":
+        raise NotImplementedError(
+            f"{what} with ties='exclude' on a group split across blocks (group of {size} rows) are not "
+            "implemented: raise max_rows above the largest group or use ties='include'")
+    s = float(group_weights(np.array([size]), group_weight)[0])
+    return s, weight_total(int(block.group_start)), np.asarray(block.weight, dtype=np.float64)
+
+
+def _block_apply(block, U, Y, group_weight, ties, opens, ties_table=None, weight_total=None):
     """(L U)_B for the block's rows, with the pieces of split groups handled by ``opens``.
 
     Returns (LU, closes) where closes is a list of (s, S_g, t_g) of groups
     completed by this block (their low-rank part is still to be subtracted).
     With ``ties="exclude"`` a piece also needs ``ties_table``; its class
     sums go to ``opens`` (``opens.tie_done`` lists completed groups).
+    Row weights on a piece (ties="include"): ``(L U)_i = s_g (W_g w_i u_i − w_i t_g)``
+    with ``t_g = Σ_{j in g} w_j u_j`` over all pieces, so the open sums are
+    ``S_g = Σ_p X_pᵀ w_p`` and ``t_g`` (``weight_total``: :func:`weight_totals`).
     """
     gp = block.group_ptr
     local = np.diff(gp)
@@ -394,10 +437,12 @@ def _block_apply(block, U, Y, group_weight, ties, opens, ties_table=None):
         return LU, closes
     # one piece of one split group (BlockSource.plan never mixes pieces with other groups)
     if getattr(block, "weight", None) is not None:
-        raise NotImplementedError(
-            f"row weights with a group split across blocks (group of {int(block.group_size[0])} rows, more than "
-            "the block budget) are not implemented: raise max_rows above the largest group"
-        )
+        s, W_g, w = _weighted_piece(block, group_weight, ties, weight_total)
+        gid = int(block.group_start)
+        wU = w[:, None] * np.asarray(U, dtype=np.float64)
+        S_piece = _xtu(block.X, w[:, None])[:, 0] if opens.needs_S(gid) else 0.0
+        done = opens.add(gid, block.n_rows, int(block.group_size[0]), S_piece, wU.sum(axis=0))
+        return s * W_g * wU, ([done] if done is not None else [])
     size = int(block.group_size[0])
     gid = int(block.group_start)
     s = float(group_weights(np.array([size]), group_weight)[0])

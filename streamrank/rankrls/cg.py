@@ -39,9 +39,11 @@ from ._split_groups import (
     _Open,
     _piece_classes,
     _ties_table,
+    _weighted_piece,
     _xtu,
     deferred_piece,
     finish_classes,
+    weight_totals,
 )
 from ._gram import _id_sums, _indicator
 
@@ -66,10 +68,11 @@ def laplacian_pass(source, V=None, *, group_weight="pair", ties="include", max_r
     Z = np.zeros((n, k))
     opens = _Open(group_weight, split_sums, _split_groups.TIE_CACHE_ENTRIES)
     deferred = {}
+    wtot = weight_totals(source)
     for block in source.blocks(max_rows=max_rows, split_groups=True):
         Y = _block_Y(block, v)
         U = Y if V is None else np.asarray(block.X @ V, dtype=np.float64)
-        LU, closes = _block_apply(block, U, Y, group_weight, ties, opens, table)
+        LU, closes = _block_apply(block, U, Y, group_weight, ties, opens, table, weight_total=wtot)
         Z += _xtu(block.X, LU)
         for s, S, t in closes:
             Z -= s * np.outer(S, t)
@@ -83,7 +86,7 @@ def laplacian_pass(source, V=None, *, group_weight="pair", ties="include", max_r
     return Z
 
 
-def block_diagonal(block, group_weight, ties, table, n_outputs, opens):
+def block_diagonal(block, group_weight, ties, table, n_outputs, opens, weight_total=None):
     """One block's part of diag(XᵀLX) (n,) and the split groups it completes.
 
     Pieces of split groups add their column sums S_g to ``opens``; returns
@@ -108,10 +111,13 @@ def block_diagonal(block, group_weight, ties, table, n_outputs, opens):
         _, nc = table.rows(block, _block_Y(block, v), 0)
         d = d - s[0] * nc
     w = getattr(block, "weight", None)
+    if w is not None and not whole.all():   # a weighted piece: d_i = s_g W_g w_i, S_g = Σ_p X_pᵀ w_p
+        s_g, W_g, w = _weighted_piece(block, group_weight, ties, weight_total)
+        diag += np.asarray(X2.T @ (s_g * W_g * w), dtype=np.float64).ravel()
+        done = opens.add(int(block.group_start), block.n_rows, int(block.group_size[0]),
+                         _xtu(X, w[:, None])[:, 0], 0.0)
+        return diag, ([done] if done is not None else [])
     if w is not None:                       # row weights: d_i = s_g W_g w_i, weighted sums (laplacian docstring)
-        if not whole.all():
-            raise NotImplementedError("row weights with a group split across blocks are not implemented: "
-                                      "raise max_rows above the largest group")
         d = (s * np.bincount(rg, weights=w, minlength=block.n_groups))[rg] * w
     diag += np.asarray(X2.T @ d, dtype=np.float64).ravel()
     S = (_indicator(rg, block.n_groups) if w is None else _weighted_indicator(rg, block.n_groups, w)) @ X
@@ -160,10 +166,11 @@ def gram_diagonal(source, *, group_weight="pair", ties="include", max_rows=DEFAU
     table = _ties_table(source, ties, max_rows, ties_table)
     diag = np.zeros(n)
     opens = _Open(group_weight)
+    wtot = weight_totals(source)
     for block in source.blocks(max_rows=max_rows, split_groups=True):
         if moments is not None:
             moments.update(block.X)
-        d, closes = block_diagonal(block, group_weight, ties, table, v, opens)
+        d, closes = block_diagonal(block, group_weight, ties, table, v, opens, weight_total=wtot)
         diag += d
         for s, S, _ in closes:
             diag -= s * S ** 2
@@ -286,6 +293,7 @@ def validation_loss(source, W, *, group_weight="pair", ties="include", max_rows=
     tot = np.zeros(k)
     opens = {}
     csums = {}
+    wtot = weight_totals(source)
     for block in source.blocks(max_rows=max_rows, split_groups=True):
         Y = _block_Y(block, v)
         outs = _col_outputs(k, v) if ties == "exclude" else None
@@ -297,9 +305,17 @@ def validation_loss(source, W, *, group_weight="pair", ties="include", max_rows=
                                  ties=ties, group_size=block.group_size)
             tot += (R * LR).sum(axis=0)
             continue
-        if getattr(block, "weight", None) is not None:
-            raise NotImplementedError("row weights with a group split across blocks are not implemented: "
-                                      "raise max_rows above the largest group")
+        if getattr(block, "weight", None) is not None:   # rᵀL_g r = s_g (W_g Σ w_i r_i² − (Σ w_i r_i)²)
+            s_w, W_g, w = _weighted_piece(block, group_weight, ties, wtot)
+            gid = int(block.group_start)
+            tot += s_w * W_g * (w[:, None] * R * R).sum(axis=0)
+            st = opens.setdefault(gid, [0, 0.0])
+            st[0] += block.n_rows
+            st[1] = st[1] + (w[:, None] * R).sum(axis=0)
+            if st[0] == int(block.group_size[0]):
+                tot -= s_w * st[1] ** 2
+                del opens[gid]
+            continue
         size = int(block.group_size[0])
         gid = int(block.group_start)
         s = float(group_weights(np.array([size]), group_weight)[0])

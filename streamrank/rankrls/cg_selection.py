@@ -96,10 +96,12 @@ def _sub_block(block, keep):
     kept = np.flatnonzero(keep)
     rows = np.concatenate([np.arange(gp[g], gp[g + 1]) for g in kept])
     local = np.diff(gp)[kept]
+    w = getattr(block, "weight", None)
     return Block(X=block.X[rows], y=np.asarray(block.y)[rows],
                  group_ptr=np.concatenate(([0], np.cumsum(local))).astype(np.int64),
                  qid=np.asarray(block.qid)[kept], start=block.start, group_start=block.group_start,
-                 group_size=block.group_size[kept], group_offset=block.group_offset[kept])
+                 group_size=block.group_size[kept], group_offset=block.group_offset[kept],
+                 weight=None if w is None else np.asarray(w)[rows])
 
 
 def _iter_path(source, alphas, *, group_weight, ties, tol, max_iter, max_rows, scale=None):
