@@ -22,6 +22,17 @@ from one ``path``, 2⁻¹⁰…2¹⁰), reported as NDCG@10 on the test split:
 "gap closed" = (c - b) / (a - b).  Several ``--seeds`` (simulation and
 logging sample) are averaged; the table shows mean ± std.
 
+Peer (``--lightgbm``, on by default when the ``bench`` extra's lightgbm is
+installed): LightGBM's LambdaMART (``objective="lambdarank"``) on the same
+data — (a') on the true labels, (b') on the clicks, (c') on the clicks with
+the shown positions given to ``lgb.Dataset(position=)``, its position-bias
+correction (a per-position bias factor learned jointly, after Unbiased
+LambdaMART, Hu et al. WWW 2019).  Boosting rounds are chosen by early stopping
+(30 rounds) on the vali split's graded NDCG@10, as alpha is for RankRLS;
+learning_rate 0.05, 31 leaves, at most 500 rounds.  Their "gap closed" is
+(c' - b') / (a' - b').  Trees versus linear models: compare each family's
+gap closed, not the absolute NDCG.
+
 Usage::
 
     python benchmarks/unbiased_clicks.py --smoke       # seconds: 60 queries, 1 seed
@@ -70,7 +81,31 @@ def _select(model, vali, test):
     return float(ndcg(yt, Xt @ P[i], qt, k=10))
 
 
-def run_one(data, *, eta, seed, k, sessions, random_sessions, log_queries, clip):
+def _groups(qid):
+    """Sizes of the contiguous query groups of ``qid`` (LightGBM's ``group``)."""
+    starts = np.flatnonzero(np.r_[True, qid[1:] != qid[:-1]])
+    return np.diff(np.r_[starts, len(qid)])
+
+
+def _lightgbm(X, y, qid, vali, test, *, position=None, seed=0):
+    """Test NDCG@10 of LightGBM lambdarank, rounds chosen by early stopping on vali's graded NDCG@10."""
+    import lightgbm as lgb
+
+    from streamrank.metrics import ndcg
+
+    Xv, yv, qv = vali
+    Xt, yt, qt = test
+    params = {"objective": "lambdarank", "metric": "ndcg", "eval_at": [10], "learning_rate": 0.05,
+              "num_leaves": 31, "min_data_in_leaf": 20, "verbose": -1, "seed": seed, "num_threads": 2,
+              "deterministic": True, "force_row_wise": True}
+    train = lgb.Dataset(X, label=np.asarray(y, dtype=np.int64), group=_groups(qid), position=position)
+    val = lgb.Dataset(Xv, label=np.asarray(yv, dtype=np.int64), group=_groups(qv), reference=train)
+    booster = lgb.train(params, train, num_boost_round=500, valid_sets=[val],
+                        callbacks=[lgb.early_stopping(30, verbose=False)])
+    return float(ndcg(yt, booster.predict(Xt, num_iteration=booster.best_iteration), qt, k=10))
+
+
+def run_one(data, *, eta, seed, k, sessions, random_sessions, log_queries, clip, lightgbm=False):
     import streamrank as sr
     from streamrank.clicks import estimate_propensity, ips_weights
     from streamrank.datasets.clicks import simulate_clicks
@@ -102,6 +137,11 @@ def run_one(data, *, eta, seed, k, sessions, random_sessions, log_queries, clip)
     res["fit_ratio"] = (t2 - t1) / max(t1 - t0, 1e-9)   # weighted vs unweighted fit of the same click log
     res["p_err"] = float(np.max(np.abs(p_hat - log.propensity)))
     res["logging"] = _ndcg_of(logging, data["test"])
+    if lightgbm:
+        v, t = data["vali"], data["test"]
+        res["lgb_a"] = _lightgbm(Xtr, ytr, qtr, v, t, seed=seed)
+        res["lgb_b"] = _lightgbm(Xc, log.clicks, log.session, v, t, seed=seed)
+        res["lgb_c"] = _lightgbm(Xc, log.clicks, log.session, v, t, position=log.position - 1, seed=seed)
     return res
 
 
@@ -123,7 +163,16 @@ def main(argv=None):
     ap.add_argument("--random-sessions", type=int, default=5)
     ap.add_argument("--log-queries", type=int, default=10)
     ap.add_argument("--clip", type=float, default=0.01)
+    ap.add_argument("--lightgbm", action=argparse.BooleanOptionalAction, default=None,
+                    help="also LightGBM lambdarank with and without its position-bias correction (default: when "
+                         "lightgbm is installed, pip install 'streamrank[bench]')")
     args = ap.parse_args(argv)
+    if args.lightgbm is None:
+        import importlib.util
+
+        args.lightgbm = importlib.util.find_spec("lightgbm") is not None
+        if not args.lightgbm:
+            print("lightgbm is not installed (pip install 'streamrank[bench]'): the LightGBM rows are left out")
     limit = None
     if args.smoke:
         args.eta, args.seeds, args.sessions, args.random_sessions, limit = [1.0], 1, 5, 3, 1500
@@ -131,10 +180,11 @@ def main(argv=None):
     print(f"MQ2008 fold {args.fold}: train {data['train'][0].shape[0]} rows, "
           f"{np.unique(data['train'][2]).size} queries; k={args.k}, {args.sessions} sessions/query, "
           f"{args.random_sessions} randomized sessions/query, noise 0.1, clip {args.clip}")
-    rows = []
+    rows, lgb_rows = [], []
     for eta in args.eta:
         runs = [run_one(data, eta=eta, seed=s, k=args.k, sessions=args.sessions,
-                        random_sessions=args.random_sessions, log_queries=args.log_queries, clip=args.clip)
+                        random_sessions=args.random_sessions, log_queries=args.log_queries, clip=args.clip,
+                        lightgbm=args.lightgbm)
                 for s in range(args.seeds)]
         def ms(key):
             v = np.array([r[key] for r in runs])
@@ -145,12 +195,22 @@ def main(argv=None):
                      "c_est": ms("c_est"), "gap_true": gap("c_true"), "gap_est": gap("c_est"),
                      "p_err": np.mean([r["p_err"] for r in runs]), "ctr": np.mean([r["ctr"] for r in runs]),
                      "rows": runs[0]["rows"], "fit_ratio": np.mean([r["fit_ratio"] for r in runs])})
+        if args.lightgbm:
+            lgb_gap = np.mean([(r["lgb_c"] - r["lgb_b"]) / (r["lgb_a"] - r["lgb_b"]) if r["lgb_a"] != r["lgb_b"]
+                               else np.nan for r in runs])
+            lgb_rows.append({"eta": eta, "a": ms("lgb_a"), "b": ms("lgb_b"), "c": ms("lgb_c"), "gap": lgb_gap,
+                             "gap_rls": gap("c_est")})
     print_table(rows, [("eta", "eta", ".1f"), ("rows", "click rows", "d"), ("ctr", "CTR", ".3f"),
                        ("logging", "logging", "s"), ("a", "(a) true labels", "s"), ("b", "(b) naive clicks", "s"),
                        ("c_true", "(c) IPS true p", "s"), ("c_est", "(c) IPS est. p", "s"),
                        ("gap_true", "gap closed (true p)", ".2f"), ("gap_est", "gap closed (est. p)", ".2f"),
                        ("p_err", "max |p̂ - p|", ".3f"), ("fit_ratio", "IPS/plain fit time", ".2f")],
                title=f"test NDCG@10 (mean ± std over {args.seeds} seed(s))")
+    if args.lightgbm:
+        print_table(lgb_rows, [("eta", "eta", ".1f"), ("a", "(a') LGBM true labels", "s"),
+                               ("b", "(b') LGBM clicks", "s"), ("c", "(c') LGBM clicks + position bias", "s"),
+                               ("gap", "gap closed (LGBM)", ".2f"), ("gap_rls", "gap closed (IPS RankRLS, est. p)", ".2f")],
+                    title="peer: LightGBM lambdarank, test NDCG@10 (same click logs)")
     return 0
 
 

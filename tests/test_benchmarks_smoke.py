@@ -163,6 +163,12 @@ def test_unbiased_clicks_smoke(capsys):
     _need(DATA / "letor" / "MQ2008_QueryLevelNorm.tar.gz")
     out = _run("unbiased_clicks", ["--smoke"], capsys)
     assert "(c) IPS true p" in out and "gap closed" in out
+    import importlib.util
+
+    if importlib.util.find_spec("lightgbm") is not None:     # the peer rows (bench extra)
+        assert "(c') LGBM clicks + position bias" in out and "gap closed (LGBM)" in out
+    else:
+        assert "lightgbm is not installed" in out
 
 
 def test_cold_start_smoke(tmp_path, capsys):
