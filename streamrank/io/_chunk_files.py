@@ -15,6 +15,15 @@ and stays on zarr's own path.
 A chunk file that does not exist is read as the array's fill value, as zarr
 does (zarr skips writing chunks that hold only the fill value).  A damaged
 file raises :class:`~streamrank.io.schema.StoreFormatError` naming it.
+
+Everything read from a chunk is checked in the same call, while the decoded
+chunk is still in the CPU cache (DESIGN §6; data touched once after blosc
+wrote it): the file's CRC-32C; that the chunk is the one committed at its
+place (``expected``: the CRC-32C trailer of each full chunk; ``tail``: a
+CRC-32C of the committed entries of the last, partly filled chunk — see
+:mod:`streamrank.io.schema`); and the caller's value check (``check``:
+finite values, CSR column indices in range — :mod:`streamrank.io._read_checks`)
+on the chunk's committed entries.
 """
 from __future__ import annotations
 
@@ -28,7 +37,7 @@ from .schema import StoreFormatError
 
 __all__ = ["ChunkFileDecoder"]
 
-_DTYPES = {"float32", "float64", "int32", "int64"}
+_DTYPES = {"float32", "float64", "int32", "int64", "uint8"}
 
 
 class ChunkFileDecoder:
@@ -38,6 +47,11 @@ class ChunkFileDecoder:
     strict = False
     #: CRC-32C trailer each full chunk had when it was committed (schema.CHUNK_CRCS; -1: no file); None: unknown
     expected = None
+    #: ``(chunk, entries, crc)``: CRC-32C of the decoded first ``entries`` rows of the last, partly filled
+    #: chunk at the commit (schema.TAIL_CRCS); None: unknown (a store of the previous version)
+    tail = None
+    #: ``check(first_row, rows)`` run on the committed rows of every decoded chunk (raises if they are bad)
+    check = None
 
     def __init__(self, array_dir: Path, chunk_shape: tuple, dtype: np.dtype, fill_value, name: str):
         self._dir = Path(array_dir)
@@ -101,15 +115,39 @@ class ChunkFileDecoder:
         """The stored bytes of chunk ``c`` (FileNotFoundError if absent); remote stores: _remote_chunks."""
         return self.chunk_file(c).read_bytes()
 
-    def decode(self, c: int, out: np.ndarray) -> None:
-        """Decode chunk ``c`` (all of its ``chunk_shape`` rows) into ``out``: C-contiguous, that shape and dtype."""
+    def decode(self, c: int, out: np.ndarray, valid: int | None = None) -> None:
+        """Decode chunk ``c`` (all of its ``chunk_shape`` rows) into ``out``: C-contiguous, that shape and dtype.
+
+        ``valid``: how many leading rows of the chunk are committed (default:
+        all); those are passed to :attr:`check` right after decoding.
+        """
         if out.shape != self.chunk_shape or out.dtype != self.dtype or not out.flags.c_contiguous:
             raise ValueError(f"out must be a C-contiguous {self.dtype} array of shape {self.chunk_shape}")
+        self._decode(int(c), out)
+        self._check_tail(int(c), out)
+        n = self.chunk_shape[0] if valid is None else min(int(valid), self.chunk_shape[0])
+        if self.check is not None and n > 0:
+            self.check(int(c) * self.chunk_shape[0], out[:n])
+
+    def _check_tail(self, c: int, out: np.ndarray) -> None:
+        """The last chunk of the commit, whose file a later append rewrites: its committed rows are bound."""
+        t = self.tail
+        if t is None or t[0] != c:
+            return
+        import google_crc32c
+
+        n = int(t[1])
+        if n > self.chunk_shape[0] or google_crc32c.value(out[:n].reshape(-1).view(np.uint8)) != int(t[2]):
+            raise StoreFormatError(f"{self.chunk_file(c)}: chunk {c} of array {self.name!r} does not hold the "
+                                   f"{n} entries committed there (swapped with another chunk, copied from another "
+                                   "store, or replaced); the store is corrupt")
+
+    def _decode(self, c: int, out: np.ndarray) -> None:
         path = self.chunk_file(c)
         try:
             data = self._read_bytes(c)
         except FileNotFoundError:
-            if self.strict or self._expected(c) is not None:
+            if self.strict or self._expected(c) is not None or (self.tail is not None and self.tail[0] == c):
                 raise StoreFormatError(f"{path}: chunk {int(c)} of array {self.name!r} is missing (deleted after "
                                        "it was written: this store writes every chunk)") from None
             out[...] = self.fill_value       # zarr writes no chunk that holds only the fill value

@@ -14,8 +14,9 @@ and the rows concerned.  The cost is measured by
 ``benchmarks/stream_throughput.py`` (section "read checks").
 
 The row-chunked arrays of a :class:`~streamrank.GroupStore` are checked one
-decoded chunk at a time, while the chunk is still in the CPU cache
-(:func:`finite_rows_check`, :func:`entries_check`, called by
+decoded chunk at a time, inside the chunk decoder's call, while the chunk is
+still in the CPU cache (:func:`finite_rows_check`, :func:`entries_check`, run
+by :class:`~streamrank.io._chunk_files.ChunkFileDecoder` for
 :class:`~streamrank.io._row_chunks.RowChunkReader`): that is what keeps the
 checks at a few per cent of a block pass.
 
@@ -44,8 +45,14 @@ class BadEntry(StoreFormatError):
 
 
 def with_row(exc: BadEntry, indptr, first_row: int) -> StoreFormatError:
-    """``exc`` with the row of its entry, found in the global offsets ``indptr`` of rows ``first_row...``."""
-    r = int(np.searchsorted(np.asarray(indptr), exc.entry, side="right")) - 1
+    """``exc`` with the row of its entry, found in the global offsets ``indptr`` of rows ``first_row...``.
+
+    A chunk is checked whole: the bad entry may lie outside these rows (then ``exc`` as it is).
+    """
+    indptr = np.asarray(indptr)
+    if not (indptr.size and int(indptr[0]) <= exc.entry < int(indptr[-1])):
+        return exc
+    r = int(np.searchsorted(indptr, exc.entry, side="right")) - 1
     return _corrupt(exc.store, exc.array, f"entry {exc.entry} (row {first_row + r}) {exc.what}")
 
 

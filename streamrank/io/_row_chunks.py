@@ -39,8 +39,10 @@ class RowChunkReader:
         than zarr's read path); None: zarr reads them.
     check : callable ``check(first_row, rows)``, optional
         Called on every run of committed rows as soon as it is decoded,
-        while it is still in the CPU cache (one chunk at most on the chunk
-        decoder's path); raises if the rows are not what the store may hold
+        while it is still in the CPU cache: on the chunk decoder's path the
+        decoder runs it inside its decode call on the committed rows of each
+        chunk it decodes (so every chunk is checked once, whole, whatever the
+        block cutting); raises if the rows are not what the store may hold
         (see :mod:`streamrank.io._read_checks`).  Rows served from the cache
         were checked when they were decoded.
     """
@@ -51,6 +53,8 @@ class RowChunkReader:
         self._check = check
         if decoder is not None and int(decoder.chunk_shape[0]) != int(arr.chunks[0]):
             raise ValueError("the decoder's chunk shape differs from the array's")
+        if decoder is not None:
+            decoder.check = check          # run inside the decode call (the decoder is this reader's own)
         self._rows_per_chunk = int(arr.chunks[0])
         self._keep = max(1, int(keep))
         self._cache: OrderedDict[int, np.ndarray] = OrderedDict()
@@ -72,7 +76,7 @@ class RowChunkReader:
             while len(self._cache) > self._keep:
                 self._cache.popitem(last=False)
 
-    def _read_into(self, a: int, b: int, out: np.ndarray):
+    def _read_into(self, a: int, b: int, out: np.ndarray, n_rows: int):
         """``out[:] = arr[a:b]``; decoded straight into ``out`` (the chunk decoder, else zarr's ``out=``)."""
         if b <= a:
             return
@@ -80,14 +84,13 @@ class RowChunkReader:
             C = self._rows_per_chunk
             for c in range(a // C, (b - 1) // C + 1):
                 s, e = max(a, c * C), min(b, c * C + C)
+                valid = min(C, n_rows - c * C)        # committed rows of chunk c (checked by the decoder)
                 if s == c * C and e == c * C + C and out[s - a : e - a].flags.c_contiguous:
-                    self._decoder.decode(c, out[s - a : e - a])
+                    self._decoder.decode(c, out[s - a : e - a], valid)
                 else:                      # part of a chunk: decode it whole, copy the rows asked for
                     whole = np.empty(self._decoder.chunk_shape, dtype=self._decoder.dtype)
-                    self._decoder.decode(c, whole)
+                    self._decoder.decode(c, whole, valid)
                     out[s - a : e - a] = whole[s - c * C : e - c * C]
-                if self._check is not None:
-                    self._check(s, out[s - a : e - a])     # still in the cache
             return
         read_into = getattr(self._arr, "read_into", None)
         if read_into is not None:
@@ -132,18 +135,16 @@ class RowChunkReader:
             if tail is None:
                 if self._decoder is not None:          # the file holds the whole chunk: decode it in place
                     tail = np.empty(self._decoder.chunk_shape, dtype=self._decoder.dtype)
-                    self._decoder.decode(last, tail)
+                    self._decoder.decode(last, tail, end_last - last * C)
                     tail = tail[: end_last - last * C]
-                    if self._check is not None:
-                        self._check(last * C, tail)
                 else:
                     tail = np.empty((end_last - last * C,) + tuple(arr.shape[1:]), dtype=arr.dtype)
-                    self._read_into(last * C, end_last, tail)
+                    self._read_into(last * C, end_last, tail, n_rows)
                 self._keep_chunk(last, tail)
             s = max(lo, last * C)
             out[s - r0 : r1 - r0] = tail[s - last * C : r1 - last * C]
             hi = s
-        self._read_into(lo, hi, out[lo - r0 : hi - r0])
+        self._read_into(lo, hi, out[lo - r0 : hi - r0], n_rows)
         return out
 
     def clear(self):
