@@ -41,8 +41,14 @@ from .groups import (
     scan_for_keys,
     scope_ranges,
 )
-from ._chunk_files import ChunkFileDecoder
-from ._remote_chunks import RemoteChunkDecoder
+from ._chunk_binding import (
+    TAIL_CRCS,
+    bound_array,
+    bound_decoder,
+    check_tail_crcs,
+    commit_bindings,
+    reads_unbound,
+)
 from ._read_checks import BadEntry, check_offsets, entries_check, finite_rows_check, with_row
 from ._row_chunks import RowChunkReader
 from ._writer import LOCK_NAME, creating_store, location, new_store_id, writer_lock, writing, zarr_store  # noqa: F401
@@ -66,7 +72,6 @@ from .schema import (
     check_log,
     cut_torn_tail,
     every_chunk,
-    full_chunk_crcs,
     compressors,
     open_array,
     read_attrs,
@@ -293,6 +298,7 @@ class GroupStore(BlockSource):
             check_chunk_dirs(self._loc, spec)
         self._strict = bool(attrs.get(EVERY_CHUNK))    # a missing chunk file is damage, not zeros
         self._chunk_crcs = check_chunk_crcs(self.path, attrs)
+        self._tail_crcs = check_tail_crcs(self.path, attrs)     # every chunk bound to its place: _chunk_binding
         self._arrays = {}
         for name, (dtype, _ndim) in spec.items():
             check_array_layout(self._loc, name, dtype)
@@ -307,7 +313,7 @@ class GroupStore(BlockSource):
             if str(arr.dtype) != dtype:
                 raise StoreFormatError(f"{self.path}: array {name!r} has dtype {arr.dtype}, "
                                        f"expected {dtype}")
-            self._arrays[name] = CheckedArray(arr, self.path, name, self._strict)
+            self._arrays[name] = self._bound(arr, name)
         need = self._needed_lengths(self._rows, self._groups, self._nnz)
         for name, length in need.items():
             have = self._arrays[name].shape[0]
@@ -351,8 +357,7 @@ class GroupStore(BlockSource):
     def _reopen_arrays(self):
         """Re-read the arrays' metadata (shapes) from disk."""
         with every_chunk():
-            self._arrays = {name: CheckedArray(self._root[name], self.path, name, self._strict)
-                            for name in self._arrays}
+            self._arrays = {name: self._bound(self._root[name], name) for name in self._arrays}
         self._X = self._arrays.get("X")
         self._y = self._arrays["y"]
         self._make_row_readers()
@@ -361,17 +366,18 @@ class GroupStore(BlockSource):
             self._indices = self._arrays["X/indices"]
             self._data = self._arrays["X/data"]
 
+    def _bound(self, arr, name):
+        """``arr`` read with its chunks' bindings checked (slices; :mod:`streamrank.io._chunk_binding`)."""
+        if not _DECODE_CHUNK_FILES:
+            return CheckedArray(arr, self.path, name, self._strict)
+        return bound_array(arr, self._loc, name, self._strict, self._chunk_crcs, self._tail_crcs, self.path)
+
     def _make_row_readers(self):
         """Whole-chunk readers of the row-chunked arrays: a sequential pass decodes every chunk once
         whatever the block cutting (:mod:`streamrank.io._row_chunks`)."""
         def reader(name, check=None):
-            decoder = None
-            if _DECODE_CHUNK_FILES:
-                decoder = (ChunkFileDecoder.for_array(self.path, name) if isinstance(self._loc, str)
-                           else RemoteChunkDecoder.for_remote(self._loc, name))
-            if decoder is not None:
-                decoder.strict = self._strict
-                decoder.expected = self._chunk_crcs.get(name)     # full chunks bound to their place
+            decoder = (bound_decoder(self._loc, name, self._strict, self._chunk_crcs, self._tail_crcs)
+                       if _DECODE_CHUNK_FILES else None)      # every chunk bound to its place (local or remote)
             return RowChunkReader(self._arrays[name], decoder=decoder, check=check)
 
         # every decoded chunk is checked while in the CPU cache (streamrank.io._read_checks)
@@ -381,6 +387,16 @@ class GroupStore(BlockSource):
             self._csr_rows = (reader("X/indptr"),
                               reader("X/indices", entries_check(self.path, "X/indices", self.n_features)),
                               reader("X/data", entries_check(self.path, "X/data")))
+
+    def _rebind(self):
+        """After a commit: the readers check the new commit's bindings (the old ones stay true, but weaker)."""
+        readers = [self._X_rows, self._y_rows, *(getattr(self, "_csr_rows", None) or ())]
+        decoders = [getattr(a, "_decoder", None) for a in self._arrays.values()]
+        decoders += [r._decoder for r in readers if r is not None]
+        for d in decoders:
+            if d is not None:
+                t = self._tail_crcs.get(d.name)
+                d.expected, d.tail = self._chunk_crcs.get(d.name), (tuple(t) if t is not None else None)
 
     def _needed_lengths(self, rows, groups, nnz):
         need = {"y": rows, "group_ptr": groups + 1, "qid": groups}
@@ -777,10 +793,13 @@ class GroupStore(BlockSource):
             attrs["committed"]["docid_bytes"] = b1
             entry["docid_bytes"] = [b0, b1]
         attrs["log"] = list(attrs["log"]) + [{**entry, "time": _now(), "checksum": h.hexdigest()}]
-        rows_arrays = {k: v for k, v in self._needed_lengths(m1, q1, z1).items() if k not in ("group_ptr", "qid")}
-        attrs[CHUNK_CRCS] = full_chunk_crcs(self._loc, a, rows_arrays, self._chunk_crcs)
+        lengths = self._needed_lengths(m1, q1, z1)
+        if self.has_docids:
+            lengths["docid/bytes"] = int(attrs["committed"]["docid_bytes"])
+        attrs.update(commit_bindings(self._loc, a, lengths, attrs))    # every chunk bound to its place
         write_attrs(self._loc, attrs)  # the commit point
-        self._chunk_crcs = attrs[CHUNK_CRCS]
+        self._chunk_crcs, self._tail_crcs = attrs[CHUNK_CRCS], attrs[TAIL_CRCS]
+        self._rebind()
         self._attrs = attrs
         self._rows, self._groups, self._nnz = m1, q1, z1
         if self.has_docids:
@@ -793,6 +812,7 @@ class GroupStore(BlockSource):
         logger.debug("GroupStore %s: committed batch %r (%d rows, %d groups)", self.path, batch_id, k, g)
 
     # ------------------------------------------------------------------ verify
+    @reads_unbound      # per-batch checksums name the batch; chunk bindings would name a chunk
     def verify(self, *, piece_rows: int = 262_144, batch_ids=None) -> int:
         """Re-read every committed batch and compare it with its logged checksum.
 

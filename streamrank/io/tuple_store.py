@@ -44,6 +44,7 @@ from .tuples import (  # noqa: F401  (re-exported: streamrank.io.tuple_store kee
     as_tuple_source,
 )
 from ._writer import creating_store, location, new_store_id, writer_lock, writing, zarr_store
+from ._chunk_binding import TAIL_CRCS, bound_array, check_tail_crcs, commit_bindings, reads_unbound
 from .group_store import (
     _PRIVATE,
     _check_csr_width,
@@ -54,12 +55,13 @@ from .schema import (
     FORMAT_VERSION,
     TUPLE_ARRAYS,
     TUPLE_FORMAT,
+    CHUNK_CRCS,
     BatchHasher,
     EVERY_CHUNK,
-    CheckedArray,
     StoreFormatError,
     append_csr,
     check_array_layout,
+    check_chunk_crcs,
     check_chunk_dirs,
     check_format,
     check_log,
@@ -178,6 +180,8 @@ class TupleStore(TupleSource):
             check_chunk_dirs(self._loc, TUPLE_ARRAYS)
         self._a = {}
         self._strict = bool(attrs.get(EVERY_CHUNK))    # a missing chunk file is damage, not zeros
+        self._chunk_crcs = check_chunk_crcs(self.path, attrs)     # every chunk bound to its place:
+        self._tail_crcs = check_tail_crcs(self.path, attrs)       # see streamrank.io._chunk_binding
         for name, (dtype, _nd) in TUPLE_ARRAYS.items():
             check_array_layout(self._loc, name, dtype)
             try:
@@ -187,7 +191,7 @@ class TupleStore(TupleSource):
                 raise StoreFormatError(f"{self.path}: array {name!r} is missing") from None
             if not isinstance(arr, zarr.Array) or str(arr.dtype) != dtype:
                 raise StoreFormatError(f"{self.path}: {name!r} is not a {dtype} array")
-            self._a[name] = CheckedArray(arr, self.path, name, self._strict)
+            self._a[name] = self._bound(arr, name)
         for name, length in self._needed().items():
             if self._a[name].shape[0] < length:
                 raise StoreFormatError(f"{self.path}: array {name!r} has {self._a[name].shape[0]} "
@@ -201,6 +205,9 @@ class TupleStore(TupleSource):
                                        "the store is corrupt")
         self._cache = None
         self._row_cache = None
+
+    def _bound(self, arr, name):
+        return bound_array(arr, self._loc, name, self._strict, self._chunk_crcs, self._tail_crcs, self.path)
 
     def _needed(self, c=None):
         c = c or self._c
@@ -351,8 +358,7 @@ class TupleStore(TupleSource):
                     self._attrs = {**self._attrs, "writer_epoch": now["writer_epoch"]}
                 # a killed writer may have grown the arrays since we opened
                 with every_chunk():
-                    self._a = {name: CheckedArray(self._root[name], self.path, name, self._strict)
-                               for name in self._a}
+                    self._a = {name: self._bound(self._root[name], name) for name in self._a}
             if batch_id is not None and any(e.get("batch_id") == batch_id for e in self._attrs["log"]):
                 logger.info("TupleStore %s: batch %r is already committed; skipped", self.path, batch_id)
                 return False
@@ -401,9 +407,17 @@ class TupleStore(TupleSource):
             "batch_id": batch_id, "time": _now(), "checksum": h.hexdigest(),
             **{k: [c0[k], c1[k]] for k in _COUNTS},
         }]
+        attrs.update(commit_bindings(self._loc, self._a, self._needed(c1), attrs))   # every chunk bound
         write_attrs(self._loc, attrs)  # the commit point
         self._attrs, self._c, self._cache, self._row_cache = attrs, c1, None, None
+        self._chunk_crcs, self._tail_crcs = attrs[CHUNK_CRCS], attrs[TAIL_CRCS]
+        for name, arr in self._a.items():      # the readers check the new commit's bindings
+            dec = getattr(arr, "_decoder", None)
+            if dec is not None:
+                t = self._tail_crcs.get(name)
+                dec.expected, dec.tail = self._chunk_crcs.get(name), (tuple(t) if t is not None else None)
 
+    @reads_unbound      # per-batch checksums name the batch; chunk bindings would name a chunk
     def verify(self, *, batch_ids=None) -> int:
         """Recompute every batch's checksum from the stored arrays; see :meth:`GroupStore.verify`.
 

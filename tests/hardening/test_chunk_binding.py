@@ -90,7 +90,7 @@ def _as_previous_version(path):
     """What the previous write path left: no store_id / every_chunk_written / chunk_crc32c, zero chunks not written."""
     meta = path / "zarr.json"
     doc = json.loads(meta.read_text())
-    for key in ("store_id", "every_chunk_written", "chunk_crc32c"):
+    for key in ("store_id", "every_chunk_written", "chunk_crc32c", "tail_crc32c"):
         doc["attributes"].pop(key)
     meta.write_text(json.dumps(doc))
     os.unlink(path / "y" / "c" / "0")          # y chunk 0 held only zeros: zarr's default skipped it

@@ -11,6 +11,7 @@ failed test, not a dead pytest.
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import textwrap
@@ -18,10 +19,11 @@ import textwrap
 import numpy as np
 import pytest
 import scipy.sparse as sp
-import zarr
 
 import streamrank as sr
 from streamrank.io.schema import StoreFormatError
+
+from .store_edits import poke
 
 
 def _sparse_store(path, n_features=6, rows=24):
@@ -48,9 +50,9 @@ def _tuple_store(path):
 
 
 def _poke(path, array, index, value):
-    """Write ``array[index] = value`` through zarr: the chunk's CRC-32C is recomputed, so it is valid."""
-    a = zarr.open_array(store=zarr.storage.LocalStore(str(path)), path=array, mode="r+")
-    a[index] = value
+    """Write ``array[index] = value`` through zarr: the chunk's CRC-32C is recomputed, so it is valid,
+    and so are the commit record's chunk bindings (rewritten to match, see store_edits)."""
+    poke(path, array, index, value)
 
 
 def _read_all(store):
@@ -146,8 +148,9 @@ def test_crafted_tuple_store_is_a_store_format_error(tmp_path, array, index, val
 _CHILD = """
 import numpy as np, scipy.sparse as sp, zarr, streamrank as sr
 from streamrank.io.schema import StoreFormatError
-def poke(path, array, index, value):
-    zarr.open_array(store=zarr.storage.LocalStore(path), path=array, mode="r+")[index] = value
+import sys
+sys.path.insert(0, {here!r})
+from store_edits import poke
 def expect(fn, what):
     try:
         fn()
@@ -177,7 +180,7 @@ print("ok")
 
 def test_learners_on_out_of_range_indices_fail_cleanly_in_a_child_process(tmp_path):
     """What SIGSEGV'd or corrupted the heap on main: a crash here is a failed test, not a dead pytest."""
-    proc = subprocess.run([sys.executable, "-c", textwrap.dedent(_CHILD.format(root=str(tmp_path)))],
+    proc = subprocess.run([sys.executable, "-c", textwrap.dedent(_CHILD.format(root=str(tmp_path), here=os.path.dirname(__file__)))],
                           capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, f"child exited {proc.returncode}:\n{proc.stdout}\n{proc.stderr[-3000:]}"
     assert proc.stdout.strip().endswith("ok")

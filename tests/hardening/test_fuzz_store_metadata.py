@@ -30,7 +30,8 @@ fields = ["committed.rows", "committed.groups", "committed.nnz", "n_features", "
           "feature_names", "format_version", "zarr_format", "log.0.rows", "log.0.nnz", "shape", "shape.0",
           "data_type", "fill_value", "chunk_grid.configuration.chunk_shape.0",
           "chunk_key_encoding.configuration.separator", "codecs.0.configuration.endian", "codecs.1.name",
-          "codecs", "store_id", "every_chunk_written", "chunk_crc32c.y", "node_type"]
+          "codecs", "store_id", "every_chunk_written", "chunk_crc32c.y", "node_type", "tail_crc32c.y.1",
+          "tail_crc32c.X/indices.0"]
 def put(doc, path, value):
     keys = path.split(".")
     cur = doc

@@ -31,7 +31,7 @@ def _as_previous_version(path):
 
     (path / "X" / "c" / "1" / "0").unlink()
     doc = json.loads((path / "zarr.json").read_text())
-    for key in ("every_chunk_written", "chunk_crc32c"):
+    for key in ("every_chunk_written", "chunk_crc32c", "tail_crc32c"):
         doc["attributes"].pop(key)
     (path / "zarr.json").write_text(json.dumps(doc))
 
