@@ -54,35 +54,26 @@ def history_slice(store, end: int, max_rows: int):
     return min(g0, end - 1), end
 
 
-def _all_but(fold_stats, f):
-    out = None
-    for i, st in enumerate(fold_stats):
-        if i != f:
-            out = st.copy() if out is None else out.merge(st)
-    return out
-
-
 def fold_scorers(learner, model, fold_stats):
-    """One scoring function per fold: ``score_f(X) -> (rows,)`` of the model solved without fold f."""
-    from streamrank.rankrls._eigenpath import EigenPath
+    """One scoring function per fold: ``score_f(X) -> (rows,)`` of the model solved without fold f.
+
+    The fold models are the library's (those its k-fold selection scores):
+    :func:`streamrank.rankrls.selection.fold_solutions` (``normalize=``
+    included) and :meth:`streamrank.KernelRankRLS.fold_coefficients`.
+    """
+    from streamrank.rankrls.selection import fold_solutions
 
     alpha = float(model.alpha)
-    scorers = []
     if learner == "rankrls":
-        for f in range(len(fold_stats)):
-            rest = _all_but(fold_stats, f)
-            W = np.asarray(EigenPath(rest.G, rest.B).coef(alpha)).reshape(rest.n_features, -1)
-            scorers.append(lambda X, W=W: np.asarray(X @ W[:, 0], dtype=np.float64))
-        return scorers
-    import scipy.linalg
-
+        _, Ws = fold_solutions(model, fold_stats, [alpha])
+        return [lambda X, W=W[0]: np.asarray(X @ W[:, 0], dtype=np.float64) for W in Ws]
     spec, Xb = model.kernel_function(), model.basis_
-    K_RR = spec(Xb)
-    for f in range(len(fold_stats)):
-        rest = _all_but(fold_stats, f)
-        A = scipy.linalg.lstsq(rest.G + alpha * K_RR, rest.B, check_finite=False)[0].reshape(Xb.shape[0], -1)
-        scorers.append(lambda X, A=A: np.asarray(spec(X, Xb) @ A[:, 0], dtype=np.float64))
-    return scorers
+    norm = getattr(model, "normalizer_", None)
+
+    def score(X, A):
+        return np.asarray(spec(X if norm is None else norm.transform(X), Xb) @ A[:, 0], dtype=np.float64)
+
+    return [lambda X, A=A[0]: score(X, A) for A in model.fold_coefficients(fold_stats, [alpha])]
 
 
 def out_of_fold_metrics(source, scorers, *, k=10, max_rows=65_536):

@@ -245,7 +245,7 @@ class SparseMode:
         Xb = est.basis_
         v = source.n_outputs
         folds = self.fold_statistics(est, source, n_folds, max_rows)
-        total, coefs = self._fold_coefs(est, folds, arr)
+        total, coefs = self.fold_coefs(est, folds, arr)
         if kind == "squared":
             per_out = sum(st.loss(W) for st, W in zip(folds, coefs)) / np.maximum(total.pairs_per_output, 1)
         else:
@@ -279,7 +279,7 @@ class SparseMode:
                                    weight=rows_weight(pb, rows))
         return folds
 
-    def _fold_coefs(self, est, folds, arr):
+    def fold_coefs(self, est, folds, arr):
         """``(total, coefs)``: the summed statistics and, per fold, A(λ) (a, r, v) trained without it."""
         spec = est.kernel_function()
         Xb = est.basis_
@@ -297,7 +297,7 @@ class SparseMode:
 
     def select_from_fold_statistics(self, est, folds, arr):
         """k-fold choice of λ (squared loss per pair) from per-fold statistics alone: ``(CVResult, total)``."""
-        total, coefs = self._fold_coefs(est, folds, arr)
+        total, coefs = self.fold_coefs(est, folds, arr)
         per_out = sum(st.loss(W) for st, W in zip(folds, coefs)) / np.maximum(total.pairs_per_output, 1)
         return choose(arr, per_out, kind="squared", k=None, scoring="squared", folds=len(folds)), total
 

@@ -352,6 +352,18 @@ class KernelRankRLS(BaseRanker):
             raise ValueError("select_from_fold_statistics is for sparse models (n_basis=r or an array basis)")
         return SPARSE.select_from_fold_statistics(self, list(fold_stats), check_alphas(alphas))
 
+    def fold_coefficients(self, fold_stats, alphas=None):
+        """Per fold f, ``A_f(λ) = (G − G_f + λ K_RR)⁻¹ (B − B_f)`` for every λ: a list of (len(alphas), r, v).
+
+        The models :meth:`select_from_fold_statistics` scores, for a caller that
+        scores rows out of fold itself (``k(x̃, basis_) A_f``; x̃ scaled by
+        ``normalizer_`` when the model has one).
+        """
+        self._check_fitted("dual_coef_")
+        if self._fitted_mode() is not SPARSE:
+            raise ValueError("fold_coefficients is for sparse models (n_basis=r or an array basis)")
+        return SPARSE.fold_coefs(self, list(fold_stats), check_alphas(alphas))[1]
+
     # ------------------------------------------------------------ persistence
     def _get_state(self):
         self._check_fitted("dual_coef_")
