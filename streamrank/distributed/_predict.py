@@ -36,12 +36,21 @@ def predict(estimator, source, client=None, *, max_rows=DEFAULT_BLOCK_ROWS, out=
     each task writes whole chunks, so no two tasks touch the same chunk —
     nothing travels back to the client, and the path is returned.  The array
     is written beside ``out`` and renamed into place when complete (e.g.
-    ``out=store.path + "/scores"`` keeps it inside the store directory).
+    ``out=store.path + "/scores"`` keeps it inside the store directory).  A
+    URL of object storage as ``out`` is refused (``NotImplementedError``): the
+    complete array could not be published atomically there.
     """
     import os as _os
     import shutil
     import uuid
 
+    from ..io._remote import is_url
+
+    if out is not None and is_url(out):
+        raise NotImplementedError(
+            f"out={str(out)!r}: writing scores to object storage is not implemented (the array is published by a "
+            "rename, which object storage does not have); write them to a path the workers share, or take them "
+            "back with out=None")
     source = _as_source(source)
     est = _without_source(estimator)
     n = source.n_rows

@@ -81,6 +81,11 @@ def test_fit_from_an_s3_store_equals_the_local_fit(client, s3_server, s3_url, tm
     np.testing.assert_allclose(dist.coef_, local.coef_, rtol=1e-10, atol=1e-12)
     opened = client.run(lambda: sorted({k[0] for k in _cluster._OPEN_STORES}))
     assert any(url in paths for paths in opened.values()), opened   # opened on the workers themselves
+    expected = np.concatenate([local.predict(b.X) for b in store.blocks(max_rows=40)])
+    np.testing.assert_allclose(srd.predict(dist, remote, client, max_rows=40), expected, rtol=1e-10)
+    # scores cannot be published atomically on object storage (no rename): refused before any work
+    with pytest.raises(NotImplementedError, match="object storage"):
+        srd.predict(dist, remote, client, out=s3_url + "/scores")
 
 
 def test_fold_statistics_equal_local(client, store):
