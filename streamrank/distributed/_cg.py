@@ -86,12 +86,18 @@ class _GroupSums:
 
 
 def _product_task(plan, ref, V, n_outputs, group_weight, ties, table=None):
-    """One block's ``X_Bᵀ (L U)_B`` (U = X_B V, or Y_B when V is None) and its open groups."""
-    block = ref.open().read_block(*plan)
+    """One block's ``X_Bᵀ (L U)_B`` (U = X_B V, or Y_B when V is None) and its open groups.
+
+    A row-weighted source's pieces of split groups take their group's weight W_g from the source's
+    in-memory weights (:func:`streamrank.rankrls._split_groups.weight_totals`), as locally.
+    """
+    src = ref.open()
+    block = src.read_block(*plan)
     Y = _sg._block_Y(block, n_outputs)
     U = Y if V is None else np.asarray(block.X @ V, dtype=np.float64)
     opens = _sg._Open(group_weight)
-    LU, closes = _sg._block_apply(block, U, Y, group_weight, ties, opens, table)
+    wtot = _sg.weight_totals(src) if block.weight is not None else None
+    LU, closes = _sg._block_apply(block, U, Y, group_weight, ties, opens, table, weight_total=wtot)
     Z = _sg._xtu(block.X, LU)
     for s, S, t in closes:
         Z -= s * np.outer(S, t)
@@ -120,9 +126,11 @@ def _diagonal_task(plan, ref, group_weight, ties, n_outputs, table=None, moments
 
     ``moments``: also the block's column moments (normalize=: they ride on this pass, as locally).
     """
-    block = ref.open().read_block(*plan)
+    src = ref.open()
+    block = src.read_block(*plan)
     opens = _sg._Open(group_weight)
-    d, closes = _cg.block_diagonal(block, group_weight, ties, table, n_outputs, opens)
+    wtot = _sg.weight_totals(src) if block.weight is not None else None
+    d, closes = _cg.block_diagonal(block, group_weight, ties, table, n_outputs, opens, weight_total=wtot)
     for s, S, _ in closes:
         d -= s * S ** 2
     mom = None

@@ -57,3 +57,18 @@ def test_distributed_pairwise_sgd_rounds_carry_row_weights(client):
     plain = srd.fit(sr.PairwiseSGDRanker(eta0=0.05), sr.as_source(X, y, qid), client, rounds=rounds,
                     steps_per_round=steps, n_shards=1, max_rows=max_rows)
     assert np.abs(plain.coef_ - dist.coef_).max() > 1e-4                # the weights did reach the workers
+
+
+def test_distributed_cg_with_weighted_split_groups_equals_local(client):
+    """One global group cut into pieces, row weights: the workers take W_g from the shipped weights."""
+    rng = np.random.default_rng(7)
+    X = rng.normal(size=(70, 4))
+    y = rng.integers(0, 4, size=70).astype(float)
+    w = rng.uniform(0.0, 2.0, size=70)
+    src = with_weights(sr.as_source(X, y, None), w)
+    args = dict(alpha=0.5, solver="cg", tol=1e-12, max_iter=200)
+    local = sr.RankRLS(**args).fit(X, y, None, sample_weight=w, max_rows=9)
+    dist = srd.fit(sr.RankRLS(**args), src, client, max_rows=9, split_every=2)
+    np.testing.assert_allclose(dist.coef_, local.coef_, rtol=1e-9, atol=1e-12)
+    primal = sr.RankRLS(alpha=0.5, solver="primal").fit(X, y, None, sample_weight=w)
+    np.testing.assert_allclose(dist.coef_, primal.coef_, rtol=1e-8, atol=1e-10)
