@@ -155,8 +155,9 @@ def _learner_options(p, *, cv_option: bool):
                    help="sgd-bilinear W_0 (default identity)")
     s.add_argument("--no-refit", action=GivenTrue, help="sgd-bilinear: skip the refit on the support")
     s.add_argument("--max-memory-mb", action=Given, type=_positive_float, default=None, metavar="MB",
-                   help="sgd-bilinear: bound on the memory of W (default: half the physical memory); "
-                        "reaching it is an error (exit 6), raise --l1 for a sparser W")
+                   help="sgd-bilinear: bound on the memory of W; kernel: bound on the exact fit's estimated "
+                        "memory (32·rows² bytes) — default: half the physical memory; reaching it is an error "
+                        "(exit 6): raise --l1 for a sparser W, or use sparse-kernel")
     s.add_argument("--steps", action=Given, type=int, default=None, help="sgd-bilinear: SGD steps (default: one pass)")
     s.add_argument("--n-pairs", action=Given, type=int, default=None,
                    help="sgd-pairwise: pairs sampled within queries (default: one per row)")
@@ -438,6 +439,15 @@ def main(argv=None) -> int:
         args = parser.parse_args(argv)
     except SystemExit as exc:  # --help, --version, usage errors
         return int(exc.code or 0)
+    from ._supervise import can_supervise, supervised
+
+    if argv is None and can_supervise():      # the console script: Ctrl-C stops even native code (_supervise)
+        return supervised(lambda: _run(args), args.command)
+    return _run(args)
+
+
+def _run(args) -> int:
+    """Run the parsed command: logging, signals, one-line errors and exit codes."""
     import warnings
 
     saved_log = (list(log.handlers), log.level, log.propagate)

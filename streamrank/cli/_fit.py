@@ -90,9 +90,57 @@ def _preflight(args, cv_folds):
         _check_model_out(args.model, overwrite=getattr(args, "overwrite", False))
 
 
+def dual_memory_bytes(m: int, n_features: int, n_outputs: int = 1, n_alphas: int = 0) -> int:
+    """Peak memory of the exact dual KernelRankRLS on m rows, in bytes.
+
+    ``8·m²`` for the kernel matrix K (turned into B K in place), ``8·m²`` for
+    the eigenvectors U of ``BKB = UΛUᵀ`` and ``16·m²`` for LAPACK's
+    divide-and-conquer workspace (dsyevd: 1 + 6m + 2m² doubles) — 32·m² in
+    all — plus the rows (8·m·n) and, with cross-validation, the held-out
+    predictions of every λ (8·a·m·v).
+    """
+    m = int(m)
+    return 32 * m * m + 8 * m * int(n_features) + 8 * int(n_alphas) * m * max(int(n_outputs), 1)
+
+
+def _physical_memory() -> int | None:
+    try:
+        return int(os.sysconf("SC_PHYS_PAGES")) * int(os.sysconf("SC_PAGE_SIZE"))
+    except (ValueError, OSError, AttributeError):
+        return None
+
+
+def _check_dual_memory(args, store, cv_folds) -> None:
+    """Say what the exact kernel fit will take before it starts; refuse it above the bound (exit 6).
+
+    The bound is ``--max-memory-mb`` or half the physical memory.  Above it the
+    error suggests the sparse kernel, whose memory is O(m·r) for r basis rows.
+    """
+    from ._stores import _human
+
+    m = store.n_rows
+    n_alphas = len(args.alphas) if cv_folds is not None and args.alphas is not None else 0
+    need = dual_memory_bytes(m, store.n_features, store.n_outputs, n_alphas)
+    mb = getattr(args, "max_memory_mb", None)
+    phys = _physical_memory()
+    bound = int(mb * 2**20) if mb is not None else (phys // 2 if phys else None)
+    r = min(1000, max(m // 10, 1))
+    sparse = f"--learner sparse-kernel --n-basis {r} (about {_human(8 * m * r * 2)})"
+    if bound is not None and need > bound:
+        how = f"--max-memory-mb {mb:g}" if mb is not None else "half the physical memory"
+        raise Unsupported(f"the exact kernel fit of {m:,} rows needs about {_human(need)} (32·m² bytes: the kernel "
+                          f"matrix, its eigenvectors and LAPACK's workspace), more than the bound {_human(bound)} "
+                          f"({how}); use {sparse}")
+    from ._common import log
+
+    log.info("exact kernel fit of %s rows: about %s of memory (32·m² bytes, grows with the square of the rows)%s",
+             f"{m:,}", _human(need), f"; for less, {sparse}" if need >= 2**30 else "")
+
+
 def _fit_model(args, *, cv_folds=None):
     """Fit (and cross-validate) per ``args``; returns (model, record dict)."""
-    from ._progress import ProgressSource, ProgressTuples
+    from .._phases import reporting
+    from ._progress import PhaseReporter, ProgressSource, ProgressTuples
 
     _preflight(args, cv_folds)
     model = _estimator(args)
@@ -115,7 +163,9 @@ def _fit_model(args, *, cv_folds=None):
         record.update(tuples=store.n_tuples, steps=steps)
     else:
         store = _open_store(args.store, want="group")
-        with _progress(args, store.n_rows, desc=f"fit {args.learner}") as bar:
+        if args.learner == "kernel":
+            _check_dual_memory(args, store, cv_folds)
+        with _progress(args, store.n_rows, desc=f"fit {args.learner}") as bar, reporting(PhaseReporter(bar)):
             source = ProgressSource(store, bar)
             if cv_folds is not None:
                 res = _run_cv(model, source, args, cv_folds)

@@ -29,7 +29,7 @@ OPTION_LEARNERS = {
     "n_basis": ("sparse-kernel",),
     "eta0": _SGD, "l1": _SGD, "shrink_every": _SGD, "batch_size": _SGD,
     "l2": ("sgd-pairwise",), "loss": ("sgd-pairwise",), "n_pairs": ("sgd-pairwise",),
-    "init": ("sgd-bilinear",), "no_refit": ("sgd-bilinear",), "max_memory_mb": ("sgd-bilinear",),
+    "init": ("sgd-bilinear",), "no_refit": ("sgd-bilinear",), "max_memory_mb": ("sgd-bilinear", "kernel"),
     "steps": ("sgd-bilinear",), "checkpoint_every": ("sgd-bilinear",), "validation": ("sgd-bilinear",),
     "seed": ("sparse-kernel",) + _SGD,
     "normalize": _RLS + ("sgd-pairwise",),

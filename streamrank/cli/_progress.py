@@ -24,7 +24,7 @@ import time
 
 from ..io.blocks import BlockSource
 
-__all__ = ["Progress", "ProgressSource", "ProgressTuples", "format_eta"]
+__all__ = ["Progress", "ProgressSource", "ProgressTuples", "PhaseReporter", "format_eta"]
 
 
 def format_eta(seconds) -> str:
@@ -59,6 +59,7 @@ class Progress:
             tty = bool(isatty and isatty())
         self.tty = tty
         self.n = 0
+        self._phase = None      # a PhaseReporter phase in progress: it owns the count, passes do not
         self._bar = None
         self._t0 = time.monotonic()
         self._last = self._t0
@@ -101,6 +102,20 @@ class Progress:
         self._t0 = time.monotonic()
         if self._bar is not None:
             self._bar.reset(total=self.total)
+
+    def set_unit(self, unit: str) -> None:
+        self.unit = unit
+        if self._bar is not None:
+            self._bar.unit = " " + unit
+
+    def say(self, text: str) -> None:
+        """One line about the operation (not on a TTY bar, not when quiet)."""
+        if self.quiet:
+            return
+        if self._bar is not None:
+            self._bar.write(f"streamrank {self.desc}: {text}", file=self.stream)
+        else:
+            print(f"streamrank {self.desc}: {text}", file=self.stream, flush=True)
 
     def update(self, n: int = 1) -> None:
         self.n += int(n)
@@ -184,8 +199,11 @@ class ProgressSource(BlockSource):
         return self._base.read_block(*args)
 
     def blocks(self, *args, **kwargs):
-        self._passes += 1
         p = self._progress
+        if p._phase is not None:      # a pass inside a phase (leave-query-out...): the phase counts
+            yield from self._base.blocks(*args, **kwargs)
+            return
+        self._passes += 1
         desc = self._desc if self._passes == 1 else f"{self._desc} (pass {self._passes})"
         if self._passes > 1:
             p.reset(self._base.n_rows, desc)
@@ -219,3 +237,51 @@ class ProgressTuples:
 
     def __len__(self):
         return len(self._base)
+
+
+class PhaseReporter:
+    """Shows the phases of :mod:`streamrank._phases` on a :class:`Progress`: each phase restarts the count
+    under its own name and unit ("fit kernel: decomposition ...", "fit rankrls: leave-query-out 120/471
+    groups"); a phase without a count says when it starts and how long it took."""
+
+    def __init__(self, progress: Progress):
+        self.progress = progress
+        self.base = progress.desc
+        self.unit = progress.unit
+
+    def begin(self, name, total, unit):
+        import time as _t
+
+        p = self.progress
+        before = (p.n, p.total, p._t0)
+        p.set_unit(unit)
+        p.reset(total, f"{self.base}: {name}")
+        p.say("started" if total is None else f"0/{int(total):,} {unit}")
+        h = _Phase(p, name, _t.monotonic(), total)
+        h.before = before
+        p._phase = h
+        return h
+
+    def end(self, handle):
+        import time as _t
+
+        p = handle.progress
+        if handle.total is None:
+            p.say(f"done in {format_eta(_t.monotonic() - handle.t0)}")
+        elif p._bar is None and not p.quiet:
+            p._line(final=True)
+        p.set_unit(self.unit)
+        p.set_description(self.base)
+        p.n, p.total, p._t0 = handle.before          # the operation's own count goes on
+        p._phase = None
+        if p._bar is not None:
+            p._bar.reset(total=p.total)
+            p._bar.update(p.n)
+
+
+class _Phase:
+    def __init__(self, progress, name, t0, total):
+        self.progress, self.name, self.t0, self.total = progress, name, t0, total
+
+    def update(self, n: int = 1) -> None:
+        self.progress.update(n)

@@ -37,6 +37,7 @@ import numpy as np
 import scipy.linalg as la
 import scipy.sparse as sp
 
+from .._phases import phase
 from .._state_checks import state_array
 from .._validation import check_n_features, check_X
 from ..io.blocks import BlockSource
@@ -190,6 +191,11 @@ class SparseMode:
         parts = sol.parts if isinstance(sol, PerOutput) else [sol]
         cols = [slice(k, k + 1) for k in range(len(parts))] if isinstance(sol, PerOutput) else [slice(None)]
         out = np.empty((source.n_rows, est.n_outputs_))
+        with phase(f"leave-query-out (λ={alpha:.4g})", total=source.n_groups, unit="groups") as progress:
+            self._lqo_pass(est, spec, parts, cols, source, max_rows, alpha, out, progress)
+        return out
+
+    def _lqo_pass(self, est, spec, parts, cols, source, max_rows, alpha, out, progress):
         for block in source.blocks(max_rows=max_rows, split_groups=False):
             Kb = spec(block.X, est.basis_)
             Yb = np.asarray(block.y, dtype=np.float64).reshape(block.n_rows, -1)
@@ -208,7 +214,7 @@ class SparseMode:
                     M = np.eye(b - a) - S @ H @ S
                     corr = H @ S @ np.linalg.solve(M, S @ (F[a:b] - Y[a:b]))
                     out[block.start + a:block.start + b, c] = F[a:b] + corr
-        return out
+            progress.update(block.n_groups)
 
     def leave_pair_out(self, est, pairs, alpha):
         raise ValueError("leave_pair_out is implemented for the exact dual (n_basis=None)")

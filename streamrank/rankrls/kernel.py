@@ -41,6 +41,7 @@ import numbers
 import numpy as np
 import scipy.sparse as sp
 
+from .._phases import phase
 from .._defaults import check_alphas
 from .._qid import qid_keys
 from .._state_checks import state_array, state_int, state_matrix
@@ -497,7 +498,12 @@ class _DualMode:
             fold_groups = [np.flatnonzero(fog == f) for f in range(int(folds))]
         sets = [np.concatenate([np.arange(gp[g], gp[g + 1]) for g in gs]) if len(gs) else
                 np.zeros(0, np.int64) for gs in fold_groups]
-        preds = np.stack([est._decomp.holdout(a, sets) for a in arr])      # (a, m, v)
+        with phase("cross-validation", total=len(arr), unit="λ") as p:
+            preds = []
+            for a in arr:
+                preds.append(est._decomp.holdout(a, sets))
+                p.update(1)
+            preds = np.stack(preds)                                          # (a, m, v)
         per_out = heldout_scores(preds, Y, gp, group_weight=est.group_weight, ties=est.ties, kind=kind, k=k,
                                  weight=getattr(est, "_weight", None))
         result = choose(arr, per_out, kind=kind, k=k, scoring=scoring, folds=folds)
@@ -539,20 +545,24 @@ def _dual_decomposition(spec, X, Y, gp, group_weight, ties, *, check, weight=Non
     a loaded model was checked when it was fitted).  ``weight``: row weights (weighted Laplacian).
     """
     Y = np.asarray(Y, dtype=np.float64).reshape(len(Y), -1)
-    K = spec(X)
-    if check and not spec.psd_by_construction:
-        check_psd(K, name="kernel")
+    m = len(Y)
+    with phase(f"kernel matrix ({m:,} x {m:,})"):
+        K = spec(X)
+        if check and not spec.psd_by_construction:
+            check_psd(K, name="kernel")
     if ties == "exclude" and Y.shape[1] > 1:     # every output has its own tie classes: one per output
         parts = []
         for k in range(Y.shape[1]):
             root = LaplacianRoot(gp, Y[:, k:k + 1], group_weight=group_weight, ties=ties, weight=weight)
             held = [root.apply(K.copy() if k + 1 < Y.shape[1] else K, inplace=True)]
-            parts.append(DualDecomposition(held, Y[:, k:k + 1], root))
+            with phase(f"decomposition of output {k} (O(m³) eigendecomposition, no count inside)"):
+                parts.append(DualDecomposition(held, Y[:, k:k + 1], root))
         return PerOutput(parts)
     root = LaplacianRoot(gp, Y, group_weight=group_weight, ties=ties, weight=weight)
     held = [root.apply(K, inplace=True)]     # B K, in the buffer of K, handed over (freed early)
     del K
-    return DualDecomposition(held, Y, root)
+    with phase(f"decomposition ({m:,} x {m:,} eigendecomposition, O(m³), no count inside)"):
+        return DualDecomposition(held, Y, root)
 
 
 def _read_all(source):

@@ -32,6 +32,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from .._phases import phase
 from .._defaults import DEFAULT_BLOCK_ROWS, check_alphas
 from .._validation import check_alpha
 from ._statistics import EigenPath
@@ -201,11 +202,13 @@ def cross_validate(model, source=None, *, alphas=None, folds=5, scoring="squared
         model.__dict__.pop("fold_stats_", None)
         ev = _Evaluators(kind, k, len(alphas), n_out) if kind != "squared" else None
         sq = np.zeros((len(alphas), n_out))
-        for block, P in _lqo_blocks(model, source, alphas, max_rows):
-            if ev is not None:
-                ev.update(block, P)
-            else:
-                sq += _block_loss(model, block, P)
+        with phase("leave-query-out", total=source.n_groups, unit="groups") as progress:
+            for block, P in _lqo_blocks(model, source, alphas, max_rows):
+                if ev is not None:
+                    ev.update(block, P)
+                else:
+                    sq += _block_loss(model, block, P)
+                progress.update(block.n_groups)
         per_out = ev.result() if ev is not None else sq / np.maximum(total.pairs_per_output, 1)
         fold_stats = None
     else:
@@ -262,11 +265,13 @@ def fold_solutions(model, fold_stats, alphas):
     if model.normalize is not None:
         d = 1.0 / total.moments.normalizer(model.normalize).scale
     Ws = []
-    for st in fold_stats:
-        G, B = total.G - st.G, total.B - st.B
-        G = G * d[:, None] * d[None, :] if G.ndim == 2 else G * d[None, :, None] * d[None, None, :]
-        ep = EigenPath(G, B * d[:, None])
-        Ws.append(np.stack([ep.coef(a) for a in alphas]) * d[None, :, None])   # (a, n, v), raw features
+    with phase("CV folds", total=len(fold_stats), unit="folds") as progress:
+        for st in fold_stats:
+            G, B = total.G - st.G, total.B - st.B
+            G = G * d[:, None] * d[None, :] if G.ndim == 2 else G * d[None, :, None] * d[None, None, :]
+            ep = EigenPath(G, B * d[:, None])
+            Ws.append(np.stack([ep.coef(a) for a in alphas]) * d[None, :, None])   # (a, n, v), raw features
+            progress.update(1)
     return total, Ws
 
 

@@ -1,0 +1,111 @@
+"""Ctrl-C within a second or two in every phase, native code included: the command runs in a child process.
+
+Python handles a signal only between bytecodes.  A long LAPACK call (the
+exact kernel's ``scipy.linalg.eigh`` holds the GIL for minutes) or a numba
+loop therefore delays Ctrl-C until it returns — the issue measured 242 s.
+So the ``streamrank`` console script (``main()`` without ``argv``) forks
+once the arguments are parsed: the child runs the command as before, in its
+own process group; the parent only waits.  On SIGINT / SIGTERM the parent
+forwards the signal to the child, which normally stops at once (the usual
+"interrupted" message, exit 130 / 143).  If the child is still running
+:data:`GRACE` seconds later — inside native code — the parent kills it
+(SIGKILL) and reports the interruption itself.  That is safe by design:
+every store append and model write in streamrank is atomic under kill -9
+(appends commit by one final rename of the log, models appear whole or not
+at all, leftovers of a dead process are swept by the next writer).
+
+In-process callers (``main([...])``, the tests) and platforms without
+``fork`` run the command directly; ``STREAMRANK_NO_FORK=1`` does too.
+"""
+from __future__ import annotations
+
+import os
+import signal
+import sys
+import time
+
+__all__ = ["GRACE", "can_supervise", "supervised"]
+
+#: seconds the child has to stop by itself after Ctrl-C before it is killed
+GRACE = 1.0
+
+
+def can_supervise() -> bool:
+    import threading
+
+    return (hasattr(os, "fork") and os.environ.get("STREAMRANK_NO_FORK", "") in ("", "0")
+            and threading.current_thread() is threading.main_thread())
+
+
+def _die_with_parent() -> None:
+    """Linux: the child gets SIGKILL when the parent dies (a killed parent leaves no orphan computing)."""
+    try:
+        import ctypes
+
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(1, int(signal.SIGKILL), 0, 0, 0)    # PR_SET_PDEATHSIG
+    except Exception:  # noqa: BLE001 - best effort (not Linux)
+        pass
+
+
+def supervised(run, command: str) -> int:
+    """Run ``run()`` (returns an exit code) in a forked child; see the module doc.  Returns the exit code."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    pid = os.fork()
+    if pid == 0:                                   # the child: the command itself
+        code = 1
+        try:
+            os.setpgid(0, 0)                       # the terminal's Ctrl-C reaches the parent, which forwards it
+            _die_with_parent()
+            code = int(run() or 0)
+        except SystemExit as exc:
+            code = exc.code if isinstance(exc.code, int) else 1
+        except BaseException:                      # noqa: BLE001 - the child never returns into the caller
+            import traceback
+
+            traceback.print_exc()
+            code = 1
+        finally:
+            try:
+                sys.stdout.flush()
+                sys.stderr.flush()
+            finally:
+                os._exit(code)
+    got: list = []
+
+    def note(signum, frame):
+        got.append(signum)
+
+    old = {s: signal.signal(s, note) for s in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        deadline = None
+        while True:
+            try:
+                done, status = os.waitpid(pid, os.WNOHANG)
+            except ChildProcessError:              # already reaped
+                return 1
+            if done:
+                code = os.waitstatus_to_exitcode(status)
+                return 128 - code if code < 0 else code
+            if got and deadline is None:
+                try:
+                    os.kill(pid, got[0])
+                except ProcessLookupError:
+                    pass
+                deadline = time.monotonic() + GRACE
+            if deadline is not None and time.monotonic() > deadline:
+                try:
+                    os.kill(pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+                os.waitpid(pid, 0)
+                sigterm = got[0] == signal.SIGTERM
+                print(f"streamrank {command}: {'terminated (SIGTERM)' if sigterm else 'interrupted'}; stopped "
+                      f"inside native code after {GRACE:g} s (nothing half-written was left: stores keep their "
+                      "last commit, models are written whole or not at all)", file=sys.stderr, flush=True)
+                return 143 if sigterm else 130
+            time.sleep(0.02)
+    finally:
+        for s, h in old.items():
+            signal.signal(s, h)
