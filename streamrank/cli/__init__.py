@@ -39,7 +39,16 @@ Progress and messages
 ---------------------
 Long operations (ingest, every pass of a fit, evaluate, predict) show a tqdm
 bar on a terminal and one plain log line every 10 s (``STREAMRANK_PROGRESS_SECONDS``)
-when stderr is not a terminal (cron).  ``--quiet`` silences progress and log
+when stderr is not a terminal (cron).  Each phase of a fit shows its own count (``decomposition``, ``CV folds``,
+``cross-validation`` per λ, ``leave-query-out`` groups); a phase that
+cannot count from inside (one LAPACK call) says when it starts and ends.
+An exact kernel fit first logs its memory estimate (32·m² bytes) and is
+refused above ``--max-memory-mb`` (default half the RAM), naming
+``--learner sparse-kernel --n-basis N``.  Ctrl-C stops every phase within
+about a second: the console script runs the command in a child process and
+kills it if it is still inside native code 1 s after the signal
+(:mod:`streamrank.cli._supervise`; ``STREAMRANK_NO_FORK=1`` runs in-process).
+``--quiet`` silences progress and log
 messages (results still go to stdout); ``--verbose`` adds debug messages and
 the traceback of an error.
 

@@ -98,8 +98,7 @@ def test_ctrl_c_inside_the_eigendecomposition_stops_within_seconds(tmp_path):
             seen.append(line)
             if "decomposition (" in line and line.rstrip().endswith("started"):
                 break
-        time.sleep(0.5)                        # inside eigh now
-        sent = time.monotonic()
+        sent = time.monotonic()                # inside eigh now (or, on a fast idle machine, just after it)
         proc.send_signal(signal.SIGINT)
         proc.wait(timeout=30)
         took = time.monotonic() - sent
@@ -111,5 +110,32 @@ def test_ctrl_c_inside_the_eigendecomposition_stops_within_seconds(tmp_path):
     assert proc.returncode == 130, err
     assert took < 3, f"exited {took:.1f} s after Ctrl-C\n{err}"
     assert "interrupted" in err and "Traceback" not in err
-    assert "decomposition" in err and "done in" not in err.split("decomposition (")[-1]   # stopped inside it
     assert sorted(p.name for p in tmp_path.iterdir()) == ["s.zarr"]                    # no model, no leftovers
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork")
+def test_a_child_that_ignores_ctrl_c_is_killed_after_the_grace():
+    """The kill path, deterministically: the command's process blocks SIGINT (as a long native call that
+    never returns to Python does) and would sleep 60 s; the supervisor stops it about 1 s after Ctrl-C."""
+    code = ("import signal, sys, time\n"
+            "from streamrank.cli._supervise import supervised\n"
+            "def run():\n"
+            "    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})\n"
+            "    print('ready', flush=True)\n"
+            "    time.sleep(60)\n"
+            "    return 0\n"
+            "sys.exit(supervised(run, 'fit'))\n")
+    proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout.readline().strip() == "ready"
+        sent = time.monotonic()
+        proc.send_signal(signal.SIGINT)
+        proc.wait(timeout=30)
+        took = time.monotonic() - sent
+        err = proc.stderr.read()
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == 130 and 0.9 < took < 3, (took, err)
+    assert "stopped inside native code after 1 s" in err and "nothing half-written" in err
