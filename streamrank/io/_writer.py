@@ -24,7 +24,8 @@ from pathlib import Path
 
 from ._remote import Remote, is_url, local_path
 
-__all__ = ["LOCK_NAME", "location", "writer_lock", "creating_store", "new_store_id", "zarr_store", "writing"]
+__all__ = ["LOCK_NAME", "location", "writer_lock", "creating_store", "new_store_id", "zarr_store", "writing",
+           "check_same_store"]
 
 LOCK_NAME = ".streamrank.lock"
 
@@ -130,3 +131,14 @@ def writing(zstore):
         yield
     finally:
         zstore.strict = old
+
+
+def check_same_store(store) -> None:
+    """An appender re-reading the commit record refuses a store that was re-created since it opened it."""
+    now = (store._attrs.get("store_id"), store._attrs.get("created"))
+    if now != store._store_id:
+        from .schema import StoreFormatError
+
+        raise StoreFormatError(f"{store.path} was re-created (create(..., overwrite=True)) by another process "
+                               "since this object opened it; nothing was appended. Open it again to append "
+                               "to the new store")

@@ -7,19 +7,27 @@ prefetch).
 
 Atomic, idempotent append
 -------------------------
-``append`` (1) validates the whole batch before writing anything, (2) cuts a
-torn tail left by a killed writer back to the committed length (arrays longer
-than the committed counts, stray ``*.partial`` files), (3) grows the arrays
-and writes the new rows *beyond* the committed length, and (4) writes the
-commit record — committed counts plus a log entry with the batch's checksum —
-**last**, in one atomic rename of the group's ``zarr.json``.  Readers use only
-the committed counts, so a crash at any point leaves the store readable at its
-previous state.  Rewriting the last, partly filled chunk is safe too: zarr's
-LocalStore writes each chunk to a temporary file and renames it, and the new
-chunk holds the committed rows unchanged.  A ``batch_id`` already in the log
-is skipped (``append`` returns False and logs a message on the ``streamrank``
-logger).  One writer at a time is enforced with an advisory ``flock`` on
-``<store>/.streamrank.lock`` (released by the OS if the writer dies).
+``append`` validates the whole batch before writing anything, cuts a torn
+tail left by a killed writer back to the committed length, writes the new
+rows *beyond* the committed length, and writes the commit record — committed
+counts plus a log entry with the batch's checksum — **last**, in one atomic
+write (:mod:`streamrank.io._group_append`).  Readers use only the committed
+counts, so a crash at any point leaves the store readable at its previous
+state.  A ``batch_id`` already in the log is skipped (``append`` returns
+False).  One writer at a time: an advisory ``flock`` on
+``<store>/.streamrank.lock`` for a local directory (released by the OS if the
+writer dies); a lease held through conditional writes for a store at a URL.
+
+Stores at URLs
+--------------
+``GroupStore.create("s3://bucket/prefix/train.zarr", n, storage_options=...)``
+and ``GroupStore.open(url, storage_options=...)`` keep a store on object
+storage through zarr's ``FsspecStore`` (:mod:`streamrank.io._remote`).  Row
+chunks are decoded by the same code as local chunk files (CRC-32C, the chunk
+bindings of the commit record, the read checks), a block's chunk requests in
+flight together (:mod:`streamrank.io._remote_chunks`); ``verify()`` works
+the same.  The append commit protocol there — no rename, no ``flock`` — is
+written down in :mod:`streamrank.io._remote_commit`.
 """
 from __future__ import annotations
 
@@ -30,47 +38,46 @@ import os
 import numpy as np
 import scipy.sparse as sp
 
-from .._qid import qid_keys
-from .._validation import check_qid, check_X, check_y, group_ptr_from_qid
-from ._qid_text import QidText, create_qid_text, encode_qids
+from ._qid_text import QidText, create_qid_text
 from .groups import (
     GROUP_IDENTITIES,
     batch_of,
     check_group_identity,
-    qid_kind_of,
-    scan_for_keys,
-    scope_ranges,
 )
 from ._chunk_binding import (
-    TAIL_CRCS,
     bound_array,
     bound_decoder,
     check_tail_crcs,
-    commit_bindings,
-    reads_unbound,
 )
 from ._read_checks import BadEntry, check_offsets, entries_check, finite_rows_check, with_row
 from ._row_chunks import RowChunkReader
-from ._writer import LOCK_NAME, creating_store, location, new_store_id, writer_lock, writing, zarr_store  # noqa: F401
+from ._group_append import GroupAppend
+from ._group_verify import GroupVerify
+from ._writer import (  # noqa: F401  (re-exported: tuple_store and tests import them from here)
+    LOCK_NAME,
+    check_same_store,
+    creating_store,
+    location,
+    new_store_id,
+    writer_lock,
+    writing,
+    zarr_store,
+)
 from .blocks import BlockSource
-from .docids import DOCID_ARRAYS, append_docids, check_docids, create_docid_arrays, hash_docids, read_docids
+from .docids import DOCID_ARRAYS, create_docid_arrays, read_docids
 from .schema import (
     FORMAT_VERSION,
     GROUP_ARRAYS_DENSE,
     GROUP_ARRAYS_SPARSE,
     GROUP_FORMAT,
-    BatchHasher,
-    CHUNK_CRCS,
     EVERY_CHUNK,
     CheckedArray,
     StoreFormatError,
-    append_csr,
     check_array_layout,
     check_chunk_crcs,
     check_chunk_dirs,
     check_format,
     check_log,
-    cut_torn_tail,
     every_chunk,
     compressors,
     open_array,
@@ -83,7 +90,6 @@ __all__ = ["GroupStore"]
 
 logger = logging.getLogger("streamrank")
 
-_F32_MAX = float(np.finfo(np.float32).max)
 #: decode X and y chunks straight from their files (streamrank.io._chunk_files); False: zarr reads them
 _DECODE_CHUNK_FILES = True
 _GROUP_CHUNK = 1 << 14      # group_ptr / qid entries per chunk (128 KiB; rewritten by every append)
@@ -95,29 +101,7 @@ def _now() -> str:
     return _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="milliseconds")
 
 
-def _as_float32(X, name: str = "X"):
-    """Cast features to the stored float32, refusing values float32 cannot hold."""
-    if sp.issparse(X):
-        data = X.data
-    else:
-        data = X
-    if data.dtype != np.float32:
-        if data.dtype.kind == "f" and data.size:
-            big = np.abs(data) > _F32_MAX
-            if big.any():
-                k = int(np.flatnonzero(big.ravel())[0])
-                row = (int(np.searchsorted(X.indptr, k, side="right") - 1) if sp.issparse(X)
-                       else k // max(1, X.shape[1]))
-                raise ValueError(f"{name} row {row} holds {data.ravel()[k]!r}, outside the "
-                                 "float32 range the store keeps features in")
-        if sp.issparse(X):
-            X = sp.csr_matrix((data.astype(np.float32), X.indices, X.indptr), shape=X.shape)
-        else:
-            X = np.ascontiguousarray(X, dtype=np.float32)
-    return X
-
-
-class GroupStore(BlockSource):
+class GroupStore(GroupAppend, GroupVerify, BlockSource):
     """An appendable zarr store of query groups that streams group-aligned blocks.
 
     Create with :meth:`create`, open with :meth:`open`; never instantiate
@@ -563,120 +547,6 @@ class GroupStore(BlockSource):
             X = self._X_rows.read(r0, r1, self._rows)
         return X, self._read_y(r0, r1)
 
-    # ----------------------------------------------------------------- append
-    def append(self, X, y, qid, *, batch_id=None, docid=None) -> bool:
-        """Append whole query groups; atomic and idempotent.
-
-        Parameters
-        ----------
-        X : ndarray (rows, n_features), scipy.sparse matrix, or a pandas DataFrame / pyarrow Table
-            Features (bool, integer or float); stored as float32.  A table's
-            feature columns are matched to the store's ``feature_names`` by name;
-            ``y`` and ``qid`` may then be column names (``append(table, y="label",
-            qid="qid")``).  Values
-            outside the float32 range, NaN and ±inf are refused, as are
-            strings, objects and complex numbers.
-        y : array-like (rows,) or (rows, n_outputs)
-            Scores, stored as float64.
-        qid : array-like (rows,) of integer or string ids (one kind per store)
-            The rows of one query must be contiguous.  With
-            ``group_identity="batch"`` an id may recur in a later batch (a new
-            group); within a batch (``batch_id`` up to ``#``) or, with
-            ``"global"``, within the store, a repeat is an error — checked by
-            streaming the committed keys, see :mod:`streamrank.io.groups`.
-        batch_id : str, optional
-            Identifier of the batch.  If the log already holds it, nothing is
-            written and False is returned.
-        docid : sequence of str, optional
-            One document id per row; required by (and only by) a store
-            created with ``docids=True``.
-
-        Returns
-        -------
-        bool
-            True if the batch was committed, False if ``batch_id`` was already there.
-        """
-        if self.mode != "a":
-            raise PermissionError(f"{self.path} is open read-only; use GroupStore.open(path, mode='a')")
-        if batch_id is not None:
-            batch_id = str(batch_id)
-        X, y, qid = self._from_table(X, y, qid)
-        with writer_lock(self._loc):
-            now = read_attrs(self._loc)
-            if now.get("committed") != self._attrs.get("committed"):
-                self._load()  # another process committed since we opened
-                check_same_store(self)
-            else:
-                if "writer_epoch" in now:     # a fence (io/_remote_commit) since we opened: keep its count
-                    self._attrs = {**self._attrs, "writer_epoch": now["writer_epoch"]}
-                self._reopen_arrays()  # a killed writer may have grown them since
-            if batch_id is not None and any(e.get("batch_id") == batch_id for e in self._attrs["log"]):
-                logger.info("GroupStore %s: batch %r is already committed; skipped", self.path, batch_id)
-                return False
-            self._batch_id_pending = batch_id
-            X, y, gp, gq = self._validate(X, y, qid)
-            ids = self._validate_docids(docid, X.shape[0])
-            with writing(self._zstore):
-                self.repair()
-                self._write(X, y, gp, gq, batch_id, ids)
-        return True
-
-    def _from_table(self, X, y, qid):
-        """A DataFrame / Arrow table: ``y``/``qid`` may name its columns; features matched by name."""
-        from .._tables import is_table, reorder_by_name, split_table
-
-        if not is_table(X):
-            return X, y, qid
-        if qid is None:
-            raise TypeError("GroupStore.append(table, y=..., qid=...) needs qid: the name of the query id "
-                            "column (or an array)")
-        Xa, y, qid, names = split_table(X, y, qid)
-        want = self.feature_names
-        if want is not None and names is not None and list(names) != list(want):
-            Xa = reorder_by_name(Xa, names, want, "the table's feature columns do not match the store's feature "
-                                 "names", extra_label="not in the store", shown=5)
-        if self.sparse:
-            Xa = sp.csr_matrix(Xa)
-        return Xa, y, qid
-
-    def _validate(self, X, y, qid):
-        """Everything is checked before a byte is written."""
-        if qid is None:
-            raise TypeError("GroupStore.append needs qid (one integer id per row); for one "
-                            "global group pass an array of one constant id")
-        if sp.issparse(X) != self.sparse:
-            want = "a scipy.sparse matrix" if self.sparse else "a dense array"
-            raise TypeError(f"X must be {want}: the store at {self.path} was created with "
-                            f"sparse={self.sparse}")
-        X = check_X(X, "X", n_features=self.n_features, dtype=(np.float32, np.float64))
-        X = _as_float32(X, "X")
-        n = X.shape[0]
-        y = check_y(y, n, "y")
-        if y.ndim == 2 and y.shape[1] == 1 and self.n_outputs == 1:
-            y = y[:, 0]
-        got = 1 if y.ndim == 1 else y.shape[1]
-        if got != self.n_outputs or (self.n_outputs > 1 and y.ndim != 2):
-            raise ValueError(f"y has {got} output column(s) (shape {y.shape}); the store holds "
-                             f"{self.n_outputs}")
-        q = check_qid(qid, n, "qid")
-        gp, gq = group_ptr_from_qid(q, "qid")
-        kind = qid_kind_of(gq, self._qid_kind, self.path)
-        self._check_new_groups(gq, gp, kind, self._batch_id_pending)
-        if self.sparse:
-            if X.nnz and (X.indices.min() < 0 or X.indices.max() >= self.n_features):
-                raise ValueError(f"X has column indices outside [0, {self.n_features})")
-        return X, y, gp, gq
-
-    def _validate_docids(self, docid, n_rows):
-        if not self.has_docids:
-            if docid is not None:
-                raise ValueError(f"docid given, but the store at {self.path} keeps no document ids "
-                                 "(create it with docids=True)")
-            return None
-        if docid is None:
-            raise ValueError(f"the store at {self.path} keeps one document id per row: pass docid=")
-        return check_docids(docid, n_rows)
-
     def docids(self, r0: int = 0, r1: int | None = None) -> list:
         """Document ids of committed rows r0:r1 (a store created with ``docids=True``)."""
         if not self.has_docids:
@@ -704,189 +574,6 @@ class GroupStore(BlockSource):
         self._qid_text = QidText(self._root, self.path) if kind == "str" or (
             kind is None and "qid_kind" in attrs) else None
 
-    def _check_new_groups(self, gq, gp, kind, batch_id):
-        """Refuse a query id that is already a group of the same batch (or of the store, if global).
-
-        Streams the committed keys of the groups in scope in pieces of
-        :data:`streamrank.io.groups.SCAN_PIECE` (8 MiB), so memory is bounded
-        by the piece plus the new block; a key match is confirmed on the
-        original id (string keys may collide).  See :mod:`streamrank.io.groups`
-        for the cost.
-        """
-        if not len(gq):
-            return
-        ranges = scope_ranges(self._attrs["log"], batch_id, self._group_identity)
-        keys = qid_keys(gq)
-        order = np.argsort(keys, kind="stable")
-        skeys = keys[order]
-        for g_store, js in scan_for_keys(self._arrays["qid"], ranges, skeys):
-            stored = self._group_qid(g_store, g_store + 1)[0]
-            for g_new in sorted(int(i) for i in order[js]):
-                if kind == "int" or gq[g_new] == stored:
-                    from .._qid import qid_repr
-
-                    scope = ("the store" if self._group_identity == "global"
-                             else f"batch {batch_of(batch_id)!r}")
-                    raise ValueError(
-                        f"qid {qid_repr(gq[g_new])} (batch row {int(gp[g_new])}) is already in {scope} as "
-                        f"group {g_store}; a query's rows must be contiguous within a batch"
-                        + ("" if self._group_identity == "batch" else
-                           " (this store has group_identity='global'; a store created with "
-                           "group_identity='batch' takes a recurring query as a new group of each batch)"))
-
-    def repair(self) -> int:
-        """Cut a torn tail back to the committed counts; return the number of fixes.
-
-        Called by every append.  Removes temporary ``*.partial`` files of a
-        killed writer and shrinks arrays that are longer than committed.
-        """
-        if self.mode != "a":
-            raise PermissionError(f"{self.path} is open read-only")
-        fixes = cut_torn_tail(self._loc, self._arrays, self._needed_lengths(self._rows, self._groups, self._nnz))
-        if fixes:
-            logger.warning("GroupStore %s: repaired a torn append (%d fix(es)); the store is at "
-                           "its last commit (%d rows)", self.path, fixes, self._rows)
-        return fixes
-
-    def _write(self, X, y, gp, gq, batch_id, ids=None):
-        m0, q0, z0 = self._rows, self._groups, self._nnz
-        k, g = X.shape[0], len(gq)
-        m1, q1 = m0 + k, q0 + g
-        h = BatchHasher()
-        a = self._arrays
-        if self.sparse:
-            _, z1 = append_csr(a, "X", X, m0, z0, h)
-        else:
-            z1 = z0
-            h.update("X", X)
-            if k:
-                a["X"].resize((m1, self.n_features))
-                a["X"][m0:m1] = X
-        h.update("y", y)
-        sizes = np.diff(gp).astype(np.int64)
-        h.update("group_size", sizes)
-        kind = qid_kind_of(gq, self._qid_kind, self.path)
-        keys = qid_keys(gq)
-        h.update("qid", keys)
-        if kind == "str":
-            lengths, text = encode_qids(gq)
-            h.update("qid_text.len", lengths)
-            h.update("qid_text.utf8", text)
-        if k:
-            a["y"].resize((m1,) + tuple(y.shape[1:]))
-            a["y"][m0:m1] = y
-        if g:
-            a["group_ptr"].resize((q1 + 1,))
-            a["group_ptr"][q0 + 1 : q1 + 1] = m0 + gp[1:]
-            a["qid"].resize((q1,))
-            a["qid"][q0:q1] = keys
-            if kind == "str":
-                self._qid_text.write(q0, lengths, text)
-        attrs = dict(self._attrs)
-        if g:
-            attrs["qid_kind"] = kind
-        attrs["committed"] = {"rows": m1, "groups": q1, "nnz": z1}
-        entry = {"batch_id": batch_id, "rows": [m0, m1], "groups": [q0, q1], "nnz": [z0, z1]}
-        if self.has_docids:
-            b0 = self._docid_bytes
-            b1 = append_docids(a, *ids, m0, b0, h)
-            attrs["committed"]["docid_bytes"] = b1
-            entry["docid_bytes"] = [b0, b1]
-        attrs["log"] = list(attrs["log"]) + [{**entry, "time": _now(), "checksum": h.hexdigest()}]
-        lengths = self._needed_lengths(m1, q1, z1)
-        if self.has_docids:
-            lengths["docid/bytes"] = int(attrs["committed"]["docid_bytes"])
-        attrs.update(commit_bindings(self._loc, a, lengths, attrs))    # every chunk bound to its place
-        write_attrs(self._loc, attrs)  # the commit point
-        self._chunk_crcs, self._tail_crcs = attrs[CHUNK_CRCS], attrs[TAIL_CRCS]
-        self._rebind()
-        self._attrs = attrs
-        self._rows, self._groups, self._nnz = m1, q1, z1
-        if self.has_docids:
-            self._docid_bytes = int(attrs["committed"]["docid_bytes"])
-        self._gp_all = np.concatenate((self._gp_all, m0 + gp[1:]))
-        if self._qid_cache is not None:
-            self._qid_all = np.concatenate((self._qid_all, keys))
-        self._load_qid_kind(attrs)
-        self._group_ptr_cache = None
-        logger.debug("GroupStore %s: committed batch %r (%d rows, %d groups)", self.path, batch_id, k, g)
-
-    # ------------------------------------------------------------------ verify
-    @reads_unbound      # per-batch checksums name the batch; chunk bindings would name a chunk
-    def verify(self, *, piece_rows: int = 262_144, batch_ids=None) -> int:
-        """Re-read every committed batch and compare it with its logged checksum.
-
-        Also checks the structural invariants (log ranges contiguous and equal
-        to the committed counts, ``group_ptr`` increasing, CSR ``indptr``
-        consistent).  Returns the number of batches verified; raises
-        :class:`StoreFormatError` naming the first batch that does not match.
-        ``batch_ids``: re-read only the batches with these ids (e.g. the ones
-        just appended); the structural checks still cover the whole store.
-        """
-        log = self._attrs["log"]
-        r = g = z = 0
-        for e in log:
-            if e["rows"][0] != r or e["groups"][0] != g or e["nnz"][0] != z:
-                raise StoreFormatError(f"{self.path}: append log is not contiguous at batch "
-                                       f"{e.get('batch_id')!r}")
-            r, g, z = e["rows"][1], e["groups"][1], e["nnz"][1]
-        if (r, g, z) != (self._rows, self._groups, self._nnz):
-            raise StoreFormatError(f"{self.path}: append log ends at rows={r}, groups={g}, nnz={z} "
-                                   f"but the commit record says {self._rows}, {self._groups}, {self._nnz}")
-        if np.any(np.diff(self._gp_all) < 0) or self._gp_all[0] != 0:
-            raise StoreFormatError(f"{self.path}: array 'group_ptr' is not non-decreasing from 0")
-        if batch_ids is not None:
-            batch_ids = set(batch_ids)
-            log = [e for e in log if e.get("batch_id") in batch_ids]
-        for e in log:
-            (r0, r1), (g0, g1) = e["rows"], e["groups"]
-            try:      # a chunk that cannot be read (missing, swapped, damaged) fails its batch too
-                h = BatchHasher()
-                for a in range(r0, r1, piece_rows):
-                    b = min(a + piece_rows, r1)
-                    if self.sparse:
-                        ip = np.asarray(self._indptr[a : b + 1], dtype=np.int64)
-                        h.update("X.indices", self._indices[int(ip[0]) : int(ip[-1])])
-                        h.update("X.data", self._data[int(ip[0]) : int(ip[-1])])
-                        h.update("X.row_nnz", np.diff(ip))
-                    else:
-                        h.update("X", self._X[a:b])
-                    h.update("y", self._y[a:b])
-                if self.sparse and r1 == r0:
-                    h.update("X.indices", np.zeros(0, np.int32))
-                    h.update("X.data", np.zeros(0, np.float32))
-                    h.update("X.row_nnz", np.zeros(0, np.int64))
-                elif not self.sparse and r1 == r0:
-                    h.update("X", np.zeros((0, self.n_features), np.float32))
-                if r1 == r0:
-                    h.update("y", np.zeros(0))
-                h.update("group_size", np.diff(self._gp_all[g0 : g1 + 1]))
-                h.update("qid", self._qid_all[g0:g1])
-                if self.has_docids:
-                    ids = self.docids(r0, r1)
-                    hash_docids(h, *check_docids(ids, r1 - r0))
-                if self._qid_kind == "str":
-                    lengths, text = self._qid_text.raw(g0, g1)
-                    h.update("qid_text.len", lengths)
-                    h.update("qid_text.utf8", text)
-                    labels = self._qid_text.read(g0, g1, self._groups)
-                    if not np.array_equal(qid_keys(labels), self._qid_all[g0:g1]):
-                        raise StoreFormatError(f"{self.path}: string query ids of batch {e.get('batch_id')!r} do "
-                                               "not match their keys in 'qid'; the store is corrupt")
-                if self.sparse and r1 > r0 and int(self._indptr[r0]) != e["nnz"][0]:
-                    raise StoreFormatError(f"{self.path}: 'X/indptr' disagrees with the log at batch "
-                                           f"{e.get('batch_id')!r}")
-            except StoreFormatError as exc:
-                raise StoreFormatError(
-                    f"{self.path}: batch {e.get('batch_id')!r} (rows {r0}:{r1}) does not match its checksum: "
-                    f"it cannot be read ({exc})") from exc
-            if h.hexdigest() != e["checksum"]:
-                raise StoreFormatError(
-                    f"{self.path}: batch {e.get('batch_id')!r} (rows {r0}:{r1}) does not match its "
-                    "checksum; committed data was modified or lost")
-        return len(log)
-
-
 _PRIVATE = object()
 
 
@@ -906,12 +593,3 @@ def _check_csr_width(n, name):
         raise ValueError(f"{name}={n} exceeds the int32 column indices of the store's CSR layout "
                          f"(at most {np.iinfo(np.int32).max}); hash the features into fewer columns")
     return n
-
-
-def check_same_store(store) -> None:
-    """An appender re-reading the commit record refuses a store that was re-created since it opened it."""
-    now = (store._attrs.get("store_id"), store._attrs.get("created"))
-    if now != store._store_id:
-        raise StoreFormatError(f"{store.path} was re-created (create(..., overwrite=True)) by another process "
-                               "since this object opened it; nothing was appended. Open it again to append "
-                               "to the new store")
