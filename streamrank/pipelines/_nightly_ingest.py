@@ -16,6 +16,16 @@ whole query groups (:func:`iter_day`: svmlight/LETOR text through
   is atomic; the next append cuts the torn tail).  The rerun finds the day's
   committed chunks, skips their rows (``#<r>`` ids are row offsets, so the
   chunk size may even change between runs) and appends the rest.
+* a day that stopped at a bad line (an append refused a chunk: the chunks
+  before it stay committed) resumes when the user fixes the line and re-runs
+  the same night: the fixed file has another content hash ``H2``, but its
+  first rows are compared with the rows the store holds of the incomplete
+  newest day ``H1`` (values, labels and query ids, exactly); when they are
+  the same, only the rest is appended, as ``"H1#<r>~H2"`` and finally
+  ``"H1#~H2"`` (the day keeps its batch ``H1`` — the group identity of its
+  queries — and ``~H2`` records the file that completed it, so the re-run
+  after that is a no-op: every row once).  A file whose first rows differ is
+  another day (ingested whole; the incomplete day stays as committed).
 
 Memory is one chunk (two with the one-chunk lookahead that finds the last
 one) plus the largest query, whatever the size of the day.
@@ -29,6 +39,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 from pathlib import Path
 
 import numpy as np
@@ -37,10 +48,12 @@ import scipy.sparse as sp
 import streamrank as sr
 from streamrank._itertools import with_last
 
-__all__ = ["content_hash", "iter_day", "read_day", "ingest", "day_entries", "day_span", "newest_day",
+__all__ = ["content_hash", "iter_day", "read_day", "ingest", "day_entries", "day_base", "day_complete",
+           "day_span", "newest_day",
            "read_tuple_day", "ingest_tuples", "verify_new"]
 
 DEFAULT_CHUNK_BYTES = 8 << 20
+logger = logging.getLogger(__name__)
 
 
 def content_hash(path) -> str:
@@ -156,9 +169,28 @@ def read_day(path, *, n_features=None, sparse=False):
     return X, np.concatenate([b for _, b, _ in parts]), np.concatenate([c for _, _, c in parts])
 
 
+def _id(e) -> str:
+    return str(e.get("batch_id") or "")
+
+
+def day_base(log, bid) -> str:
+    """The batch of the day that file content ``bid`` belongs to: ``bid``, or the day it resumed."""
+    for e in log:
+        i = _id(e)
+        if "#" in i and i.endswith("~" + bid):
+            return i.split("#", 1)[0]
+    return bid
+
+
+def day_complete(log, bid) -> bool:
+    """Whether the whole of file content ``bid`` is in the store (its day's last chunk is committed)."""
+    return any(_id(e) == bid or _id(e).endswith("#~" + bid) for e in log)
+
+
 def day_entries(log, bid):
-    """Log entries of the day with content hash ``bid`` (its chunks ``bid#<row>`` and ``bid`` itself)."""
-    return [e for e in log if e.get("batch_id") == bid or str(e.get("batch_id", "")).startswith(bid + "#")]
+    """Log entries of the day of content hash ``bid`` (its chunks ``base#<row>[~bid]`` and the last one)."""
+    base = day_base(log, bid)
+    return [e for e in log if _id(e) == base or _id(e).startswith(base + "#")]
 
 
 def day_span(entries, key="groups"):
@@ -172,10 +204,10 @@ def newest_day(log):
     """The trailing run of log entries that belong to the newest day (same content hash), oldest first."""
     if not log:
         return []
-    day = str(log[-1].get("batch_id") or "").split("#")[0]
+    day = _id(log[-1]).split("#")[0]
     out = []
     for e in reversed(log):
-        if str(e.get("batch_id") or "").split("#")[0] != day:
+        if _id(e).split("#")[0] != day:
             break
         out.append(e)
     return out[::-1]
@@ -196,42 +228,119 @@ def ingest(store_path, files, *, sparse=False, chunk_bytes=DEFAULT_CHUNK_BYTES, 
         bid = content_hash(f)
         log = store.batches if store is not None else []
         appended = 0
-        if not any(e.get("batch_id") == bid for e in log):
-            done = sum(e["rows"][1] - e["rows"][0] for e in day_entries(log, bid))  # a killed run's chunks
-            r = 0   # row of the day at which the current chunk starts
-            chunks = iter_day(f, n_features=store.n_features if store is not None else None,
-                              sparse=store.sparse if store is not None else sparse, chunk_bytes=chunk_bytes,
-                              columns=columns, feature_names=store.feature_names if store is not None else None)
-            for chunk, last in with_last(chunks):
-                X, y, qid = chunk
-                lines = getattr(chunk, "lines", None)
-                k = len(y)
-                if r + k <= done and not last:
-                    r += k
-                    continue
-                if r < done:   # the committed part ends inside this chunk (another chunk size before)
-                    cut = done - r
-                    if cut >= k or qid[cut - 1] == qid[cut]:
-                        raise ValueError(f"{f}: the store holds {done} rows of this day, which do not end "
-                                         "on a query boundary of the file; was the file changed?")
-                    X, y, qid, r = X[cut:], y[cut:], qid[cut:], done
-                    lines = None if lines is None else lines[cut:]
-                if store is None:
-                    store = sr.GroupStore.create(store_path, n_features=X.shape[1], sparse=sp.issparse(X),
-                                                 n_outputs=1 if np.ndim(y) == 1 else np.shape(y)[1],
-                                                 feature_names=getattr(chunk, "feature_names", None))
+        if not day_complete(log, bid):
+            base = day_base(log, bid)
+            resumes = _incomplete_day(log) if base == bid and not day_entries(log, bid) else None
+            if resumes is not None:        # a fixed file of the day that stopped at a bad line?
                 try:
-                    appended += bool(store.append(X, y, qid, batch_id=bid if last else f"{bid}#{r}"))
-                except ValueError as exc:
-                    raise _partial_day_error(exc, f, store, bid, qid, lines) from None
-                r += len(y)
-            if store is None:
-                raise ValueError(f"{f}: the day holds no rows")
+                    appended, store = _append_day(store, store_path, f, resumes, bid, log, sparse, chunk_bytes,
+                                                  columns, same_prefix=True)
+                except _PrefixDiffers:
+                    logger.warning("%s: its first rows differ from the incomplete day %s in the store: "
+                                   "ingested as a new day (the incomplete day stays as committed)", f, resumes)
+                    resumes = None
+            if resumes is None:
+                appended, store = _append_day(store, store_path, f, base, bid, log, sparse, chunk_bytes, columns)
         entries = day_entries(store.batches, bid)
         out.append({"batch_id": bid, "file": str(f), "appended": bool(appended), "chunks": appended,
                     "rows": day_span(entries, "rows"), "groups": day_span(entries, "groups"),
                     "batch_ids": [e["batch_id"] for e in entries]})
     return out
+
+
+class _PrefixDiffers(Exception):
+    """The file's first rows are not the committed rows of the day it would resume."""
+
+
+def _incomplete_day(log):
+    """The batch of the newest day if its last chunk was never committed (a bad line stopped it), else None."""
+    day = newest_day(log)
+    if not day:
+        return None
+    base = _id(day[0]).split("#")[0]
+    if not base or any(_id(e) == base or "#~" in _id(e) for e in day):
+        return None
+    return base
+
+
+def _append_day(store, store_path, f, base, bid, log, sparse, chunk_bytes, columns, same_prefix=False):
+    """Append the rows of day file ``f`` that the store does not hold yet; ``(chunks appended, store)``.
+
+    ``base``: the day's batch (``bid``, or the day this file resumes).  The
+    day's committed rows are skipped; with ``same_prefix`` they are first
+    compared with the file's (:class:`_PrefixDiffers` if they differ).
+    """
+    entries = day_entries(log, base)
+    done = sum(e["rows"][1] - e["rows"][0] for e in entries)   # a killed run's / a stopped day's chunks
+    day_r0 = min((e["rows"][0] for e in entries), default=0)
+    appended = 0
+    r = 0   # row of the day at which the current chunk starts
+    chunks = iter_day(f, n_features=store.n_features if store is not None else None,
+                      sparse=store.sparse if store is not None else sparse, chunk_bytes=chunk_bytes,
+                      columns=columns, feature_names=store.feature_names if store is not None else None)
+    for chunk, last in with_last(chunks):
+        X, y, qid = chunk
+        lines = getattr(chunk, "lines", None)
+        k = len(y)
+        if same_prefix and r < done:
+            _compare_prefix(store, day_r0 + r, X[: done - r], y[: done - r], qid[: done - r])
+        if r + k <= done and not last:
+            r += k
+            continue
+        if r < done:   # the committed part ends inside this chunk (another chunk size before)
+            cut = done - r
+            if cut >= k or qid[cut - 1] == qid[cut]:
+                if same_prefix:
+                    raise _PrefixDiffers()
+                raise ValueError(f"{f}: the store holds {done} rows of this day, which do not end "
+                                 "on a query boundary of the file; was the file changed?")
+            X, y, qid, r = X[cut:], y[cut:], qid[cut:], done
+            lines = None if lines is None else lines[cut:]
+        if store is None:
+            store = sr.GroupStore.create(store_path, n_features=X.shape[1], sparse=sp.issparse(X),
+                                         n_outputs=1 if np.ndim(y) == 1 else np.shape(y)[1],
+                                         feature_names=getattr(chunk, "feature_names", None))
+        if base == bid:
+            batch_id = bid if last else f"{bid}#{r}"
+        else:          # a fixed file completing day `base`: the same batch, and which file completed it
+            batch_id = f"{base}#~{bid}" if last else f"{base}#{r}~{bid}"
+        try:
+            appended += bool(store.append(X, y, qid, batch_id=batch_id))
+        except ValueError as exc:
+            raise _partial_day_error(exc, f, store, base, qid, lines) from None
+        r += len(y)
+    if store is None:
+        raise ValueError(f"{f}: the day holds no rows")
+    if same_prefix and r < done:
+        raise _PrefixDiffers()
+    return appended, store
+
+
+def _compare_prefix(store, r0, X, y, qid):
+    """Raise :class:`_PrefixDiffers` unless rows ``r0...`` of the store are ``X, y, qid`` (as stored)."""
+    k = len(y)
+    if k == 0:
+        return
+    if r0 + k > store.n_rows:
+        raise _PrefixDiffers()
+    SX, Sy = store._read_rows(r0, r0 + k)            # the BlockSource hook: checked rows
+    gp = store.group_ptr
+    g = np.searchsorted(gp, [r0, r0 + k - 1], side="right") - 1
+    sizes = np.diff(np.clip(gp[g[0] : g[1] + 2], r0, r0 + k))
+    sq = np.repeat(np.asarray(store.qid[g[0] : g[1] + 1]), sizes)
+    try:
+        if sp.issparse(X) != sp.issparse(SX) or X.shape != SX.shape:
+            raise _PrefixDiffers()
+        if sp.issparse(X):
+            same_x = (sp.csr_matrix(X, dtype=np.float32) != SX).nnz == 0
+        else:
+            same_x = np.array_equal(np.asarray(X, dtype=np.float32), SX)
+        same = (same_x and np.array_equal(np.asarray(y, dtype=np.float64).reshape(Sy.shape), Sy)
+                and np.array_equal(np.asarray(qid).astype(sq.dtype), sq))
+    except (ValueError, TypeError):        # another kind of qid / shape: not the same rows
+        same = False
+    if not same:
+        raise _PrefixDiffers()
 
 
 def _partial_day_error(exc, f, store, bid, qid, lines):
@@ -244,11 +353,10 @@ def _partial_day_error(exc, f, store, bid, qid, lines):
     if not entries:
         return ValueError(f"{f}{where}: {exc}; nothing of this day was committed")
     rows = sum(e["rows"][1] - e["rows"][0] for e in entries)
-    rest = (f"fix line {int(lines[row])} and ingest the file from line {int(lines[0])} on (the rows not "
-            "committed) as the rest of the day" if where else "ingest the rows not committed, corrected, "
-            "as the rest of the day")
+    fix = f"fix line {int(lines[row])}" if where else "fix the file"
     return ValueError(f"{f}{where}: {exc}; committed {rows:,} rows of this day in {len(entries)} batch(es) "
-                      f"before it (they stay in the store; a store has no undo): {rest}")
+                      f"before it (they stay in the store; a store has no undo): {fix} and re-run the same "
+                      "night: it resumes after the committed rows")
 
 
 # ------------------------------------------------------------------ tuples

@@ -233,11 +233,75 @@ def test_nightly_partial_day_commit_is_reported_with_the_line(tmp_path, capsys):
     assert code == 4
     m = __import__("re").search(r"day\.txt \(line 31\): .*; committed (\d+) rows of this day in (\d+) batch\(es\) "
                                 r"before it \(they stay in the store; a store has no undo\): fix line 31 and "
-                                r"ingest the file from line (\d+) on", line)
+                                r"re-run the same night: it resumes after the committed rows", line)
     assert m, line
     n = int(m.group(1))
-    assert sr.GroupStore.open(tmp_path / "logs.zarr").n_rows == n and int(m.group(3)) == n + 1
+    assert sr.GroupStore.open(tmp_path / "logs.zarr").n_rows == n and 0 < n < 30
     assert nightly.current_version(tmp_path / "models") is None
+
+
+def _bad_line_day(tmp_path):
+    lines = [f"{i % 3} qid:{1 + i // 4} 1:{i}.5 2:{-i} 3:1 4:0 5:2 6:1" for i in range(40)]
+    good = list(lines)
+    lines[30] = lines[30].replace("qid:8", "qid:2")      # qid 2 again, in a later chunk: refused at append
+    day = tmp_path / "day.txt"
+    day.write_text("\n".join(lines) + "\n")
+    return day, good
+
+
+def _night(tmp_path, day, *extra):
+    """The night as the scheduler runs it: a real process."""
+    argv = _argv(tmp_path)
+    argv[argv.index("--new") + 1] = str(day)
+    return subprocess.run([sys.executable, "-m", "streamrank.pipelines.nightly", *argv, "--chunk-mb", "0.0004",
+                           *extra], capture_output=True, text=True, timeout=600)
+
+
+def test_fixing_the_bad_line_and_rerunning_the_night_resumes_exactly_once(tmp_path):
+    """Issue 16: "re-run after fixing line N resumes" -- the fixed file (another content hash) continues the
+    committed rows of the day; a second re-run appends nothing; the store equals the fixed file read whole."""
+    from streamrank.io.svmlight import read_svmlight
+
+    day, good = _bad_line_day(tmp_path)
+    first = _night(tmp_path, day)
+    assert first.returncode == 4 and "re-run the same night" in first.stderr, first.stderr
+    n = sr.GroupStore.open(tmp_path / "logs.zarr").n_rows
+    day.write_text("\n".join(good) + "\n")                   # the user fixes line 31
+    second = _night(tmp_path, day)
+    assert second.returncode == 0, second.stderr[-3000:]
+    store = sr.GroupStore.open(tmp_path / "logs.zarr")
+    X, y, qid = read_svmlight(str(day), n_features=6, dense=True)
+    assert store.n_rows == 40 and store.n_groups == 10
+    blocks = list(store.blocks())
+    np.testing.assert_array_equal(np.concatenate([b.X for b in blocks]), np.asarray(X, dtype=np.float32))
+    np.testing.assert_array_equal(np.concatenate([b.y for b in blocks]), y)
+    np.testing.assert_array_equal(np.concatenate([b.row_qid() for b in blocks]), qid)
+    ids = [e["batch_id"] for e in store.batches]
+    base = ids[0].split("#")[0]
+    fixed = ids[-1].split("~")[-1]
+    assert all(i.startswith(base + "#") for i in ids) and ids[-1] == f"{base}#~{fixed}" and fixed != base
+    assert sum(e["rows"][1] - e["rows"][0] for e in store.batches if "~" not in e["batch_id"]) == n
+    assert store.verify() == len(ids)
+    assert nightly.current_version(tmp_path / "models") is not None
+    third = _night(tmp_path, day)                               # the same night once more: nothing appended
+    assert third.returncode == 0, third.stderr[-3000:]
+    again = sr.GroupStore.open(tmp_path / "logs.zarr")
+    assert again.n_rows == 40 and [e["batch_id"] for e in again.batches] == ids
+
+
+def test_a_file_whose_first_rows_differ_is_another_day_not_a_resume(tmp_path):
+    from streamrank.pipelines._nightly_ingest import ingest
+
+    day, good = _bad_line_day(tmp_path)
+    with pytest.raises(ValueError, match="re-run the same night"):
+        ingest(tmp_path / "logs.zarr", [day], chunk_bytes=400)
+    n = sr.GroupStore.open(tmp_path / "logs.zarr").n_rows
+    other = [ln.replace("1:0.5 ", "1:9.5 ") for ln in good]          # row 0 changed: not the same day
+    day.write_text("\n".join(other) + "\n")
+    rec = ingest(tmp_path / "logs.zarr", [day], chunk_bytes=400)[0]
+    store = sr.GroupStore.open(tmp_path / "logs.zarr")
+    assert store.n_rows == n + 40 and rec["rows"] == [n, n + 40]
+    assert not any("~" in e["batch_id"] for e in store.batches)
 
 
 def test_distributed_pipeline_failure_is_one_line(tmp_path, capsys):
