@@ -69,6 +69,17 @@ def test_sparse_column_index_out_of_range_is_a_store_format_error(tmp_path, valu
         _read_all(sr.GroupStore.open(store.path))
 
 
+def test_a_bad_index_past_the_block_in_the_same_chunk_names_its_entry_and_no_wrong_row(tmp_path):
+    """Chunks are checked whole when decoded: an entry of a later block fails the first block's read, and
+    the message names the entry (not a row of the block being read)."""
+    store = _sparse_store(tmp_path / "s.zarr")
+    nnz = sr.GroupStore.open(store.path).nnz
+    _poke(store.path, "X/indices", nnz - 1, 1000)
+    with pytest.raises(StoreFormatError, match=rf"'X/indices' entry {nnz - 1} is 1000, outside") as info:
+        next(iter(sr.GroupStore.open(store.path).blocks(max_rows=8)))
+    assert "(row" not in str(info.value)
+
+
 def test_big_endian_edit_of_the_indices_metadata_is_refused(tmp_path):
     store = _sparse_store(tmp_path / "s.zarr")
     meta = tmp_path / "s.zarr" / "X" / "indices" / "zarr.json"

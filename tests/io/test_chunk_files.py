@@ -162,3 +162,29 @@ def test_corrupt_indptr_is_named(tmp_path):
     z[3] = 10 ** 6                                       # past the committed nonzeros (CRC stays valid)
     with pytest.raises(StoreFormatError, match="X/indptr"):
         [b for b in sr.GroupStore.open(tmp_path / "csr").blocks(max_rows=10)]
+
+
+def test_the_decoder_checks_every_decoded_chunk_once_on_its_committed_rows(store_path):
+    """The value check runs inside the decode call, on the chunk's committed rows only (not past n_rows),
+    once per chunk whatever the block cutting (a cached chunk is not checked again)."""
+    seen = []
+    z = zarr.open_array(str(store_path / "y"), mode="r")
+    reader = RowChunkReader(z, decoder=ChunkFileDecoder.for_array(store_path, "y"),
+                            check=lambda r0, rows: seen.append((r0, len(rows))))
+    for a, b in [(0, 700), (700, 1500), (1500, 2300)]:
+        np.testing.assert_array_equal(reader.read(a, b, 2300), z[a:b])
+    assert seen == [(0, 1000), (1000, 1000), (2000, 300)]
+
+
+def test_a_bad_value_in_a_decoded_chunk_is_an_error_even_outside_the_rows_asked_for(store_path):
+    z = zarr.open_array(str(store_path / "y"), mode="r")
+
+    def check(r0, rows):
+        bad = np.flatnonzero(rows > 1e300)
+        if bad.size:
+            raise StoreFormatError(f"row {r0 + int(bad[0])}")
+
+    zarr.open_array(str(store_path / "y"), mode="r+")[950] = 1e308
+    reader = RowChunkReader(z, decoder=ChunkFileDecoder.for_array(store_path, "y"), check=check)
+    with pytest.raises(StoreFormatError, match="row 950"):
+        reader.read(0, 10, 2500)
