@@ -15,7 +15,7 @@ $(PY):
 	$(PY) -m pip install --quiet --upgrade pip
 
 $(VENV)/.installed-test: pyproject.toml | $(PY)
-	$(PY) -m pip install --quiet -e ".[test,plot]"
+	$(PY) -m pip install --quiet -e ".[test,plot,docs]"
 	touch $@
 
 venv: $(VENV)/.installed-test

@@ -91,6 +91,8 @@ def fit(estimator, source, client=None, *, max_rows=DEFAULT_BLOCK_ROWS, split_ev
         the round options of :func:`fit_sgd_rounds` for SGD rankers); an
         unknown one raises ``TypeError``
 
+    Notes
+    -----
     Primal RankRLS: the statistics are accumulated on the workers and
     reduced there; the client only solves (O(n³)).  CG RankRLS: every
     product is a distributed pass.  Sparse KernelRankRLS: distributed basis

@@ -76,6 +76,8 @@ def export(model, path, format: str = "json", *, name: str | None = None, featur
     bilinear_graph : SparseSGDRanker's ONNX graph, {"auto", "dense", "gather"} (see
         :mod:`streamrank.exporters.onnx_graph`)
 
+    Notes
+    -----
     Returns the written document: the ``onnx.ModelProto`` or the JSON dict.
     """
     if format not in FORMATS:

@@ -170,6 +170,8 @@ class GroupStore(GroupAppend, GroupVerify, BlockSource):
             ``AWS_ENDPOINT_URL`` …).  Appends there keep their guarantees
             through conditional writes: :mod:`streamrank.io._remote_commit`.
 
+        Notes
+        -----
         Re-creating holds the store's writer lock: while another process
         appends, it fails with ``RuntimeError`` (lock held), and an appender
         that opened the old store refuses to append to the new one.

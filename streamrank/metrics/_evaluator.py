@@ -123,6 +123,8 @@ class RankingEvaluator:
     keep_per_query : bool
         Keep one value per query (and the query ids) for ``per_query``.
 
+    Notes
+    -----
     ``update`` takes the labels and scores of whole groups (or of pieces of
     a group, with ``group_size`` / ``group_offset`` as in
     :class:`~streamrank.Block`); ``merge`` adds another evaluator (for dask

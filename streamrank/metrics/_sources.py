@@ -61,6 +61,8 @@ def evaluate(source, model, k: int | None = 10, *, metrics=METRICS, gain: str = 
     max_rows, output, keep_per_query :
         Block budget, score column of a multi-output model, keep per-query values.
 
+    Notes
+    -----
     Returns ``{name: MetricResult}`` (names ``"ndcg@10"``, ``"map"``,
     ``"mrr"``, ``"p@10"``, ``"err@10"``, ``"disagreement"``, ``"auc"``).
     """

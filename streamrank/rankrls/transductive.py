@@ -54,6 +54,8 @@ class TransductiveRankRLS(BaseRanker):
     gamma_t : float > 0, weight γ of ‖Ŷ − f_V̄(X_V)‖² in objective (11)
     group_weight : {"query", "pair", "size"}; the paper uses "query"
 
+    Notes
+    -----
     After :meth:`fit_predict`, ``transductive_scores_`` holds Ŷ and
     ``dual_coef_``/``basis_`` the RankRLS model trained on all rows with the
     unlabelled targets set to Ŷ (so :meth:`predict` scores new rows).
