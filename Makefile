@@ -25,7 +25,7 @@ demo: $(VENV)/.installed-test
 
 # pytest exits 5 when it collects no test: report it instead of failing make.
 test: $(VENV)/.installed-test
-	$(PY) -m ruff check streamrank tests benchmarks examples docs
+	$(PY) -m ruff check streamrank pipelines data_recipes tests benchmarks examples docs
 	$(PY) -m pytest -q -p no:cacheprovider; rc=$$?; \
 	if [ $$rc -eq 5 ]; then echo "pytest collected no tests"; exit 0; fi; exit $$rc
 
