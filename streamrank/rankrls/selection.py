@@ -203,12 +203,11 @@ def cross_validate(model, source=None, *, alphas=None, folds=5, scoring="squared
         ev = _Evaluators(kind, k, len(alphas), n_out) if kind != "squared" else None
         sq = np.zeros((len(alphas), n_out))
         with phase("leave-query-out", total=source.n_groups, unit="groups") as progress:
-            for block, P in _lqo_blocks(model, source, alphas, max_rows):
+            for block, P in _lqo_blocks(model, source, alphas, max_rows, progress):
                 if ev is not None:
                     ev.update(block, P)
                 else:
                     sq += _block_loss(model, block, P)
-                progress.update(block.n_groups)
         per_out = ev.result() if ev is not None else sq / np.maximum(total.pairs_per_output, 1)
         fold_stats = None
     else:
@@ -343,11 +342,12 @@ def _batched_laplacians(Yg, s, ties, Wr=None):
     return L * s[:, None, None]
 
 
-def _lqo_blocks(model, source, alphas, max_rows):
+def _lqo_blocks(model, source, alphas, max_rows, progress=None):
     """Yield (block, P) with P (rows, a, v) the leave-query-out predictions for every alpha.
 
     Groups of equal size inside a block are processed together (batched
-    matrix products and solves).
+    matrix products and solves); ``progress.update(n)`` is told the groups of
+    each size class as they are done (a block may hold every group of the data).
     """
     from ..laplacian import group_weights
 
@@ -367,7 +367,7 @@ def _lqo_blocks(model, source, alphas, max_rows):
         P = np.zeros((block.n_rows, len(alphas), st.n_outputs))
         w = group_weights(sizes, model.group_weight)
         # one part per G: all outputs for a shared G, output k alone for per-output Grams (own ties)
-        for cols, lam, V, VtB in ep.parts:
+        for part, (cols, lam, V, VtB) in enumerate(ep.parts):
             out = slice(int(cols[0]), int(cols[-1]) + 1)
             Z = np.asarray(Xb @ V, dtype=np.float64)         # (rows, n)
             for k in np.unique(sizes):
@@ -385,6 +385,10 @@ def _lqo_blocks(model, source, alphas, max_rows):
                     Q = Zs @ np.swapaxes(Zg, 1, 2)                   # (G, k, k)
                     r = Zs @ VtB - Q @ LY                            # (G, k, |cols|)
                     P[rows, i, out] = r + Q @ np.linalg.solve(I - Lg @ Q, Lg @ r)
+                if progress is not None and part == 0:
+                    progress.update(len(grp))
+            if progress is not None and part == 0:
+                progress.update(int(np.count_nonzero(sizes == 0)))
         yield block, P
 
 
