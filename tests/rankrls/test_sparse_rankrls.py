@@ -218,3 +218,47 @@ def test_sparse_from_a_group_store_equals_arrays(rng, tmp_path):
     assert _rel(a.leave_query_out(), b.leave_query_out()) < 1e-10
     sr.save(a, tmp_path / "model")
     np.testing.assert_array_equal(sr.load(tmp_path / "model").predict(X), a.predict(X))
+
+
+def test_sparse_kfold_cross_validation_keeps_row_weights(rng):
+    """A weighted source: every fold model and its held-out loss use the pair weights w_i w_j (the fold
+    statistics dropped the weights before, so CV judged unweighted models of a weighted fit)."""
+    import itertools
+
+    from streamrank.io.weighted import with_weights
+    from streamrank.rankrls.selection import fold_of
+
+    X, y, qid, _ = make_groups(rng, n_groups=9, n_features=3, levels=3, min_size=2)
+    w = rng.uniform(0.2, 3.0, len(y))
+    R = X[[0, 4, 8, 12]]
+    alphas = [0.05, 1.0, 20.0]
+    m = sr.KernelRankRLS(gamma=0.4, basis=R).fit(with_weights(sr.as_source(X, y, qid), w), max_rows=7)
+    res = m.cross_validate(None, alphas, folds=3)
+
+    def weighted_laplacian(rows):
+        L = np.zeros((len(y), len(y)))
+        for U in groups_of(qid):
+            for i, j in itertools.combinations([u for u in U if u in rows], 2):
+                e = np.zeros(len(y))
+                e[i], e[j] = 1.0, -1.0
+                L += w[i] * w[j] * np.outer(e, e)
+        return L
+
+    gq = np.unique(qid)
+    fog = dict(zip(gq.tolist(), fold_of(gq, 3).tolist()))
+    rf = np.array([fog[q] for q in qid])
+    K_RR = kernel_ref(R, R, "rbf", gamma=0.4)
+    K_RM = kernel_ref(R, X, "rbf", gamma=0.4)
+    n_pairs = sum(len(U) * (len(U) - 1) // 2 for U in groups_of(qid))     # row pairs, unweighted
+    expect = []
+    for a in alphas:
+        loss = 0.0
+        for f in range(3):
+            tr, te = set(np.flatnonzero(rf != f)), np.flatnonzero(rf == f)
+            L = weighted_laplacian(tr)
+            A = np.linalg.solve(K_RM @ L @ K_RM.T + a * K_RR, K_RM @ L @ y)
+            r = np.zeros(len(y))
+            r[te] = y[te] - K_RM[:, te].T @ A
+            loss += r @ weighted_laplacian(set(te)) @ r
+        expect.append(loss / n_pairs)
+    np.testing.assert_allclose(res.scores, expect, rtol=1e-8, atol=1e-12)
