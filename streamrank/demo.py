@@ -20,6 +20,8 @@ from pathlib import Path
 
 import numpy as np
 
+from ._defaults import DEFAULT_BLOCK_ROWS
+
 __all__ = ["main"]
 
 
@@ -140,7 +142,8 @@ def main(argv=None) -> int:
     p.add_argument("--features", type=int, default=50)
     p.add_argument("--nonlinear", action="store_true", help="nonlinear hidden model")
     p.add_argument("--out", default="demo_data", help="directory for the stores (reused when identical)")
-    p.add_argument("--max-rows", type=int, default=100_000, help="block budget in rows")
+    p.add_argument("--max-rows", type=int, default=DEFAULT_BLOCK_ROWS,
+                   help=f"block budget in rows (default {DEFAULT_BLOCK_ROWS}, the library's)")
     p.add_argument("--n-basis", type=int, default=256, help="basis rows of the sparse kernel model")
     p.add_argument("--pairs", type=int, default=1_000_000, help="pairs for the pairwise SGD ranker")
     p.add_argument("--tuples", type=int, default=200_000, help="tuples for the bilinear ranker")

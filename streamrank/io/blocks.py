@@ -32,6 +32,8 @@ from typing import Iterator
 import numpy as np
 import scipy.sparse as sp
 
+from .._defaults import DEFAULT_BLOCK_ROWS
+
 __all__ = ["Block", "BlockSource", "GroupRange", "OversizedGroupWarning", "WrappedSource"]
 
 
@@ -184,7 +186,7 @@ class BlockSource:
             self._group_ptr_cache = gp
         return gp
 
-    def plan(self, max_rows: int = 100_000, *, max_nnz: int | None = None, split_groups: bool = False):
+    def plan(self, max_rows: int = DEFAULT_BLOCK_ROWS, *, max_nnz: int | None = None, split_groups: bool = False):
         """Cut the source into blocks: a list of ``(row0, row1, g0, g1)`` tuples.
 
         Whole groups are packed greedily up to ``max_rows`` rows (and
@@ -248,7 +250,7 @@ class BlockSource:
 
     def blocks(
         self,
-        max_rows: int = 100_000,
+        max_rows: int = DEFAULT_BLOCK_ROWS,
         shuffle: bool = False,
         random_state=None,
         *,

@@ -49,6 +49,7 @@ from typing import Iterator
 
 import numpy as np
 
+from .._defaults import DEFAULT_BLOCK_ROWS
 from .blocks import BlockSource, OversizedGroupWarning
 
 __all__ = ["PairBatch", "pairs_from_groups"]
@@ -207,7 +208,7 @@ def _take(X, idx):
 
 
 def pairs_from_groups(source, n_pairs: int | None = None, *, random_state=None,
-                      max_rows: int = 100_000, batch_size: int = 65_536, output: int = 0,
+                      max_rows: int = DEFAULT_BLOCK_ROWS, batch_size: int = 65_536, output: int = 0,
                       shuffle: bool = False) -> Iterator[PairBatch]:
     """Stream preference pairs within query groups (see the module docstring).
 

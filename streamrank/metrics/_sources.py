@@ -3,6 +3,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from .._defaults import DEFAULT_BLOCK_ROWS
+
 from ._evaluator import METRICS, RankingEvaluator
 from ._pairs import auc
 
@@ -41,7 +43,8 @@ def _blocks_of(source, max_rows):
 
 def evaluate(source, model, k: int | None = 10, *, metrics=METRICS, gain: str = "exp2", empty: str = "skip",
              ties: str = "expected", max_grade: float = 4, qrels=None, disagreement_ties: str = "half",
-             max_rows: int = 100_000, output: int | None = None, keep_per_query: bool = False) -> dict:
+             max_rows: int = DEFAULT_BLOCK_ROWS, output: int | None = None,
+             keep_per_query: bool = False) -> dict:
     """Stream ``source`` once through ``model`` and return every metric asked for.
 
     Parameters

@@ -40,6 +40,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from streamrank._defaults import DEFAULT_BLOCK_ROWS
+
 __all__ = ["history_slice", "fold_scorers", "out_of_fold_metrics", "gate"]
 
 
@@ -76,7 +78,7 @@ def fold_scorers(learner, model, fold_stats):
     return [lambda X, A=A[0]: score(X, A) for A in model.fold_coefficients(fold_stats, [alpha])]
 
 
-def out_of_fold_metrics(source, scorers, *, k=10, max_rows=65_536):
+def out_of_fold_metrics(source, scorers, *, k=10, max_rows=DEFAULT_BLOCK_ROWS):
     """NDCG@k and disagreement of ``source`` with each group scored by the scorer of its fold."""
     from streamrank.metrics import RankingEvaluator
     from streamrank.rankrls.selection import fold_of
@@ -95,7 +97,7 @@ def out_of_fold_metrics(source, scorers, *, k=10, max_rows=65_536):
 
 
 def gate(learner, store, h, candidate, cand_folds, current, cur_folds, *, k=10, tolerance=0.005,
-         max_rows=65_536):
+         max_rows=DEFAULT_BLOCK_ROWS):
     """Judge ``candidate`` against ``current`` out of fold on the history groups ``h = (g0, g1)``.
 
     Returns the record kept in ``version.json`` under ``"gate"``: the slice,

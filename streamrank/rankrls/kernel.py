@@ -79,7 +79,8 @@ class KernelRankRLS(BaseRanker):
     basis : "random" (reservoir sample of r rows) or an array of basis rows
     group_weight : {"pair", "query", "size"}, ties : {"include", "exclude"} — see
         :mod:`streamrank.laplacian`
-    random_state : seed of the reservoir sample
+    random_state : seed of the reservoir sample (int, default 0: the same basis every run, as the
+        other learners and the CLI's ``--seed``; None draws a fresh one)
     normalize : None, "standard" or "minmax" — evaluate the kernel on features
         scaled by statistics of all training rows (:mod:`streamrank.normalize`):
         f(x) = k(x̃, R̃) A with x̃ = (x − o) / s, (o, s) in ``normalizer_``.
@@ -95,7 +96,7 @@ class KernelRankRLS(BaseRanker):
     """
 
     def __init__(self, *, kernel="rbf", gamma=1.0, degree=2, coef0=0.0, alpha=1.0, n_basis=None,
-                 basis="random", group_weight="pair", ties="include", random_state=None, normalize=None):
+                 basis="random", group_weight="pair", ties="include", random_state=0, normalize=None):
         self.normalize = normalize
         self.kernel = kernel
         self.gamma = gamma

@@ -59,6 +59,7 @@ from __future__ import annotations
 import numpy as np
 import scipy.sparse as sp
 
+from .._defaults import DEFAULT_BLOCK_ROWS
 from .._state_checks import state_array, state_int
 from .._validation import check_X
 from ..base import BaseRanker, NotFittedError
@@ -280,7 +281,7 @@ class PairwiseSGDRanker(BaseRanker):
                                                 max_rows=max(src.n_rows, 1)))
         return self
 
-    def fit(self, source, y=None, qid=None, *, n_pairs=None, max_rows=100_000, batch_size=8192,
+    def fit(self, source, y=None, qid=None, *, n_pairs=None, max_rows=DEFAULT_BLOCK_ROWS, batch_size=8192,
             feature_names=None):
         """Learn from ``n_pairs`` pairs sampled within the groups of ``source`` (resets).
 

@@ -175,3 +175,60 @@ def test_two_learners_of_one_name_cannot_both_register():
 
     with pytest.raises(TypeError, match="two learners named 'RankRLS'"):
         register_model(type("RankRLS", (sr.RankRLS,), {"__module__": "elsewhere"}))
+
+
+def _public_callables():
+    """Every public function and method of the package's public modules (module, qualified name, callable)."""
+    import importlib
+    import pkgutil
+
+    for info in pkgutil.walk_packages(sr.__path__, "streamrank."):
+        if any(part.startswith("_") for part in info.name.split(".")[1:]) or info.name.startswith(
+                ("streamrank.cli", "streamrank.pipelines", "streamrank.recipes")):
+            continue
+        try:
+            mod = importlib.import_module(info.name)
+        except ModuleNotFoundError as exc:          # an optional dependency (an extra) is not installed
+            assert not str(exc.name).startswith("streamrank"), exc
+            continue
+        for name in getattr(mod, "__all__", []):
+            obj = getattr(mod, name)
+            if inspect.isclass(obj):
+                for meth, fn in vars(obj).items():
+                    if (not meth.startswith("_") or meth == "__init__") and inspect.isfunction(fn):
+                        yield f"{obj.__module__}.{obj.__qualname__}.{meth}", fn
+            elif inspect.isfunction(obj):
+                yield f"{obj.__module__}.{name}", obj
+
+
+def test_one_block_budget_default_everywhere():
+    """Every public ``max_rows`` with a fixed default uses sr.DEFAULT_BLOCK_ROWS (65,536): the library and
+    the CLI cut a source into the same blocks (sampled pairs, block-wise sums and memory depend on it)."""
+    seen, bad = set(), []
+    for qual, fn in _public_callables():
+        p = inspect.signature(fn).parameters.get("max_rows")
+        if p is None or p.default is None or p.default is inspect.Parameter.empty:
+            continue
+        seen.add(qual)
+        if p.default != sr.DEFAULT_BLOCK_ROWS:
+            bad.append(f"{qual}: max_rows={p.default}")
+    assert bad == []
+    assert {"streamrank.io.blocks.BlockSource.blocks", "streamrank.io.blocks.BlockSource.plan",
+            "streamrank.sgd.pairwise.PairwiseSGDRanker.fit", "streamrank.io.pairs.pairs_from_groups"} <= seen
+
+
+@pytest.mark.parametrize("cls", LEARNERS, ids=lambda c: c.__name__)
+def test_random_state_defaults_to_0(cls):
+    """Learners that draw at random default to seed 0, as the CLI's --seed: the same data gives the same model."""
+    p = inspect.signature(cls.__init__).parameters.get("random_state")
+    assert p is None or p.default == 0
+
+
+def test_sparse_kernel_default_basis_is_reproducible():
+    X, y, qid = _data()
+    a = sr.KernelRankRLS(n_basis=7, gamma=0.3).fit(X, y, qid)
+    b = sr.KernelRankRLS(n_basis=7, gamma=0.3).fit(X, y, qid)
+    np.testing.assert_array_equal(a.basis_, b.basis_)
+    np.testing.assert_array_equal(a.dual_coef_, b.dual_coef_)
+    c = sr.KernelRankRLS(n_basis=7, gamma=0.3, random_state=None).fit(X, y, qid)   # opt out: a fresh draw
+    assert c.basis_.shape == a.basis_.shape
