@@ -9,6 +9,7 @@ Public names are imported lazily so that ``import streamrank`` stays cheap.
 from __future__ import annotations
 
 import importlib
+from typing import TYPE_CHECKING
 
 __version__ = "0.1.0.dev0"
 
@@ -55,6 +56,26 @@ LEARNER_MODULES = (
 
 __all__ = sorted(set(_NAMES) | {"metrics", "distributed", "plot", "__version__"})
 
+
+if TYPE_CHECKING:        # what type checkers see of the lazy names (nothing is imported at run time)
+    from . import distributed, metrics, plot  # noqa: F401
+    from ._defaults import DEFAULT_ALPHAS, DEFAULT_BLOCK_ROWS  # noqa: F401
+    from .base import NotFittedError  # noqa: F401
+    from .exporters import export  # noqa: F401
+    from .io.blocks import Block, BlockSource  # noqa: F401
+    from .io.group_store import GroupStore  # noqa: F401
+    from .io.pairs import PairBatch, pairs_from_groups  # noqa: F401
+    from .io.schema import StoreFormatError  # noqa: F401
+    from .io.sources import ArraySource, DaskSource, as_source  # noqa: F401
+    from .io.svmlight import iter_svmlight, read_svmlight  # noqa: F401
+    from .io.tuple_store import TupleStore  # noqa: F401
+    from .io.tuples import TupleBatch, TupleSource, as_tuple_source  # noqa: F401
+    from .persistence import load, save  # noqa: F401
+    from .rankrls.kernel import KernelRankRLS  # noqa: F401
+    from .rankrls.linear import RankRLS  # noqa: F401
+    from .rankrls.transductive import TransductiveRankRLS  # noqa: F401
+    from .sgd.bilinear import SparseSGDRanker  # noqa: F401
+    from .sgd.pairwise import PairwiseSGDRanker  # noqa: F401
 
 def __getattr__(name):
     if name in _NAMES:

@@ -15,6 +15,8 @@ streamrank learners, never imported from the file.
 """
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import glob
 import json
 import os
@@ -24,6 +26,10 @@ from pathlib import Path
 
 import numpy as np
 import scipy.sparse as sp
+
+if TYPE_CHECKING:
+    from ._typing import PathLike
+    from .base import BaseRanker
 
 __all__ = ["save", "load", "register_model", "MODEL_FORMAT_VERSION", "ModelFormatError", "write_group",
            "read_group"]
@@ -72,7 +78,7 @@ def _codecs():
     return (ZstdCodec(), Crc32cCodec())
 
 
-def save(model, path, storage_options=None) -> None:
+def save(model: BaseRanker, path: PathLike, storage_options: dict | None = None) -> None:
     """Write ``model`` to the zarr group at ``path`` (atomic replace).
 
     ``path`` may be a URL of object storage (``s3://bucket/models/m``, any
@@ -219,7 +225,7 @@ def _replaced_copy(path: Path):
     return old[-1] if old else None
 
 
-def load(path, storage_options=None):
+def load(path: PathLike, storage_options: dict | None = None) -> BaseRanker:
     """Load a model written by :func:`save` (or a nightly ``current`` pointer).
 
     ``path`` may be a URL of object storage with ``storage_options`` (see

@@ -31,6 +31,8 @@ written down in :mod:`streamrank.io._remote_commit`.
 """
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import datetime as _dt
 import logging
 import os
@@ -86,6 +88,11 @@ from .schema import (
     write_attrs,
 )
 
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+
+    from .._typing import PathLike
+
 __all__ = ["GroupStore"]
 
 logger = logging.getLogger("streamrank")
@@ -132,9 +139,10 @@ class GroupStore(GroupAppend, GroupVerify, BlockSource):
         self._load()
 
     @classmethod
-    def create(cls, path, n_features: int, *, sparse: bool = False, n_outputs: int = 1,
-               overwrite: bool = False, feature_names=None, chunk_rows: int | None = None,
-               docids: bool = False, group_identity: str = "batch", storage_options: dict | None = None):
+    def create(cls, path: PathLike, n_features: int, *, sparse: bool = False, n_outputs: int = 1,
+               overwrite: bool = False, feature_names: Sequence[str] | None = None, chunk_rows: int | None = None,
+               docids: bool = False, group_identity: str = "batch",
+               storage_options: dict | None = None) -> GroupStore:
         """Create an empty store and return it opened for appending.
 
         Parameters
@@ -241,7 +249,7 @@ class GroupStore(GroupAppend, GroupVerify, BlockSource):
         write_attrs(p, attrs)  # last: a store without it is not a store
 
     @classmethod
-    def open(cls, path, mode: str = "r", *, storage_options: dict | None = None):
+    def open(cls, path: PathLike, mode: str = "r", *, storage_options: dict | None = None) -> GroupStore:
         """Open an existing store: ``mode="r"`` (read only) or ``"a"`` (append).
 
         ``path``: a directory or a URL (``s3://…``) with its ``storage_options``

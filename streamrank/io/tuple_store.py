@@ -22,6 +22,8 @@ batches.
 """
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import datetime as _dt
 import logging
 
@@ -74,6 +76,9 @@ from .schema import (
     write_attrs,
 )
 
+if TYPE_CHECKING:
+    from .._typing import PathLike
+
 __all__ = ["RowCache", "TupleBatch", "TupleSource", "TupleStore", "as_tuple_source"]
 
 logger = logging.getLogger("streamrank")
@@ -114,8 +119,8 @@ class TupleStore(TupleSource):
         self._load()
 
     @classmethod
-    def create(cls, path, n_query_features: int, n_item_features: int, *, overwrite: bool = False,
-               storage_options: dict | None = None):
+    def create(cls, path: PathLike, n_query_features: int, n_item_features: int, *, overwrite: bool = False,
+               storage_options: dict | None = None) -> TupleStore:
         """Create an empty tuple store and return it opened for appending.
 
         ``overwrite=True`` replaces a store at ``path`` under its writer lock
@@ -155,7 +160,7 @@ class TupleStore(TupleSource):
         })
 
     @classmethod
-    def open(cls, path, mode: str = "r", *, storage_options: dict | None = None):
+    def open(cls, path: PathLike, mode: str = "r", *, storage_options: dict | None = None) -> TupleStore:
         """Open an existing tuple store: ``mode="r"`` or ``"a"`` (append); a directory or a URL."""
         return cls(path, mode, _token=_PRIVATE, storage_options=storage_options)
 

@@ -1,9 +1,17 @@
 """Binary-relevance metrics (relevant: ``y > 0``): AP, precision, recall, reciprocal rank."""
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import numpy as np
 
 from ._evaluator import RankingEvaluator, array_metric
+
+if TYPE_CHECKING:
+    import numpy as np
+
+    from .._typing import ArrayLike
+    from ._checks import MetricResult
 
 _COMMON = """
     Relevance is ``y > 0`` (trec_eval's default relevance level 1 on integer
@@ -12,9 +20,10 @@ _COMMON = """
     Other arguments as :func:`~streamrank.metrics.ndcg`."""
 
 
-def mean_average_precision(y_true, y_score, qid=None, k=None, *, gain: str = "exp2", empty: str = "skip",
-                           ties: str = "expected", doc_ids=None, qrels=None, per_query: bool = False,
-                           return_details: bool = False):
+def mean_average_precision(y_true: ArrayLike, y_score: ArrayLike, qid: ArrayLike | None = None, k: int | None = None, *,
+                           gain: str = "exp2", empty: str = "skip", ties: str = "expected",
+                           doc_ids: ArrayLike | None = None, qrels: dict | None = None, per_query: bool = False,
+                           return_details: bool = False) -> float | np.ndarray | MetricResult:
     """Mean over queries of average precision (AP@k with ``k``).
 
     ``AP@k = (1/R) sum_{r <= k, rel_r} P@r`` with R the number of relevant
@@ -28,9 +37,10 @@ def mean_average_precision(y_true, y_score, qid=None, k=None, *, gain: str = "ex
                         return_details=return_details)
 
 
-def precision(y_true, y_score, qid=None, k=10, *, gain: str = "exp2", empty: str = "skip",
-              ties: str = "expected", doc_ids=None, qrels=None, per_query: bool = False,
-              return_details: bool = False):
+def precision(y_true: ArrayLike, y_score: ArrayLike, qid: ArrayLike | None = None, k: int | None = 10, *,
+              gain: str = "exp2", empty: str = "skip", ties: str = "expected", doc_ids: ArrayLike | None = None,
+              qrels: dict | None = None, per_query: bool = False,
+              return_details: bool = False) -> float | np.ndarray | MetricResult:
     """Mean precision@k: relevant items in the top k over k (trec_eval ``P_k``).
 
     A query with fewer than k rows still divides by k, as trec_eval does;
@@ -40,16 +50,19 @@ def precision(y_true, y_score, qid=None, k=10, *, gain: str = "exp2", empty: str
                         doc_ids=doc_ids, qrels=qrels, per_query=per_query, return_details=return_details)
 
 
-def recall(y_true, y_score, qid=None, k=10, *, gain: str = "exp2", empty: str = "skip", ties: str = "expected",
-           doc_ids=None, qrels=None, per_query: bool = False, return_details: bool = False):
+def recall(y_true: ArrayLike, y_score: ArrayLike, qid: ArrayLike | None = None, k: int | None = 10, *,
+           gain: str = "exp2", empty: str = "skip", ties: str = "expected", doc_ids: ArrayLike | None = None,
+           qrels: dict | None = None, per_query: bool = False,
+           return_details: bool = False) -> float | np.ndarray | MetricResult:
     """Mean recall@k: relevant items in the top k over all relevant items (trec_eval ``recall_k``)."""
     return array_metric("recall", "recall", y_true, y_score, qid, k, gain=gain, empty=empty, ties=ties,
                         doc_ids=doc_ids, qrels=qrels, per_query=per_query, return_details=return_details)
 
 
-def reciprocal_rank(y_true, y_score, qid=None, k=None, *, gain: str = "exp2", empty: str = "skip",
-                    ties: str = "expected", doc_ids=None, qrels=None, per_query: bool = False,
-                    return_details: bool = False):
+def reciprocal_rank(y_true: ArrayLike, y_score: ArrayLike, qid: ArrayLike | None = None, k: int | None = None, *,
+                    gain: str = "exp2", empty: str = "skip", ties: str = "expected", doc_ids: ArrayLike | None = None,
+                    qrels: dict | None = None, per_query: bool = False,
+                    return_details: bool = False) -> float | np.ndarray | MetricResult:
     """Mean reciprocal rank (MRR): ``1 / rank`` of the first relevant item (trec_eval ``recip_rank``).
 
     With ``k``, 0 when no relevant item is in the top k (MRR@k).  Ties: the

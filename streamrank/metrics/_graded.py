@@ -1,11 +1,20 @@
 """Graded metrics: NDCG@k (Järvelin & Kekäläinen 2002) and ERR@k (Chapelle et al. 2009)."""
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from ._evaluator import array_metric
 
+if TYPE_CHECKING:
+    import numpy as np
 
-def ndcg(y_true, y_score, qid=None, k=10, *, gain: str = "exp2", empty: str = "skip", ties: str = "expected",
-         doc_ids=None, qrels=None, per_query: bool = False, return_details: bool = False):
+    from .._typing import ArrayLike
+    from ._checks import MetricResult
+
+
+def ndcg(y_true: ArrayLike, y_score: ArrayLike, qid: ArrayLike | None = None, k: int | None = 10, *, gain: str = "exp2",
+         empty: str = "skip", ties: str = "expected", doc_ids: ArrayLike | None = None, qrels: dict | None = None,
+         per_query: bool = False, return_details: bool = False) -> float | np.ndarray | MetricResult:
     """Mean NDCG@k over queries.
 
     ``DCG@k = sum_{r=1}^{k} gain(rel_r) / log2(r + 1)`` in the predicted
@@ -48,8 +57,9 @@ def ndcg(y_true, y_score, qid=None, k=10, *, gain: str = "exp2", empty: str = "s
                         doc_ids=doc_ids, qrels=qrels, per_query=per_query, return_details=return_details)
 
 
-def err(y_true, y_score, qid=None, k=10, *, gain: str = "exp2", empty: str = "skip", ties: str = "expected",
-        doc_ids=None, max_grade: float = 4, per_query: bool = False, return_details: bool = False):
+def err(y_true: ArrayLike, y_score: ArrayLike, qid: ArrayLike | None = None, k: int | None = 10, *, gain: str = "exp2",
+        empty: str = "skip", ties: str = "expected", doc_ids: ArrayLike | None = None, max_grade: float = 4,
+        per_query: bool = False, return_details: bool = False) -> float | np.ndarray | MetricResult:
     """Mean expected reciprocal rank ERR@k (Chapelle, Metzler, Zhang & Grinspan, CIKM 2009, eq. (4)).
 
     ``ERR@k = sum_{r=1}^{k} (1/r) R_r prod_{i<r} (1 - R_i)``: a user scans

@@ -1,6 +1,8 @@
 """Pair-counting metrics: the disagreement error (1 - C-index) per query and the global AUC."""
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import numpy as np
 
 from .._validation import _as_numeric, check_finite
@@ -8,9 +10,15 @@ from . import _kernels as _k
 from ._checks import check_scores, reject_source
 from ._evaluator import array_metric
 
+if TYPE_CHECKING:
+    import numpy as np
 
-def disagreement(y_true, y_score, qid=None, *, ties: str = "half", per_query: bool = False,
-                 return_details: bool = False):
+    from .._typing import ArrayLike
+    from ._checks import MetricResult
+
+
+def disagreement(y_true: ArrayLike, y_score: ArrayLike, qid: ArrayLike | None = None, *, ties: str = "half",
+                 per_query: bool = False, return_details: bool = False) -> float | np.ndarray | MetricResult:
     """Mean over queries of ``1 - C-index`` (disagreement error).
 
     For a query, ``(#{y_i < y_j, s_i > s_j} + w #{y_i < y_j, s_i = s_j}) /
@@ -37,7 +45,7 @@ def _auc_1d(y, s, column=None):
     return 1.0 - wrong / pairs
 
 
-def auc(y_true, y_score):
+def auc(y_true: ArrayLike, y_score: ArrayLike) -> float:
     """Area under the ROC curve of one global group (positive: ``y > 0``).
 
     ``AUC = (#{s_pos > s_neg} + 0.5 #{s_pos = s_neg}) / (n_pos n_neg)`` over

@@ -1,6 +1,8 @@
 """The entry that takes a source and a model: stream the blocks once, score them, evaluate."""
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import numpy as np
 
 from .._defaults import DEFAULT_BLOCK_ROWS
@@ -8,8 +10,15 @@ from .._defaults import DEFAULT_BLOCK_ROWS
 from ._evaluator import METRICS, RankingEvaluator
 from ._pairs import auc
 
+if TYPE_CHECKING:
+    from collections.abc import Iterable
+    from typing import Any
 
-def score_block(model, X):
+    from .._typing import MatrixLike
+    from ..io.blocks import Block, BlockSource
+
+
+def score_block(model: Any, X: MatrixLike) -> np.ndarray:
     """Scores of a block: ``model.predict(X)`` or ``model(X)``; a (rows, 1) result becomes 1-D."""
     if hasattr(model, "predict"):
         s = model.predict(X)
@@ -41,9 +50,9 @@ def _blocks_of(source, max_rows):
     return iter(source)
 
 
-def evaluate(source, model, k: int | None = 10, *, metrics=METRICS, gain: str = "exp2", empty: str = "skip",
-             ties: str = "expected", max_grade: float = 4, qrels=None, disagreement_ties: str = "half",
-             max_rows: int = DEFAULT_BLOCK_ROWS, output: int | None = None,
+def evaluate(source: BlockSource | Iterable[Block], model: Any, k: int | None = 10, *, metrics=METRICS,
+             gain: str = "exp2", empty: str = "skip", ties: str = "expected", max_grade: float = 4, qrels=None,
+             disagreement_ties: str = "half", max_rows: int = DEFAULT_BLOCK_ROWS, output: int | None = None,
              keep_per_query: bool = False) -> dict:
     """Stream ``source`` once through ``model`` and return every metric asked for.
 

@@ -7,11 +7,16 @@ untrusted input: a malformed line is an error naming the file and line.
 """
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import math
 
 import numpy as np
 
 from ._evaluator import RankingEvaluator
+
+if TYPE_CHECKING:
+    from .._typing import PathLike
 
 
 def _lines(path):
@@ -22,7 +27,7 @@ def _lines(path):
                 yield no, line.split()
 
 
-def read_qrels(path) -> dict:
+def read_qrels(path: PathLike) -> dict:
     """``{qid: {docid: relevance}}`` from a qrels file (``qid iter docid rel``)."""
     out: dict = {}
     for no, parts in _lines(path):
@@ -36,7 +41,7 @@ def read_qrels(path) -> dict:
     return out
 
 
-def read_run(path) -> dict:
+def read_run(path: PathLike) -> dict:
     """``{qid: (doc_ids, scores)}`` from a run file (``qid Q0 docid rank score tag``), in file order."""
     docs: dict = {}
     scores: dict = {}
@@ -55,8 +60,8 @@ def read_run(path) -> dict:
     return {q: (np.asarray(docs[q]), np.asarray(scores[q], dtype=np.float64)) for q in docs}
 
 
-def evaluate_run(run, qrels, metrics="ndcg@10,map", *, k=10, gain: str = "exp2", empty: str = "skip",
-                 ties: str = "trec", max_grade: float = 4, keep_per_query: bool = False) -> dict:
+def evaluate_run(run: dict, qrels: dict, metrics: str = "ndcg@10, map", *, k: int | None = 10, gain: str = "exp2",
+                 empty: str = "skip", ties: str = "trec", max_grade: float = 4, keep_per_query: bool = False) -> dict:
     """Metrics of a TREC run against qrels.
 
     ``run``: a path or ``{qid: (doc_ids, scores)}``; ``qrels``: a path or

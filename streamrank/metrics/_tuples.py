@@ -1,9 +1,17 @@
 """The tuple error of the sparse-SGD paper (Chen et al., ICDM 2010, §IV.A): the one home."""
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import numpy as np
 
 from ._checks import as_vector, reject_source
+
+if TYPE_CHECKING:
+    from typing import Any
+
+    from .._typing import ArrayLike
+    from ..io.tuples import TupleSource
 
 
 def _tuple_counts(score_pos, score_neg):
@@ -17,7 +25,7 @@ def _scores(a, n, name):
     return np.asarray(as_vector(a, n, name, "score_pos", per="tuple"), dtype=np.float64)
 
 
-def tuple_error(score_pos, score_neg) -> float:
+def tuple_error(score_pos: ArrayLike, score_neg: ArrayLike) -> float:
     """Fraction of tuples that are not ranked right: ``not score_pos > score_neg``.
 
     ``score_pos[i] = f(q_i, d+_i)``, ``score_neg[i] = f(q_i, d-_i)``; a tie
@@ -30,7 +38,7 @@ def tuple_error(score_pos, score_neg) -> float:
     return wrong / n if n else float("nan")
 
 
-def evaluate_tuples(source, model, *, batch_size: int = 8192) -> float:
+def evaluate_tuples(source: TupleSource, model: Any, *, batch_size: int = 8192) -> float:
     """Stream a tuple source once through a model and return the tuple error.
 
     ``source``: a :class:`~streamrank.TupleStore` or anything with

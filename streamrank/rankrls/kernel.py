@@ -36,6 +36,8 @@ before them still load (predict works; path and hold-outs ask for a refit).
 """
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import numbers
 
 import numpy as np
@@ -62,6 +64,13 @@ from ..persistence import register_model
 from ._dual import DualDecomposition, LaplacianRoot, LeavePairOut, LeavePairOutExcludeTies, PerOutput, check_psd
 from ._kernel_cv import check_folds, choose, heldout_scores
 from ._sparse_kernel import SPARSE
+
+if TYPE_CHECKING:
+    from collections.abc import Callable, Sequence
+
+    from .._typing import ArrayLike, MatrixLike, Seed
+    from ..io.blocks import BlockSource
+    from .selection import CVResult
 
 __all__ = ["KernelRankRLS"]
 
@@ -95,8 +104,10 @@ class KernelRankRLS(BaseRanker):
     n_features_in_, n_outputs_
     """
 
-    def __init__(self, *, kernel="rbf", gamma=1.0, degree=2, coef0=0.0, alpha=1.0, n_basis=None,
-                 basis="random", group_weight="pair", ties="include", random_state=0, normalize=None):
+    def __init__(self, *, kernel: str | Callable[..., np.ndarray] = "rbf", gamma: float = 1.0, degree: int = 2,
+                 coef0: float = 0.0, alpha: float = 1.0, n_basis: int | None = None,
+                 basis: str | MatrixLike = "random", group_weight: str = "pair", ties: str = "include",
+                 random_state: Seed = 0, normalize: str | None = None) -> None:
         self.normalize = normalize
         self.kernel = kernel
         self.gamma = gamma
@@ -132,7 +143,8 @@ class KernelRankRLS(BaseRanker):
         return A[:, 0] if self._one_d else A
 
     # -------------------------------------------------------------------- fit
-    def fit(self, X, y=None, qid=None, *, max_rows=None, feature_names=None):
+    def fit(self, X: MatrixLike | BlockSource, y: ArrayLike | None = None, qid: ArrayLike | None = None, *,
+            max_rows: int | None = None, feature_names: Sequence[str] | None = None) -> KernelRankRLS:
         """Fit from arrays ``(X, y, qid)`` or from a :class:`~streamrank.BlockSource`.
 
         Row weights (pair weight w_i w_j, as ``RankRLS.fit(sample_weight=)``):
@@ -216,7 +228,7 @@ class KernelRankRLS(BaseRanker):
         return self
 
     # ------------------------------------------------------------- predicting
-    def predict(self, X):
+    def predict(self, X: MatrixLike) -> np.ndarray:
         """Scores f(x) = k(x, basis_) A for every row of X (processed in row chunks)."""
         self._check_fitted("dual_coef_")
         X = check_X(self._predict_input(X), "X", n_features=self.n_features_in_)
@@ -239,7 +251,7 @@ class KernelRankRLS(BaseRanker):
         """The decomposition behind path and hold-outs; recomputed once after ``sr.load``."""
         return self._fitted_mode().solver(self)
 
-    def path(self, alphas=None):
+    def path(self, alphas: ArrayLike | None = None) -> np.ndarray:
         """Dual coefficients for every λ in ``alphas`` (default 2⁻¹⁵ … 2¹⁵) from the one decomposition.
 
         Returns (len(alphas), n_basis_rows) or (len(alphas), n_basis_rows, n_outputs).
@@ -249,7 +261,7 @@ class KernelRankRLS(BaseRanker):
         return np.stack([self._y_out(solver.coef(a)) for a in arr])
 
     # --------------------------------------------------------------- hold-out
-    def leave_query_out(self, alpha=None, source=None):
+    def leave_query_out(self, alpha: float | None = None, source: BlockSource | None = None) -> np.ndarray:
         """Held-out predictions for every training row, each query left out in turn.
 
         Dual: eq. (33) of the 2009 paper in block form (see ``_dual``).  Sparse:
@@ -285,7 +297,8 @@ class KernelRankRLS(BaseRanker):
         return out[:, :, 0] if self._one_d else out
 
     # ----------------------------------------------------------- model choice
-    def cross_validate(self, source=None, alphas=None, folds=5, scoring="squared"):
+    def cross_validate(self, source: BlockSource | tuple | None = None, alphas: ArrayLike | None = None,
+                       folds: int | str = 5, scoring: str = "squared") -> CVResult:
         """Choose alpha by group cross-validation from one decomposition, then refit with it.
 
         The choice is recorded in ``best_alpha_`` (and the result in

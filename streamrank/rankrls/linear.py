@@ -19,6 +19,8 @@ each matrix-vector product is one streaming pass.
 """
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import numpy as np
 import scipy.linalg
 
@@ -31,6 +33,12 @@ from ..laplacian import check_group_weight, check_ties
 from ..normalize import check_normalize
 from ..persistence import register_model
 from ._statistics import EigenPath, RankStatistics, block_statistics
+
+if TYPE_CHECKING:
+    from collections.abc import Callable, Sequence
+    from .._typing import ArrayLike, MatrixLike
+    from ..io.blocks import BlockSource
+    from .selection import CVResult
 
 __all__ = ["RankRLS", "PRIMAL_MAX_FEATURES", "DEFAULT_ALPHAS"]
 
@@ -116,8 +124,9 @@ class RankRLS(BaseRanker):
     array([ 1. , -2. ,  0.5])
     """
 
-    def __init__(self, *, alpha=1.0, solver="auto", group_weight="pair", ties="include", tol=1e-6,
-                 max_iter=None, normalize=None):
+    def __init__(self, *, alpha: float = 1.0, solver: str = "auto", group_weight: str = "pair",
+                 ties: str = "include", tol: float = 1e-6, max_iter: int | None = None,
+                 normalize: str | None = None) -> None:
         self.normalize = normalize
         self.alpha = alpha
         self.solver = solver
@@ -247,8 +256,10 @@ class RankRLS(BaseRanker):
         return self
 
     # ----------------------------------------------------------------- fit
-    def fit(self, X, y=None, qid=None, sample_weight=None, *, max_rows=DEFAULT_BLOCK_ROWS, callback=None,
-            validation=None, patience=5, feature_names=None):
+    def fit(self, X: MatrixLike | BlockSource, y: ArrayLike | None = None, qid: ArrayLike | None = None,
+            sample_weight: ArrayLike | None = None, *, max_rows: int = DEFAULT_BLOCK_ROWS,
+            callback: Callable[..., object] | None = None, validation: BlockSource | tuple | None = None,
+            patience: int = 5, feature_names: Sequence[str] | None = None) -> RankRLS:
         """Fit on arrays (numpy, scipy.sparse, dask) or any block source.
 
         ``sample_weight``: (rows,) weights w_i >= 0 (primal solver); the pair
@@ -313,8 +324,9 @@ class RankRLS(BaseRanker):
             self.__dict__.pop("normalizer_", None)
         self._train_source = source
 
-    def partial_fit(self, X, y=None, qid=None, sample_weight=None, *, max_rows=DEFAULT_BLOCK_ROWS,
-                    feature_names=None):
+    def partial_fit(self, X: MatrixLike | BlockSource, y: ArrayLike | None = None, qid: ArrayLike | None = None,
+                    sample_weight: ArrayLike | None = None, *, max_rows: int = DEFAULT_BLOCK_ROWS,
+                    feature_names: Sequence[str] | None = None) -> RankRLS:
         """Add new groups; the model equals ``fit`` on all data seen so far (primal only).
 
         ``sample_weight`` as in :meth:`fit` (calls without it weigh their rows 1).
@@ -368,7 +380,7 @@ class RankRLS(BaseRanker):
         return self
 
     # ------------------------------------------------------------- predict
-    def predict(self, X):
+    def predict(self, X: MatrixLike) -> np.ndarray:
         """Scores ``X @ coef_``: (rows,) or (rows, n_outputs); dask in -> dask out.
 
         A DataFrame / Arrow table has its columns matched to ``feature_names_in_`` by name.
@@ -417,7 +429,8 @@ class RankRLS(BaseRanker):
             self._eigen = ep
         return ep
 
-    def path(self, alphas=None, *, source=None, max_rows=DEFAULT_BLOCK_ROWS) -> np.ndarray:
+    def path(self, alphas: ArrayLike | None = None, *, source: BlockSource | None = None,
+             max_rows: int = DEFAULT_BLOCK_ROWS) -> np.ndarray:
         """Coefficients for every alpha: (len(alphas), n_features[, n_outputs]).
 
         Primal: without another pass — one eigendecomposition of G, then
@@ -438,7 +451,8 @@ class RankRLS(BaseRanker):
             np.zeros((0,) + self.stats_.B.shape)
         return W[:, :, 0] if self._y_1d else W
 
-    def leave_query_out(self, source=None, *, alpha=None, max_rows=DEFAULT_BLOCK_ROWS):
+    def leave_query_out(self, source: BlockSource | None = None, *, alpha: float | None = None,
+                        max_rows: int = DEFAULT_BLOCK_ROWS) -> np.ndarray:
         """Exact held-out predictions, each query left out in turn (Woodbury; one pass).
 
         Returns an array of the source rows' shape (rows,) or (rows, v), in
@@ -457,8 +471,9 @@ class RankRLS(BaseRanker):
         self._check_stats("leave_query_out")
         return leave_query_out(self, self.training_source(source), alpha=alpha, max_rows=max_rows)
 
-    def cross_validate(self, source=None, alphas=None, folds=5, scoring="squared", *,
-                       max_rows=DEFAULT_BLOCK_ROWS):
+    def cross_validate(self, source: BlockSource | None = None, alphas: ArrayLike | None = None,
+                       folds: int | str = 5, scoring: str = "squared", *,
+                       max_rows: int = DEFAULT_BLOCK_ROWS) -> CVResult:
         """Choose alpha by group cross-validation and refit the model at the chosen value.
 
         The choice is recorded in ``best_alpha_`` and the whole result in

@@ -25,6 +25,8 @@ Laplacian must not depend on the unknown Ŷ).
 """
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import numpy as np
 import scipy.linalg as la
 import scipy.sparse as sp
@@ -39,6 +41,11 @@ from ..laplacian import check_group_weight
 from ..persistence import register_model
 from ._dual import DualDecomposition, LaplacianRoot, check_psd
 from .kernel import KernelRankRLS
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    from .._typing import MatrixLike
 
 __all__ = ["TransductiveRankRLS"]
 
@@ -61,8 +68,8 @@ class TransductiveRankRLS(BaseRanker):
     unlabelled targets set to Ŷ (so :meth:`predict` scores new rows).
     """
 
-    def __init__(self, *, kernel="rbf", gamma=1.0, degree=2, coef0=0.0, alpha=1.0, gamma_t=1.0,
-                 group_weight="query"):
+    def __init__(self, *, kernel: str | Callable[..., np.ndarray] = "rbf", gamma: float = 1.0, degree: int = 2,
+                 coef0: float = 0.0, alpha: float = 1.0, gamma_t: float = 1.0, group_weight: str = "query") -> None:
         self.kernel = kernel
         self.gamma = gamma
         self.degree = degree
@@ -139,7 +146,7 @@ class TransductiveRankRLS(BaseRanker):
         self.transductive_scores_ = Yhat[:, 0] if one_d else Yhat
         return self.transductive_scores_
 
-    def predict(self, X):
+    def predict(self, X: MatrixLike) -> np.ndarray:
         """Scores of new rows under the model trained on all rows with Ŷ filled in."""
         self._check_fitted("dual_coef_")
         X = check_X(self._predict_input(X), "X", n_features=self.n_features_in_)

@@ -31,6 +31,8 @@ Example
 """
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import os
 
 import numpy as np
@@ -50,6 +52,10 @@ from ._base import (
 )
 from ..metrics import tuple_error
 from ._table import MemoryLimitError, SparseW  # noqa: F401 - MemoryLimitError: re-exported
+
+if TYPE_CHECKING:
+    from .._typing import MatrixLike, Seed
+    from ..io.tuples import TupleSource
 
 __all__ = ["SparseSGDRanker"]
 
@@ -112,9 +118,9 @@ class SparseSGDRanker(BaseRanker):
     _renamed_params = {"refit": "auto_refit"}   # old saved name -> parameter (streamrank.persistence)
     _undo_log_size = 4096  # entries of the undo log a partial_fit starts with (tests shrink it)
 
-    def __init__(self, *, eta0=200.0, l1=1e-5, shrink_every=100, init="identity",
-                 learning_rate="invsqrt", auto_refit=True, refit_steps=None, random_state=0,
-                 max_memory_bytes=None):
+    def __init__(self, *, eta0: float = 200.0, l1: float = 1e-5, shrink_every: int = 100, init: str = "identity",
+                 learning_rate: str = "invsqrt", auto_refit: bool = True, refit_steps: int | None = None,
+                 random_state: Seed = 0, max_memory_bytes: int | None = None) -> None:
         self.eta0 = eta0
         self.l1 = l1
         self.shrink_every = shrink_every
@@ -242,7 +248,7 @@ class SparseSGDRanker(BaseRanker):
             W.maybe_rebase()
             W.fit_capacity()
 
-    def partial_fit(self, Q, D_pos, D_neg):
+    def partial_fit(self, Q: MatrixLike, D_pos: MatrixLike, D_neg: MatrixLike) -> SparseSGDRanker:
         """One SGD step of Algorithm 1 per tuple row; continues t and the shrinkage state."""
         W = getattr(self, "_W", None)
         if W is None:
@@ -255,8 +261,9 @@ class SparseSGDRanker(BaseRanker):
         self._steps(Q, D_pos, D_neg, refit=False)
         return self
 
-    def fit(self, tuple_source, n_steps=100_000, *, validation=None, checkpoint_every=None,
-            batch_size=1024, shuffle_buffer=100_000):
+    def fit(self, tuple_source: TupleSource, n_steps: int = 100_000, *, validation: TupleSource | None = None,
+            checkpoint_every: int | None = None, batch_size: int = 1024,
+            shuffle_buffer: int = 100_000) -> SparseSGDRanker:
         """Algorithm 1 for ``n_steps`` tuples from ``tuple_source`` (then :meth:`refit` if ``auto_refit``).
 
         ``tuple_source``: anything with ``.batches(batch_size=, shuffle_buffer=,
@@ -291,8 +298,9 @@ class SparseSGDRanker(BaseRanker):
             self._do_refit(tuple_source, None, val, checkpoint_every, batch_size, shuffle_buffer)
         return self
 
-    def refit(self, tuple_source, n_steps=None, *, validation=None, checkpoint_every=None,
-              batch_size=1024, shuffle_buffer=100_000):
+    def refit(self, tuple_source: TupleSource, n_steps: int | None = None, *, validation: TupleSource | None = None,
+              checkpoint_every: int | None = None, batch_size: int = 1024,
+              shuffle_buffer: int = 100_000) -> SparseSGDRanker:
         """Refit (eq. 8): SGD without L1 on the support of W, ``n_steps`` tuples.
 
         ``n_steps=None``: ``refit_steps``, else as many steps as the last ``fit``
@@ -396,7 +404,7 @@ class SparseSGDRanker(BaseRanker):
         """Entries of W updated so far, one per q x (d+ - d-) product of an active step (throughput figures)."""
         return int(self._fitted().istate[K_.I_UPDATES])
 
-    def predict(self, Q, D) -> np.ndarray:
+    def predict(self, Q: MatrixLike, D: MatrixLike) -> np.ndarray:
         """Scores ``q_r^T W d_r`` (float64, one per row) of row-aligned query rows Q and item rows D."""
         W = self._fitted()
         Q = _as_csr(Q, "Q", self.n_query_features_)
@@ -408,7 +416,7 @@ class SparseSGDRanker(BaseRanker):
             raise ValueError("empty batch: Q and D have 0 rows; at least one (q, d) row is needed")
         return W.score(Q, D)
 
-    def score(self, Q, D) -> np.ndarray:
+    def score(self, Q: MatrixLike, D: MatrixLike) -> np.ndarray:
         """Deprecated alias of :meth:`predict` (same per-row scores); removed in the next release.
 
         In scikit-learn ``score`` returns one number (a quality metric), so the

@@ -56,6 +56,8 @@ True
 """
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import numpy as np
 import scipy.sparse as sp
 
@@ -67,6 +69,12 @@ from ..persistence import register_model
 from . import _pairwise_kernels as PK
 from ..normalize import FeatureMoments, check_normalize
 from ._base import _canonical_csr, check_choice, check_eta0, check_int, check_nonneg
+
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+
+    from .._typing import ArrayLike, MatrixLike, Seed
+    from ..io.blocks import BlockSource
 
 __all__ = ["PairwiseSGDRanker"]
 
@@ -118,8 +126,9 @@ class PairwiseSGDRanker(BaseRanker):
     t_ : int (pairs seen), n_features_in_ : int
     """
 
-    def __init__(self, *, eta0=0.1, l1=1e-4, l2=0.0, shrink_every=100, loss="hinge",
-                 learning_rate="invsqrt", l1_rule="cumulative", random_state=0, normalize=None):
+    def __init__(self, *, eta0: float = 0.1, l1: float = 1e-4, l2: float = 0.0, shrink_every: int = 100,
+                 loss: str = "hinge", learning_rate: str = "invsqrt", l1_rule: str = "cumulative",
+                 random_state: Seed = 0, normalize: str | None = None) -> None:
         self.normalize = normalize
         self.eta0 = eta0
         self.l1 = l1
@@ -255,7 +264,8 @@ class PairwiseSGDRanker(BaseRanker):
         self._calls += 1
         return np.random.default_rng(seed)
 
-    def partial_fit(self, X, y=None, qid=None, n_pairs=None, *, feature_names=None):
+    def partial_fit(self, X: MatrixLike, y: ArrayLike | None = None, qid: ArrayLike | None = None,
+                    n_pairs: int | None = None, *, feature_names: Sequence[str] | None = None) -> PairwiseSGDRanker:
         """Sample ``n_pairs`` (default: one per row) pairs within the groups of this batch and step.
 
         ``qid=None``: the batch is one group.  Continues t and the shrinkage state.
@@ -281,8 +291,9 @@ class PairwiseSGDRanker(BaseRanker):
                                                 max_rows=max(src.n_rows, 1)))
         return self
 
-    def fit(self, source, y=None, qid=None, *, n_pairs=None, max_rows=DEFAULT_BLOCK_ROWS, batch_size=8192,
-            feature_names=None):
+    def fit(self, source: MatrixLike | BlockSource, y: ArrayLike | None = None, qid: ArrayLike | None = None, *,
+            n_pairs: int | None = None, max_rows: int = DEFAULT_BLOCK_ROWS, batch_size: int = 8192,
+            feature_names: Sequence[str] | None = None) -> PairwiseSGDRanker:
         """Learn from ``n_pairs`` pairs sampled within the groups of ``source`` (resets).
 
         ``source``: a GroupStore / BlockSource, or ``X`` with ``y`` and ``qid``.
@@ -325,7 +336,7 @@ class PairwiseSGDRanker(BaseRanker):
         self._fitted()
         return int(self._istate[0])
 
-    def predict(self, X) -> np.ndarray:
+    def predict(self, X: MatrixLike) -> np.ndarray:
         """Scores ``X w`` (rank items of a query by decreasing score)."""
         from .._validation import check_X
 
