@@ -19,7 +19,7 @@ last by every append) also holds, for every array of the store:
 Readers check both on every chunk they decode
 (:class:`~streamrank.io._chunk_files.ChunkFileDecoder`): the row-chunked
 arrays of a :class:`~streamrank.GroupStore` through their row readers, and
-everything else read by slices — ``group_ptr``, ``qid``, the document ids and
+everything else read by slices — ``group_ptr``, ``qid``, the string query ids, the document ids and
 every array of a :class:`~streamrank.TupleStore` — through
 :class:`BoundArray`.  A chunk that is not the one committed there is a
 :class:`~streamrank.io.schema.StoreFormatError` naming the chunk file.

@@ -272,7 +272,11 @@ class GroupAppend:
         lengths = self._needed_lengths(m1, q1, z1)
         if self.has_docids:
             lengths["docid/bytes"] = int(attrs["committed"]["docid_bytes"])
-        attrs.update(commit_bindings(self._loc, a, lengths, attrs))    # every chunk bound to its place
+        arrays = a
+        if attrs.get("qid_kind") == "str":                   # the string ids' two arrays are bound too
+            text_arrays, text_lengths = self._qid_text.committed(q1)
+            arrays, lengths = {**a, **text_arrays}, {**lengths, **text_lengths}
+        attrs.update(commit_bindings(self._loc, arrays, lengths, attrs))    # every chunk bound to its place
         from . import group_store   # (its write_attrs: the name tests replace to kill a writer at the commit)
 
         group_store.write_attrs(self._loc, attrs)  # the commit point

@@ -47,7 +47,7 @@ def encode_qids(labels) -> tuple[np.ndarray, np.ndarray]:
 class QidText:
     """Reader/writer of the string ids of one store (opened lazily: old stores lack the arrays)."""
 
-    def __init__(self, root, path):
+    def __init__(self, root, path, bind=None):
         self.path = str(path)
         try:
             self._off = open_array(root, path, _OFFSETS)
@@ -58,6 +58,13 @@ class QidText:
         if str(self._off.dtype) != "int64" or str(self._utf8.dtype) != "uint8":
             raise StoreFormatError(f"{path}: 'qid_text' arrays have dtypes {self._off.dtype}/{self._utf8.dtype}, "
                                    "expected int64/uint8")
+        if bind is not None:     # reads check the chunks' bindings (streamrank.io._chunk_binding)
+            self._off, self._utf8 = bind(self._off, _OFFSETS), bind(self._utf8, _UTF8)
+
+    def committed(self, n_groups: int) -> tuple[dict, dict]:
+        """``(arrays, lengths)`` of the two arrays after a commit of ``n_groups`` (for the chunk bindings)."""
+        return ({_OFFSETS: self._off, _UTF8: self._utf8},
+                {_OFFSETS: int(n_groups) + 1, _UTF8: int(self._utf8.shape[0])})
 
     def read(self, g0: int, g1: int, n_groups: int) -> np.ndarray:
         """The ids of groups g0:g1 as an object array of str (checked before use)."""

@@ -581,7 +581,7 @@ class GroupStore(GroupAppend, GroupVerify, BlockSource):
         if kind is None and self._groups:
             raise StoreFormatError(f"{self.path}: {self._groups} groups committed but no qid_kind recorded")
         self._qid_kind = kind
-        self._qid_text = QidText(self._root, self.path) if kind == "str" or (
+        self._qid_text = QidText(self._root, self.path, bind=self._bound) if kind == "str" or (
             kind is None and "qid_kind" in attrs) else None
 
 _PRIVATE = object()

@@ -203,3 +203,18 @@ def test_readers_of_an_older_commit_never_trip_over_a_live_appender(tmp_path):
     assert final.verify() == 61 and sum(len(b.y) for b in final.blocks()) == final.n_rows
     assert reads >= 3
     assert os.path.exists(path / "y" / "c" / "0")
+
+
+@pytest.mark.parametrize("chunk", ["qid_text/utf8/c/0", "qid_text/offsets/c/0"])
+def test_string_query_id_chunks_from_a_twin_store_are_an_error(tmp_path, chunk):
+    for seed, name in ((1, "a.zarr"), (2, "b.zarr")):
+        rng = np.random.default_rng(seed)
+        width = [4, 4 + seed % 2]            # seed 1: ids of two lengths (other offsets)
+        qid = np.repeat([f"{'qr'[seed % 2]}{g:0{width[g % 2]}d}" for g in range(30)], 10)
+        s = sr.GroupStore.create(tmp_path / name, 4)
+        s.append(rng.normal(size=(300, 4)), rng.normal(size=300), qid, batch_id="b")
+    assert sr.GroupStore.open(tmp_path / "a.zarr").qid_kind == "str"
+    assert list(next(iter(sr.GroupStore.open(tmp_path / "a.zarr").blocks())).qid[:2]) == ["r0000", "r00001"]
+    _copy_chunk(tmp_path / "b.zarr", tmp_path / "a.zarr", chunk)
+    with pytest.raises(StoreFormatError, match=f"{chunk}: chunk 0 of array '{chunk.split('/c/')[0]}'"):
+        [b.qid for b in sr.GroupStore.open(tmp_path / "a.zarr").blocks()]
