@@ -22,14 +22,32 @@ site-packages *and* a read-only or missing home, e.g. a locked-down
 container or service account) numba itself would refuse to import the
 kernels; streamrank then caches in ``$TMPDIR/streamrank-numba-<uid>`` and
 says so once (set ``NUMBA_CACHE_DIR`` to choose the place).
+
+Several processes, one cache
+----------------------------
+Processes that share a cache directory (test workers, dask workers, two
+cron jobs) may compile different signatures of one kernel at the same time.
+numba's own save reads the index, picks the first free data-file number and
+writes both without a lock, so two such saves can give two signatures the
+same data file, and a later process then loads the machine code of one
+signature for the arguments of the other.  streamrank's kernels save under
+an exclusive ``flock`` on ``<index>.lock`` (POSIX; elsewhere numba's save is
+left as it is): saves of one kernel take turns, each sees the other's entry.
 """
 from __future__ import annotations
 
+import contextlib
 import os
 import tempfile
 import warnings
 
 import numba
+from numba.core.caching import IndexDataCacheFile
+
+try:
+    import fcntl
+except ImportError:  # pragma: no cover - not POSIX
+    fcntl = None
 
 __all__ = ["jit", "jit_parallel", "prange"]
 
@@ -49,14 +67,39 @@ def _fallback_cache_dir() -> str:
     return path
 
 
+@contextlib.contextmanager
+def _exclusive(path):
+    with open(path, "a+b") as f:
+        fcntl.flock(f.fileno(), fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(f.fileno(), fcntl.LOCK_UN)
+
+
+class _LockedCacheFile(IndexDataCacheFile):
+    """numba's index + data files, saved under an exclusive lock (see "Several processes, one cache")."""
+
+    def save(self, key, data):
+        with _exclusive(self._index_path + ".lock"):
+            super().save(key, data)
+
+
+def _lock_saves(dispatcher):
+    cache_file = getattr(getattr(dispatcher, "_cache", None), "_cache_file", None)
+    if fcntl is not None and type(cache_file) is IndexDataCacheFile:
+        cache_file.__class__ = _LockedCacheFile
+    return dispatcher
+
+
 def _njit(fn, options):
     try:
-        return numba.njit(**options)(fn)
+        return _lock_saves(numba.njit(**options)(fn))
     except RuntimeError as exc:  # numba: "cannot cache function ...: no locator available"
         if not options.get("cache") or "no locator available" not in str(exc) or numba.config.CACHE_DIR:
             raise
         _fallback_cache_dir()
-        return numba.njit(**options)(fn)
+        return _lock_saves(numba.njit(**options)(fn))
 
 
 def jit(*args, **kwargs):
@@ -65,7 +108,7 @@ def jit(*args, **kwargs):
     if args and callable(args[0]) and len(args) == 1 and not kwargs:
         return _njit(args[0], options)
     if args:  # explicit signatures: numba.njit(sigs, **options)
-        return numba.njit(*args, **options)
+        return numba.njit(*args, **options)  # compiles eagerly at import: not locked (unused in streamrank)
     return lambda fn: _njit(fn, options)
 
 

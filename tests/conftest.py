@@ -107,3 +107,41 @@ def pytest_collection_modifyitems(config, items):
         rel = _os.path.relpath(str(item.path), root).replace(_os.sep, "/")
         if rel in SLOW_FILES or item.get_closest_marker("distributed") is not None:
             item.add_marker(pytest.mark.slow)
+
+
+# CPU seconds of the run, one line before pytest's closing line: the suite's clock on a shared machine is noisy,
+# its CPU seconds much less (issue 22).  With pytest-xdist each worker reports its own; the slowest worker's CPU
+# is about the wall time of the run on an idle machine with one core per worker.
+def _cpu_seconds():
+    import resource
+
+    own = resource.getrusage(resource.RUSAGE_SELF)
+    kids = resource.getrusage(resource.RUSAGE_CHILDREN)  # subprocesses the tests started and waited for
+    return own.ru_utime + own.ru_stime, kids.ru_utime + kids.ru_stime
+
+
+def pytest_sessionfinish(session):
+    workeroutput = getattr(session.config, "workeroutput", None)
+    if workeroutput is not None:  # an xdist worker: hand the figure to the controller
+        workeroutput["streamrank_cpu"] = _cpu_seconds()
+
+
+_WORKER_CPU = {}
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_testnodedown(node, error):
+    cpu = getattr(node, "workeroutput", {}).get("streamrank_cpu")
+    if cpu is not None:
+        _WORKER_CPU[node.gateway.id] = cpu
+
+
+def pytest_terminal_summary(terminalreporter):
+    if getattr(terminalreporter.config, "workeroutput", None) is not None:
+        return
+    own, kids = _cpu_seconds()
+    line = f"CPU seconds: {own + kids:.1f} in all ({kids:.1f} of it in subprocesses)"
+    if _WORKER_CPU:
+        line += "; per worker with its subprocesses: " + ", ".join(
+            f"{w} {a + b:.1f}" for w, (a, b) in sorted(_WORKER_CPU.items()))
+    terminalreporter.write_line(line)
