@@ -90,7 +90,7 @@ def ndcg_groups(y, s, gp, iy, igp, ks, exp2, out):
         dcg = np.zeros(nk)
         if n > 0:
             order = _order_desc(s, lo, lo + n)
-            a = 0
+            a = np.int64(0)  # not the literal 0: _run_end compiles for int64 only
             while a < n:
                 b = _run_end(s, lo, order, a, n)
                 gain = 0.0
@@ -138,7 +138,7 @@ def err_groups(y, s, gp, ks, exp2, max_grade, out):
         at = np.zeros(kmax)               # expected contribution of each position
         order = _order_desc(s, lo, lo + n)
         before = 1.0                      # probability the user reaches the run
-        a = 0
+        a = np.int64(0)  # not the literal 0: _run_end compiles for int64 only
         while a < kmax:
             b = _run_end(s, lo, order, a, n)
             m = b - a
@@ -202,7 +202,7 @@ def average_precision_groups(y, s, gp, n_rel, ks, out):
         at = np.zeros(kmax)
         order = _order_desc(s, lo, lo + n)
         c = 0
-        a = 0
+        a = np.int64(0)  # not the literal 0: _run_end compiles for int64 only
         while a < kmax:
             b = _run_end(s, lo, order, a, n)
             m = b - a
@@ -242,7 +242,7 @@ def hits_groups(y, s, gp, ks, out):
         if n == 0:
             continue
         order = _order_desc(s, lo, lo + n)
-        a = 0
+        a = np.int64(0)  # not the literal 0: _run_end compiles for int64 only
         while a < n:
             b = _run_end(s, lo, order, a, n)
             r = 0
@@ -276,7 +276,7 @@ def reciprocal_rank_groups(y, s, gp, ks, out):
         if n == 0:
             continue
         order = _order_desc(s, lo, lo + n)
-        a = 0
+        a = np.int64(0)  # not the literal 0: _run_end compiles for int64 only
         while a < n:
             b = _run_end(s, lo, order, a, n)
             m = b - a
