@@ -24,9 +24,13 @@ demo: $(VENV)/.installed-test
 	$(PY) -m streamrank.demo $(DEMO_ARGS)
 
 # pytest exits 5 when it collects no test: report it instead of failing make.
+# -n auto: one pytest-xdist worker per core; --dist loadfile keeps a test file on one worker, so its
+# module-scoped fixtures (dask clusters, stores built by CLI runs) are made once.  The workers share
+# one numba cache (streamrank locks each kernel's cache saves).
+PYTEST_ARGS ?= -n auto --dist loadfile
 test: $(VENV)/.installed-test
 	$(PY) -m ruff check streamrank pipelines data_recipes tests benchmarks examples docs
-	$(PY) -m pytest -q -p no:cacheprovider; rc=$$?; \
+	$(PY) -m pytest -q -p no:cacheprovider $(PYTEST_ARGS); rc=$$?; \
 	if [ $$rc -eq 5 ]; then echo "pytest collected no tests"; exit 0; fi; exit $$rc
 
 clean-venv:
