@@ -64,6 +64,20 @@ def _as_float32(X, name: str = "X"):
     return X
 
 
+def _positive_int(v, name):
+    if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or int(v) < 1:
+        raise ValueError(f"{name} must be a positive integer, got {v!r}")
+    return int(v)
+
+
+def _check_csr_width(n, name):
+    """CSR column indices are stored as int32: a wider matrix would wrap around silently."""
+    if n > np.iinfo(np.int32).max:
+        raise ValueError(f"{name}={n} exceeds the int32 column indices of the store's CSR layout "
+                         f"(at most {np.iinfo(np.int32).max}); hash the features into fewer columns")
+    return n
+
+
 class GroupAppend:
     """Mixin of :class:`~streamrank.GroupStore`: everything that writes rows (see the module docstring)."""
 

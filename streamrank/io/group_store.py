@@ -53,7 +53,7 @@ from ._chunk_binding import (
 )
 from ._read_checks import BadEntry, check_offsets, entries_check, finite_rows_check, with_row
 from ._row_chunks import RowChunkReader
-from ._group_append import GroupAppend
+from ._group_append import GroupAppend, _check_csr_width, _positive_int
 from ._group_verify import GroupVerify
 from ._writer import (  # noqa: F401  (re-exported: tuple_store and tests import them from here)
     LOCK_NAME,
@@ -589,17 +589,3 @@ _PRIVATE = object()
 
 def _reopen(path, rows, groups, nnz, storage_options=None):
     return GroupStore.open(path, storage_options=storage_options)._pin(rows, groups, nnz)
-
-
-def _positive_int(v, name):
-    if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or int(v) < 1:
-        raise ValueError(f"{name} must be a positive integer, got {v!r}")
-    return int(v)
-
-
-def _check_csr_width(n, name):
-    """CSR column indices are stored as int32: a wider matrix would wrap around silently."""
-    if n > np.iinfo(np.int32).max:
-        raise ValueError(f"{name}={n} exceeds the int32 column indices of the store's CSR layout "
-                         f"(at most {np.iinfo(np.int32).max}); hash the features into fewer columns")
-    return n
