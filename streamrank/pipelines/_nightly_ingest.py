@@ -213,7 +213,18 @@ def newest_day(log):
     return out[::-1]
 
 
-def ingest(store_path, files, *, sparse=False, chunk_bytes=DEFAULT_CHUNK_BYTES, columns=None):
+def _store_at(store_path, storage_options=None):
+    """``(location, exists?, open/create keyword arguments)`` of a store path or URL (object storage)."""
+    from streamrank.io._remote import Remote, is_url
+
+    if is_url(store_path):
+        url = str(store_path)
+        return url, Remote(url, storage_options).exists("zarr.json"), {"storage_options": storage_options}
+    p = Path(store_path)
+    return p, (p / "zarr.json").exists(), {}
+
+
+def ingest(store_path, files, *, sparse=False, chunk_bytes=DEFAULT_CHUNK_BYTES, columns=None, storage_options=None):
     """Append each day file to the store (created from the first chunk); idempotent by content hash.
 
     Returns one dict per file: ``batch_id`` (the day's hash), ``file``,
@@ -221,8 +232,8 @@ def ingest(store_path, files, *, sparse=False, chunk_bytes=DEFAULT_CHUNK_BYTES, 
     appended tonight, the ``rows`` and ``groups`` span of the day and
     ``batch_ids`` (every log entry of the day).
     """
-    store_path = Path(store_path)
-    store = sr.GroupStore.open(store_path, mode="a") if (store_path / "zarr.json").exists() else None
+    store_path, exists, opts = _store_at(store_path, storage_options)    # a directory or a URL
+    store = sr.GroupStore.open(store_path, mode="a", **opts) if exists else None
     out = []
     for f in files:
         bid = content_hash(f)
@@ -234,13 +245,14 @@ def ingest(store_path, files, *, sparse=False, chunk_bytes=DEFAULT_CHUNK_BYTES, 
             if resumes is not None:        # a fixed file of the day that stopped at a bad line?
                 try:
                     appended, store = _append_day(store, store_path, f, resumes, bid, log, sparse, chunk_bytes,
-                                                  columns, same_prefix=True)
+                                                  columns, same_prefix=True, opts=opts)
                 except _PrefixDiffers:
                     logger.warning("%s: its first rows differ from the incomplete day %s in the store: "
                                    "ingested as a new day (the incomplete day stays as committed)", f, resumes)
                     resumes = None
             if resumes is None:
-                appended, store = _append_day(store, store_path, f, base, bid, log, sparse, chunk_bytes, columns)
+                appended, store = _append_day(store, store_path, f, base, bid, log, sparse, chunk_bytes, columns,
+                                              opts=opts)
         entries = day_entries(store.batches, bid)
         out.append({"batch_id": bid, "file": str(f), "appended": bool(appended), "chunks": appended,
                     "rows": day_span(entries, "rows"), "groups": day_span(entries, "groups"),
@@ -263,7 +275,7 @@ def _incomplete_day(log):
     return base
 
 
-def _append_day(store, store_path, f, base, bid, log, sparse, chunk_bytes, columns, same_prefix=False):
+def _append_day(store, store_path, f, base, bid, log, sparse, chunk_bytes, columns, same_prefix=False, opts=None):
     """Append the rows of day file ``f`` that the store does not hold yet; ``(chunks appended, store)``.
 
     ``base``: the day's batch (``bid``, or the day this file resumes).  The
@@ -299,7 +311,7 @@ def _append_day(store, store_path, f, base, bid, log, sparse, chunk_bytes, colum
         if store is None:
             store = sr.GroupStore.create(store_path, n_features=X.shape[1], sparse=sp.issparse(X),
                                          n_outputs=1 if np.ndim(y) == 1 else np.shape(y)[1],
-                                         feature_names=getattr(chunk, "feature_names", None))
+                                         feature_names=getattr(chunk, "feature_names", None), **(opts or {}))
         if base == bid:
             batch_id = bid if last else f"{bid}#{r}"
         else:          # a fixed file completing day `base`: the same batch, and which file completed it
@@ -379,12 +391,12 @@ def read_tuple_day(path):
         return mat("Q"), mat("D"), z["tuples"], mag
 
 
-def ingest_tuples(store_path, files):
+def ingest_tuples(store_path, files, storage_options=None):
     """Append each tuple day to a TupleStore (created from the first); idempotent by content hash."""
     from streamrank.cli._ingest import copy_tuple_store
 
-    store_path = Path(store_path)
-    store = sr.TupleStore.open(store_path, mode="a") if (store_path / "zarr.json").exists() else None
+    store_path, exists, opts = _store_at(store_path, storage_options)    # a directory or a URL
+    store = sr.TupleStore.open(store_path, mode="a", **opts) if exists else None
     out = []
     for f in files:
         bid = content_hash(f)
@@ -393,14 +405,14 @@ def ingest_tuples(store_path, files):
         if Path(f).is_dir():
             src = sr.TupleStore.open(f)
             if store is None:
-                store = sr.TupleStore.create(store_path, src.n_query_features, src.n_item_features)
+                store = sr.TupleStore.create(store_path, src.n_query_features, src.n_item_features, **opts)
             counts = {"tuples": 0, "skipped_tuples": 0, "batches": 0, "skipped": 0}
             copy_tuple_store(src, store, bid, counts)
             appended = counts["batches"] > 0
         elif not any(e.get("batch_id") == bid for e in log):
             Q, D, tup, mag = read_tuple_day(f)
             if store is None:
-                store = sr.TupleStore.create(store_path, Q.shape[1], D.shape[1])
+                store = sr.TupleStore.create(store_path, Q.shape[1], D.shape[1], **opts)
             appended = store.append(Q, D, tup, magnitudes=mag, batch_id=bid)
         entries = day_entries(store.log, bid)
         span = day_span(entries, "tuples")

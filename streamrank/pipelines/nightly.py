@@ -103,6 +103,7 @@ from pathlib import Path
 import numpy as np
 
 import streamrank as sr
+from streamrank.io._remote import is_url
 from streamrank.pipelines._nightly_ingest import (  # noqa: F401
     content_hash,
     ingest,
@@ -309,10 +310,12 @@ def run_night(store_path, new_files, models_dir, *, learner="rankrls", alphas=No
               storage_options=None):
     """One night; returns the run report (also written to ``DIR/reports/``).
 
-    ``models_dir`` may be a URL of object storage (``s3://bucket/nightly``;
-    ``storage_options`` for its filesystem, else the client's environment
-    variables): versions, the ``current`` pointer, the one-writer lease and
-    reports live there (:mod:`streamrank.pipelines._nightly_remote`).
+    ``models_dir`` and ``store_path`` may be URLs of object storage
+    (``s3://bucket/nightly``; ``storage_options`` for their filesystem, else
+    the client's environment variables): versions, the ``current`` pointer,
+    the one-writer lease and reports live there
+    (:mod:`streamrank.pipelines._nightly_remote`); the store is appended with
+    its own commit protocol (:mod:`streamrank.io._remote_commit`).
 
     ``learner_params``: constructor parameters of a new model (e.g. sparse
     kernel ``{"n_basis": 500, "gamma": 0.1, "random_state": 0}``).
@@ -336,28 +339,31 @@ def run_night(store_path, new_files, models_dir, *, learner="rankrls", alphas=No
     with models_lock(models_dir):  # one run per models directory: ingest, train, promote, prune
         _clean_partial(models_dir)
         return _run_locked(store_path, new_files, models_dir, learner, alphas, full, keep, tolerance, folds,
-                           validation, k, max_rows, plot, out, learner_params, verify, chunk_bytes, columns)
+                           validation, k, max_rows, plot, out, learner_params, verify, chunk_bytes, columns,
+                           storage_options)
 
 
 def _run_locked(store_path, new_files, models_dir, learner, alphas, full, keep, tolerance, folds, validation, k,
-                max_rows, plot, out, learner_params, verify, chunk_bytes, columns=None):
+                max_rows, plot, out, learner_params, verify, chunk_bytes, columns=None, storage_options=None):
     tuples = learner == "sgd-bilinear"
     unit = "tuples" if tuples else "groups"
     started = _now()
     report = {"started": started, "store": str(store_path), "models": str(models_dir), "learner": learner}
+    opened = {"storage_options": storage_options} if storage_options and is_url(store_path) else {}
     switched = _learner_switch(models_dir, learner)   # before the ingest: a refusal changes nothing
     if switched:
         report["switched_from"] = switched
 
     # 1. ingest, then re-read what was written (or, with verify, the whole store)
     if tuples:
-        report["ingest"] = ingest_tuples(store_path, new_files)
-        store = sr.TupleStore.open(store_path)
+        report["ingest"] = ingest_tuples(store_path, new_files, storage_options=storage_options)
+        store = sr.TupleStore.open(store_path, **opened)
         total, log = store.n_tuples, store.log
     else:
         kw = {} if chunk_bytes is None else {"chunk_bytes": chunk_bytes}
-        report["ingest"] = ingest(store_path, new_files, sparse=False, columns=columns, **kw)
-        store = sr.GroupStore.open(store_path)
+        report["ingest"] = ingest(store_path, new_files, sparse=False, columns=columns,
+                                  storage_options=storage_options, **kw)
+        store = sr.GroupStore.open(store_path, **opened)
         total, log = store.n_groups, store.batches
     report["verify"] = verify_new(store, report["ingest"], full=verify)
 
@@ -459,8 +465,8 @@ def build_parser():
     p.add_argument("--models", required=True, metavar="DIR",
                    help="model directory (versions + current); a URL (s3://bucket/nightly) keeps it on object storage")
     p.add_argument("--storage-options", type=_parse_storage_options, default=None, metavar="JSON",
-                   help="options of the filesystem of a --models URL as a JSON object (s3: endpoint_url, key, "
-                        "secret, ...); default: the client's environment variables (AWS_ACCESS_KEY_ID, ...)")
+                   help="options of the filesystem of a --models / --store URL as a JSON object (s3: endpoint_url, "
+                        "key, secret, ...); default: the client's environment variables (AWS_ACCESS_KEY_ID, ...)")
     p.add_argument("--learner", default="rankrls", choices=LEARNERS)
     p.add_argument("--alphas", type=_parse_alphas, default=None, metavar="GRID",
                    help="λ grid as for 'streamrank fit': 'a,b,c', 'LO:HI:N' (N log-spaced values) or "

@@ -30,14 +30,16 @@ def _day(tmp, d):
 
 
 def _night(tmp, d, models, so=None, store="logs.zarr"):
-    return nightly.run_night(tmp / store, [_day(tmp, d)], models, alphas=ALPHAS, tolerance=1.0, plot=False,
+    store = store if "://" in store else tmp / store
+    return nightly.run_night(store, [_day(tmp, d)], models, alphas=ALPHAS, tolerance=1.0, plot=False,
                              folds=2, out=io.StringIO(), storage_options=so)
 
 
 def test_nights_on_s3_equal_local_and_readers_see_old_or_new(tmp_path, s3_server, s3_url):
+    """Store and models directory both in the bucket (no local state): the same models as local nights."""
     so = s3_server.storage_options
-    models = s3_url + "/nightly"
-    r1 = _night(tmp_path, 1, models, so)
+    models, logs = s3_url + "/nightly", s3_url + "/logs.zarr"
+    r1 = _night(tmp_path, 1, models, so, store=logs)
     assert (r1["status"], r1["current"]) == ("promoted", "v0001")
     m1 = sr.load(models + "/current", storage_options=so)
     # a reader loading ``current`` again and again while the next night trains and promotes
@@ -45,7 +47,7 @@ def test_nights_on_s3_equal_local_and_readers_see_old_or_new(tmp_path, s3_server
 
     def reader():
         try:
-            while not stop.is_set():
+            while not stop.wait(0.05):
                 seen.append(sr.load(models + "/current", storage_options=so).coef_)
         except BaseException as exc:  # pragma: no cover - reported below
             errors.append(exc)
@@ -53,12 +55,13 @@ def test_nights_on_s3_equal_local_and_readers_see_old_or_new(tmp_path, s3_server
     t = threading.Thread(target=reader)
     t.start()
     try:
-        r2 = _night(tmp_path, 2, models, so)
+        r2 = _night(tmp_path, 2, models, so, store=logs)
     finally:
         stop.set()
         t.join(60)
     assert not errors, errors
     assert (r2["status"], r2["current"], r2["mode"]) == ("promoted", "v0002", "incremental")
+    assert r2["ingest"][0]["appended"] and sr.GroupStore.open(logs, storage_options=so).verify() == 2
     m2 = sr.load(models + "/current", storage_options=so)
     assert seen and all(np.array_equal(c, m1.coef_) or np.array_equal(c, m2.coef_) for c in seen)
     # the same two nights with a local models directory give the same models
