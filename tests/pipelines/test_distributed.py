@@ -344,7 +344,7 @@ def test_cli_rejects_both_scheduler_and_workers(tmp_path):
                     "--learner", "rankrls"])
 
 
-def _tuple_store(path, n_features=30, n_queries=40, n_items=80, n_tuples=3000, seed=0):
+def _tuple_store(path, n_features=30, n_queries=40, n_items=80, n_tuples=3000, seed=0, storage_options=None):
     import scipy.sparse as sp
 
     rng = np.random.default_rng(seed)
@@ -356,15 +356,26 @@ def _tuple_store(path, n_features=30, n_queries=40, n_items=80, n_tuples=3000, s
     a, b = rng.integers(0, n_items, n_tuples), rng.integers(0, n_items, n_tuples)
     swap = S[q, a] < S[q, b]
     tup = np.stack([q, np.where(swap, b, a), np.where(swap, a, b)], axis=1)
-    store = sr.TupleStore.create(path, n_features, n_features)
+    opts = {"storage_options": storage_options} if storage_options else {}
+    store = sr.TupleStore.create(path, n_features, n_features, **opts)
     store.append(Q, D, tup)
-    store = sr.TupleStore.open(path)
+    store = sr.TupleStore.open(path, **opts)
     return store, store.Q, store.D, tup   # the stored (float32) vectors
 
 
-def test_sgd_rounds_one_shard_is_partial_fit(client, tmp_path):
-    """One shard: a round is exactly partial_fit on the same tuples (the scatter/gather changes nothing)."""
-    ts, Q, D, tup = _tuple_store(tmp_path / "t.zarr", n_tuples=600)
+@pytest.mark.parametrize("where", ["local", "s3"])
+def test_sgd_rounds_one_shard_is_partial_fit(client, tmp_path, where, request):
+    """One shard: a round is exactly partial_fit on the same tuples (the scatter/gather changes nothing);
+    from an s3:// TupleStore the workers read the tuples from the bucket themselves (its URL and options)."""
+    if where == "s3":
+        so = request.getfixturevalue("s3_server").storage_options
+        ts, Q, D, tup = _tuple_store(request.getfixturevalue("s3_url") + "/t.zarr", n_tuples=600,
+                                     storage_options=so)
+        import pickle
+
+        assert len(pickle.dumps(ts)) < 2000          # it travels as its URL and options, never its tuples
+    else:
+        ts, Q, D, tup = _tuple_store(tmp_path / "t.zarr", n_tuples=600)
     kw = dict(eta0=0.5, l1=1e-3, shrink_every=10, auto_refit=False)
     dist = srd.fit(sr.SparseSGDRanker(**kw), ts, client, rounds=3, steps_per_round=150, n_shards=1,
                    batch_size=64)
