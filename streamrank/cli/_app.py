@@ -431,6 +431,7 @@ def _on_sigterm(signum, frame):
 
 def main(argv=None) -> int:
     """Run the command line; returns the exit code (the console script exits with it)."""
+    console = argv is None                    # the console script / python -m: supervised below
     argv = sys.argv[1:] if argv is None else list(argv)
     if is_delegated(argv):  # nightly, distributed, recipe NAME: the module's own main(argv)
         return run_delegated(argv)
@@ -441,7 +442,7 @@ def main(argv=None) -> int:
         return int(exc.code or 0)
     from ._supervise import can_supervise, supervised
 
-    if argv is None and can_supervise():      # the console script: Ctrl-C stops even native code (_supervise)
+    if console and can_supervise():           # the console script: Ctrl-C stops even native code (_supervise)
         return supervised(lambda: _run(args), args.command)
     return _run(args)
 

@@ -100,6 +100,10 @@ def test_ctrl_c_inside_the_eigendecomposition_stops_within_seconds(tmp_path):
             seen.append(line)
             if "decomposition (" in line and line.rstrip().endswith("started"):
                 break
+        import psutil
+
+        # the console script runs the command in a child process (cli/_supervise.py): the parent only waits
+        assert psutil.Process(proc.pid).children(), "the console script did not supervise the command"
         sent = time.monotonic()                # inside eigh now (or, on a fast idle machine, just after it)
         proc.send_signal(signal.SIGINT)
         proc.wait(timeout=30)
