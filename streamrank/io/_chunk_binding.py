@@ -41,7 +41,7 @@ from ._chunk_files import ChunkFileDecoder
 from .schema import CHUNK_CRCS, CheckedArray, StoreFormatError, full_chunk_crcs
 
 __all__ = ["TAIL_CRCS", "BoundArray", "bound_array", "bound_decoder", "check_tail_crcs", "commit_bindings",
-           "reads_unbound"]
+           "reads_unbound", "rebind"]
 
 #: group attribute: per array, ``[chunk, entries, crc32c of the decoded committed entries]`` of its last,
 #: partly filled chunk (absent when the committed length fills whole chunks)
@@ -190,3 +190,11 @@ def bound_array(arr, loc, name: str, strict: bool, crcs: dict, tails: dict, path
     if dec is None:
         return CheckedArray(arr, path, name, strict)
     return BoundArray(arr, path, name, strict, dec)
+
+
+def rebind(decoders, crcs: dict, tails: dict) -> None:
+    """After a commit: these decoders check the new commit's bindings (the old ones stay true, but weaker)."""
+    for d in decoders:
+        if d is not None:
+            t = tails.get(d.name)
+            d.expected, d.tail = crcs.get(d.name), (tuple(t) if t is not None else None)

@@ -46,11 +46,7 @@ from .groups import (
     batch_of,
     check_group_identity,
 )
-from ._chunk_binding import (
-    bound_array,
-    bound_decoder,
-    check_tail_crcs,
-)
+from ._chunk_binding import bound_array, bound_decoder, check_tail_crcs, rebind
 from ._read_checks import BadEntry, check_offsets, entries_check, finite_rows_check, with_row
 from ._row_chunks import RowChunkReader
 from ._group_append import GroupAppend, _check_csr_width, _positive_int
@@ -383,14 +379,10 @@ class GroupStore(GroupAppend, GroupVerify, BlockSource):
                               reader("X/data", entries_check(self.path, "X/data")))
 
     def _rebind(self):
-        """After a commit: the readers check the new commit's bindings (the old ones stay true, but weaker)."""
-        readers = [self._X_rows, self._y_rows, *(getattr(self, "_csr_rows", None) or ())]
-        decoders = [getattr(a, "_decoder", None) for a in self._arrays.values()]
-        decoders += [r._decoder for r in readers if r is not None]
-        for d in decoders:
-            if d is not None:
-                t = self._tail_crcs.get(d.name)
-                d.expected, d.tail = self._chunk_crcs.get(d.name), (tuple(t) if t is not None else None)
+        """After a commit: the readers check the new commit's bindings (:func:`._chunk_binding.rebind`)."""
+        readers = [r for r in (self._X_rows, self._y_rows, *(getattr(self, "_csr_rows", None) or ())) if r]
+        rebind([getattr(a, "_decoder", None) for a in self._arrays.values()] + [r._decoder for r in readers],
+               self._chunk_crcs, self._tail_crcs)
 
     def _needed_lengths(self, rows, groups, nnz):
         need = {"y": rows, "group_ptr": groups + 1, "qid": groups}

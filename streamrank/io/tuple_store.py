@@ -46,7 +46,7 @@ from .tuples import (  # noqa: F401  (re-exported: streamrank.io.tuple_store kee
     as_tuple_source,
 )
 from ._writer import creating_store, location, new_store_id, writer_lock, writing, zarr_store
-from ._chunk_binding import TAIL_CRCS, bound_array, check_tail_crcs, commit_bindings, reads_unbound
+from ._chunk_binding import TAIL_CRCS, bound_array, check_tail_crcs, commit_bindings, reads_unbound, rebind
 from .group_store import (
     _PRIVATE,
     _check_csr_width,
@@ -416,11 +416,7 @@ class TupleStore(TupleSource):
         write_attrs(self._loc, attrs)  # the commit point
         self._attrs, self._c, self._cache, self._row_cache = attrs, c1, None, None
         self._chunk_crcs, self._tail_crcs = attrs[CHUNK_CRCS], attrs[TAIL_CRCS]
-        for name, arr in self._a.items():      # the readers check the new commit's bindings
-            dec = getattr(arr, "_decoder", None)
-            if dec is not None:
-                t = self._tail_crcs.get(name)
-                dec.expected, dec.tail = self._chunk_crcs.get(name), (tuple(t) if t is not None else None)
+        rebind([getattr(a, "_decoder", None) for a in self._a.values()], self._chunk_crcs, self._tail_crcs)
 
     @reads_unbound      # per-batch checksums name the batch; chunk bindings would name a chunk
     def verify(self, *, batch_ids=None) -> int:
