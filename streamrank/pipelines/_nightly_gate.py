@@ -40,7 +40,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from streamrank._defaults import DEFAULT_BLOCK_ROWS
+from streamrank import DEFAULT_BLOCK_ROWS
 
 __all__ = ["history_slice", "fold_scorers", "out_of_fold_metrics", "gate"]
 
