@@ -44,6 +44,7 @@ def _letor(path, n_queries=12, per=6, n_features=5, seed=0):
     return path
 
 
+@pytest.mark.slow      # five commands end to end
 def test_ingest_fit_evaluate_info_on_an_s3_store(s3_server, s3_url, tmp_path):
     src = _letor(tmp_path / "day1.txt")
     url = s3_url + "/train.zarr"

@@ -187,6 +187,7 @@ _KILLED_WRITER = textwrap.dedent('''
 ''')
 
 
+@pytest.mark.slow      # a real writer process, killed
 def test_a_writer_killed_mid_append_then_a_new_writer_resumes_exactly_once(s3_server, s3_url, tmp_path):
     X, y, q = _data()
     so = s3_server.storage_options
