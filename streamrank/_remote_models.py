@@ -93,7 +93,7 @@ def _version_time(version: str) -> float:
 
 
 # ------------------------------------------------------------------ save
-def save_url(model, url, storage_options=None) -> str:
+def save_url(model, url, storage_options=None, root_attrs=None) -> str:
     """Write ``model`` under a fresh version of ``url``, publish it (one PUT), sweep; returns the version.
 
     The zarr group is built in memory and its objects are uploaded together
@@ -111,7 +111,7 @@ def save_url(model, url, storage_options=None) -> str:
     fs, root = filesystem(url, storage_options)
     version = _new_version()
     objects: dict = {}
-    write_group(zarr.open_group(store=MemoryStore(objects), mode="w"), model)
+    write_group(zarr.open_group(store=MemoryStore(objects), mode="w"), model, root_attrs)
     prefix = _join(root, VERSIONS, version)
     fs.pipe({f"{prefix}/{k}": v.to_bytes() for k, v in objects.items()})
     pointer = {"streamrank": "model-pointer", "format_version": POINTER_FORMAT_VERSION, "version": version,
@@ -242,6 +242,12 @@ def _missing_chunk(group, objects):
         if f"{path}/{key}" not in objects:
             return f"{path}/{key}"
     return None
+
+
+def published(url, storage_options=None) -> bool:
+    """Whether a model is published at ``url`` (its pointer object exists)."""
+    fs, root = filesystem(url, storage_options)
+    return fs.exists(_join(root, POINTER))
 
 
 def load_url(url, storage_options=None):

@@ -107,10 +107,11 @@ def save(model: BaseRanker, path: PathLike, storage_options: dict | None = None)
             shutil.rmtree(tmp, ignore_errors=True)
 
 
-def write_group(root, model) -> None:
+def write_group(root, model, root_attrs=None) -> None:
     """Write ``model``'s parameters and learned state into the empty, writable zarr group ``root``.
 
     The root attributes are written last: a group without them is not a model.
+    ``root_attrs``: more root attributes (the command line's record of the fit).
     """
     import zarr
 
@@ -143,6 +144,7 @@ def write_group(root, model) -> None:
             "params": _jsonable(model.get_params()),
             "state": _jsonable(attrs),
             "arrays": sorted(arrays),
+            **dict(root_attrs or {}),
         })
 
 

@@ -94,8 +94,18 @@ def _check_model_out(out, *, overwrite: bool = True) -> None:
     """A model may replace a model, never a store or any other file (checked before and after fitting).
 
     ``overwrite=False`` (the command line without ``--overwrite``): an existing
-    model is refused too, before any work is done.
+    model is refused too, before any work is done.  A URL (object storage) is
+    checked for a published model (``sr.save`` at URLs never touches other objects).
     """
+    from ..io._remote import is_url
+
+    if is_url(out):
+        from .._remote_models import published
+
+        if not overwrite and published(str(out)):
+            raise FileExistsError(f"a model already exists at {out}; pass --overwrite to replace it "
+                                  "(or choose another --model)")
+        return
     from ..io.schema import StoreFormatError
 
     out = Path(out)
@@ -119,7 +129,13 @@ def _save_model(model, out, cli_meta: dict) -> None:
     import zarr
 
     from .. import persistence
+    from ..io._remote import is_url
 
+    if is_url(out):   # object storage: a fresh version published by one PUT (credentials from the environment)
+        from .._remote_models import save_url
+
+        save_url(model, str(out), None, root_attrs={"cli": _jsonable(cli_meta)})
+        return
     out = Path(out)
     _check_model_out(out)
     out.parent.mkdir(parents=True, exist_ok=True)

@@ -194,3 +194,28 @@ def test_damaged_or_foreign_objects_are_clear_errors(s3_server, s3_url, two_mode
     fs.put(str(tmp_path / "local") + "/", root + "/copied/", recursive=True)
     with pytest.raises(ModelFormatError, match=r"not published by sr.save\(model, url\)"):
         sr.load(url + "/copied", storage_options=so)
+
+
+def test_command_line_fit_saves_to_and_predicts_from_s3(s3_server, s3_url, tmp_path, monkeypatch, capsys):
+    """``streamrank fit --model s3://…`` publishes the model (with the command's record); an existing one needs
+    --overwrite; ``evaluate --model s3://…`` reads it back — credentials and endpoint from the environment."""
+    from streamrank.cli._app import main
+
+    for k, v in s3_server.env.items():
+        monkeypatch.setenv(k, v)
+    rng = np.random.default_rng(1)
+    X = rng.normal(size=(60, 3)).astype(np.float32)
+    store = sr.GroupStore.create(tmp_path / "train.zarr", 3)
+    store.append(X, X @ [1.0, -1.0, 0.5], np.repeat(np.arange(6), 10), batch_id="b0")
+    url = s3_url + "/cli/model"
+    fit = ["fit", "--store", str(tmp_path / "train.zarr"), "--model", url, "--learner", "rankrls", "-q"]
+    assert main(fit) == 0
+    got = sr.load(url, storage_options=s3_server.storage_options)
+    np.testing.assert_allclose(got.coef_, sr.RankRLS().fit(store).coef_, rtol=1e-10)
+    fs, root = _fs(s3_server, url)
+    version = json.loads(fs.cat_file(root + "/model.json"))["version"]
+    assert "cli" in json.loads(fs.cat_file(f"{root}/versions/{version}/zarr.json"))["attributes"]
+    capsys.readouterr()
+    assert main(fit) == 5 and "--overwrite" in capsys.readouterr().err
+    assert main(fit + ["--overwrite"]) == 0
+    assert main(["evaluate", "--model", url, "--store", str(tmp_path / "train.zarr"), "-q"]) == 0
