@@ -286,6 +286,7 @@ def _append_day(store, store_path, f, base, bid, log, sparse, chunk_bytes, colum
     done = sum(e["rows"][1] - e["rows"][0] for e in entries)   # a killed run's / a stopped day's chunks
     day_r0 = min((e["rows"][0] for e in entries), default=0)
     appended = 0
+    store_qid = store.qid if same_prefix and store is not None else None     # read once (string ids: all groups)
     r = 0   # row of the day at which the current chunk starts
     chunks = iter_day(f, n_features=store.n_features if store is not None else None,
                       sparse=store.sparse if store is not None else sparse, chunk_bytes=chunk_bytes,
@@ -295,7 +296,7 @@ def _append_day(store, store_path, f, base, bid, log, sparse, chunk_bytes, colum
         lines = getattr(chunk, "lines", None)
         k = len(y)
         if same_prefix and r < done:
-            _compare_prefix(store, day_r0 + r, X[: done - r], y[: done - r], qid[: done - r])
+            _compare_prefix(store, store_qid, day_r0 + r, X[: done - r], y[: done - r], qid[: done - r])
         if r + k <= done and not last:
             r += k
             continue
@@ -328,8 +329,9 @@ def _append_day(store, store_path, f, base, bid, log, sparse, chunk_bytes, colum
     return appended, store
 
 
-def _compare_prefix(store, r0, X, y, qid):
-    """Raise :class:`_PrefixDiffers` unless rows ``r0...`` of the store are ``X, y, qid`` (as stored)."""
+def _compare_prefix(store, store_qid, r0, X, y, qid):
+    """Raise :class:`_PrefixDiffers` unless rows ``r0...`` of the store are ``X, y, qid`` (as stored);
+    ``store_qid``: ``store.qid``."""
     k = len(y)
     if k == 0:
         return
@@ -339,7 +341,7 @@ def _compare_prefix(store, r0, X, y, qid):
     gp = store.group_ptr
     g = np.searchsorted(gp, [r0, r0 + k - 1], side="right") - 1
     sizes = np.diff(np.clip(gp[g[0] : g[1] + 2], r0, r0 + k))
-    sq = np.repeat(np.asarray(store.qid[g[0] : g[1] + 1]), sizes)
+    sq = np.repeat(np.asarray(store_qid[g[0] : g[1] + 1]), sizes)
     try:
         if sp.issparse(X) != sp.issparse(SX) or X.shape != SX.shape:
             raise _PrefixDiffers()
