@@ -105,7 +105,7 @@ def _njit(fn, options):
 def jit(*args, **kwargs):
     """``numba.njit`` with the streamrank compile policy (usable bare or called)."""
     options = {**_POLICY, **kwargs}
-    if args and callable(args[0]) and len(args) == 1 and not kwargs:
+    if args and callable(args[0]) and len(args) == 1:  # @jit, or @jit_parallel (which passes parallel=True)
         return _njit(args[0], options)
     if args:  # explicit signatures: numba.njit(sigs, **options)
         return numba.njit(*args, **options)  # compiles eagerly at import: not locked (unused in streamrank)

@@ -98,6 +98,10 @@ def test_every_numba_kernel_is_cacheable():
     closures = [name for name, d in dispatchers.items()
                 if d.py_func.__closure__ is not None or "<locals>" in d.py_func.__qualname__]
     assert not closures, f"kernels defined inside functions (their cache is not reused): {closures}"
+    from streamrank._numba import _LockedCacheFile, fcntl
+
+    unlocked = [name for name, d in dispatchers.items() if not isinstance(d._cache._cache_file, _LockedCacheFile)]
+    assert fcntl is None or not unlocked, f"kernels whose cache saves are not locked (not made by _numba.jit): {unlocked}"
 
 
 def test_kernels_import_and_cache_when_no_cache_place_is_writable(tmp_path):
