@@ -34,8 +34,11 @@ class SourceRef:
     grown): a store on object storage (``s3://…``) is read by every worker
     straight from the bucket with the store's ``storage_options`` (or, without
     them, the workers' own environment credentials), so no row passes through
-    the client.  Its zarr handles are never pickled.  Any other
-    :class:`BlockSource` travels as itself (the caller scatters it once).
+    the client.  The storage options — credentials included — travel with
+    every task through the scheduler; on a shared cluster prefer credentials
+    in the workers' environment (open the store without ``storage_options``).
+    Its zarr handles are never pickled.  Any other :class:`BlockSource`
+    travels as itself (the caller scatters it once).
     """
 
     def __init__(self, source):
