@@ -70,12 +70,10 @@ def heldout_scores(preds, Y, gp, *, group_weight, ties, kind, k, weight=None):
 
 def choose(arr, per_out, *, kind, k, scoring, folds):
     """The :class:`~streamrank.rankrls.selection.CVResult` of per-output scores (mean over the outputs)."""
-    from .selection import CVResult
+    from .selection import CVResult, best_of_scores
 
     greater = kind == "ndcg"
-    scores = np.nanmean(per_out, axis=1)
-    valid = np.where(np.isnan(scores), -np.inf if greater else np.inf, scores)
-    best = int(np.argmax(valid) if greater else np.argmin(valid))
+    scores, best = best_of_scores(per_out, greater)       # the rule of linear RankRLS's selection
     return CVResult(alphas=arr, scores=scores, scores_per_output=per_out, best_alpha=float(arr[best]),
                     best_index=best, scoring=scoring if kind != "ndcg" else f"ndcg@{k}", folds=folds,
                     greater_is_better=greater)

@@ -38,7 +38,8 @@ from .._validation import check_alpha
 from ._statistics import EigenPath
 
 __all__ = ["fold_of", "accumulate_folds", "cross_validate", "leave_query_out", "CVResult",
-           "MAX_LQO_GROUP_ROWS", "fold_solutions", "fold_squared_loss", "select_from_fold_statistics"]
+           "MAX_LQO_GROUP_ROWS", "fold_solutions", "fold_squared_loss", "select_from_fold_statistics",
+           "best_of_scores"]
 
 MAX_LQO_GROUP_ROWS = 20_000
 
@@ -228,7 +229,7 @@ def cross_validate(model, source=None, *, alphas=None, folds=5, scoring="squared
             per_out = ev.result()
         model.fit_statistics(total, y_1d=(n_out == 1))
     greater = kind == "ndcg"
-    scores, best = _best(per_out, greater)
+    scores, best = best_of_scores(per_out, greater)
     with model.solving_with(alphas[best]):       # refit at the best alpha; the user's alpha stays
         model.fit_statistics(model.stats_, source=source)
     if fold_stats is not None:
@@ -239,7 +240,7 @@ def cross_validate(model, source=None, *, alphas=None, folds=5, scoring="squared
         greater_is_better=greater))
 
 
-def _best(per_out, greater):
+def best_of_scores(per_out, greater):
     """(scores, best index): the mean over outputs of every λ's scores, and the best λ (NaN never wins)."""
     scores = np.nanmean(per_out, axis=1) if per_out.size else per_out
     valid = np.where(np.isnan(scores), -np.inf if greater else np.inf, scores)
@@ -294,7 +295,7 @@ def select_from_fold_statistics(model, fold_stats, alphas):
     alphas = check_alphas(alphas)
     total, Ws = fold_solutions(model, fold_stats, alphas)
     per_out = fold_squared_loss(fold_stats, Ws, total)
-    scores, best = _best(per_out, False)
+    scores, best = best_of_scores(per_out, False)
     return CVResult(alphas=alphas, scores=scores, scores_per_output=per_out, best_alpha=float(alphas[best]),
                     best_index=best, scoring="squared", folds=len(fold_stats), greater_is_better=False), total
 
