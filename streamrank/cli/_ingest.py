@@ -52,9 +52,16 @@ def _ingest_parquet(args, src, counts):
         got = ingest_parquet(args.store, files, label=args.label, qid=args.qid, features=features,
                              feature_prefix=args.features_from_prefix, sparse=args.sparse, chunk_rows=chunk_rows,
                              batch_id=args.batch_id, group_identity=args.group_identity, progress=bar.update,
-                             docid=getattr(args, "docid_column", None))
+                             docid=getattr(args, "docid_column", None), storage_options=_url_options(args.store))
     for k in ("rows", "skipped_rows", "batches", "skipped"):
         counts[k] += got[k]
+
+
+def _url_options(store):
+    """``--storage-options`` for a store at a URL (None for a local store)."""
+    from ._stores import STORAGE_OPTIONS, _is_url
+
+    return STORAGE_OPTIONS if _is_url(store) else None
 
 
 def _default_batch_id(src, member, extra="") -> str:

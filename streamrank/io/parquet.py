@@ -267,7 +267,8 @@ def parquet_batch_id(files, extra: str = "") -> str:
 
 def ingest_parquet(store_path, source, *, label: str, qid: str, features=None, feature_prefix=None,
                    sparse: bool = False, chunk_rows: int = DEFAULT_CHUNK_ROWS, batch_id: str | None = None,
-                   group_identity: str = "batch", progress=None, docid: str | None = None) -> dict:
+                   group_identity: str = "batch", progress=None, docid: str | None = None,
+                   storage_options: dict | None = None) -> dict:
     """Append ``source`` (one batch: a file, a directory or glob of part files) to a GroupStore.
 
     Creates the store (with the feature names) when it does not exist; an
@@ -275,16 +276,25 @@ def ingest_parquet(store_path, source, *, label: str, qid: str, features=None, f
     name) or none.  ``docid``: a column of document ids; a new store then
     keeps them (``GroupStore.create(docids=True)``), and a store that keeps
     them needs the column on every ingest.  Returns counts ``{"rows",
-    "skipped_rows", "batches", "skipped", "batch_id"}``.
+    "skipped_rows", "batches", "skipped", "batch_id"}``.  ``store_path`` may
+    be a URL (``s3://…``) with its ``storage_options``.
     """
+    from ._remote import is_url
     from .group_store import GroupStore
 
     files = source if isinstance(source, (list, tuple)) else parquet_files(source)
     base = batch_id or parquet_batch_id(files, f"{label}|{qid}|{features}|{feature_prefix}|{sparse}|{chunk_rows}"
                                         + ("" if docid is None else f"|docid={docid}"))
     counts = {"rows": 0, "skipped_rows": 0, "batches": 0, "skipped": 0, "batch_id": base}
-    p = Path(store_path)
-    store = GroupStore.open(p, mode="a") if (p / "zarr.json").exists() else None
+    url = is_url(store_path)
+    p = store_path if url else Path(store_path)
+    if url:                                   # a store on object storage: append to it, or create it below
+        try:
+            store = GroupStore.open(p, mode="a", storage_options=storage_options)
+        except FileNotFoundError:
+            store = None
+    else:
+        store = GroupStore.open(p, mode="a") if (p / "zarr.json").exists() else None
     if store is not None and store.has_docids != (docid is not None):
         raise ValueError(f"the store {p} keeps document ids: name their column (--docid-column COL)"
                          if store.has_docids else
@@ -294,11 +304,11 @@ def ingest_parquet(store_path, source, *, label: str, qid: str, features=None, f
                                            feature_prefix=feature_prefix, chunk_rows=chunk_rows,
                                            sparse=sparse if store is None else store.sparse, docid=docid)):
         if store is None:
-            if p.exists() and (p.is_file() or any(p.iterdir())):
+            if not url and p.exists() and (p.is_file() or any(p.iterdir())):
                 raise FileExistsError(f"{p} exists and is not a streamrank store; choose another --store")
             store = GroupStore.create(p, len(chunk.feature_names), sparse=sparse, feature_names=chunk.feature_names,
-                                      overwrite=p.exists(), group_identity=group_identity,
-                                      docids=docid is not None)
+                                      overwrite=not url and p.exists(), group_identity=group_identity,
+                                      docids=docid is not None, storage_options=storage_options)
         X = _to_store_order(chunk, store)
         done = store.append(X, chunk.y, chunk.qid, batch_id=f"{base}#{i}",
                             docid=None if docid is None else list(chunk.docid))

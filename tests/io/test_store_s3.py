@@ -278,3 +278,23 @@ def test_create_refuses_an_existing_store_or_foreign_objects(s3_server, s3_url):
         sr.GroupStore.open(s3_url + "/nothing.zarr", storage_options=so)
     with pytest.raises(ValueError, match="storage_options apply to stores at URLs"):
         sr.GroupStore.open("/tmp/x.zarr", storage_options=so)
+
+
+def test_parquet_ingest_into_an_s3_store(s3_server, s3_url, tmp_path):
+    pa = pytest.importorskip("pyarrow")
+    import pyarrow.parquet as pq
+
+    from streamrank.io.parquet import ingest_parquet
+
+    X, y, q = _data(n_groups=20, seed=5)
+    cols = {"qid": q.astype(str), "label": y, **{f"f_{j}": X[:, j] for j in range(X.shape[1])}}
+    pq.write_table(pa.table(cols), tmp_path / "day.parquet", row_group_size=50)
+    so = s3_server.storage_options
+    url = s3_url + "/pq.zarr"
+    kw = dict(label="label", qid="qid", feature_prefix="f_", chunk_rows=64)
+    assert ingest_parquet(url, tmp_path / "day.parquet", storage_options=so, **kw)["rows"] == len(y)
+    assert ingest_parquet(url, tmp_path / "day.parquet", storage_options=so, **kw)["rows"] == 0   # idempotent
+    ingest_parquet(tmp_path / "pq.zarr", tmp_path / "day.parquet", **kw)
+    r, loc = sr.GroupStore.open(url, storage_options=so), sr.GroupStore.open(tmp_path / "pq.zarr")
+    assert r.feature_names == loc.feature_names and r.verify() == loc.verify() > 1
+    assert _objects(Remote(url, so)) == _files(tmp_path / "pq.zarr")
