@@ -10,7 +10,8 @@ import numpy as np
 from .._itertools import with_last
 from ._common import EXIT_OK, UsageError, _progress, _say
 from ._formats import detect_format
-from ._stores import _dir_size, _human, _jsonable, _kind_of, _load_model, _model_meta, _open_store, _resolve_pointer
+from ._stores import (_dir_size, _human, _jsonable, _kind_of, _load_model, _model_meta, _open_store,
+                      _resolve_pointer, url_options)
 
 
 def _split_member(src: str):
@@ -52,16 +53,9 @@ def _ingest_parquet(args, src, counts):
         got = ingest_parquet(args.store, files, label=args.label, qid=args.qid, features=features,
                              feature_prefix=args.features_from_prefix, sparse=args.sparse, chunk_rows=chunk_rows,
                              batch_id=args.batch_id, group_identity=args.group_identity, progress=bar.update,
-                             docid=getattr(args, "docid_column", None), storage_options=_url_options(args.store))
+                             docid=getattr(args, "docid_column", None), storage_options=url_options(args.store))
     for k in ("rows", "skipped_rows", "batches", "skipped"):
         counts[k] += got[k]
-
-
-def _url_options(store):
-    """``--storage-options`` for a store at a URL (None for a local store)."""
-    from ._stores import STORAGE_OPTIONS, _is_url
-
-    return STORAGE_OPTIONS if _is_url(store) else None
 
 
 def _default_batch_id(src, member, extra="") -> str:

@@ -25,6 +25,11 @@ def _is_url(path) -> bool:
     return is_url(path)
 
 
+def url_options(store):
+    """``--storage-options`` for a store at a URL (None for a local store)."""
+    return STORAGE_OPTIONS if _is_url(store) else None
+
+
 def _kind_of(path) -> str:
     """'group', 'tuple', 'model' or raise (FileNotFoundError / StoreFormatError)."""
     from ..io.schema import GROUP_FORMAT, TUPLE_FORMAT, StoreFormatError, read_attrs
