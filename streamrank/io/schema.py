@@ -232,6 +232,11 @@ def check_array_layout(path, name: str, dtype: str) -> None:
     grid = doc.get("chunk_grid") or {}
     if not isinstance(grid, dict) or grid.get("name") != "regular":
         refuse("chunk_grid", grid, "regular")
+    chunks = (grid.get("configuration") or {}).get("chunk_shape") if isinstance(grid.get("configuration"), dict) \
+        else None
+    if not isinstance(chunks, list) or not chunks or not all(
+            isinstance(c, int) and not isinstance(c, bool) and c > 0 for c in chunks):
+        refuse("chunk_grid's chunk_shape", chunks, "positive integers")
     keys = doc.get("chunk_key_encoding") or {}
     sep = (keys.get("configuration") or {}).get("separator", "/") if isinstance(keys, dict) else None
     if not isinstance(keys, dict) or keys.get("name") != "default" or sep != "/":

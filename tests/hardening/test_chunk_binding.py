@@ -150,3 +150,14 @@ def test_appends_across_chunk_boundaries_keep_reading(tmp_path):
                              [np.zeros((0, 4), np.float32)])
         np.testing.assert_array_equal(got, X[:r1])
     assert len(json.loads((tmp_path / "s.zarr" / "zarr.json").read_text())["attributes"]["chunk_crc32c"]["X"]) == 4
+
+
+@pytest.mark.parametrize("chunk_shape", [[0], [-4], [1.5], [], None, [True]])
+def test_a_chunk_shape_that_is_not_positive_integers_is_refused_at_open(tmp_path, chunk_shape):
+    """Found by the metadata fuzz: chunk_shape [0] in X/indptr/zarr.json made zarr divide by zero at open."""
+    s = sr.GroupStore.create(tmp_path / "s.zarr", 5, sparse=True)
+    s.append(sp.random(20, 5, density=0.5, format="csr", random_state=0), np.arange(20.0), np.repeat(np.arange(4), 5))
+    _edit_array_meta(tmp_path / "s.zarr" / "X" / "indptr",
+                     lambda d: d["chunk_grid"]["configuration"].update(chunk_shape=chunk_shape))
+    with pytest.raises(StoreFormatError, match="X/indptr/zarr.json: chunk_grid's chunk_shape"):
+        sr.GroupStore.open(tmp_path / "s.zarr")
