@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[1]
+pytestmark = pytest.mark.slow                    # one mkdocs build in a subprocess (~10 s CPU)
 
 
 @pytest.fixture(scope="module")
