@@ -186,9 +186,9 @@ def _bare_cr_line_ends(head, eof):
     """
     if b"\n" in head:
         return False
-    if b"\r" in head:
+    if b"\r" in head[:-1] or (eof and head.endswith(b"\r")):
         return True
-    return False if eof else None
+    return False if eof else None   # a CR as the last byte read may be the first half of a CRLF
 
 
 def _to_X(indptr, indices, values, n_features, dense):

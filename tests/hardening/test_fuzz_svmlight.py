@@ -162,6 +162,16 @@ def test_one_bad_line_is_reported_with_its_number(f, bad, data, chunk):
             pass
 
 
+def test_a_crlf_cut_between_its_cr_and_lf_is_not_taken_for_bare_cr_line_ends():
+    """hypothesis found it: the first 16 bytes end with the CR of a CRLF; the file was read as bare-CR text
+    (every CRLF two line ends) and the bad line 2 was reported as line 3."""
+    raw = b"0.0 qid:0 1:0.0\r\nabc qid:0 1:1\r\n"
+    with pytest.raises(ValueError, match=r"^bad\.txt:2: "):
+        list(iter_svmlight(io.BytesIO(raw), n_features=1, chunk_bytes=16, name="bad.txt"))
+    X, y, _ = next(iter_svmlight(io.BytesIO(b"1 qid:1 1:2\r2 qid:1 1:3\r"), chunk_bytes=12))   # bare CR still
+    assert y.tolist() == [1.0, 2.0] and X[:, 0].tolist() == [2.0, 3.0]
+
+
 @SETTINGS
 @given(st.binary(max_size=300) | st.text(max_size=120).map(lambda s: s.encode("utf-8")),
        st.sampled_from([None, 5, 64]), st.sampled_from([None, 4]))
