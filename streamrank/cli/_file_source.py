@@ -127,10 +127,6 @@ def open_data(path, args, model):
 
     if _is_url(path):                        # a store on object storage
         return _kind_of(path), _open_store(path)
-    from ._stores import _is_url
-
-    if _is_url(path):                           # a store on object storage (s3://...): never a file read here
-        return _kind_of(path), _open_store(path)
     p = _resolve_pointer(path)
     if p.is_dir() and (p / "zarr.json").exists():
         return _kind_of(p), _open_store(p)
