@@ -104,13 +104,28 @@ class ParquetChunk:
     docid: object = None
 
 
-def _column_numpy(col, name, row0, file):
-    import pyarrow as pa
+def _refuse_nulls(col, what, name, row0, file, why=""):
+    """A null anywhere in ``col`` is an error naming its (file) row."""
     import pyarrow.compute as pc
 
     if col.null_count:
         row = int(pc.index(pc.is_null(col), True).as_py())
-        raise ValueError(f"{file}: column {name!r} is null at row {row0 + row}; expected a value in every row")
+        raise ValueError(f"{file}: {what} {name!r} is null at row {row0 + row}{why}")
+
+
+def _decoded(col):
+    """A dictionary-encoded column as its plain values (other columns as they are)."""
+    import pyarrow as pa
+
+    if pa.types.is_dictionary(col.type):
+        col = col.cast(col.type.value_type)
+    return col, col.type
+
+
+def _column_numpy(col, name, row0, file):
+    import pyarrow as pa
+
+    _refuse_nulls(col, "column", name, row0, file, "; expected a value in every row")
     t = col.type
     if not (pa.types.is_integer(t) or pa.types.is_floating(t) or pa.types.is_boolean(t)):
         raise TypeError(f"{file}: column {name!r} has type {t}; expected numbers")
@@ -119,15 +134,9 @@ def _column_numpy(col, name, row0, file):
 
 def _qid_numpy(col, name, row0, file):
     import pyarrow as pa
-    import pyarrow.compute as pc
 
-    if col.null_count:
-        row = int(pc.index(pc.is_null(col), True).as_py())
-        raise ValueError(f"{file}: query id column {name!r} is null at row {row0 + row}")
-    t = col.type
-    if pa.types.is_dictionary(t):
-        col = col.cast(t.value_type)
-        t = t.value_type
+    _refuse_nulls(col, "query id column", name, row0, file)
+    col, t = _decoded(col)
     if pa.types.is_integer(t):
         return col.to_numpy(zero_copy_only=False).astype(np.int64, copy=False)
     if pa.types.is_string(t) or pa.types.is_large_string(t):
@@ -140,15 +149,9 @@ def _qid_numpy(col, name, row0, file):
 def _docid_numpy(col, name, row0, file):
     """Doc ids of a string (or integer) column as an object array of str; nulls refused."""
     import pyarrow as pa
-    import pyarrow.compute as pc
 
-    if col.null_count:
-        row = int(pc.index(pc.is_null(col), True).as_py())
-        raise ValueError(f"{file}: doc id column {name!r} is null at row {row0 + row}; every row needs an id")
-    t = col.type
-    if pa.types.is_dictionary(t):
-        col = col.cast(t.value_type)
-        t = t.value_type
+    _refuse_nulls(col, "doc id column", name, row0, file, "; every row needs an id")
+    col, t = _decoded(col)
     if pa.types.is_string(t) or pa.types.is_large_string(t):
         return np.asarray(col.to_numpy(zero_copy_only=False), dtype=object)
     if pa.types.is_integer(t):
