@@ -434,6 +434,10 @@ def main(argv=None) -> int:
     console = argv is None                    # the console script / python -m: supervised below
     argv = sys.argv[1:] if argv is None else list(argv)
     if is_delegated(argv):  # nightly, distributed, recipe NAME: the module's own main(argv)
+        from ._supervise import can_supervise, supervised
+
+        if console and can_supervise():       # Ctrl-C within a second there too (its dask workers included)
+            return supervised(lambda: run_delegated(argv), argv[0])
         return run_delegated(argv)
     parser = build_parser()
     try:

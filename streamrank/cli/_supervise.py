@@ -4,12 +4,14 @@ Python handles a signal only between bytecodes.  A long LAPACK call (the
 exact kernel's ``scipy.linalg.eigh`` holds the GIL for minutes) or a numba
 loop therefore delays Ctrl-C until it returns — the issue measured 242 s.
 So the ``streamrank`` console script (``main()`` without ``argv``) forks
-once the arguments are parsed: the child runs the command as before, in its
+once the arguments are parsed (``nightly``, ``distributed`` and ``recipe``
+before their module is imported): the child runs the command as before, in its
 own process group; the parent only waits.  On SIGINT / SIGTERM the parent
 forwards the signal to the child, which normally stops at once (the usual
 "interrupted" message, exit 130 / 143).  If the child is still running
 :data:`GRACE` seconds later — inside native code — the parent kills it
-(SIGKILL) and reports the interruption itself.  That is safe by design:
+(SIGKILL, with every process of its group: the workers of a LocalCluster the
+command started) and reports the interruption itself.  That is safe by design:
 every store append and model write in streamrank is atomic under kill -9
 (appends commit by one final rename of the log, models appear whole or not
 at all, leftovers of a dead process are swept by the next writer).
@@ -95,10 +97,13 @@ def supervised(run, command: str) -> int:
                     pass
                 deadline = time.monotonic() + GRACE
             if deadline is not None and time.monotonic() > deadline:
-                try:
-                    os.kill(pid, signal.SIGKILL)
-                except ProcessLookupError:
-                    pass
+                try:                               # the child's whole process group: the processes it started
+                    os.killpg(pid, signal.SIGKILL)   # (a LocalCluster's workers) go with it
+                except (ProcessLookupError, PermissionError):
+                    try:
+                        os.kill(pid, signal.SIGKILL)
+                    except ProcessLookupError:
+                        pass
                 os.waitpid(pid, 0)
                 sigterm = got[0] == signal.SIGTERM
                 print(f"streamrank {command}: {'terminated (SIGTERM)' if sigterm else 'interrupted'}; stopped "

@@ -145,3 +145,45 @@ def test_a_child_that_ignores_ctrl_c_is_killed_after_the_grace():
             proc.wait()
     assert proc.returncode == 130 and 0.9 < took < 3, (took, err)
     assert "stopped inside native code after 1 s" in err and "nothing half-written" in err
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork")
+def test_delegated_commands_are_supervised_with_the_processes_they_started():
+    """`streamrank nightly|distributed|recipe` run under the same supervisor: a command stuck in native code
+    (SIGINT blocked) and the process it started (as a LocalCluster starts its workers) are both gone about
+    1 s after Ctrl-C.  Without supervision the script would sleep 60 s; killing only the child would leave
+    the grandchild running."""
+    code = ("import signal, subprocess, sys, time\n"
+            "from streamrank.cli import _app\n"
+            "def stuck(argv):\n"
+            "    assert argv[0] == 'nightly', argv\n"
+            "    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})\n"
+            "    worker = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)'],\n"
+            "                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)\n"
+            "    print(worker.pid, flush=True)\n"
+            "    time.sleep(60)\n"
+            "    return 0\n"
+            "_app.run_delegated = stuck\n"
+            "sys.argv = ['streamrank', 'nightly', '--models', 'nowhere']\n"
+            "sys.exit(_app.main())\n")
+    proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    import psutil
+
+    try:
+        worker = int(proc.stdout.readline())
+        assert psutil.Process(proc.pid).children(), "the delegated command did not run in a child"
+        sent = time.monotonic()
+        proc.send_signal(signal.SIGINT)
+        proc.wait(timeout=30)
+        took = time.monotonic() - sent
+        err = proc.stderr.read()
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == 130 and 0.9 < took < 3, (took, err)
+    assert "streamrank nightly: interrupted" in err
+    t0 = time.monotonic()
+    while psutil.pid_exists(worker) and psutil.Process(worker).status() != psutil.STATUS_ZOMBIE:
+        assert time.monotonic() - t0 < 5, "the process the command started survived the kill"
+        time.sleep(0.05)
