@@ -201,7 +201,11 @@ def fit_sgd_rounds(estimator, source, client=None, *, rounds=10, steps_per_round
     ``PairwiseSGDRanker(normalize=...)``: a fresh model first reduces the
     column moments of every row on the cluster (one pass, a tree sum of
     :class:`~streamrank.normalize.FeatureMoments`); every shard then scales its
-    pairs by that one normalizer — as the local ``fit``'s scales of all rows.  ``cache_bytes`` bounds each
+    pairs by that one normalizer — as the local ``fit``'s scales of all rows.
+    ``SparseSGDRanker(normalize=...)``: a fresh model takes its query and item
+    scales from every stored vector of the source (one pass on the client through
+    the store's bounded row cache, as the local ``fit``); every shard scales its
+    tuples by them.  ``cache_bytes`` bounds each
     worker's cache of decoded Q/D rows (see ``TupleStore.batches``).
     """
     rounds = int(rounds)
@@ -236,6 +240,8 @@ def fit_sgd_rounds(estimator, source, client=None, *, rounds=10, steps_per_round
                 model.normalizer_ = tree_reduce(c, parts).result().moments.normalizer(model.normalize)
         else:
             ref = source if hasattr(source, "path") else c.scatter(source, hash=False)
+            if getattr(model, "_W", None) is None and getattr(model, "normalize", None) is not None:
+                model._fit_scales(source)     # one pair of scales for every shard: all stored Q / D rows
             model.init_state(source.n_query_features, source.n_item_features)   # W₀ on the client
         history = []
         phases = [("sgd", r, steps) for r in range(rounds)]

@@ -6,7 +6,10 @@ Three kinds of scoring function cover every streamrank learner:
   without normalization o = 0, s = 1;
 * ``"kernel"``  f(x) = k(x̃, R) A with x̃ the normalized row, R the basis rows and
   A the dual coefficients (KernelRankRLS dual and sparse, TransductiveRankRLS);
-* ``"bilinear"`` f(q, d) = qᵀ W d  (SparseSGDRanker).
+* ``"bilinear"`` f(q, d) = qᵀ W d  (SparseSGDRanker).  A model fitted with
+  ``normalize=`` (scale-only: q_j / s_j, d_k / t_k) is described by the
+  folded W' = diag(1/s) W diag(1/t) on raw features — the same scores, the
+  same sparsity pattern, so every bilinear export carries it unchanged.
 
 Several outputs (RankRLS fitted on a target matrix) make ``weights`` /
 ``dual_coef`` 2-D; the search-engine formats take one output only.
@@ -87,6 +90,10 @@ def describe(model, *, feature_names=None) -> ModelDescription:
                                 basis=model.basis_, dual_coef=np.asarray(model.dual_coef_, dtype=np.float64))
     if name == "SparseSGDRanker":
         W = model.W_.tocsr()
+        qn = getattr(model, "query_normalizer_", None)
+        if qn is not None:   # W' = diag(1/s) W diag(1/t): (q/s)ᵀ W (d/t) = qᵀ W' d
+            W = sp.diags(1.0 / qn.scale) @ W @ sp.diags(1.0 / model.item_normalizer_.scale)
+            W = W.tocsr()
         nq, nd = W.shape
         d = ModelDescription("bilinear", name, nd, None, None, W=W, n_query_features=nq)
         if feature_names is not None:

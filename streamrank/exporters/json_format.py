@@ -22,7 +22,8 @@ Without a normalizer x̃ = x.
   k = x·z ("linear"), (gamma x·z + coef0)^degree ("poly"), exp(−gamma ‖x − z‖²) ("rbf").
 * ``"bilinear"``: ``"n_query_features"``, ``"query_feature_names"``, ``"W"``:
   {"format": "coo", "shape": [n_q, n_d], "row": [..], "col": [..], "value": [..]};
-  score(q, d) = Σ_k value[k] · q[row[k]] · d[col[k]] (no normalizer).
+  score(q, d) = Σ_k value[k] · q[row[k]] · d[col[k]] on raw features (no normalizer: a model
+  fitted with ``normalize=`` has its scales folded into W, W' = diag(1/s) W diag(1/t)).
 
 ``format_version`` changes when a field changes meaning; new fields may be
 added within a version.  :func:`read_json_model` reads one back (checking format and version).

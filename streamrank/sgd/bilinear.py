@@ -18,6 +18,27 @@ The step counter, the running threshold sums and the pending eta survive
 ``partial_fit`` calls and ``sr.save`` / ``sr.load``: training in chunks,
 or resumed the next night, gives the same W as one long run.
 
+Normalization (``normalize="standard"`` or ``"minmax"``): the model learns
+``f(q, d) = Σ_jk W_jk (q_j / s_j)(d_k / t_k)`` with separate scales s for the
+query and t for the item feature space (``query_normalizer_``,
+``item_normalizer_``), applied by :meth:`predict`, saved by ``sr.save`` and
+folded into W by the exporters.  The scales are SCALE ONLY, without an offset:
+
+* training uses the difference Δd = d⁺ − d⁻, so an offset on the item side
+  cancels exactly and would change nothing;
+* an offset on the query side (centring) would make every query row dense,
+  and with it every row of W that the update ``W += η q Δdᵀ`` touches — the
+  outer product would fill W.
+
+So ``"standard"`` divides by the standard deviation (ddof=0) without centring,
+as scikit-learn's ``StandardScaler(with_mean=False)`` does for sparse input,
+and ``"minmax"`` divides by (max − min) and drops the min offset for the
+same reason; a constant feature keeps scale 1.  The scaled rows stay sparse
+(CSR data scaled by column).  ``fit`` takes s from every stored query vector
+and t from every stored item vector of the source (one bounded pass through
+its row readers before the SGD), ``partial_fit`` from the first batch (its
+Q rows; its D⁺ and D⁻ rows) and keeps them for later batches.
+
 Example
 -------
 >>> import numpy as np, scipy.sparse as sp
@@ -51,6 +72,7 @@ from ._base import (
     iter_tuple_steps,
 )
 from ..metrics import tuple_error
+from ..normalize import FeatureMoments, Normalizer, check_normalize
 from ._table import MemoryLimitError, SparseW  # noqa: F401 - MemoryLimitError: re-exported
 
 if TYPE_CHECKING:
@@ -112,6 +134,8 @@ class SparseSGDRanker(BaseRanker):
     t_ : int, steps of Algorithm 1 taken so far (``refit_t_`` for the refit)
     nnz_, density_, memory_bytes_ : size of W (``memory_bytes_`` = the row pool holding W)
     history_ : list of dicts (step, phase, tuple_error, density, nnz, memory_bytes)
+    query_normalizer_, item_normalizer_ : :class:`~streamrank.normalize.Normalizer` (offset 0) or None
+        The scales s and t of ``normalize=``; W_ is W on the scaled features.
     """
 
     _lazy = True  # tests switch this to run the literal sweep of every entry
@@ -120,7 +144,9 @@ class SparseSGDRanker(BaseRanker):
 
     def __init__(self, *, eta0: float = 200.0, l1: float = 1e-5, shrink_every: int = 100, init: str = "identity",
                  learning_rate: str = "invsqrt", auto_refit: bool = True, refit_steps: int | None = None,
-                 random_state: Seed = 0, max_memory_bytes: int | None = None) -> None:
+                 random_state: Seed = 0, max_memory_bytes: int | None = None,
+                 normalize: str | None = None) -> None:
+        self.normalize = normalize
         self.eta0 = eta0
         self.l1 = l1
         self.shrink_every = shrink_every
@@ -133,6 +159,7 @@ class SparseSGDRanker(BaseRanker):
 
     # ------------------------------------------------------------ checking
     def _params(self):
+        check_normalize(self.normalize)
         return dict(
             eta0=check_eta0(self.eta0),
             l1=check_nonneg(self.l1, "l1"),
@@ -183,6 +210,49 @@ class SparseSGDRanker(BaseRanker):
         new.set_entries(W.row, W.col, W.data)
         out._W = new
         return out
+
+    # -------------------------------------------------------- normalization
+    def _set_scales(self, q_moments, d_moments) -> None:
+        """Scale-only normalizers (offset 0) of ``normalize`` from query and item column moments."""
+        def scale_only(m):
+            s = m.normalizer(self.normalize).scale
+            return Normalizer(self.normalize, np.zeros_like(s), s)
+
+        self.query_normalizer_ = scale_only(q_moments)
+        self.item_normalizer_ = scale_only(d_moments)
+
+    def _fit_scales(self, source, max_rows: int = 65_536) -> None:
+        """normalize=: s over every stored query vector, t over every stored item vector of ``source``.
+
+        One pass through the source's row readers (a store's byte-bounded row
+        cache), ``max_rows`` rows at a time; dropped when normalize is None.
+        """
+        self.query_normalizer_ = self.item_normalizer_ = None
+        if self.normalize is None:
+            return
+        if not hasattr(source, "_row_readers"):
+            raise TypeError(f"normalize={self.normalize!r} needs a TupleStore or an in-memory tuple source "
+                            f"(its query and item vectors give the scales); got {type(source).__name__}")
+        from ..io.tuples import _CACHE_BYTES
+
+        Qr, Dr = source._row_readers(_CACHE_BYTES)
+        moments = []
+        for M, n_rows, n_cols in ((Qr, getattr(source, "n_queries", None), source.n_query_features),
+                                  (Dr, getattr(source, "n_items", None), source.n_item_features)):
+            n_rows = M.shape[0] if n_rows is None else int(n_rows)
+            m = FeatureMoments(int(n_cols))
+            for r0 in range(0, n_rows, max_rows):
+                m.update(M[np.arange(r0, min(r0 + max_rows, n_rows))])
+            moments.append(m)
+        self._set_scales(*moments)
+
+    def _scaled(self, Q, *Ds):
+        """``(Q / s, D / t, ...)`` by column, CSR kept sparse (unchanged without normalize=)."""
+        qn = getattr(self, "query_normalizer_", None)
+        if qn is None:
+            return (Q, *Ds)
+        dn = self.item_normalizer_
+        return (_scale_columns(Q, qn.scale), *(_scale_columns(D, dn.scale) for D in Ds))
 
     def _start(self, n_q: int, n_d: int) -> None:
         p = self._params()
@@ -255,10 +325,14 @@ class SparseSGDRanker(BaseRanker):
             self._params()
             Q, D_pos, D_neg = check_tuples(Q, D_pos, D_neg)
             self._start(Q.shape[1], D_pos.shape[1])
+            self.query_normalizer_ = self.item_normalizer_ = None
+            if self.normalize is not None and Q.shape[0]:   # the first batch fixes the scales
+                self._set_scales(FeatureMoments(Q.shape[1]).update(Q),
+                                 FeatureMoments(D_pos.shape[1]).update(D_pos).update(D_neg))
         else:
             Q, D_pos, D_neg = check_tuples(Q, D_pos, D_neg, self.n_query_features_,
                                            self.n_item_features_)
-        self._steps(Q, D_pos, D_neg, refit=False)
+        self._steps(*self._scaled(Q, D_pos, D_neg), refit=False)
         return self
 
     def fit(self, tuple_source: TupleSource, n_steps: int = 100_000, *, validation: TupleSource | None = None,
@@ -278,6 +352,7 @@ class SparseSGDRanker(BaseRanker):
         n_steps = check_int(n_steps, "n_steps", 1)
         checkpoint_every = check_int(checkpoint_every, "checkpoint_every", 1, allow_none=True)
         val = self._check_validation(validation)
+        self._fit_scales(tuple_source)
         if val is not None and checkpoint_every is None:
             checkpoint_every = max(1, n_steps // 20)
         self._W = None
@@ -289,7 +364,7 @@ class SparseSGDRanker(BaseRanker):
                 n_d = getattr(tuple_source, "n_item_features", Dp.shape[1])
                 self._start(int(n_q), int(n_d))
             Q, Dp, Dn = check_tuples(Q, Dp, Dn, self.n_query_features_, self.n_item_features_)
-            self._steps(Q, Dp, Dn, refit=False)
+            self._steps(*self._scaled(Q, Dp, Dn), refit=False)
             self._checkpoint(val, checkpoint_every, "sparse", self.t_)
         self._fit_steps = n_steps
         self._W.flush()  # drop the entries shrunk to zero (exact), then a tight table
@@ -327,7 +402,7 @@ class SparseSGDRanker(BaseRanker):
         for Q, Dp, Dn in self._stream(tuple_source, n_steps, batch_size, shuffle_buffer,
                                       checkpoint_every, offset=int(W.istate[K_.I_TREFIT])):
             Q, Dp, Dn = check_tuples(Q, Dp, Dn, self.n_query_features_, self.n_item_features_)
-            self._steps(Q, Dp, Dn, refit=True)
+            self._steps(*self._scaled(Q, Dp, Dn), refit=True)
             self._checkpoint(val, checkpoint_every, "refit", self.refit_t_)
         return self
 
@@ -370,6 +445,7 @@ class SparseSGDRanker(BaseRanker):
                 raise ValueError(
                     f"validation tuples have {Q.shape[1]} query / {Dp.shape[1]} item features; "
                     f"the model has {W.n_rows} / {W.n_cols}")
+            Q, Dp, Dn = self._scaled(Q, Dp, Dn)
             rec["tuple_error"] = tuple_error(W.score(Q, Dp), W.score(Q, Dn))
         self.history_.append(rec)
 
@@ -405,7 +481,10 @@ class SparseSGDRanker(BaseRanker):
         return int(self._fitted().istate[K_.I_UPDATES])
 
     def predict(self, Q: MatrixLike, D: MatrixLike) -> np.ndarray:
-        """Scores ``q_r^T W d_r`` (float64, one per row) of row-aligned query rows Q and item rows D."""
+        """Scores ``q_r^T W d_r`` (float64, one per row) of row-aligned query rows Q and item rows D.
+
+        With ``normalize=`` the rows are scaled first: ``(q / s)ᵀ W (d / t)``.
+        """
         W = self._fitted()
         Q = _as_csr(Q, "Q", self.n_query_features_)
         D = _as_csr(D, "D", self.n_item_features_)
@@ -414,7 +493,7 @@ class SparseSGDRanker(BaseRanker):
                              "with row r of D")
         if Q.shape[0] == 0:
             raise ValueError("empty batch: Q and D have 0 rows; at least one (q, d) row is needed")
-        return W.score(Q, D)
+        return W.score(*self._scaled(Q, D))
 
     def score(self, Q: MatrixLike, D: MatrixLike) -> np.ndarray:
         """Deprecated alias of :meth:`predict` (same per-row scores); removed in the next release.
@@ -436,6 +515,10 @@ class SparseSGDRanker(BaseRanker):
         attrs.update(n_query_features_=self.n_query_features_,
                      n_item_features_=self.n_item_features_,
                      fit_steps=int(self._fit_steps), history_=list(self.history_))
+        qn = getattr(self, "query_normalizer_", None)
+        if qn is not None:
+            attrs["scales_kind"] = qn.kind
+            arrays.update(query_scale=qn.scale.copy(), item_scale=self.item_normalizer_.scale.copy())
         return attrs, arrays
 
     def _set_state(self, attrs, arrays):
@@ -447,4 +530,24 @@ class SparseSGDRanker(BaseRanker):
                              f"{self.n_query_features_} query and {self.n_item_features_} item features")
         self._fit_steps = int(attrs.get("fit_steps", 0))
         self.history_ = list(attrs.get("history_", []))
+        self.query_normalizer_ = self.item_normalizer_ = None
+        kind = attrs.get("scales_kind")
+        if kind is not None:
+            from .._state_checks import state_array
+
+            if kind not in ("standard", "minmax"):
+                raise ValueError(f"scales_kind must be 'standard' or 'minmax', got {kind!r}")
+            s = state_array(arrays, "query_scale", (self.n_query_features_,))
+            t = state_array(arrays, "item_scale", (self.n_item_features_,))
+            for name, a in (("query_scale", s), ("item_scale", t)):
+                if (a <= 0).any():
+                    raise ValueError(f"array {name!r} holds a scale <= 0; scales are > 0")
+            self.query_normalizer_ = Normalizer(kind, np.zeros_like(s), s)
+            self.item_normalizer_ = Normalizer(kind, np.zeros_like(t), t)
+
+
+def _scale_columns(X: sp.csr_matrix, scale: np.ndarray) -> sp.csr_matrix:
+    """``X / scale`` by column, as CSR with X's structure (the data scaled in place of a copy)."""
+    X = X.tocsr()
+    return sp.csr_matrix((X.data / scale[X.indices], X.indices, X.indptr), shape=X.shape)
 

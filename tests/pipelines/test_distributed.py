@@ -533,6 +533,41 @@ def test_sgd_refit_rounds_one_shard_equal_local_refit(client, tmp_path):
     assert [h["phase"] for h in dist.rounds_history_] == ["sgd", "sgd", "refit"]
 
 
+def test_sgd_rounds_normalize_one_scale_for_every_shard_equal_local(client, tmp_path):
+    """SparseSGDRanker(normalize=): the client fixes the scales of all stored Q / D rows once; one shard's
+    rounds (SGD, then a refit round) equal the local partial_fit / refit on rows scaled by them."""
+    ts, Q, D, tup = _tuple_store(tmp_path / "t.zarr", n_tuples=600)
+    kw = dict(eta0=0.5, l1=1e-3, shrink_every=10, auto_refit=True, init="zeros", normalize="standard")
+    dist = srd.fit(sr.SparseSGDRanker(**kw), ts, client, rounds=2, steps_per_round=300, n_shards=1,
+                   batch_size=64, refit_rounds=1, refit_steps_per_round=600)
+    A, B = Q.toarray().astype(np.float64), D.toarray().astype(np.float64)
+    s, u = A.std(axis=0), B.std(axis=0)
+    s[s == 0], u[u == 0] = 1.0, 1.0
+    np.testing.assert_allclose(dist.query_normalizer_.scale, s, rtol=1e-10)
+    np.testing.assert_allclose(dist.item_normalizer_.scale, u, rtol=1e-10)
+    import scipy.sparse as sp
+
+    # rows scaled by the model's own scales (its arithmetic: float64(stored) / s), so the steps agree exactly
+    s, u = dist.query_normalizer_.scale, dist.item_normalizer_.scale
+    Qs, Ds = sp.csr_matrix(A / s), sp.csr_matrix(B / u)
+    local = sr.SparseSGDRanker(**{**kw, "normalize": None})
+    for a in range(0, 600, 64):
+        tt = tup[a:a + 64]
+        local.partial_fit(Qs[tt[:, 0]], Ds[tt[:, 1]], Ds[tt[:, 2]])
+
+    class InOrder:            # the tuples in store order as float64 scaled rows (a tuple source would store float32)
+        def batches(self, batch_size, shuffle_buffer, random_state):
+            from types import SimpleNamespace
+
+            for a in range(0, 600, batch_size):
+                tt = tup[a:a + batch_size]
+                yield SimpleNamespace(Q=Qs[tt[:, 0]], D_pos=Ds[tt[:, 1]], D_neg=Ds[tt[:, 2]])
+
+    local.refit(InOrder(), n_steps=600, batch_size=64, shuffle_buffer=0)
+    assert dist.t_ == 600 and dist.refit_t_ == 600
+    np.testing.assert_allclose(dist.W_.toarray(), local.W_.toarray(), rtol=1e-9, atol=1e-12)
+
+
 def test_sgd_refit_rounds_two_workers_keep_support_and_quality(client, tmp_path):
     ts, Q, D, tup = _tuple_store(tmp_path / "t.zarr")
     kw = dict(eta0=0.5, l1=1e-3, shrink_every=10)
