@@ -169,7 +169,7 @@ def _learner_options(p, *, cv_option: bool):
     p.add_argument("--seed", action=Given, type=int, default=0, help="random seed (basis sample, tuple order)")
     p.add_argument("--normalize", action=Given, choices=("standard", "minmax"), default=None,
                    help="scale features by statistics of the training rows, kept in the model and its exports "
-                        "(rankrls, cg, kernel, sparse-kernel, sgd-pairwise)")
+                        "(every learner; sgd-bilinear: scale only, no centring)")
 
 
 def _features_type(text: str):

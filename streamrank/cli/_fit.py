@@ -25,12 +25,9 @@ def _estimator(args):
                                 alpha=alpha, n_basis=args.n_basis if L == "sparse-kernel" else None,
                                 group_weight=args.group_weight, ties=args.ties, random_state=args.seed,
                                 normalize=normalize)
-    if L == "sgd-bilinear" and normalize is not None:
-        raise Unsupported("--normalize: sgd-bilinear learns qᵀWd over raw sparse features (centring would make "
-                          "them dense); scale the features before building the tuple store")
     if L == "sgd-bilinear":
         kw = dict(eta0=args.eta0, l1=args.l1, shrink_every=args.shrink_every, init=args.init,
-                  auto_refit=not args.no_refit, random_state=args.seed,
+                  auto_refit=not args.no_refit, random_state=args.seed, normalize=normalize,
                   max_memory_bytes=(None if getattr(args, "max_memory_mb", None) is None
                                     else int(args.max_memory_mb * 2**20)))
         return sr.SparseSGDRanker(**{k: v for k, v in kw.items() if v is not None})

@@ -32,7 +32,7 @@ OPTION_LEARNERS = {
     "init": ("sgd-bilinear",), "no_refit": ("sgd-bilinear",), "max_memory_mb": ("sgd-bilinear", "kernel"),
     "steps": ("sgd-bilinear",), "checkpoint_every": ("sgd-bilinear",), "validation": ("sgd-bilinear",),
     "seed": ("sparse-kernel",) + _SGD,
-    "normalize": _RLS + ("sgd-pairwise",),
+    "normalize": _RLS + _SGD,
 }
 
 #: kernel parameter -> the kernels that use it (streamrank.kernels)

@@ -174,6 +174,11 @@ def update_sgd(store, base_model, seen, *, params=None, batch=4096, holdout=None
     from streamrank.metrics import tuple_error
 
     model = sr.SparseSGDRanker(**(params or {"auto_refit": False})) if base_model is None else base_model
+    if base_model is None and model.normalize is not None:
+        # normalize=: scale-only query/item scales of every stored vector of the first night (one bounded
+        # pass); later nights keep them (partial_fit scales every batch by them)
+        model._fit_scales(store)
+        model.init_state(store.n_query_features, store.n_item_features)
     n = store.n_tuples
     h0 = n if holdout is None else min(max(int(holdout), int(seen)), n)
     wrong = judged = 0

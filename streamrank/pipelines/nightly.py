@@ -192,7 +192,7 @@ def _train(learner, store, base_model, base_dir, seen, alphas, folds, max_rows, 
         return (*update_pairwise(store, base_model, seen, params=params, max_rows=max_rows, holdout=holdout,
                                  k=k), None)
     if learner == "sgd-bilinear":
-        return (*update_sgd(store, base_model, seen, holdout=holdout), None)
+        return (*update_sgd(store, base_model, seen, params=params, holdout=holdout), None)
     return update_kernel(store, base_model, base_dir, seen, alphas, folds=folds, max_rows=max_rows, params=params,
                          holdout=holdout)
 
@@ -488,9 +488,10 @@ def build_parser():
                    help="rankrls: weight of each query's pairs (fixed at the first night)")
     p.add_argument("--ties", default="include", choices=("include", "exclude"), help="rankrls: tied pairs")
     p.add_argument("--normalize", default=None, choices=("standard", "minmax"),
-                   help="rankrls, sparse-kernel, sgd-pairwise: scale the features by statistics of the training "
-                        "rows, fitted with the model (rankrls: of all rows, every night; sparse-kernel and "
-                        "sgd-pairwise: of the first night's rows, kept like the basis / the SGD state)")
+                   help="scale the features by statistics of the training rows, fitted with the model "
+                        "(rankrls: of all rows, every night; sparse-kernel and sgd-pairwise: of the first night's "
+                        "rows, kept like the basis / the SGD state; sgd-bilinear: scale only, no centring, of the "
+                        "first night's stored query and item vectors)")
     p.add_argument("--n-basis", type=int, default=500, help="sparse-kernel: basis rows (fixed at the first night)")
     p.add_argument("--kernel", default="rbf", help="sparse-kernel: kernel name")
     p.add_argument("--gamma", type=float, default=1.0, help="sparse-kernel: kernel width")
@@ -516,6 +517,8 @@ def _learner_params(args):
                 **norm}
     if args.learner == "sgd-pairwise":
         return {"random_state": args.seed, **norm}
+    if args.learner == "sgd-bilinear":
+        return {"auto_refit": False, **norm} if norm else None
     if args.learner == "rankrls":
         return {"group_weight": args.group_weight, "ties": args.ties, **norm}
     return None
@@ -529,9 +532,6 @@ def main(argv=None) -> int:
 
     parser = build_parser()
     args = parser.parse_args(argv)
-    if args.normalize is not None and args.learner not in ("rankrls", "sparse-kernel", "sgd-pairwise"):
-        parser.error(f"--normalize: the {args.learner} learner learns qᵀWd over raw sparse features; "
-                     "--normalize applies to rankrls, sparse-kernel and sgd-pairwise")
     return run_main("nightly", args.verbose, lambda: run_night(
         args.store, args.new, args.models, learner=args.learner, alphas=args.alphas, full=args.full,
         keep=args.keep, tolerance=args.tolerance, folds=args.folds, validation=args.validation,

@@ -275,6 +275,16 @@ def test_sgd_bilinear_on_tuple_store(tmp_path):
     ok(inproc("predict", "--model", tmp_path / "w.zarr", "--store", tmp_path / "tuples.zarr",
               "--out", tmp_path / "t.npy", "-q"))
     np.testing.assert_array_equal(np.load(tmp_path / "t.npy"), np.column_stack([m.predict(Qs, Dp), m.predict(Qs, Dn)]))
+    # --normalize: scale-only scales of the stored query / item vectors, applied by predict
+    ok(inproc("fit", "--store", tmp_path / "tuples.zarr", "--model", tmp_path / "wn.zarr", "--learner",
+              "sgd-bilinear", "--steps", 300, "--eta0", 1.0, "--l1", 1e-3, "--normalize", "minmax", "-q"))
+    mn = sr.load(tmp_path / "wn.zarr")
+    A, B = stored.Q.toarray().astype(np.float64), stored.D.toarray().astype(np.float64)
+    np.testing.assert_allclose(mn.query_normalizer_.scale, A.max(0) - A.min(0), rtol=1e-12)
+    np.testing.assert_allclose(mn.item_normalizer_.scale, B.max(0) - B.min(0), rtol=1e-12)
+    np.testing.assert_allclose(mn.predict(Qs, Dp), np.einsum(
+        "ij,jk,ik->i", Qs.toarray() / mn.query_normalizer_.scale, mn.W_.toarray(),
+        Dp.toarray() / mn.item_normalizer_.scale), rtol=1e-10, atol=1e-12)
     # a tuple learner on a scored-group store (and the reverse) is a clear data error
     g = sr.GroupStore.create(tmp_path / "g.zarr", 3)
     g.append(np.ones((4, 3)), [1, 0, 1, 0], [1, 1, 2, 2])

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import scipy.sparse as sp
 
 import streamrank as sr
 from pipeline_data import make_day, make_tuple_day
@@ -302,11 +303,36 @@ def test_nightly_normalize_sparse_kernel_and_pairwise_keep_the_first_nights_scal
             replay.partial_fit(b.X, b.y, b.row_qid())
     np.testing.assert_allclose(final.normalizer_.scale, first.scale, rtol=1e-12)
     np.testing.assert_allclose(final.coef_, replay.coef_, rtol=1e-12, atol=1e-15)
-    # the bilinear learner has nothing to normalize: a usage error before anything is written
-    with pytest.raises(SystemExit) as exc:
-        nightly.main(["--store", str(tmp_path / "b.zarr"), "--new", str(_day_file(tmp_path, 1)), "--models",
-                      str(tmp_path / "bm"), "--learner", "sgd-bilinear", "--normalize", "standard"])
-    assert exc.value.code == 2 and not (tmp_path / "b.zarr").exists()
+
+
+def test_nightly_normalize_sgd_bilinear_keeps_the_first_nights_scales(tmp_path):
+    """--learner sgd-bilinear --normalize standard: scale-only scales of the first night's stored query and
+    item vectors, kept by later nights; W equals the same partial_fit calls on rows scaled by them."""
+    days = [make_tuple_day(tmp_path, d) for d in range(1, 4)]
+    args = ["--learner", "sgd-bilinear", "--normalize", "standard", "--tolerance", "1", "--no-plot"]
+    assert nightly.main(["--store", str(tmp_path / "b1.zarr"), "--new", str(days[0]), "--models",
+                         str(tmp_path / "bm1"), *args]) == 0
+    first = sr.TupleStore.open(tmp_path / "b1.zarr")
+    s = first.Q.toarray().astype(np.float64).std(axis=0)
+    u = first.D.toarray().astype(np.float64).std(axis=0)
+    s[s == 0], u[u == 0] = 1.0, 1.0
+    store, models = tmp_path / "b.zarr", tmp_path / "bm"
+    for day in days:
+        assert nightly.main(["--store", str(store), "--new", str(day), "--models", str(models), *args]) == 0
+    final = sr.load(models / "current")
+    assert final.normalize == "standard"
+    np.testing.assert_allclose(final.query_normalizer_.scale, s, rtol=1e-10)
+    np.testing.assert_allclose(final.item_normalizer_.scale, u, rtol=1e-10)
+    ts = sr.TupleStore.open(store)
+    replay = sr.SparseSGDRanker(auto_refit=False)
+    for a in range(0, ts.n_tuples, 300):      # one partial_fit per night, as the pipeline
+        Q, Dp, Dn = nightly.tuple_range(ts, a, a + 300)
+        Q, Dp, Dn = (sp.csr_matrix(M.astype(np.float64) @ sp.diags(1 / f))
+                     for M, f in ((Q, final.query_normalizer_.scale), (Dp, final.item_normalizer_.scale),
+                                  (Dn, final.item_normalizer_.scale)))
+        replay.partial_fit(Q, Dp, Dn)
+    assert final.t_ == replay.t_ == ts.n_tuples
+    np.testing.assert_allclose(final.W_.toarray(), replay.W_.toarray(), rtol=1e-10, atol=1e-12)
 
 
 @pytest.mark.parametrize("ties", ["include", "exclude"])
