@@ -29,8 +29,8 @@ float32 rounding.  The graphs:
   ONNX sparse-tensor inputs are not accepted by the common runtimes.
 
 Normalization (``normalize=``) is part of the graph (bilinear: its scales are
-folded into W, W' = diag(1/s) W diag(1/t), by :func:`~streamrank.exporters._describe.describe`).  Every graph carries the
-feature names (if known) and the streamrank class in its metadata.
+folded into W, W' = diag(1/s) W diag(1/t), by :func:`~streamrank.exporters._describe.describe`).
+Every graph carries the feature names (if known) and the streamrank class in its metadata.
 """
 from __future__ import annotations
 
