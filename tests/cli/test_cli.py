@@ -20,6 +20,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import scipy.sparse as sp
+from _cli_inproc import run_cli
 
 import streamrank as sr
 from streamrank import cli
@@ -55,22 +56,7 @@ def inproc(*args, env=None):
 
     Each command is also run at least once as a real subprocess in this module.
     """
-    import contextlib
-    import io
-
-    out, err = io.StringIO(), io.StringIO()
-    old = {k: os.environ.get(k) for k in (env or {})}
-    os.environ.update(env or {})
-    try:
-        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-            rc = cli.main([str(a) for a in args])
-    finally:
-        for k, v in old.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
-    return _Done(rc, out.getvalue(), err.getvalue())
+    return _Done(*run_cli(*args, env=env))
 
 
 def ok(p):

@@ -4,33 +4,20 @@
 """
 from __future__ import annotations
 
-import contextlib
-import io
 import json
-import os
 
 import numpy as np
 import pytest
+from _cli_inproc import run_cli
 
 import streamrank as sr
 from streamrank import cli
 
 
 def _main(*args, env=None):
-    out, err = io.StringIO(), io.StringIO()
-    old = {k: os.environ.get(k) for k in (env or {})}
-    os.environ.update(env or {})
-    try:
-        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-            rc = cli.main([str(a) for a in args])
-    finally:
-        for k, v in old.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
-    assert rc == 0, f"exit {rc}\nstdout: {out.getvalue()}\nstderr: {err.getvalue()}"
-    return out.getvalue()
+    rc, out, err = run_cli(*args, env=env)
+    assert rc == 0, f"exit {rc}\nstdout: {out}\nstderr: {err}"
+    return out
 
 
 def _letor(path, n_queries=12, per=6, n_features=5, seed=0):
