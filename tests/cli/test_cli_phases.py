@@ -3,8 +3,6 @@ leave-query-out groups), a memory estimate before an exact kernel fit, and SIGIN
 even inside LAPACK (a real subprocess of the console script, bounded waits)."""
 from __future__ import annotations
 
-import contextlib
-import io
 import os
 import signal
 import subprocess
@@ -14,7 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from streamrank import cli
+from _cli_inproc import run_cli
+
 from streamrank.datasets._paths import data_path
 
 ARCHIVE = data_path("letor", "MQ2008_QueryLevelNorm.tar.gz")
@@ -25,16 +24,7 @@ pytestmark = pytest.mark.skipif(not ARCHIVE.exists(), reason="MQ2008 archive not
 
 
 def main(*args, env=None):
-    out, err = io.StringIO(), io.StringIO()
-    old = {k: os.environ.get(k) for k in (env or {})}
-    os.environ.update(env or {})
-    try:
-        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-            rc = cli.main([str(a) for a in args])
-    finally:
-        for k, v in old.items():
-            os.environ.pop(k) if v is None else os.environ.__setitem__(k, v)
-    return rc, out.getvalue(), err.getvalue()
+    return run_cli(*args, env=env)
 
 
 @pytest.fixture(scope="module")
@@ -119,6 +109,26 @@ def test_ctrl_c_inside_the_eigendecomposition_stops_within_seconds(tmp_path):
     assert sorted(p.name for p in tmp_path.iterdir()) == ["s.zarr"]                    # no model, no leftovers
 
 
+def _interrupt_when_ready(code, check=None):
+    """Run ``python -c code``; once it prints its first line, (``check(proc)`` and) send SIGINT and wait.
+    Returns ``(proc, first line, seconds from the signal to the exit, stderr)``."""
+    proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        first_line = proc.stdout.readline().strip()
+        if check is not None:
+            check(proc)
+        sent = time.monotonic()
+        proc.send_signal(signal.SIGINT)
+        proc.wait(timeout=30)
+        took = time.monotonic() - sent
+        err = proc.stderr.read()
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    return proc, first_line, took, err
+
+
 @pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork")
 def test_a_child_that_ignores_ctrl_c_is_killed_after_the_grace():
     """The kill path, deterministically: the command's process blocks SIGINT (as a long native call that
@@ -131,18 +141,8 @@ def test_a_child_that_ignores_ctrl_c_is_killed_after_the_grace():
             "    time.sleep(60)\n"
             "    return 0\n"
             "sys.exit(supervised(run, 'fit'))\n")
-    proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    try:
-        assert proc.stdout.readline().strip() == "ready"
-        sent = time.monotonic()
-        proc.send_signal(signal.SIGINT)
-        proc.wait(timeout=30)
-        took = time.monotonic() - sent
-        err = proc.stderr.read()
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
+    proc, first_line, took, err = _interrupt_when_ready(code)
+    assert first_line == "ready"
     assert proc.returncode == 130 and 0.9 < took < 3, (took, err)
     assert "stopped inside native code after 1 s" in err and "nothing half-written" in err
 
@@ -166,21 +166,13 @@ def test_delegated_commands_are_supervised_with_the_processes_they_started():
             "_app.run_delegated = stuck\n"
             "sys.argv = ['streamrank', 'nightly', '--models', 'nowhere']\n"
             "sys.exit(_app.main())\n")
-    proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     import psutil
 
-    try:
-        worker = int(proc.stdout.readline())
+    def in_a_child(proc):
         assert psutil.Process(proc.pid).children(), "the delegated command did not run in a child"
-        sent = time.monotonic()
-        proc.send_signal(signal.SIGINT)
-        proc.wait(timeout=30)
-        took = time.monotonic() - sent
-        err = proc.stderr.read()
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
+
+    proc, first_line, took, err = _interrupt_when_ready(code, check=in_a_child)
+    worker = int(first_line)
     assert proc.returncode == 130 and 0.9 < took < 3, (took, err)
     assert "streamrank nightly: interrupted" in err
     t0 = time.monotonic()
