@@ -65,7 +65,8 @@ from the learner's statistics (rankrls, kernel, sparse-kernel only).""",
   streamrank predict --model m.zarr --store test.zarr --out scores.npy
   streamrank predict --model m.zarr --store test.zarr --out scores.zarr   # + qid, group_ptr
   streamrank predict --model m.zarr --store test.zarr --run run.trec      # TREC run (qid Q0 docid rank score tag)
-  streamrank predict --model m.zarr --data day.parquet --label label --qid query --out scores.npy""",
+  streamrank predict --model m.zarr --data day.parquet --qid query --out scores.npy   # no label needed
+  streamrank predict --model m.zarr --data test.txt --run run.trec   # doc ids: the lines' '#docid = ID'""",
     "export": """examples:
   streamrank export --model m.zarr --format opensearch --out m.json --name mq2008_rankrls
   streamrank export --model m.zarr --format solr --out m.json --feature-names @features.txt
@@ -94,12 +95,14 @@ def _file_options(p):
     g.add_argument("--n-features", type=int, default=None, metavar="N",
                    help="text: pad a file whose largest feature index is below the model's N on purpose "
                         "(without it that is an error)")
-    g.add_argument("--label", default=None, metavar="COL", help="Parquet: the label column")
+    g.add_argument("--label", default=None, metavar="COL",
+                   help="Parquet: the label column (evaluate needs it; predict reads a file without labels)")
     g.add_argument("--qid", default=None, metavar="COL", help="Parquet: the query id column")
     g.add_argument("--features", type=_features_type, default=None, metavar="COL,COL,...",
                    help="Parquet: the feature columns (default: the model's feature names, else all others)")
     g.add_argument("--features-from-prefix", default=None, metavar="P",
                    help="Parquet: every column whose name starts with P is a feature")
+    return g
 
 
 def _common(p):
@@ -299,11 +302,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", default=None, metavar="SCORES", help="SCORES.npy or SCORES.zarr")
     p.add_argument("--run", default=None, metavar="RUN",
                    help="also (or instead) write a TREC run file: qid Q0 docid rank score tag, doc ids from the "
-                        "store (ingest --docids) or row<N>")
+                        "store (ingest --docids), a text file's '#docid = ID' comments or --docid-column, "
+                        "else row<N>")
     p.add_argument("--run-tag", default="streamrank", metavar="TAG", help="the run's tag column (default streamrank)")
     p.add_argument("--output", type=int, default=0, help="--run: score column of a multi-output model")
     p.add_argument("--max-rows", type=int, default=DEFAULT_MAX_ROWS)
-    _file_options(p)
+    _file_options(p).add_argument("--docid-column", default=None, metavar="COL",
+                                  help="Parquet: the column of document ids --run names rows by")
     _common(p)
     p.set_defaults(func=cmd_predict)
 

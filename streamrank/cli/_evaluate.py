@@ -134,7 +134,7 @@ def cmd_predict(args) -> int:
         raise UsageError("predict needs --out SCORES.npy|SCORES.zarr and/or --run RUN.trec")
     if args.out is None:
         model = _load_model(args.model)
-        kind, source = open_data(args.store, args, model)
+        kind, source = open_data(args.store, args, model, need_labels=False)
         if kind == "file":
             return _predict_file(args, model, source, None)
         return _predict_run(args, model)
@@ -142,7 +142,7 @@ def cmd_predict(args) -> int:
     if out.suffix not in (".npy", ".zarr"):
         raise UsageError(f"--out must end with .npy or .zarr, got {args.out!r}")
     model = _load_model(args.model)
-    kind, source = open_data(args.store, args, model)
+    kind, source = open_data(args.store, args, model, need_labels=False)
     if kind == "file":
         return _predict_file(args, model, source, out)
     tuples = kind == "tuple"
@@ -240,17 +240,20 @@ def _predict_file(args, model, source, out) -> int:
         run_path.parent.mkdir(parents=True, exist_ok=True)
         fd, run_tmp = tempfile.mkstemp(prefix=f".{run_path.name}.", suffix=".partial", dir=run_path.parent)
         fh = os.fdopen(fd, "w", encoding="utf-8", newline="\n")
+    n_named = 0
     try:
         tag = check_tag(args.run_tag)
+        source.with_docids = fh is not None
         with _progress(args, None, desc="predict") as bar:
             source.progress = bar
-            for block in source.blocks(max_rows=args.max_rows):
+            for block, names in source.blocks_with_docids(max_rows=args.max_rows):
                 s = np.asarray(model.predict(block.X), dtype=np.float64)
                 scores.append(s)
                 qids.append(np.asarray(block.qid))
                 sizes.append(np.diff(block.group_ptr))
                 if fh is not None:
-                    fh.write(run_block_lines(block, s, None, tag, getattr(args, "output", 0)))
+                    fh.write(run_block_lines(block, s, names, tag, getattr(args, "output", 0)))
+                    n_named += sum(1 for r, d in enumerate(names) if d != f"row{block.start + r}")
         if fh is not None:
             fh.close()
             fh = None
@@ -290,6 +293,8 @@ def _predict_file(args, model, source, out) -> int:
                     shutil.rmtree(tmp, ignore_errors=True)
         _say(args, f"wrote {len(score):,} scores of {source.name} to {out}")
     if args.run is not None:
-        _say(args, f"wrote a run of {len(score):,} lines ({source.n_groups:,} queries; row numbers of the file "
-                   f"as doc ids) to {args.run}")
+        ids = ("doc ids from the file" if n_named == len(score) else
+               "row numbers of the file as doc ids (no doc ids in it)" if n_named == 0 else
+               f"doc ids from the file, row numbers for {len(score) - n_named:,} rows without one")
+        _say(args, f"wrote a run of {len(score):,} lines ({source.n_groups:,} queries; {ids}) to {args.run}")
     return EXIT_OK

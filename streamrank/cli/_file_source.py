@@ -12,6 +12,12 @@ model's feature count is an error naming its 1-based line; text whose
 largest index (in its first chunk) is below the model's count is an error
 unless ``--n-features`` pads it on purpose.  Parquet features are matched
 by name when the model knows its feature names (``feature_names_in_``).
+
+Documents are named (``predict --run``) by the doc ids of the file when it
+has them: a LETOR line's ``#docid = ID`` comment (MQ2008, OHSUMED), a
+Parquet ``--docid-column``; a row without one is ``row<N>`` (N: its row in
+the file, from 0).  A Parquet file without a label column is read for
+``predict`` (the labels are NaN); ``evaluate`` needs ``--label``.
 """
 from __future__ import annotations
 
@@ -25,10 +31,9 @@ __all__ = ["FileSource", "open_data"]
 class FileSource:
     """A text or Parquet file as a block source for one model (see the module doc)."""
 
-    has_docids = False
-
-    def __init__(self, path, member, fmt, *, n_features, args, feature_names=None):
+    def __init__(self, path, member, fmt, *, n_features, args, feature_names=None, need_labels=True):
         self.path, self.member, self.fmt = str(path), member, fmt
+        self.need_labels = bool(need_labels)
         self.name = f"{path}:{member}" if member else str(path)
         self.n_features = int(n_features)
         self.args = args
@@ -61,6 +66,7 @@ class FileSource:
                 raise ValueError(f"{self.path} is a tar archive: name the member as {self.path}:PATH/IN/ARCHIVE.txt")
             f, _, close = open_text_bytes(self.path)
         padded = getattr(self.args, "n_features", None) is not None
+        ids = self._docid_reader() if self.with_docids else None
         try:
             chunks = iter_svmlight(f, n_features=self.n_features, dense=True, name=self.name,
                                    chunk_bytes=int(getattr(self.args, "chunk_mb", 8.0) * 2**20),
@@ -70,44 +76,67 @@ class FileSource:
                     raise ValueError(f"{self.name}: LETOR lines must carry qid: (got a line without it)")
                 if i == 0 and not padded:
                     _check_feature_count(chunk, self.n_features, self.name, "the model")
-                yield chunk.X, chunk.y, chunk.qid
+                yield chunk.X, chunk.y, chunk.qid, (None if ids is None else _text_docids(ids, chunk, self.name))
         finally:
             if close:
                 f.close()
             if tf is not None:
                 tf.close()
+            if ids is not None:
+                ids.close()
+
+    def _docid_reader(self):
+        """``(line, qid, docid or None)`` of each data line, read by a second reader of the same text."""
+        from ..io.docids import iter_letor_docids, open_text_source
+
+        with open_text_source(self.path, self.member) as fh:
+            yield from iter_letor_docids(fh)
 
     # ------------------------------------------------------------- parquet
     def _parquet_chunks(self, max_rows):
         from ..io.parquet import iter_parquet, parquet_files
 
         a = self.args
-        if not a.label or not a.qid:
-            raise ValueError(f"{self.path} is Parquet: name the label and query id columns with --label COL --qid COL")
+        if self.need_labels and not a.label:
+            raise ValueError(f"{self.path} is Parquet: evaluating needs the labels; name the label and query id "
+                             "columns with --label COL --qid COL")
+        if not a.qid:
+            raise ValueError(f"{self.path} is Parquet: name the query id column with --qid COL")
+        docid = getattr(a, "docid_column", None) if self.with_docids else None
         features = a.features if isinstance(getattr(a, "features", None), list) else None
         if features is None and not getattr(a, "features_from_prefix", None) and self.feature_names is not None:
             features = list(self.feature_names)          # matched by name, in the model's order
-        for chunk in iter_parquet(parquet_files(self.path), label=a.label, qid=a.qid, features=features,
-                                  feature_prefix=getattr(a, "features_from_prefix", None), chunk_rows=max_rows):
+        for chunk in iter_parquet(parquet_files(self.path), label=a.label or None, qid=a.qid, features=features,
+                                  feature_prefix=getattr(a, "features_from_prefix", None), chunk_rows=max_rows,
+                                  docid=docid):
             if chunk.X.shape[1] != self.n_features:
                 raise ValueError(f"{self.path}: {chunk.X.shape[1]} feature columns, but the model takes "
                                  f"{self.n_features}; name them with --features a,b,c or --features-from-prefix P")
-            yield chunk.X, chunk.y, chunk.qid
+            yield chunk.X, chunk.y, chunk.qid, None if docid is None else [str(d) for d in chunk.docid]
 
     # --------------------------------------------------------------- blocks
+    #: read the documents' ids beside the rows (``predict --run`` sets it; a second reader of a text)
+    with_docids = False
+
     def blocks(self, max_rows=65_536, **_):
+        for block, _names in self.blocks_with_docids(max_rows):
+            yield block
+
+    def blocks_with_docids(self, max_rows=65_536):
+        """``(Block, names)``: ``names`` the documents of the block's rows, their id or ``row<N>``."""
         from ..io.blocks import Block
 
         chunks = self._text_chunks() if self.fmt == "letor" else self._parquet_chunks(max(int(max_rows), 1))
         row = group = 0
-        for X, y, q in chunks:
+        for X, y, q, ids in chunks:
             n = len(y)
             if n == 0:
                 continue
             starts = np.flatnonzero(np.r_[True, q[1:] != q[:-1]])
             ptr = np.r_[starts, n].astype(np.int64)
+            names = [f"row{row + r}" if ids is None or ids[r] is None else ids[r] for r in range(n)]
             yield Block(X=X, y=np.asarray(y, dtype=np.float64), group_ptr=ptr, qid=q[starts], start=row,
-                        group_start=group)
+                        group_start=group), names
             row += n
             group += len(starts)
             if self.progress is not None:
@@ -115,7 +144,26 @@ class FileSource:
         self.n_rows, self.n_groups = row, group
 
 
-def open_data(path, args, model):
+def _text_docids(stream, chunk, name: str) -> list:
+    """The doc ids (None where a line has no ``#docid =`` comment) of a parsed chunk's rows.
+
+    The id reader must agree with the parser on every row's line and qid,
+    so an id can never name another row."""
+    out = []
+    lines = chunk.lines
+    for r in range(len(chunk.y)):
+        item = next(stream, None)
+        if item is None:
+            raise ValueError(f"{name}: the doc-id reader found fewer data lines than the parser")
+        line_no, q, d = item
+        if q is None or q.strip() != str(int(chunk.qid[r])) or (lines is not None and int(lines[r]) != line_no):
+            raise ValueError(f"{name}:{line_no}: the doc-id reader and the parser disagree (qid {q!r} vs "
+                             f"{int(chunk.qid[r])}{'' if lines is None else f', line {int(lines[r])}'})")
+        out.append(d)
+    return out
+
+
+def open_data(path, args, model, *, need_labels=True):
     """``--store``/``--data`` of predict and evaluate: ``(kind, source)`` with kind 'group', 'tuple' or 'file'.
 
     A zarr directory is opened as a store; a file is detected by its content
@@ -146,7 +194,7 @@ def open_data(path, args, model):
     if nf_given is not None and int(nf_given) != int(nf):
         raise ValueError(f"--n-features {nf_given}, but the model was trained on {nf} features")
     names = getattr(model, "feature_names_in_", None)
-    return "file", FileSource(path_, member, fmt, n_features=nf, args=args,
+    return "file", FileSource(path_, member, fmt, n_features=nf, args=args, need_labels=need_labels,
                               feature_names=None if names is None else [str(n) for n in names])
 
 

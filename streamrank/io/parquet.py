@@ -59,11 +59,13 @@ def parquet_files(source) -> list[str]:
     return files
 
 
-def select_features(columns, label: str, qid: str, *, features=None, prefix=None, docid=None) -> list[str]:
+def select_features(columns, label: str | None, qid: str, *, features=None, prefix=None, docid=None) -> list[str]:
     """The feature columns: ``features`` as given, or every column starting with ``prefix``,
-    or every column but the label, the qid and the doc id column (and never a column named like a query id)."""
+    or every column but the label, the qid and the doc id column (and never a column named like a query id).
+    ``label=None``: the file has no label column (data to score only)."""
     cols = list(columns)
-    named = [("--label", label), ("--qid", qid)] + ([("--docid-column", docid)] if docid is not None else [])
+    named = ([("--label", label)] if label is not None else []) + [("--qid", qid)]
+    named += [("--docid-column", docid)] if docid is not None else []
     for what, name in named:
         if name not in cols:
             raise KeyError(f"{what} column {name!r} is not in the file; columns: {cols[:10]}"
@@ -164,7 +166,7 @@ def _docid_numpy(col, name, row0, file):
     raise TypeError(f"{file}: doc id column {name!r} has type {t}; expected strings or integers")
 
 
-def iter_parquet(source, *, label: str, qid: str, features=None, feature_prefix=None,
+def iter_parquet(source, *, label: str | None, qid: str, features=None, feature_prefix=None,
                  chunk_rows: int = DEFAULT_CHUNK_ROWS, sparse: bool = False,
                  docid: str | None = None) -> Iterator[ParquetChunk]:
     """Stream ``source`` (file, directory, glob or list of files) as chunks of whole queries.
@@ -178,6 +180,8 @@ def iter_parquet(source, *, label: str, qid: str, features=None, feature_prefix=
     the concatenation of the files in name order: within a chunk this is
     checked by the store's append, across chunks by its same-batch check
     (:mod:`streamrank.io.groups`), so this reader keeps no per-query state.
+
+    ``label=None`` reads a file without labels (rows to score): ``y`` is NaN.
     """
     require_pyarrow("Parquet input")
     import pyarrow.parquet as pq
@@ -201,11 +205,12 @@ def iter_parquet(source, *, label: str, qid: str, features=None, feature_prefix=
             feats = select_features(names, label, qid, features=features, prefix=feature_prefix, docid=docid)
         else:
             missing = [f for f in feats if f not in names]
-            missing += [c for c in (label, qid) + ((docid,) if docid is not None else ()) if c not in names]
+            missing += [c for c in (label, qid) + ((docid,) if docid is not None else ())
+                        if c is not None and c not in names]
             if missing:
                 raise ValueError(f"{file}: lacks column(s) {missing[:5]} that the first file has; every file "
                                  "needs the same columns")
-        cols = feats + [label, qid] + ([docid] if docid is not None else [])
+        cols = feats + [qid] + ([label] if label is not None else []) + ([docid] if docid is not None else [])
         row0 = 0
         for rb in pf.iter_batches(batch_size=max(int(chunk_rows), 1), columns=cols, use_threads=True):
             n = rb.num_rows
@@ -217,10 +222,11 @@ def iter_parquet(source, *, label: str, qid: str, features=None, feature_prefix=
             if not np.isfinite(X).all():
                 bad = int(np.flatnonzero(~np.isfinite(X).all(axis=1))[0])
                 raise ValueError(f"{file}: row {row0 + bad} holds NaN, infinity or a value outside float32")
-            y = np.asarray(_column_numpy(rb.column(len(feats)), label, row0, file), dtype=np.float64)
-            q = _qid_numpy(rb.column(len(feats) + 1), qid, row0, file)
+            q = _qid_numpy(rb.column(qid), qid, row0, file)
+            y = (np.full(n, np.nan) if label is None else
+                 np.asarray(_column_numpy(rb.column(label), label, row0, file), dtype=np.float64))
             d = (np.zeros(n, dtype=np.int8) if docid is None else
-                 _docid_numpy(rb.column(len(feats) + 2), docid, row0, file))
+                 _docid_numpy(rb.column(docid), docid, row0, file))
             row0 += n
             if carry is not None:
                 X, y, q, d = (np.concatenate([c, a]) for c, a in zip(carry, (X, y, q, d)))
