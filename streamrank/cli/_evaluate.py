@@ -15,8 +15,10 @@ from ._stores import _jsonable, _kind_of, _load_model, _open_store
 
 
 def _parse_metrics(text):
-    """--metrics text -> list of names for metrics.evaluate (auc and tuple_error kept by name)."""
-    from ..metrics import parse_metrics
+    """--metrics text -> list of names for metrics.evaluate (auc and tuple_error kept by name).
+
+    Checked with the kernel-free parser, so a bad name is answered before numba is imported."""
+    from .._metric_names import parse_metrics
 
     names = [m.strip() for m in text.split(",") if m.strip()]
     if not names:
@@ -44,9 +46,9 @@ def cmd_evaluate(args) -> int:
             raise UsageError("evaluate takes either --model and --store, or --run and --qrels")
     elif args.model is None or args.store is None:
         raise UsageError("evaluate needs --model and --store (or --run and --qrels)")
+    names = _parse_metrics(args.metrics)
     from ..metrics import evaluate, evaluate_run
 
-    names = _parse_metrics(args.metrics)
     options = dict(gain=args.gain, empty=args.empty)
     if args.ties is None:
         args.ties = "trec" if args.run is not None else "expected"

@@ -73,25 +73,6 @@ def check_option(value, allowed, name):
     return value
 
 
-def check_k(k, *, allow_none=True):
-    """``k`` -> (tuple of int cut-offs, 0 meaning none; whether a list was given)."""
-    if isinstance(k, (list, tuple, np.ndarray)):
-        ks = [_one_k(v, allow_none) for v in k]
-        if not ks:
-            raise ValueError("k is an empty list; give at least one cut-off")
-        return tuple(dict.fromkeys(ks)), True
-    return (_one_k(k, allow_none),), False
-
-
-def _one_k(k, allow_none):
-    if k is None and allow_none:
-        return 0
-    if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or k < 1:
-        raise ValueError(f"k must be a positive integer{', None (no cut-off)' if allow_none else ''} "
-                         f"or a list of them, got {k!r}")
-    return int(k)
-
-
 def reject_source(obj, fn):
     """The array metrics take arrays; point a block source to :func:`evaluate`."""
     if hasattr(obj, "blocks") or hasattr(obj, "batches") or hasattr(obj, "__next__") or (

@@ -7,60 +7,17 @@ dask reductions all feed it.
 """
 from __future__ import annotations
 
-import re
 from typing import Iterable
 
 import numpy as np
 
+from .._metric_names import KINDS, check_k, metric_name, parse_metrics  # noqa: F401 - re-exported
 from . import _kernels as _k
-from ._checks import (EMPTIES, GAINS, TIES, MetricResult, apply_empty, check_doc_ids, check_group_ptr, check_k,
+from ._checks import (EMPTIES, GAINS, TIES, MetricResult, apply_empty, check_doc_ids, check_group_ptr,
                       check_option, check_scores, ideal_labels, normalize_qrels, trec_scores)
 
 METRICS = ("ndcg", "disagreement", "map")
-KINDS = ("ndcg", "err", "map", "precision", "recall", "rr", "disagreement")
-_ALIASES = {"ndcg": "ndcg", "err": "err", "map": "map", "ap": "map", "p": "precision", "precision": "precision",
-            "recall": "recall", "r": "recall", "mrr": "rr", "rr": "rr", "recip_rank": "rr",
-            "reciprocal_rank": "rr", "disagreement": "disagreement"}
-_PREFIX = {"ndcg": "ndcg", "err": "err", "map": "map", "precision": "p", "recall": "recall", "rr": "mrr",
-           "disagreement": "disagreement"}
-_DEFAULT_CUT = ("ndcg", "err", "precision", "recall")   # a bare name takes the evaluator's k
 _DISAGREEMENT_TIES = {"half": 0.5, "expected": 0.5, "error": 1.0}
-
-
-def parse_metrics(metrics, k=10):
-    """Metric names -> ``[(kind, (k1, k2, ...))]``.
-
-    Accepts ``"ndcg@1,3,5,10,map,mrr,p@10,err@10"`` or a list of such
-    names; a bare ``ndcg``, ``err``, ``p`` or ``recall`` takes ``k``, a bare
-    ``map`` or ``mrr`` has no cut-off.  Names are case-insensitive.
-    """
-    items = metrics.split(",") if isinstance(metrics, str) else list(metrics)
-    items = [str(m).strip().lower() for m in items if str(m).strip()]
-    if not items:
-        raise ValueError("no metric given; e.g. metrics='ndcg@10,map'")
-    specs: dict = {}
-    kind = None
-    for m in items:
-        if re.fullmatch(r"\d+", m) and kind not in (None, "disagreement"):
-            specs[kind] += (int(m),)          # "ndcg@1,3,5": the cut-offs continue
-            continue
-        name, _, cut = m.partition("@")
-        kind = _ALIASES.get(name)
-        if kind is None:
-            raise ValueError(f"unknown metric {m!r}; choose from ndcg@K, map, map@K, mrr, p@K, recall@K, "
-                             "err@K, disagreement")
-        if cut:
-            if kind == "disagreement" or not cut.isdigit() or int(cut) < 1:
-                raise ValueError(f"bad metric {m!r}: the cut-off after @ must be a positive integer")
-            ks = (int(cut),)
-        else:
-            ks = check_k(k)[0] if kind in _DEFAULT_CUT else (0,)
-        specs[kind] = specs.get(kind, ()) + ks
-    return [(kind, tuple(dict.fromkeys(ks))) for kind, ks in specs.items()]
-
-
-def metric_name(kind, k):
-    return _PREFIX[kind] if (k == 0 or kind == "disagreement") else f"{_PREFIX[kind]}@{k}"
 
 
 def per_group_values(kind, y, s, gp, ks, *, gain="exp2", max_grade=4.0, iy=None, igp=None, n_rel=None,

@@ -35,6 +35,7 @@ def _modules_after(code: str) -> set[str]:
     ["evaluate", "--model", "m.zarr"],                   # missing --store
     ["fit", "--store", "s", "--model", "m", "--learner", "rankrls", "--alphas", "2^x"],  # bad GRID
     ["recipe", "--help"],                                # lists the recipes without importing them
+    ["evaluate", "--model", "m.zarr", "--store", "s.zarr", "--metrics", "ndcg@x"],   # a bad metric name
 ])
 def test_help_and_usage_errors_import_no_learner_and_no_heavy_dependency(argv):
     code = ("import contextlib, io\nfrom streamrank.cli import main\n"
@@ -44,7 +45,7 @@ def test_help_and_usage_errors_import_no_learner_and_no_heavy_dependency(argv):
     mods = _modules_after(code)
     assert not [m for m in HEAVY + LEARNERS if m in mods], sorted(m for m in HEAVY + LEARNERS if m in mods)
     assert not [m for m in mods if m.startswith(("streamrank.rankrls", "streamrank.sgd", "streamrank.io",
-                                                 "streamrank.pipelines", "streamrank.recipes."))]
+                                                 "streamrank.pipelines", "streamrank.recipes.", "streamrank.metrics"))]
 
 
 def test_import_streamrank_is_cheap():
