@@ -24,6 +24,43 @@ feature sums S_c when (tied classes × n) fits :data:`TIE_CACHE_ENTRIES`
 second sweep over the split groups' pieces, ``Z += X_pᵀ (s_g T_{c(i)})_i``
 (two passes over those rows per product, memory O(n + classes)).
 
+Row weights (pair weight w_i w_j; :mod:`streamrank.laplacian`) on a split
+group, ties="include": ``L_g = s_g (W_g diag(w) − w wᵀ)`` with
+``W_g = Σ_{i in g} w_i`` — cost (21) of Pahikkala et al. (2009, "Learning
+to rank with pairwise regularized least-squares") with the edge weights of
+(20)/(22) replaced by w_i w_j.  The open sums become ``S_g = Σ_p X_pᵀ w_p``
+and ``t_g = Σ_p w_pᵀ u_p``; the row-local part ``s_g W_g w_i u_i`` needs the
+whole group's weight W_g (:func:`weight_totals`, from the in-memory weights).
+
+Row weights with ``ties="exclude"``: the pairs inside a tie class c (rows of
+equal target) get weight 0.  The tied pairs of c alone form the weighted
+Laplacian of the class, ``s_g (W_c diag(w_c) − w_c w_cᵀ)`` (``w_c``: w on
+the rows of c, zero elsewhere; ``W_c = Σ_{i in c} w_i``), so the Laplacian of
+the weighted pairs *between different levels* is (Σ over the classes of g)
+
+    L_g = s_g [ W_g diag(w) − w wᵀ − Σ_c (W_c diag(w_c) − w_c w_cᵀ) ]
+        = s_g [ diag((W_g − W_{c(i)}) w_i) − w wᵀ + Σ_c w_c w_cᵀ ],
+
+    (L u)_i = s_g [ (W_g − W_{c(i)}) w_i u_i − w_i t_g + w_i T_{c(i)} ],
+              t_g = Σ_j w_j u_j,  T_c = Σ_{j in c} w_j u_j,
+
+still diagonal plus low rank (one rank-one term per group and per class):
+it is cost (21) with the edge weight w_i w_j [y_i ≠ y_j] — the preference
+graph of (20)/(22) that keeps only the pairs of different levels, each
+weighted w_i w_j.  A one-row class cancels (−W_c w_i u_i + w_i T_c =
+−w_i² u_i + w_i² u_i = 0), so, as unweighted, only classes of two or more
+rows are kept; a group with one class (all tied) gives L_g = 0.  w ≡ 1 gives
+W_c = n_c and the unweighted formula above.  On a piece: the row-local part
+``s_g (W_g − W_{c(i)}) w_i u_i`` (W_c from the :class:`TieTable`, which
+records the classes' weight sums when the source is weighted), the open sums
+``S_g``, ``t_g`` and the class sums ``T_c`` (of w∘u); the group's last piece
+adds ``− s_g S_g t_gᵀ + s_g Σ_c S_c T_c`` with the weighted class feature sums
+``S_c = X_gᵀ w_c`` (cached in the table, or the second sweep
+``Z += X_pᵀ (s_g w_i T_{c(i)})_i``).  The Jacobi diagonal is
+``Σ_i s_g (W_g − W_{c(i)}) w_i x_i² − s_g S_g² + s_g Σ_c S_c²`` and the
+held-out loss ``rᵀL_g r = s_g [Σ_i (W_g − W_{c(i)}) w_i r_i² − (Σ_i w_i r_i)²
++ Σ_c (Σ_{i in c} w_i r_i)²]``.  Cost: that of the unweighted exclude pass.
+
 :func:`_block_apply` is the per-block product ``(L U)_B`` with the pieces of
 split groups kept open in an :class:`_Open` until their last piece; it runs
 the same in the local pass (:mod:`streamrank.rankrls.cg`) and on the workers
@@ -57,10 +94,13 @@ def _xtu(X, U):
     return np.asarray(X.T @ U, dtype=np.float64)
 
 
-def _class_sums(X, ids, n_ids):
-    """(n_ids, n) dense float64 feature sums of the rows of each id."""
+def _class_sums(X, ids, n_ids, w=None):
+    """(n_ids, n) dense float64 feature sums of the rows of each id (weighted sums Σ w_i x_i with ``w``)."""
     if n_ids == 0:
         return np.zeros((0, X.shape[1]))
+    if w is not None:
+        w = np.asarray(w, dtype=np.float64)
+        X = sp.diags(w) @ sp.csr_matrix(X) if sp.issparse(X) else np.asarray(X, dtype=np.float64) * w[:, None]
     if sp.issparse(X):    # rows sorted by id, then one column bincount per id: O(nnz + n_ids n)
         X = X.tocsr()
         order = np.argsort(ids, kind="stable")
@@ -102,10 +142,12 @@ def _max_group_rows(source):
 class TieCounts:
     """Mergeable first-pass part of a :class:`TieTable`: the tie classes of the pieces seen so far.
 
-    ``groups[gid][o] = [vals, cnt, S]``: sorted distinct targets of output o
-    among the rows added, their counts and their (len(vals), n) float64
+    ``groups[gid][o] = [vals, cnt, S, wsum]``: sorted distinct targets of
+    output o among the rows added, their counts, their (len(vals), n) float64
     feature sums — kept while all of them (every group and output) fit
-    ``cache_entries`` numbers, else None everywhere (``cache`` False).
+    ``cache_entries`` numbers, else None everywhere (``cache`` False) — and,
+    for row-weighted pieces, the classes' weight sums W_c (``wsum``; the
+    feature sums are then weighted, ``Σ_c w_i x_i``; None unweighted).
     Cached iff (distinct values × n) <= ``cache_entries``, whatever the order
     the pieces are added and merged in (a union never shrinks).
     """
@@ -116,39 +158,56 @@ class TieCounts:
         self.cache_entries = int(cache_entries)
         self.cache = self.cache_entries > 0
         self.groups = {}
+        self.weighted = None          # unknown until a piece is added
 
     def _entries(self, groups):
         return sum(len(t[0]) for ent in groups.values() for t in ent) * self.n_features
 
+    def _check_weighted(self, weighted):
+        if self.weighted is not None and weighted is not None and self.weighted != weighted:
+            raise ValueError("the pieces of split groups mix row-weighted and unweighted blocks")
+        if weighted is not None:
+            self.weighted = weighted
+
     def add_piece(self, block):
-        """Add one piece of a split group (its X and y)."""
+        """Add one piece of a split group (its X, y and, on a weighted source, its row weights)."""
         n, v = self.n_features, self.n_outputs
         Y = _block_Y(block, v)
+        w = getattr(block, "weight", None)
+        w = None if w is None else np.asarray(w, dtype=np.float64)
         part = TieCounts(n, v, self.cache_entries)
+        part.weighted = w is not None
         ent = [np.unique(Y[:, o], return_inverse=True, return_counts=True) for o in range(v)]
         part.cache = self.cache and sum(len(vp) for vp, _, _ in ent) * n <= self.cache_entries
         part.groups[int(block.group_start)] = [
-            [vp, cp.astype(np.int64), _class_sums(block.X, inv.ravel(), len(vp)) if part.cache else None]
+            [vp, cp.astype(np.int64), _class_sums(block.X, inv.ravel(), len(vp), w) if part.cache else None,
+             None if w is None else np.bincount(inv.ravel(), weights=w, minlength=len(vp))]
             for vp, inv, cp in ent]
         return self.merge(part)
 
     def merge(self, other):
         """Add ``other``'s pieces (``other`` is not modified)."""
         n = self.n_features
+        self._check_weighted(other.weighted)
         merged = {}
         for gid, ent in other.groups.items():
             mine = self.groups.get(gid)
             if mine is None:
-                merged[gid] = [[vals, cnt, S, None, None] for vals, cnt, S in ent]
+                merged[gid] = [[vals, cnt, S, None, None, wsum] for vals, cnt, S, wsum in ent]
                 continue
             out = []
-            for (vals, cnt, S), (vp, cp, Sp) in zip(mine, ent):
+            for (vals, cnt, S, ws), (vp, cp, Sp, wp) in zip(mine, ent):
                 allv = np.union1d(vals, vp)
                 io, ip = np.searchsorted(allv, vals), np.searchsorted(allv, vp)
                 c2 = np.zeros(len(allv), np.int64)
                 c2[io] += cnt
                 c2[ip] += cp
-                out.append([allv, c2, (S, Sp), io, ip])
+                w2 = None
+                if ws is not None:
+                    w2 = np.zeros(len(allv))
+                    w2[io] += ws
+                    w2[ip] += wp
+                out.append([allv, c2, (S, Sp), io, ip, w2])
             merged[gid] = out
         total = dict(self.groups)
         total.update(merged)
@@ -159,7 +218,7 @@ class TieCounts:
                     t[2] = None
         for gid, ent in merged.items():
             out = []
-            for allv, c2, S, io, ip in ent:
+            for allv, c2, S, io, ip, w2 in ent:
                 S2 = None
                 if cache and io is None:
                     S2 = None if S is None else np.array(S)
@@ -167,7 +226,9 @@ class TieCounts:
                     S2 = np.zeros((len(allv), n))
                     S2[io] += S[0]
                     S2[ip] += S[1]
-                out.append([allv if io is not None else allv.copy(), c2 if io is not None else c2.copy(), S2])
+                fresh = io is None       # arrays of ``other``: copied, ``other`` stays unchanged
+                out.append([allv.copy() if fresh else allv, c2.copy() if fresh else c2, S2,
+                            None if w2 is None else (w2.copy() if fresh else w2)])
             self.groups[gid] = out
         self.cache = cache
         return self
@@ -176,11 +237,13 @@ class TieCounts:
 class TieTable:
     """Tie classes of the groups cut across blocks (``ties="exclude"``, split groups), DESIGN §3.1.
 
-    ``groups[gid][o] = (vals, cnt, tied, S)`` for output o: the sorted
+    ``groups[gid][o] = (vals, cnt, tied, S, wsum)`` for output o: the sorted
     distinct targets of the group, their counts, the index of each value among
-    the tied classes (count > 1; −1 otherwise) and ``S`` the (tied classes, n)
+    the tied classes (count > 1; −1 otherwise), ``S`` the (tied classes, n)
     class feature sums ``1_cᵀ X`` — or None when they do not fit
-    ``cache_entries`` (a pass then needs a second sweep over the pieces).
+    ``cache_entries`` (a pass then needs a second sweep over the pieces) — and
+    ``wsum`` the classes' weight sums W_c of a row-weighted source (``weighted``;
+    S is then ``w_cᵀ X``), None otherwise.
     Built by :meth:`build` in one pass over the split groups' pieces (two when
     the sums are only cacheable once the untied values are dropped).
     """
@@ -193,6 +256,7 @@ class TieTable:
         self.cached = True
         self.n_passes = 0
         self.needs_tied_sums = False
+        self.weighted = False
 
     @classmethod
     def for_source(cls, source, max_rows, cache_entries=None):
@@ -229,15 +293,16 @@ class TieTable:
         n, v = counts.n_features, counts.n_outputs
         tab = cls(n, v, max_rows)
         tab.n_passes = 1
+        tab.weighted = bool(counts.weighted)
         n_tied = 0
         for gid, ent in counts.groups.items():
             out = []
-            for vals, cnt, S in ent:
+            for vals, cnt, S, wsum in ent:
                 keep = cnt > 1
                 tied = np.full(len(vals), -1, dtype=np.int64)
                 tied[keep] = np.arange(int(keep.sum()))
                 n_tied += int(keep.sum())
-                out.append([vals, cnt, tied, None if S is None else np.ascontiguousarray(S[keep])])
+                out.append([vals, cnt, tied, None if S is None else np.ascontiguousarray(S[keep]), wsum])
             tab.groups[gid] = out
         tab.cached = counts.cache
         if n_tied == 0:
@@ -257,12 +322,23 @@ class TieTable:
     def tied_sums_of_piece(self, block):
         """Per output: the piece's part (tied classes, n) of the class sums S_c, or None (no tied row)."""
         Y = _block_Y(block, self.n_outputs)
+        w = self._piece_weight(block)
         out = []
-        for o, (vals, _cnt, tied, _S) in enumerate(self.groups[int(block.group_start)]):
+        for o, (vals, _cnt, tied, _S, _W) in enumerate(self.groups[int(block.group_start)]):
             c = tied[np.searchsorted(vals, Y[:, o])]
             r = np.flatnonzero(c >= 0)
-            out.append(_class_sums(block.X[r], c[r], self.n_tied(int(block.group_start), o)) if r.size else None)
+            out.append(_class_sums(block.X[r], c[r], self.n_tied(int(block.group_start), o),
+                                   None if w is None else w[r]) if r.size else None)
         return out
+
+    def _piece_weight(self, block):
+        """The piece's row weights (None unweighted); a piece that disagrees with the table is an error."""
+        w = getattr(block, "weight", None)
+        if (w is not None) != self.weighted:
+            raise ValueError("a split group's piece is " + ("row-weighted" if w is not None else "unweighted")
+                             + " but its tie table was built from " + ("weighted" if self.weighted else
+                                                                       "unweighted") + " pieces")
+        return None if w is None else np.asarray(w, dtype=np.float64)
 
     def add_tied_sums(self, gid, parts):
         for t, P in zip(self.groups[gid], parts):
@@ -272,19 +348,22 @@ class TieTable:
     def without_sums(self):
         """A copy without the class feature sums (what :meth:`rows` needs: O(distinct targets), not O(n))."""
         tab = TieTable(self.n_features, self.n_outputs, self.max_rows)
-        tab.cached, tab.n_passes = self.cached, self.n_passes
-        tab.groups = {gid: [[vals, cnt, tied, None] for vals, cnt, tied, _ in ent]
+        tab.cached, tab.n_passes, tab.weighted = self.cached, self.n_passes, self.weighted
+        tab.groups = {gid: [[vals, cnt, tied, None, wsum] for vals, cnt, tied, _, wsum in ent]
                       for gid, ent in self.groups.items()}
         return tab
 
     def rows(self, block, Y, o):
-        """(class index among the group's tied classes or −1, n_c or 0) of every row of a piece."""
-        vals, cnt, tied, _ = self.groups[int(block.group_start)][o]
+        """(class index among the group's tied classes or −1, n_c or 0) of every row of a piece.
+
+        Weighted table: the class weight sum W_c (float) instead of n_c (module doc).
+        """
+        vals, cnt, tied, _, wsum = self.groups[int(block.group_start)][o]
         pos = np.searchsorted(vals, Y[:, o])
         if np.any(pos >= len(vals)) or np.any(vals[np.minimum(pos, len(vals) - 1)] != Y[:, o]):
             raise ValueError("a split group's targets changed between passes (tie table out of date)")
         c = tied[pos]
-        return c, np.where(c >= 0, cnt[pos], 0)
+        return c, np.where(c >= 0, (cnt if wsum is None else wsum)[pos], 0)
 
     def n_tied(self, gid, o):
         return int((self.groups[gid][o][2] >= 0).sum())
@@ -302,7 +381,7 @@ class TieTable:
         """``Σ_g s_g Σ_c S_c²`` over the tied classes of output o (zero when the sums are not cached)."""
         d = np.zeros(self.n_features)
         for ent in self.groups.values():
-            vals, cnt, tied, S = ent[o]
+            vals, cnt, tied, S, _ = ent[o]
             if S is not None and S.shape[0]:
                 size = int(cnt.sum())
                 s = float(group_weights(np.array([size]), group_weight)[0])
@@ -397,17 +476,16 @@ def weight_totals(source):
     return total
 
 
-def _weighted_piece(block, group_weight, ties, weight_total, what="row weights"):
-    """``(s_g, W_g, w)`` of a piece of a split group with row weights; ties='exclude' or no totals raise."""
+def _weighted_piece(block, group_weight, ties, weight_total, what="row weights", ties_table=None):
+    """``(s_g, W_g, w)`` of a piece of a split group with row weights; no totals (or no tie table) raise."""
     size = int(block.group_size[0])
     if weight_total is None:
         raise NotImplementedError(
             f"{what} with a group split across blocks (group of {size} rows, more than the block budget) need the "
             "whole group's weight: not available here (a cluster pass); raise max_rows above the largest group")
-    if ties == "exclude":
-        raise NotImplementedError(
-            f"{what} with ties='exclude' on a group split across blocks (group of {size} rows) are not "
-            "implemented: raise max_rows above the largest group or use ties='include'")
+    if ties == "exclude" and ties_table is None:
+        raise NotImplementedError("ties='exclude' on a group cut across blocks needs the tie classes of the "
+                                  "whole group (cg.TieTable); build one with TieTable.for_source")
     s = float(group_weights(np.array([size]), group_weight)[0])
     return s, weight_total(int(block.group_start)), np.asarray(block.weight, dtype=np.float64)
 
@@ -419,9 +497,11 @@ def _block_apply(block, U, Y, group_weight, ties, opens, ties_table=None, weight
     completed by this block (their low-rank part is still to be subtracted).
     With ``ties="exclude"`` a piece also needs ``ties_table``; its class
     sums go to ``opens`` (``opens.tie_done`` lists completed groups).
-    Row weights on a piece (ties="include"): ``(L U)_i = s_g (W_g w_i u_i − w_i t_g)``
+    Row weights on a piece: ``(L U)_i = s_g (W_g w_i u_i − w_i t_g)``
     with ``t_g = Σ_{j in g} w_j u_j`` over all pieces, so the open sums are
-    ``S_g = Σ_p X_pᵀ w_p`` and ``t_g`` (``weight_total``: :func:`weight_totals`).
+    ``S_g = Σ_p X_pᵀ w_p`` and ``t_g`` (``weight_total``: :func:`weight_totals`);
+    ties="exclude" subtracts ``s_g W_{c(i)} w_i u_i`` and keeps the class sums
+    of ``w∘u`` (module doc).
     """
     gp = block.group_ptr
     local = np.diff(gp)
@@ -437,12 +517,20 @@ def _block_apply(block, U, Y, group_weight, ties, opens, ties_table=None, weight
         return LU, closes
     # one piece of one split group (BlockSource.plan never mixes pieces with other groups)
     if getattr(block, "weight", None) is not None:
-        s, W_g, w = _weighted_piece(block, group_weight, ties, weight_total)
+        s, W_g, w = _weighted_piece(block, group_weight, ties, weight_total, ties_table=ties_table)
         gid = int(block.group_start)
         wU = w[:, None] * np.asarray(U, dtype=np.float64)
+        LU = s * W_g * wU
+        if ties == "exclude":           # − s_g W_c(i) w_i u_i here, + s_g S_c T_c when the group completes
+            ties_table._piece_weight(block)
+            outs = _col_outputs(U.shape[1], Y.shape[1])
+            cls = _piece_classes(block, Y, ties_table, outs)
+            for j, o in enumerate(outs):
+                LU[:, j] -= s * cls[int(o)][1] * wU[:, j]
+            opens.add_classes(gid, {o: cls[o][0] for o in cls}, wU, ties_table, [int(o) for o in outs])
         S_piece = _xtu(block.X, w[:, None])[:, 0] if opens.needs_S(gid) else 0.0
         done = opens.add(gid, block.n_rows, int(block.group_size[0]), S_piece, wU.sum(axis=0))
-        return s * W_g * wU, ([done] if done is not None else [])
+        return LU, ([done] if done is not None else [])
     size = int(block.group_size[0])
     gid = int(block.group_start)
     s = float(group_weights(np.array([size]), group_weight)[0])
@@ -451,6 +539,7 @@ def _block_apply(block, U, Y, group_weight, ties, opens, ties_table=None, weight
         if ties_table is None:
             raise NotImplementedError("ties='exclude' on a group cut across blocks needs the tie classes of the "
                                       "whole group (cg.TieTable); build one with TieTable.for_source")
+        ties_table._piece_weight(block)
         outs = _col_outputs(U.shape[1], Y.shape[1])
         cls = _piece_classes(block, Y, ties_table, outs)
         for j, o in enumerate(outs):
@@ -479,15 +568,17 @@ def finish_classes(Z, table, tie_done, k, v, deferred):
 
 
 def deferred_piece(block, table, deferred, k, v):
-    """``X_pᵀ (s_g T_{c(i)})_i`` (n, k) of one piece of a split group of ``deferred`` (uncached class sums)."""
+    """``X_pᵀ (s_g T_{c(i)})_i`` (n, k) of one piece of a split group of ``deferred`` (uncached class sums);
+    ``X_pᵀ (s_g w_i T_{c(i)})_i`` with row weights."""
     s, Ts, outs = deferred[int(block.group_start)]
     Y = _block_Y(block, v)
+    w = table._piece_weight(block)
     cls = _piece_classes(block, Y, table, np.asarray(outs))
     R = np.zeros((block.n_rows, k))
     for j, o in enumerate(outs):
         c = cls[o][0]
         r = c >= 0
-        R[r, j] = s * Ts[j][c[r]]
+        R[r, j] = s * Ts[j][c[r]] * (1.0 if w is None else w[r])
     return _xtu(block.X, R)
 
 

@@ -105,15 +105,17 @@ def block_diagonal(block, group_weight, ties, table, n_outputs, opens, weight_to
     rg = np.repeat(np.arange(block.n_groups), local)
     d = (s * block.group_size)[rg]
     X2 = X.multiply(X) if sp.issparse(X) else np.asarray(X, dtype=np.float64) ** 2
+    nc = 0.0
     if ties == "exclude" and block.n_rows and not whole.all():
         if table is None:
             raise NotImplementedError("ties='exclude' on a group cut across blocks needs its TieTable")
-        _, nc = table.rows(block, _block_Y(block, v), 0)
+        table._piece_weight(block)
+        _, nc = table.rows(block, _block_Y(block, v), 0)     # n_c, or W_c on a weighted table
         d = d - s[0] * nc
     w = getattr(block, "weight", None)
-    if w is not None and not whole.all():   # a weighted piece: d_i = s_g W_g w_i, S_g = Σ_p X_pᵀ w_p
-        s_g, W_g, w = _weighted_piece(block, group_weight, ties, weight_total)
-        diag += np.asarray(X2.T @ (s_g * W_g * w), dtype=np.float64).ravel()
+    if w is not None and not whole.all():   # a weighted piece: d_i = s_g (W_g − W_c(i)) w_i, S_g = Σ_p X_pᵀ w_p
+        s_g, W_g, w = _weighted_piece(block, group_weight, ties, weight_total, ties_table=table)
+        diag += np.asarray(X2.T @ (s_g * (W_g - nc) * w), dtype=np.float64).ravel()
         done = opens.add(int(block.group_start), block.n_rows, int(block.group_size[0]),
                          _xtu(X, w[:, None])[:, 0], 0.0)
         return diag, ([done] if done is not None else [])
@@ -282,7 +284,9 @@ def validation_loss(source, W, *, group_weight="pair", ties="include", max_rows=
     A split group with ``ties="exclude"`` uses its tie class counts
     (``ties_table``, built here when omitted:
     ``TieTable.for_source(source, max_rows, cache_entries=0)``):
-    ``rᵀL_g r = s_g [Σ_i (n_g − n_c(i)) r_i² − (1ᵀr)² + Σ_c (1_cᵀr)²]``.
+    ``rᵀL_g r = s_g [Σ_i (n_g − n_c(i)) r_i² − (1ᵀr)² + Σ_c (1_cᵀr)²]``;
+    with row weights ``s_g [Σ_i (W_g − W_c(i)) w_i r_i² − (wᵀr)² + Σ_c (w_cᵀr)²]``
+    (:mod:`streamrank.rankrls._split_groups`).
     """
     v = source.n_outputs
     W = np.asarray(W, dtype=np.float64).reshape(source.n_features, -1)
@@ -306,15 +310,28 @@ def validation_loss(source, W, *, group_weight="pair", ties="include", max_rows=
             tot += (R * LR).sum(axis=0)
             continue
         if getattr(block, "weight", None) is not None:   # rᵀL_g r = s_g (W_g Σ w_i r_i² − (Σ w_i r_i)²)
-            s_w, W_g, w = _weighted_piece(block, group_weight, ties, wtot)
+            s_w, W_g, w = _weighted_piece(block, group_weight, ties, wtot, ties_table=table)
             gid = int(block.group_start)
-            tot += s_w * W_g * (w[:, None] * R * R).sum(axis=0)
+            wR = w[:, None] * R
+            d = np.full((block.n_rows, k), s_w * W_g)
+            if ties == "exclude":          # − s_g W_c(i) w_i r_i², + s_g (w_cᵀ r)² per class (module doc)
+                table._piece_weight(block)
+                cls = _piece_classes(block, Y, table, outs)
+                Ts = csums.setdefault(gid, [np.zeros(table.n_tied(gid, int(o))) for o in outs])
+                for j, o in enumerate(outs):
+                    c, Wc = cls[int(o)]
+                    d[:, j] -= s_w * Wc
+                    r = c >= 0
+                    Ts[j] += np.bincount(c[r], weights=wR[r, j], minlength=len(Ts[j]))
+            tot += (d * wR * R).sum(axis=0)
             st = opens.setdefault(gid, [0, 0.0])
             st[0] += block.n_rows
-            st[1] = st[1] + (w[:, None] * R).sum(axis=0)
+            st[1] = st[1] + wR.sum(axis=0)
             if st[0] == int(block.group_size[0]):
                 tot -= s_w * st[1] ** 2
                 del opens[gid]
+                for j, T in enumerate(csums.pop(gid, ())):
+                    tot[j] += s_w * float(T @ T)
             continue
         size = int(block.group_size[0])
         gid = int(block.group_start)

@@ -72,3 +72,31 @@ def test_distributed_cg_with_weighted_split_groups_equals_local(client):
     np.testing.assert_allclose(dist.coef_, local.coef_, rtol=1e-9, atol=1e-12)
     primal = sr.RankRLS(alpha=0.5, solver="primal").fit(X, y, None, sample_weight=w)
     np.testing.assert_allclose(dist.coef_, primal.coef_, rtol=1e-8, atol=1e-10)
+
+
+def test_distributed_cg_weighted_ties_exclude_on_split_groups_equals_local(client, monkeypatch):
+    """Row weights with ties="exclude" on a group cut into pieces: the tie table is built from the workers'
+    weighted pieces (class weight sums W_c, weighted class sums), cached and uncached; = local = dense solve."""
+    from streamrank.rankrls import _split_groups
+
+    rng = np.random.default_rng(8)
+    X = rng.normal(size=(70, 4))
+    y = rng.integers(0, 3, size=70).astype(float)
+    w = rng.uniform(0.0, 2.0, size=70)
+    src = with_weights(sr.as_source(X, y, None), w)
+    args = dict(alpha=0.5, solver="cg", ties="exclude", tol=1e-13, max_iter=300)
+    local = sr.RankRLS(**args).fit(X, y, None, sample_weight=w, max_rows=9)
+    L = np.zeros((70, 70))
+    for i in range(70):
+        for j in range(i + 1, 70):
+            if y[i] != y[j]:
+                e = np.zeros(70)
+                e[i], e[j] = 1.0, -1.0
+                L += w[i] * w[j] * np.outer(e, e)
+    ref = np.linalg.solve(X.T @ L @ X + 0.5 * np.eye(4), X.T @ L @ y)
+    np.testing.assert_allclose(local.coef_, ref, rtol=1e-8, atol=1e-10)
+    for cache in (_split_groups.TIE_CACHE_ENTRIES, 0):    # class sums cached; uncached (second sweep)
+        monkeypatch.setattr(_split_groups, "TIE_CACHE_ENTRIES", cache)
+        dist = srd.fit(sr.RankRLS(**args), src, client, max_rows=9, split_every=2)
+        np.testing.assert_allclose(dist.coef_, ref, rtol=1e-8, atol=1e-10)
+        assert dist.cg_info_["n_passes"] > local.cg_info_["n_passes"] or cache

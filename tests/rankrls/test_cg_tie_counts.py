@@ -58,7 +58,7 @@ def test_merged_counts_equal_build_any_order(cache_entries, sparse, rng):
         assert (got.cached, got.n_passes) == (want.cached, want.n_passes)
         assert got.groups.keys() == want.groups.keys()
         for gid in want.groups:
-            for (v1, c1, t1, S1), (v2, c2, t2, S2) in zip(got.groups[gid], want.groups[gid]):
+            for (v1, c1, t1, S1, _), (v2, c2, t2, S2, _) in zip(got.groups[gid], want.groups[gid]):
                 np.testing.assert_array_equal(v1, v2)
                 np.testing.assert_array_equal(c1, c2)
                 np.testing.assert_array_equal(t1, t2)
@@ -69,7 +69,7 @@ def test_merged_counts_equal_build_any_order(cache_entries, sparse, rng):
     if want.cached:
         for gid, rows in ((0, slice(0, 40)), (1, slice(40, 60))):
             for o in range(2):
-                vals, cnt, tied, S = want.groups[gid][o]
+                vals, cnt, tied, S, _ = want.groups[gid][o]
                 for c in np.flatnonzero(tied >= 0):
                     np.testing.assert_allclose(S[tied[c]], X[rows][y[rows, o] == vals[c]].sum(axis=0),
                                                atol=1e-12)

@@ -88,9 +88,3 @@ def test_weighted_cg_cross_validation_with_split_groups_equals_primal():
     # a fold that keeps only some groups of a block keeps their weights (it dropped them)
     c = sr.RankRLS(solver="cg", tol=1e-13, max_iter=200).cross_validate(src, alphas=alphas, folds=3, max_rows=40)
     np.testing.assert_allclose(c.scores, b.scores, rtol=1e-7)
-
-
-def test_weighted_split_groups_refused_where_not_implemented():
-    X, y, _, w = _data(5, [30])
-    with pytest.raises(NotImplementedError, match="ties='exclude'"):
-        sr.RankRLS(solver="cg", ties="exclude").fit(X, y, None, sample_weight=w, max_rows=7)
