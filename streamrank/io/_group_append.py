@@ -1,17 +1,13 @@
 """The write side of :class:`~streamrank.GroupStore`: validation, append, torn-tail repair, the commit.
 
-``append`` (1) takes the store's writer lock (:mod:`streamrank.io._writer`:
-``flock`` locally, a lease through conditional writes on object storage),
-(2) re-reads the commit record, (3) skips a ``batch_id`` already in the log
-(idempotent), (4) validates the whole batch before writing anything, (5) cuts
-a torn tail left by a killed writer back to the committed length, (6) grows
-the arrays and writes the new rows *beyond* the committed length, and (7)
-writes the commit record — committed counts plus a log entry with the
-batch's checksum and the bindings of the chunks (:mod:`streamrank.io._chunk_binding`)
-— **last**, in one atomic write (a rename locally, one conditional PUT on
-object storage: :mod:`streamrank.io._remote_commit`).  Readers use only the
-committed counts, so a crash at any point leaves the store readable at its
-previous state.
+``append`` is one run of the append transaction both stores share
+(:mod:`streamrank.io._append_transaction`: lock, re-read the commit record,
+skip a logged ``batch_id``, validate, repair a torn tail, write beyond the
+committed length, commit last).  This module supplies the group store's
+parts: validating a batch of query groups (features, scores, query ids and
+their uniqueness in scope, document ids), writing its rows, groups and ids,
+and the new commit record (counts plus a log entry with the batch's
+checksum).
 """
 from __future__ import annotations
 
@@ -22,24 +18,17 @@ import scipy.sparse as sp
 
 from .._qid import qid_keys
 from .._validation import check_qid, check_X, check_y, group_ptr_from_qid
-from ._chunk_binding import TAIL_CRCS, commit_bindings
+from ._append_transaction import AppendParts, NewCommit, append_transaction, commit_time, repair_torn_tail
 from ._qid_text import encode_qids
-from ._writer import check_same_store, writer_lock, writing
 from .docids import append_docids, check_docids
 from .groups import batch_of, qid_kind_of, scan_for_keys, scope_ranges
-from .schema import CHUNK_CRCS, BatchHasher, append_csr, cut_torn_tail, read_attrs
+from .schema import BatchHasher, append_csr
 
 __all__ = ["GroupAppend"]
 
 logger = logging.getLogger("streamrank")
 
 _F32_MAX = float(np.finfo(np.float32).max)
-
-
-def _now() -> str:
-    import datetime as _dt
-
-    return _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="milliseconds")
 
 
 def _as_float32(X, name: str = "X"):
@@ -118,25 +107,15 @@ class GroupAppend:
         if batch_id is not None:
             batch_id = str(batch_id)
         X, y, qid = self._from_table(X, y, qid)
-        with writer_lock(self._loc):
-            now = read_attrs(self._loc)
-            if now.get("committed") != self._attrs.get("committed"):
-                self._load()  # another process committed since we opened
-                check_same_store(self)
-            else:
-                if "writer_epoch" in now:     # a fence (io/_remote_commit) since we opened: keep its count
-                    self._attrs = {**self._attrs, "writer_epoch": now["writer_epoch"]}
-                self._reopen_arrays()  # a killed writer may have grown them since
-            if batch_id is not None and any(e.get("batch_id") == batch_id for e in self._attrs["log"]):
-                logger.info("GroupStore %s: batch %r is already committed; skipped", self.path, batch_id)
-                return False
+
+        def validate():
             self._batch_id_pending = batch_id
-            X, y, gp, gq = self._validate(X, y, qid)
-            ids = self._validate_docids(docid, X.shape[0])
-            with writing(self._zstore):
-                self.repair()
-                self._write(X, y, gp, gq, batch_id, ids)
-        return True
+            Xv, yv, gp, gq = self._validate(X, y, qid)
+            return Xv, yv, gp, gq, batch_id, self._validate_docids(docid, Xv.shape[0])
+
+        return append_transaction(self, "GroupStore", batch_id, AppendParts(
+            reopen_arrays=self._reopen_arrays, validate=validate, repair=self.repair, write=self._write,
+            commit_record=_commit_record, committed=self._committed))
 
     def _from_table(self, X, y, qid):
         """A DataFrame / Arrow table: ``y``/``qid`` may name its columns; features matched by name."""
@@ -232,11 +211,9 @@ class GroupAppend:
         """
         if self.mode != "a":
             raise PermissionError(f"{self.path} is open read-only")
-        fixes = cut_torn_tail(self._loc, self._arrays, self._needed_lengths(self._rows, self._groups, self._nnz))
-        if fixes:
-            logger.warning("GroupStore %s: repaired a torn append (%d fix(es)); the store is at "
-                           "its last commit (%d rows)", self.path, fixes, self._rows)
-        return fixes
+        return repair_torn_tail(self, "GroupStore", self._arrays,
+                                self._needed_lengths(self._rows, self._groups, self._nnz),
+                                f"; the store is at its last commit ({self._rows} rows)")
 
     def _write(self, X, y, gp, gq, batch_id, ids=None):
         m0, q0, z0 = self._rows, self._groups, self._nnz
@@ -282,7 +259,7 @@ class GroupAppend:
             b1 = append_docids(a, *ids, m0, b0, h)
             attrs["committed"]["docid_bytes"] = b1
             entry["docid_bytes"] = [b0, b1]
-        attrs["log"] = list(attrs["log"]) + [{**entry, "time": _now(), "checksum": h.hexdigest()}]
+        attrs["log"] = list(attrs["log"]) + [{**entry, "time": commit_time(), "checksum": h.hexdigest()}]
         lengths = self._needed_lengths(m1, q1, z1)
         if self.has_docids:
             lengths["docid/bytes"] = int(attrs["committed"]["docid_bytes"])
@@ -290,19 +267,28 @@ class GroupAppend:
         if attrs.get("qid_kind") == "str":                   # the string ids' two arrays are bound too
             text_arrays, text_lengths = self._qid_text.committed(q1)
             arrays, lengths = {**a, **text_arrays}, {**lengths, **text_lengths}
-        attrs.update(commit_bindings(self._loc, arrays, lengths, attrs))    # every chunk bound to its place
-        from . import group_store   # (its write_attrs: the name tests replace to kill a writer at the commit)
+        return NewCommit(attrs, arrays, lengths, news=(m0 + gp[1:], keys, batch_id, k, g))
 
-        group_store.write_attrs(self._loc, attrs)  # the commit point
-        self._chunk_crcs, self._tail_crcs = attrs[CHUNK_CRCS], attrs[TAIL_CRCS]
+    def _committed(self, new):
+        """The store object takes the commit just written (step 7 of :mod:`._append_transaction`)."""
+        attrs = new.attrs
+        c = attrs["committed"]
+        ptr, keys, batch_id, k, g = new.news
         self._rebind()
         self._attrs = attrs
-        self._rows, self._groups, self._nnz = m1, q1, z1
+        self._rows, self._groups, self._nnz = c["rows"], c["groups"], c["nnz"]
         if self.has_docids:
-            self._docid_bytes = int(attrs["committed"]["docid_bytes"])
-        self._gp_all = np.concatenate((self._gp_all, m0 + gp[1:]))
+            self._docid_bytes = int(c["docid_bytes"])
+        self._gp_all = np.concatenate((self._gp_all, ptr))
         if self._qid_cache is not None:
             self._qid_all = np.concatenate((self._qid_all, keys))
         self._load_qid_kind(attrs)
         self._group_ptr_cache = None
         logger.debug("GroupStore %s: committed batch %r (%d rows, %d groups)", self.path, batch_id, k, g)
+
+
+def _commit_record(loc, attrs):
+    """The commit point: ``group_store.write_attrs`` (the name tests replace to kill a writer at the commit)."""
+    from . import group_store
+
+    group_store.write_attrs(loc, attrs)

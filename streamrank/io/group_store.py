@@ -11,7 +11,8 @@ Atomic, idempotent append
 tail left by a killed writer back to the committed length, writes the new
 rows *beyond* the committed length, and writes the commit record — committed
 counts plus a log entry with the batch's checksum — **last**, in one atomic
-write (:mod:`streamrank.io._group_append`).  Readers use only the committed
+write (the transaction both stores share, :mod:`streamrank.io._append_transaction`;
+the group store's parts in :mod:`streamrank.io._group_append`).  Readers use only the committed
 counts, so a crash at any point leaves the store readable at its previous
 state.  A ``batch_id`` already in the log is skipped (``append`` returns
 False).  One writer at a time: an advisory ``flock`` on
@@ -33,7 +34,6 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-import datetime as _dt
 import logging
 import os
 
@@ -49,6 +49,7 @@ from .groups import (
 from ._chunk_binding import bound_array, bound_decoder, check_tail_crcs, rebind
 from ._read_checks import BadEntry, check_offsets, entries_check, finite_rows_check, with_row
 from ._row_chunks import RowChunkReader
+from ._append_transaction import commit_time
 from ._group_append import GroupAppend, _check_csr_width, _positive_int
 from ._group_verify import GroupVerify
 from ._writer import (  # noqa: F401  (re-exported: tuple_store and tests import them from here)
@@ -98,10 +99,6 @@ _DECODE_CHUNK_FILES = True
 _GROUP_CHUNK = 1 << 14      # group_ptr / qid entries per chunk (128 KiB; rewritten by every append)
 _NNZ_CHUNK = 1 << 20        # CSR indices / data entries per chunk (4 MiB)
 _INDPTR_CHUNK = 1 << 19     # CSR indptr entries per chunk (4 MiB)
-
-
-def _now() -> str:
-    return _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="milliseconds")
 
 
 class GroupStore(GroupAppend, GroupVerify, BlockSource):
@@ -233,7 +230,7 @@ class GroupStore(GroupAppend, GroupVerify, BlockSource):
             "feature_names": feature_names,
             "group_identity": group_identity,
             "qid_kind": None,
-            "created": _now(),
+            "created": commit_time(),
             "store_id": new_store_id(),
             EVERY_CHUNK: True,
             "committed": {"rows": 0, "groups": 0, "nnz": 0},

@@ -6,7 +6,8 @@ item row, other item row)`` with a ``magnitude`` (l,) (1.0 unless given) — the
 input of the bilinear ranker of DESIGN §3.6.  Layout and commit protocol as in
 :mod:`streamrank.io.schema`: appends are atomic and idempotent exactly like
 :class:`~streamrank.GroupStore` appends (data first beyond the committed
-counts, the commit record last; a torn tail is cut back by the next append).
+counts, the commit record last; a torn tail is cut back by the next append):
+both run the one transaction of :mod:`streamrank.io._append_transaction`.
 
 A store is a :class:`~streamrank.io.tuples.TupleSource`: its shuffled
 :meth:`~streamrank.io.tuples.TupleSource.batches` read the rows of ``Q`` and
@@ -24,7 +25,6 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-import datetime as _dt
 import logging
 
 import numpy as np
@@ -45,19 +45,18 @@ from .tuples import (  # noqa: F401  (re-exported: streamrank.io.tuple_store kee
     _make_batch,
     as_tuple_source,
 )
-from ._writer import creating_store, location, new_store_id, writer_lock, writing, zarr_store
-from ._chunk_binding import TAIL_CRCS, bound_array, check_tail_crcs, commit_bindings, reads_unbound, rebind
+from ._append_transaction import AppendParts, NewCommit, append_transaction, commit_time, repair_torn_tail
+from ._writer import creating_store, location, new_store_id, zarr_store
+from ._chunk_binding import bound_array, check_tail_crcs, reads_unbound, rebind
 from .group_store import (
     _PRIVATE,
     _check_csr_width,
     _positive_int,
-    check_same_store,
 )
 from .schema import (
     FORMAT_VERSION,
     TUPLE_ARRAYS,
     TUPLE_FORMAT,
-    CHUNK_CRCS,
     BatchHasher,
     EVERY_CHUNK,
     StoreFormatError,
@@ -67,7 +66,6 @@ from .schema import (
     check_chunk_dirs,
     check_format,
     check_log,
-    cut_torn_tail,
     every_chunk,
     hash_csr_rows,
     compressors,
@@ -85,10 +83,6 @@ logger = logging.getLogger("streamrank")
 
 _NNZ_CHUNK = 1 << 20
 _INDPTR_CHUNK = 1 << 19
-
-
-def _now() -> str:
-    return _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="milliseconds")
 
 
 _COUNTS = ("q_rows", "q_nnz", "d_rows", "d_nnz", "tuples")
@@ -154,7 +148,7 @@ class TupleStore(TupleSource):
                           compressors=compressors(8), fill_value=0)
         write_attrs(p, {
             "format": TUPLE_FORMAT, "format_version": FORMAT_VERSION,
-            "n_query_features": nq, "n_item_features": nd, "created": _now(), "store_id": new_store_id(),
+            "n_query_features": nq, "n_item_features": nd, "created": commit_time(), "store_id": new_store_id(),
             EVERY_CHUNK: True,
             "committed": {k: 0 for k in _COUNTS}, "log": [],
         })
@@ -353,40 +347,31 @@ class TupleStore(TupleSource):
             raise ValueError(f"rows must be 'local' or 'global', got {rows!r}")
         if batch_id is not None:
             batch_id = str(batch_id)
-        with writer_lock(self._loc):
-            now = read_attrs(self._loc)
-            if now.get("committed") != self._attrs.get("committed"):
-                self._load()
-                check_same_store(self)
-            else:
-                if "writer_epoch" in now:     # a fence (io/_remote_commit) since we opened: keep its count
-                    self._attrs = {**self._attrs, "writer_epoch": now["writer_epoch"]}
-                # a killed writer may have grown the arrays since we opened
-                with every_chunk():
-                    self._a = {name: self._bound(self._root[name], name) for name in self._a}
-            if batch_id is not None and any(e.get("batch_id") == batch_id for e in self._attrs["log"]):
-                logger.info("TupleStore %s: batch %r is already committed; skipped", self.path, batch_id)
-                return False
-            Q = _check_csr(Q, "Q", self.n_query_features)
-            D = _check_csr(D, "D", self.n_item_features)
+
+        def validate():
+            Qv = _check_csr(Q, "Q", self.n_query_features)
+            Dv = _check_csr(D, "D", self.n_item_features)
             t = _check_tuples(tuples)
             m = _check_magnitudes(magnitudes, len(t))
             c = self._c
             if rows == "local":
-                _check_ranges(t, Q.shape[0], D.shape[0])
+                _check_ranges(t, Qv.shape[0], Dv.shape[0])
                 t = t + np.array([c["q_rows"], c["d_rows"], c["d_rows"]], dtype=np.int64)
             else:
-                _check_ranges(t, c["q_rows"] + Q.shape[0], c["d_rows"] + D.shape[0])
-            with writing(self._zstore):
-                self._repair()
-                self._write(Q, D, t, m, batch_id)
-        return True
+                _check_ranges(t, c["q_rows"] + Qv.shape[0], c["d_rows"] + Dv.shape[0])
+            return Qv, Dv, t, m, batch_id
+
+        return append_transaction(self, "TupleStore", batch_id, AppendParts(
+            reopen_arrays=self._reopen_arrays, validate=validate, repair=self._repair, write=self._write,
+            commit_record=_commit_record, committed=self._committed))
+
+    def _reopen_arrays(self):
+        """Re-read the arrays' metadata (shapes) from disk."""
+        with every_chunk():
+            self._a = {name: self._bound(self._root[name], name) for name in self._a}
 
     def _repair(self):
-        fixes = cut_torn_tail(self._loc, self._a, self._needed())
-        if fixes:
-            logger.warning("TupleStore %s: repaired a torn append (%d fix(es))", self.path, fixes)
-        return fixes
+        return repair_torn_tail(self, "TupleStore", self._a, self._needed())
 
     def _write_csr(self, side, M, h):
         lo = side.lower()
@@ -409,13 +394,14 @@ class TupleStore(TupleSource):
         attrs = dict(self._attrs)
         attrs["committed"] = c1
         attrs["log"] = list(attrs["log"]) + [{
-            "batch_id": batch_id, "time": _now(), "checksum": h.hexdigest(),
+            "batch_id": batch_id, "time": commit_time(), "checksum": h.hexdigest(),
             **{k: [c0[k], c1[k]] for k in _COUNTS},
         }]
-        attrs.update(commit_bindings(self._loc, self._a, self._needed(c1), attrs))   # every chunk bound
-        write_attrs(self._loc, attrs)  # the commit point
-        self._attrs, self._c, self._cache, self._row_cache = attrs, c1, None, None
-        self._chunk_crcs, self._tail_crcs = attrs[CHUNK_CRCS], attrs[TAIL_CRCS]
+        return NewCommit(attrs, self._a, self._needed(c1))
+
+    def _committed(self, new):
+        """The store object takes the commit just written (step 7 of :mod:`._append_transaction`)."""
+        self._attrs, self._c, self._cache, self._row_cache = new.attrs, new.attrs["committed"], None, None
         rebind([getattr(a, "_decoder", None) for a in self._a.values()], self._chunk_crcs, self._tail_crcs)
 
     @reads_unbound      # per-batch checksums name the batch; chunk bindings would name a chunk
@@ -442,6 +428,11 @@ class TupleStore(TupleSource):
                 raise StoreFormatError(f"{self.path}: batch {e.get('batch_id')!r} (tuples {l0}:{l1}) "
                                        "does not match its checksum")
         return len(log)
+
+
+def _commit_record(loc, attrs):
+    """The commit point: this module's ``write_attrs`` (a name tests may replace to kill a writer there)."""
+    write_attrs(loc, attrs)
 
 
 def _reopen_tuples(path, counts, storage_options=None):
