@@ -1,8 +1,6 @@
 """``streamrank fit --normalize`` and ``streamrank export`` on a MQ2008 slice, as a user runs them."""
 from __future__ import annotations
 
-import contextlib
-import io
 import json
 import subprocess
 import sys
@@ -11,8 +9,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from _cli_inproc import run_cli
+
 import streamrank as sr
-from streamrank import cli
 from streamrank.datasets._paths import data_path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "reference"))
@@ -23,11 +22,7 @@ pytestmark = pytest.mark.skipif(not ARCHIVE.exists(), reason="MQ2008 archive not
 NAMES = [f"f{j}" for j in range(1, 47)]
 
 
-def run(*args):
-    out, err = io.StringIO(), io.StringIO()
-    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-        rc = cli.main([str(a) for a in args])
-    return rc, out.getvalue(), err.getvalue()
+run = run_cli   # (exit code, stdout, stderr) of cli.main in this process
 
 
 @pytest.fixture(scope="module")

@@ -6,25 +6,20 @@ written here and a MQ2008 slice read from the archive beside the checkout.
 """
 from __future__ import annotations
 
-import contextlib
-import io
 import tarfile
 
 import numpy as np
 import pytest
 
+from _cli_inproc import run_cli
+
 import streamrank as sr
-from streamrank import cli
 from streamrank.datasets._paths import data_path
 
 ARCHIVE = data_path("letor", "MQ2008_QueryLevelNorm.tar.gz")
 
 
-def main(*args):
-    out, err = io.StringIO(), io.StringIO()
-    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-        rc = cli.main([str(a) for a in args])
-    return rc, out.getvalue(), err.getvalue()
+main = run_cli   # (exit code, stdout, stderr) of cli.main in this process
 
 
 THREE = "1 qid:1 1:0.5 2:1 3:1\n0 qid:1 1:0.1 2:0 3:0\n2 qid:2 1:0.3 2:0.2 3:1\n1 qid:2 1:0.3 2:0.2 3:0\n"

@@ -2,16 +2,15 @@
 TREC run."""
 from __future__ import annotations
 
-import contextlib
-import io
 import re
 import tarfile
 
 import numpy as np
 import pytest
 
+from _cli_inproc import run_cli
+
 import streamrank as sr
-from streamrank import cli
 from streamrank.datasets._paths import data_path
 from streamrank.io.schema import StoreFormatError
 
@@ -21,11 +20,7 @@ pytestmark = pytest.mark.skipif(not ARCHIVE.exists(), reason="MQ2008 archive not
 ROWS = 600
 
 
-def run(*args):
-    out, err = io.StringIO(), io.StringIO()
-    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-        rc = cli.main([str(a) for a in args])
-    return rc, out.getvalue(), err.getvalue()
+run = run_cli   # (exit code, stdout, stderr) of cli.main in this process
 
 
 def _raw_lines(n):

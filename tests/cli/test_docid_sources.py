@@ -6,16 +6,15 @@ Parquet/npz files beside the rows they belong to.
 """
 from __future__ import annotations
 
-import contextlib
-import io
 import re
 import tarfile
 
 import numpy as np
 import pytest
 
+from _cli_inproc import run_cli
+
 import streamrank as sr
-from streamrank import cli
 from streamrank.datasets._paths import data_path
 
 ARCHIVE = data_path("letor", "MQ2008_QueryLevelNorm.tar.gz")
@@ -24,11 +23,7 @@ pytestmark = pytest.mark.skipif(not ARCHIVE.exists(), reason="MQ2008 archive not
 N_LINES = 400
 
 
-def run(*args):
-    out, err = io.StringIO(), io.StringIO()
-    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-        rc = cli.main([str(a) for a in args])
-    return rc, out.getvalue(), err.getvalue()
+run = run_cli   # (exit code, stdout, stderr) of cli.main in this process
 
 
 @pytest.fixture(scope="module")

@@ -1,24 +1,21 @@
 """``streamrank ingest`` copies and reads in bounded pieces: tuple stores piece by piece, resumable."""
 from __future__ import annotations
 
-import contextlib
-import io
 
 import numpy as np
 import pytest
 import scipy.sparse as sp
 
+from _cli_inproc import run_cli
+
 import streamrank as sr
-from streamrank import cli
 from streamrank.cli._ingest import copy_tuple_store
 
 
 def _run(*args):
-    out, err = io.StringIO(), io.StringIO()
-    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-        rc = cli.main([str(a) for a in args])
-    assert rc == 0, err.getvalue()
-    return out.getvalue()
+    rc, out, err = run_cli(*args)
+    assert rc == 0, err
+    return out
 
 
 def _tuple_source(path, days=3, seed=0):

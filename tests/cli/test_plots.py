@@ -8,6 +8,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from _cli_inproc import run_cli
+
 import streamrank as sr
 
 pytest.importorskip("matplotlib")
@@ -85,13 +87,11 @@ def test_nightly_history_png(tmp_path):
                    "--width", "600", "--height", "300"])
     assert rc == 0 and _png(tmp_path / "cli.png") == (300, 600)
     # the nightly 'current' pointer works wherever a model path is expected
-    import contextlib
 
     def run(*argv):
-        out = io.StringIO()
-        with contextlib.redirect_stdout(out):
-            assert cli.main([str(a) for a in argv]) == 0
-        return json.loads(out.getvalue())
+        rc, out, err = run_cli(*argv)
+        assert rc == 0, err
+        return json.loads(out)
 
     info = run("info", models / "current", "--json")
     ev = run("evaluate", "--model", models / "current", "--store", store, "--json", "-q")

@@ -15,18 +15,17 @@ import numpy as np
 import pytest
 import scipy.sparse as sp
 
+from _cli_inproc import run_cli
+
 import streamrank as sr
-from streamrank import cli
 
 ROOT = Path(__file__).resolve().parents[2]
 GOOD = "".join(f"{(i * 7) % 3} qid:{i // 5} 1:{i * 0.1:.3f} 2:{(i % 4) * 0.5:.3f} 3:1\n" for i in range(20))
 
 
 def _run(argv):
-    out, err = io.StringIO(), io.StringIO()
-    with redirect_stdout(out), redirect_stderr(err):
-        code = cli.main([*argv, "--quiet"] if argv[0] != "info" else argv)
-    return code, err.getvalue()
+    code, _, err = run_cli(*([*argv, "--quiet"] if argv[0] != "info" else argv))
+    return code, err
 
 
 def _text(tmp, name, body):

@@ -29,6 +29,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from _cli_inproc import run_cli
+
 import streamrank as sr
 from streamrank.io.schema import StoreFormatError
 from streamrank.persistence import ModelFormatError
@@ -359,19 +361,12 @@ def test_disk_full_during_model_save_keeps_the_previous_model(small_disk):
 
 
 def test_cli_ingest_on_a_full_disk_exits_cannot_write(small_disk, tmp_path):
-    import io
-    from contextlib import redirect_stderr, redirect_stdout
-
-    from streamrank import cli
-
     rng = np.random.default_rng(0)
     day = tmp_path / "day.npz"   # incompressible, larger than the 3 MiB disk
     np.savez(day, X=rng.normal(size=(20000, 64)), y=rng.normal(size=20000), qid=np.repeat(np.arange(2000), 10))
-    err = io.StringIO()
-    with redirect_stdout(io.StringIO()), redirect_stderr(err):
-        code = cli.main(["ingest", str(day), "--store", str(small_disk / "s.zarr"), "--quiet", "--max-rows", "4000"])
-    assert code == 5, err.getvalue()             # "cannot write", not "invalid data"
-    assert "No space left" in err.getvalue()
+    code, _, err = run_cli("ingest", day, "--store", small_disk / "s.zarr", "--quiet", "--max-rows", "4000")
+    assert code == 5, err                        # "cannot write", not "invalid data"
+    assert "No space left" in err
     s = sr.GroupStore.open(small_disk / "s.zarr")
     assert s.verify() == len(s.batches)
 

@@ -5,15 +5,14 @@ through pandas) equals the one fitted from the LETOR text to 1e-10.
 """
 from __future__ import annotations
 
-import contextlib
-import io
 import sys
 
 import numpy as np
 import pytest
 
+from _cli_inproc import run_cli
+
 import streamrank as sr
-from streamrank import cli
 from streamrank.datasets import letor
 from recipes_testdata import need
 
@@ -25,19 +24,15 @@ LIMIT = 2500   # rows of MQ2008 fold 1 train (whole queries): ~60 queries
 
 
 def _run(*args):
-    out, err = io.StringIO(), io.StringIO()
-    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-        rc = cli.main([str(a) for a in args])
-    assert rc == 0, err.getvalue()
-    return out.getvalue()
+    rc, out, err = run_cli(*args)
+    assert rc == 0, err
+    return out
 
 
 def _fails(*args):
-    out, err = io.StringIO(), io.StringIO()
-    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-        rc = cli.main([str(a) for a in args])
+    rc, _, err = run_cli(*args)
     assert rc != 0
-    return err.getvalue()
+    return err
 
 
 @pytest.fixture(scope="module")
