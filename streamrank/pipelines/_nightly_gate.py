@@ -31,10 +31,32 @@ candidate's out-of-fold NDCG@k on ``H`` and is rejected; a day that teaches it
 more of the right order raises it and is promoted.  The promotion rule is
 the pipeline's: NDCG@k not below the current's by more than ``--tolerance``.
 
-A rejected day stays in the store (it was ingested), so later candidates,
-trained on everything, still contain it and keep being judged — the gate
-keeps saying no until the data is fixed (a store rebuilt without the day,
-then ``--full``).
+A rejected night's days stay in the store, but the models directory lists
+them as excluded (:mod:`streamrank.pipelines._nightly_exclusions`): later
+candidates train without them and the history ``H`` skips them.
+
+The SGD learners (sgd-pairwise, sgd-bilinear) keep no fold statistics: a
+model cannot be "solved without" a group it has stepped on, and every group
+the current model saw, the candidate saw too.  Scoring both on the history
+they were both updated on would not be held-out; scoring on the new day is
+what an inverted day fools (the candidate learned those very labels).  So a
+fixed fraction of the *queries* (``--gate-fraction``, default 0.1) is
+**never trained on**: a query is held out when the hash of its id falls in
+the lowest ``fraction`` of the range (:func:`~streamrank.pipelines._nightly_views.held_out`,
+stable night after night; sgd-bilinear: the store's query rows).  The gate
+(:func:`sgd_gate`) scores the candidate and the current model on the newest
+held-out queries of the history before tonight's data (≤ ``max_rows`` rows,
+resp. tuples; excluded days skipped): NDCG@k for sgd-pairwise (rule as
+above), tuple error for sgd-bilinear (not above the current's by more than
+``--tolerance``).  Why it cannot be fooled: neither model has taken a step
+on those queries, and their labels come from nights that were accepted —
+tonight's data reaches the score only through what the candidate learned
+from it, so inverted labels show up as a worse order on them.
+What it costs: the model learns from ``1 − fraction`` of the queries (the
+held-out ones are read only by the gate: ≤ one block per night), and the
+fraction is fixed for a model line (changing it needs ``--full``);
+``--gate-fraction 0`` trains on every query and decides by progressive
+validation on the new day, as before (an inverted day is then promoted).
 """
 from __future__ import annotations
 
@@ -42,7 +64,10 @@ import numpy as np
 
 from streamrank import DEFAULT_BLOCK_ROWS
 
-__all__ = ["history_slice", "fold_scorers", "out_of_fold_metrics", "gate"]
+__all__ = ["history_slice", "history_view", "fold_scorers", "out_of_fold_metrics", "gate", "statistics_gate",
+           "sgd_gate", "DEFAULT_GATE_FRACTION"]
+
+DEFAULT_GATE_FRACTION = 0.1
 
 
 def history_slice(store, end: int, max_rows: int):
@@ -54,6 +79,34 @@ def history_slice(store, end: int, max_rows: int):
     lim = ptr[end] - int(max_rows)
     g0 = int(np.searchsorted(ptr[:end + 1], lim, side="left"))
     return min(g0, end - 1), end
+
+
+def history_view(store, end, excluded=(), max_rows=DEFAULT_BLOCK_ROWS, *, fraction=0.0):
+    """The newest groups before ``end`` (excluded days skipped; ``fraction > 0``: only the held-out queries)
+    holding at most ``max_rows`` rows (at least one group), as a source; None when there are none."""
+    from streamrank.pipelines._nightly_views import GroupSelection, group_view, spans_minus
+
+    end = int(end)
+    if end <= 0:
+        return None
+    if fraction <= 0 and spans_minus(0, end, excluded) == [(0, end)]:
+        h = history_slice(store, end, max_rows)
+        return store.groups(*h)
+    view = group_view(store, 0, end, excluded, fraction=fraction, held=True)
+    if view.n_groups == 0:
+        return None
+    sizes = np.diff(view.group_ptr)
+    keep = int(np.searchsorted(np.cumsum(sizes[::-1]), int(max_rows), side="right"))
+    keep = min(max(keep, 1), view.n_groups)
+    return GroupSelection(store, view.selected[-keep:])
+
+
+def _span(src):
+    """``[first group, end)`` of a history source in store numbering."""
+    sel = getattr(src, "selected", None)
+    if sel is not None:
+        return [int(sel[0]), int(sel[-1]) + 1]
+    return [int(src.g0), int(src.g1)]
 
 
 def fold_scorers(learner, model, fold_stats):
@@ -98,16 +151,100 @@ def out_of_fold_metrics(source, scorers, *, k=10, max_rows=DEFAULT_BLOCK_ROWS):
 
 def gate(learner, store, h, candidate, cand_folds, current, cur_folds, *, k=10, tolerance=0.005,
          max_rows=DEFAULT_BLOCK_ROWS):
-    """Judge ``candidate`` against ``current`` out of fold on the history groups ``h = (g0, g1)``.
+    """Judge ``candidate`` against ``current`` out of fold on the history ``h``: groups ``(g0, g1)`` of
+    ``store`` or a source (:func:`history_view`).
 
     Returns the record kept in ``version.json`` under ``"gate"``: the slice,
     both models' out-of-fold metrics, the metric and the decision.
     """
-    src = store.groups(*h)
+    src = store.groups(*h) if isinstance(h, tuple) else h
     cand = out_of_fold_metrics(src, fold_scorers(learner, candidate, cand_folds), k=k, max_rows=max_rows)
     cur = out_of_fold_metrics(src, fold_scorers(learner, current, cur_folds), k=k, max_rows=max_rows)
     mk = f"ndcg@{k}"
-    return {"scheme": "history-out-of-fold", "groups": [int(h[0]), int(h[1])], "rows": int(src.n_rows),
-            "metric": mk, "candidate": cand, "current": cur, "tolerance": float(tolerance),
+    return {"scheme": "history-out-of-fold", "groups": _span(src), "n_groups": int(src.n_groups),
+            "rows": int(src.n_rows), "metric": mk, "candidate": cand, "current": cur, "tolerance": float(tolerance),
             "candidate_folds": len(cand_folds), "current_folds": len(cur_folds),
             "promote": bool(not (cand[mk] < cur[mk] - tolerance))}
+
+
+def statistics_gate(learner, store, end, excluded, model, extra, cur_model, cur_stats, *, k, tolerance, max_rows):
+    """The gate for rankrls / sparse-kernel: the fold statistics of both models (``extra`` = the candidate's
+    saved arrays, ``cur_stats`` = an ``np.load``-able of the current version's), None when unavailable."""
+    h = history_view(store, end, excluded, max_rows)
+    if h is None:
+        return None
+    if learner == "rankrls":
+        cand_folds, cur_folds = model.fold_stats_, getattr(cur_model, "fold_stats_", None)
+        if cur_folds is None:
+            return None
+    else:
+        cand_folds = _kernel_folds(extra, model)
+        with np.load(cur_stats, allow_pickle=False) as z:
+            cur_folds = _kernel_folds({n: z[n] for n in z.files}, cur_model)
+    return gate(learner, store, h, model, cand_folds, cur_model, cur_folds, k=k, tolerance=tolerance,
+                max_rows=max_rows)
+
+
+def _kernel_folds(arrays, model):
+    from streamrank.rankrls._statistics import RankStatistics
+
+    return [RankStatistics.from_arrays(arrays, group_weight=model.group_weight, ties=model.ties, prefix=f"fold{f}_")
+            for f in range(int(arrays["n_folds"]))]
+
+
+def held_tuples(store, end, excluded, fraction, max_tuples):
+    """``(Q, D_pos, D_neg, [first, end))`` of the newest held-out tuples before ``end`` (at most
+    ``max_tuples``; excluded spans skipped), read backwards in pieces; None when there are none."""
+    import scipy.sparse as sp
+
+    from streamrank.pipelines._nightly_views import held_out, spans_minus
+
+    parts, n, first = [], 0, None
+    step = max(4096, int(max_tuples))
+    for a, b in reversed(spans_minus(0, end, excluded)):
+        hi = b
+        while hi > a and n < max_tuples:
+            lo = max(a, hi - step)
+            batch = store.take(lo, hi)
+            m = np.flatnonzero(held_out(batch.tuples[:, 0], fraction))[::-1][:max_tuples - n][::-1]
+            if m.size:
+                parts.append((batch.Q[m], batch.D_pos[m], batch.D_neg[m]))
+                n += m.size
+                first = int(batch.index[m[0]])
+            hi = lo
+        if n >= max_tuples:
+            break
+    if not parts:
+        return None
+    parts = parts[::-1]
+    return (*(sp.vstack([p[i] for p in parts], format="csr") for i in range(3)), [first, int(end)], n)
+
+
+def sgd_gate(learner, store, end, excluded, fraction, candidate, current, *, k=10, tolerance=0.005,
+             max_rows=DEFAULT_BLOCK_ROWS):
+    """The SGD learners' gate (module doc): candidate and current scored on the held-out queries of the
+    history before ``end``; the record for ``version.json["gate"]``, or None when the history holds none."""
+    from streamrank.metrics import tuple_error
+    from streamrank.pipelines._nightly_learners import validate
+
+    rec = {"scheme": "held-out-queries", "fraction": float(fraction), "tolerance": float(tolerance)}
+    if learner == "sgd-bilinear":
+        got = held_tuples(store, end, excluded, fraction, max_rows)
+        if got is None:
+            return None
+        Q, Dp, Dn, span, n = got
+        cand, cur = ({"tuple_error": float(tuple_error(m.predict(Q, Dp), m.predict(Q, Dn)))}
+                     for m in (candidate, current))
+        mk = "tuple_error"
+        rec.update(tuples=span, n_tuples=int(n))
+        promote = not (cand[mk] > cur[mk] + tolerance)
+    else:
+        src = history_view(store, end, excluded, max_rows, fraction=fraction)
+        if src is None:
+            return None
+        cand, cur = (validate(m, src, k=k, max_rows=max_rows) for m in (candidate, current))
+        mk = f"ndcg@{k}"
+        rec.update(groups=_span(src), n_groups=int(src.n_groups), rows=int(src.n_rows))
+        promote = not (cand[mk] < cur[mk] - tolerance)
+    rec.update(metric=mk, candidate=cand, current=cur, promote=bool(promote))
+    return rec

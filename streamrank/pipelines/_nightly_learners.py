@@ -46,15 +46,22 @@ def _merged(a, b):
     return out
 
 
-def _split(store, seen, holdout):
-    """``(groups seen:h0, groups h0:)`` of the store; ``h0`` = the held-out start (no holdout: the end)."""
+def _split(store, seen, holdout, excluded=(), fraction=0.0):
+    """``(groups seen:h0, groups h0:)`` of the store; ``h0`` = the held-out start (no holdout: the end).
+
+    Without the ``excluded`` spans (days kept out of training) and, ``fraction > 0``, without the queries
+    the SGD gate holds out (:mod:`streamrank.pipelines._nightly_views`).
+    """
+    from streamrank.pipelines._nightly_views import group_view
+
     n = store.n_groups
     h0 = n if holdout is None else min(max(int(holdout), int(seen)), n)
-    return store.groups(seen, h0), store.groups(h0, n)
+    return (group_view(store, seen, h0, excluded, fraction=fraction),
+            group_view(store, h0, n, excluded, fraction=fraction))
 
 
 def update_rankrls(store, base_model, seen_groups, alphas, *, folds=DEFAULT_FOLDS, max_rows=DEFAULT_BLOCK_ROWS,
-                   params=None, holdout=None):
+                   params=None, holdout=None, excluded=()):
     """Statistics of the base model + statistics of groups ``seen_groups:`` → the new RankRLS.
 
     ``base_model=None`` (or ``seen_groups=0``): from scratch.  Only the new
@@ -63,7 +70,7 @@ def update_rankrls(store, base_model, seen_groups, alphas, *, folds=DEFAULT_FOLD
     ``holdout=h0``: groups ``h0:`` (the newest day) are accumulated apart,
     and the model without them — λ chosen from the folds without them — is
     returned as the third value (None without a holdout or without data
-    outside it).
+    outside it).  ``excluded``: group spans left out (excluded days).
     """
     from streamrank.rankrls.selection import accumulate_folds, select_from_fold_statistics
 
@@ -75,7 +82,7 @@ def update_rankrls(store, base_model, seen_groups, alphas, *, folds=DEFAULT_FOLD
     if base_model is not None:
         base_folds = base_model.fold_stats_
         folds = len(base_folds)
-    pre, hold = _split(store, seen_groups, holdout)
+    pre, hold = _split(store, seen_groups, holdout, excluded)
     folds_pre = _merged(base_folds, accumulate_folds(model, pre, folds, max_rows) if pre.n_rows else None)
     folds_hold = accumulate_folds(model, hold, folds, max_rows) if hold.n_rows else None
     folds_now = _merged(folds_pre, folds_hold)
@@ -103,16 +110,18 @@ def update_rankrls(store, base_model, seen_groups, alphas, *, folds=DEFAULT_FOLD
 
 
 def update_kernel(store, base_model, base_dir, seen, alphas, *, folds=DEFAULT_FOLDS, max_rows=DEFAULT_BLOCK_ROWS,
-                  params=None, holdout=None):
+                  params=None, holdout=None, excluded=()):
     """Sparse KernelRankRLS: basis fixed at the first (or --full) night; fold statistics of Φ kept beside
     the model; a night adds only the new groups' statistics.  ``holdout`` as in :func:`update_rankrls`
     (the basis is drawn from rows only — no labels — so a held-out row in it leaks nothing).
     Returns (model, selection, model without the held-out groups or None, arrays to save)."""
+    from streamrank.pipelines._nightly_views import group_view
     from streamrank.rankrls._statistics import RankStatistics
 
     base_folds = None
+    kept = group_view(store, 0, store.n_groups, excluded)       # the store without the excluded days
     if base_model is None:
-        model = sr.KernelRankRLS(**(params or {"n_basis": 100})).fit(store, max_rows=max_rows)  # basis
+        model = sr.KernelRankRLS(**(params or {"n_basis": 100})).fit(kept, max_rows=max_rows)  # basis
         n_folds, seen = folds, 0
     else:
         model = base_model
@@ -121,7 +130,7 @@ def update_kernel(store, base_model, base_dir, seen, alphas, *, folds=DEFAULT_FO
         n_folds = int(arrays["n_folds"])
         base_folds = [RankStatistics.from_arrays(arrays, group_weight=model.group_weight, ties=model.ties,
                                                  prefix=f"fold{f}_") for f in range(n_folds)]
-    pre, hold = _split(store, seen, holdout)
+    pre, hold = _split(store, seen, holdout, excluded)
     folds_pre = _merged(base_folds, model.fold_statistics(pre, n_folds, max_rows=max_rows) if pre.n_rows else None)
     folds_hold = model.fold_statistics(hold, n_folds, max_rows=max_rows) if hold.n_rows else None
     fold_stats = _merged(folds_pre, folds_hold)
@@ -129,7 +138,7 @@ def update_kernel(store, base_model, base_dir, seen, alphas, *, folds=DEFAULT_FO
     best, scores = res.best_alpha, res.scores
     model.alpha = best                    # the nightly model is saved with the λ chosen tonight
     norm = getattr(model, "normalizer_", None)          # normalize=: fixed with the basis (first night)
-    model.fit_basis_statistics(total, model.basis_, store, max_rows, normalizer=norm)
+    model.fit_basis_statistics(total, model.basis_, kept, max_rows, normalizer=norm)
     model.record_selection(res)
     arrays = {"n_folds": np.array(len(fold_stats))}
     for f, st in enumerate(fold_stats):
@@ -141,7 +150,7 @@ def update_kernel(store, base_model, base_dir, seen, alphas, *, folds=DEFAULT_FO
         res_m, total_m = model.select_from_fold_statistics(folds_pre, alphas)
         best_m = res_m.best_alpha
         minus = sr.KernelRankRLS(**dict(model.get_params(), alpha=best_m))
-        minus.fit_basis_statistics(total_m, model.basis_, store, max_rows, normalizer=norm)
+        minus.fit_basis_statistics(total_m, model.basis_, kept, max_rows, normalizer=norm)
         sel["holdout_alpha"] = best_m
     return model, sel, minus, arrays
 
@@ -161,7 +170,7 @@ def _is_fitted(model):
     return True
 
 
-def update_sgd(store, base_model, seen, *, params=None, batch=4096, holdout=None):
+def update_sgd(store, base_model, seen, *, params=None, batch=4096, holdout=None, excluded=(), fraction=0.0):
     """Resume SGD (``partial_fit``, shrinkage state intact) on tuples ``seen:`` of the store.
 
     ``holdout=t0``: *progressive validation* on tuples ``t0:`` (the newest
@@ -169,9 +178,13 @@ def update_sgd(store, base_model, seen, *, params=None, batch=4096, holdout=None
     so every held-out tuple is judged by a model that has not seen it; the
     final model is still one run over all tuples.  Returns (model, selection,
     ``{"tuple_error": ...}`` of the progressive pass, or None when there is
-    no holdout or no model yet at its start).
+    no holdout or no model yet at its start).  ``excluded``: tuple spans
+    left out (excluded days); ``fraction``: tuples of the queries the gate
+    holds out (:func:`streamrank.pipelines._nightly_views.held_out` of the
+    query row) are never trained on.
     """
     from streamrank.metrics import tuple_error
+    from streamrank.pipelines._nightly_views import held_out, spans_minus
 
     model = sr.SparseSGDRanker(**(params or {"auto_refit": False})) if base_model is None else base_model
     if base_model is None and model.normalize is not None:
@@ -181,27 +194,40 @@ def update_sgd(store, base_model, seen, *, params=None, batch=4096, holdout=None
         model.init_state(store.n_query_features, store.n_item_features)
     n = store.n_tuples
     h0 = n if holdout is None else min(max(int(holdout), int(seen)), n)
-    wrong = judged = 0
-    for lo, hi, held in ((seen, h0, False), (h0, n, holdout is not None)):
-        for a in range(lo, hi, batch):
-            Q, Dp, Dn = tuple_range(store, a, min(a + batch, hi))
-            if held and _is_fitted(model):
-                wrong += tuple_error(model.predict(Q, Dp), model.predict(Q, Dn)) * Q.shape[0]
-                judged += Q.shape[0]
-            model.partial_fit(Q, Dp, Dn)
-    prog = {"tuple_error": float(wrong / judged)} if judged and judged == n - h0 else None
-    return model, {"new_tuples": n - seen, "t": model.t_, "nnz": model.nnz_}, prog
+    wrong = judged = want = trained = 0
+    for lo0, hi0, held in ((seen, h0, False), (h0, n, holdout is not None)):
+        for lo, hi in spans_minus(lo0, hi0, excluded):
+            for a in range(lo, hi, batch):
+                if fraction > 0:
+                    b = store.take(a, min(a + batch, hi))
+                    keep = np.flatnonzero(~held_out(b.tuples[:, 0], fraction))
+                    Q, Dp, Dn = b.Q[keep], b.D_pos[keep], b.D_neg[keep]
+                else:
+                    Q, Dp, Dn = tuple_range(store, a, min(a + batch, hi))
+                if Q.shape[0] == 0:
+                    continue
+                if held:
+                    want += Q.shape[0]
+                if held and _is_fitted(model):
+                    wrong += tuple_error(model.predict(Q, Dp), model.predict(Q, Dn)) * Q.shape[0]
+                    judged += Q.shape[0]
+                model.partial_fit(Q, Dp, Dn)
+                trained += Q.shape[0]
+    prog = {"tuple_error": float(wrong / judged)} if judged and judged == want else None
+    return model, {"new_tuples": trained, "t": model.t_, "nnz": model.nnz_}, prog
 
 
-def update_pairwise(store, base_model, seen, *, params=None, max_rows=DEFAULT_BLOCK_ROWS, holdout=None, k=10):
+def update_pairwise(store, base_model, seen, *, params=None, max_rows=DEFAULT_BLOCK_ROWS, holdout=None, k=10,
+                    excluded=(), fraction=0.0):
     """Resume PairwiseSGDRanker: ``partial_fit`` on each block of the new groups (pairs sampled within
     groups, one pair per row; step counter, L1 state and sampling counter intact).  ``holdout``:
     progressive validation as in :func:`update_sgd` — each held-out block's NDCG@k and disagreement
-    are measured before the model learns from it.  Returns (model, selection, metrics or None)."""
+    are measured before the model learns from it.  ``excluded`` / ``fraction``: groups of excluded days and
+    of the queries the gate holds out are never trained on.  Returns (model, selection, metrics or None)."""
     from streamrank.metrics import RankingEvaluator, score_block
 
     model = sr.PairwiseSGDRanker(**(params or {})) if base_model is None else base_model
-    pre, hold = _split(store, seen, holdout)
+    pre, hold = _split(store, seen, holdout, excluded, fraction)
     if base_model is None and model.normalize is not None:
         # normalize=: the scales of all of the first night's rows (one pass), not of its first block;
         # later nights keep them (partial_fit scales every batch by the model's normalizer_)

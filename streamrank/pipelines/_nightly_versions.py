@@ -339,11 +339,17 @@ def summary_line(report) -> str:
     g = report.get("gate")
     if g:   # the decision: both models out of fold on the history they were trained on
         gk = g["metric"]
-        val = (f"{gk} {g['candidate'][gk]:.4f} (current {g['current'][gk]:.4f}) out of fold on "
-               f"{g['groups'][1] - g['groups'][0]} history groups")
+        if g.get("scheme") == "held-out-queries":      # SGD: the queries neither model was trained on
+            where = (f"on {g['n_tuples']} held-out history tuples" if "n_tuples" in g
+                     else f"on {g['n_groups']} held-out history queries")
+        else:
+            where = f"out of fold on {g.get('n_groups', g['groups'][1] - g['groups'][0])} history groups"
+        val = f"{gk} {g['candidate'][gk]:.4f} (current {g['current'][gk]:.4f}) {where}"
     alpha = f" alpha={report['alpha']:.4g}" if report.get("alpha") is not None else ""
+    tail = f"; excluded from training: {', '.join(d[:15] + '…' for d in report['excluded'])}" \
+        if report.get("excluded") else ""
     return (head + f"; {report['mode']} {report['version']}{alpha} {val} -> "
-            f"{report['status']}; current={report['current']}")
+            f"{report['status']}; current={report['current']}{tail}")
 
 
 def _plot(models_dir):

@@ -4,6 +4,7 @@ One run = one night::
 
     streamrank nightly --store STORE --new DAYFILE... --models DIR \\
         [--learner rankrls|sparse-kernel|sgd-bilinear|sgd-pairwise] [--alphas GRID] [--full] [--keep N]
+        [--reject DAY] [--readmit DAY] [--gate-fraction F]
 
 1. **Ingest** each DAYFILE (LETOR/svmlight text, ``.npz`` with ``X, y, qid``,
    or a zarr :class:`~streamrank.GroupStore`) into STORE in bounded chunks of
@@ -61,8 +62,11 @@ One run = one night::
    by the model solved without its fold, from the fold statistics both keep),
    recorded as ``version.json["gate"]``.  A day with inverted labels lowers
    the candidate's score there and is rejected; a day that adds more of the
-   right order raises it.  (A fixed ``--validation`` store, the first night
-   and the SGD learners decide as described above.)
+   right order raises it.  The SGD learners keep no folds: a fixed fraction
+   of the queries (``--gate-fraction``, default 0.1) is never trained on,
+   and the gate scores both models on the newest held-out queries of that
+   history.  (A fixed ``--validation`` store, the first night and
+   ``--gate-fraction 0`` decide as described above.)
 4. **Promote** the candidate if its NDCG@10 is not below the current model's
    by more than ``--tolerance`` (SGD: tuple error not above it by more): every
    version is written completely to ``DIR/<version>/`` (a model loadable with
@@ -71,7 +75,12 @@ One run = one night::
    directory name) is replaced with ``os.replace`` — atomic.
    ``sr.load(DIR + "/current")`` loads the promoted model.  ``--keep N``
    prunes all but the newest N versions (never the current one)
-   (:mod:`streamrank.pipelines._nightly_versions`).
+   (:mod:`streamrank.pipelines._nightly_versions`).  A rejected incremental
+   night's new days are recorded in ``DIR/excluded.json`` and later nights
+   train, validate and gate without them; ``--readmit DAY`` takes one back,
+   ``--reject DAY`` excludes one by hand (a day the current model was
+   trained on: the next night retrains from scratch)
+   (:mod:`streamrank.pipelines._nightly_exclusions`).
 5. **Report**: ``DIR/reports/<time>.json``, one summary line on stdout and,
    with matplotlib (the ``plot`` extra), ``DIR/metrics.png`` over versions.
 
@@ -125,6 +134,8 @@ from streamrank.pipelines._nightly_learners import (  # noqa: F401
     validate,
     validate_tuples,
 )
+from streamrank.pipelines._nightly_validation import _holdout, _validate_night
+from streamrank.pipelines._nightly_views import spans_minus
 from streamrank.pipelines._nightly_versions import (  # noqa: F401
     KERNEL_STATS,
     LOCK,
@@ -144,6 +155,7 @@ from streamrank.pipelines._nightly_versions import (  # noqa: F401
     prune,
     read_version,
     seen_by,
+    open_stats,
     stats_location,
     summary_line,
     switch_current,
@@ -157,91 +169,31 @@ __all__ = ["main", "run_night", "build_parser", "ingest", "ingest_tuples", "read
 LEARNERS = ("rankrls", "sparse-kernel", "sgd-bilinear", "sgd-pairwise")
 
 
-def _run_key(base, total, log, learner, alphas, full, folds):
+def _run_key(base, total, log, learner, alphas, full, folds, excluded=(), fraction=0.0):
     h = hashlib.sha256(json.dumps({
         "base": base, "total": total, "learner": learner,
         "alphas": [float(a) for a in alphas], "full": bool(full), "folds": folds,
+        **({"excluded": list(excluded)} if excluded else {}), **({"gate_fraction": fraction} if fraction else {}),
         "log": log[-1]["checksum"] if log else None,
     }, sort_keys=True).encode())
     return h.hexdigest()[:16]
 
 
-def _holdout(log, unit, total, cur_seen, fixed_store):
-    """Start of the held-out slice for the promotion decision, or None (see step 3 of the module doc).
-
-    The newest day's entries (trailing log entries of one content hash); the
-    slice starts where neither it nor the current model's data ends, so
-    neither the candidate-without-it nor the current model has seen it.
-    """
-    if fixed_store is not None:
-        return None
-    day = newest_day(log)
-    if not day:
-        return None
-    h0 = max(int(day[0][unit][0]), int(cur_seen))
-    return h0 if h0 < total else None
-
-
-def _train(learner, store, base_model, base_dir, seen, alphas, folds, max_rows, params, holdout, k):
+def _train(learner, store, base_model, base_dir, seen, alphas, folds, max_rows, params, holdout, k, excl=(),
+           fraction=0.0):
     """(model, selection, model without the held-out slice — SGD: progressive metrics on it — or None,
-    arrays to save beside it)."""
+    arrays to save beside it); ``excl``: spans of excluded days, ``fraction``: the SGD gate's queries."""
     if learner == "rankrls":
         return (*update_rankrls(store, base_model, seen, alphas, folds=folds, max_rows=max_rows, params=params,
-                                holdout=holdout), None)
+                                holdout=holdout, excluded=excl), None)
     if learner == "sgd-pairwise":
         return (*update_pairwise(store, base_model, seen, params=params, max_rows=max_rows, holdout=holdout,
-                                 k=k), None)
+                                 k=k, excluded=excl, fraction=fraction), None)
     if learner == "sgd-bilinear":
-        return (*update_sgd(store, base_model, seen, params=params, holdout=holdout), None)
+        return (*update_sgd(store, base_model, seen, params=params, holdout=holdout, excluded=excl,
+                            fraction=fraction), None)
     return update_kernel(store, base_model, base_dir, seen, alphas, folds=folds, max_rows=max_rows, params=params,
-                         holdout=holdout)
-
-
-def _validate_night(learner, store, log, unit, total, model, held, cur_model, cur_seen, h0, validation, k,
-                    max_rows):
-    """Step 3: ``(validation description, candidate metrics, current metrics, metric, higher is better)``.
-
-    ``held``: what the update returned for the held-out slice ``h0:`` — the
-    model trained without it (statistics learners) or the progressive
-    metrics on it (SGD) — or None (no honest slice: scored in-sample).
-    """
-    tuples, sgd = unit == "tuples", learner.startswith("sgd")
-    if validation is not None:
-        vdesc = {"scheme": "fixed-store", "store": str(validation)}
-        if tuples:
-            vts = sr.TupleStore.open(validation)
-            vt = (vts, 0, vts.n_tuples)
-        else:
-            vsrc = sr.GroupStore.open(validation)
-        cand = model
-    else:
-        honest = held is not None
-        day = newest_day(log)
-        lo = h0 if honest else int(day[0][unit][0])
-        vdesc = {"scheme": ("progressive" if sgd else "holdout") if honest else "in-sample", unit: [lo, total],
-                 "batch_ids": [e["batch_id"] for e in day if e[unit][1] > lo]}
-        if honest and not sgd:
-            vdesc["candidate_trained_on"] = [0, lo]
-            vdesc["promoted_model"] = "refit on all data (the held-out slice included)"
-        elif honest:
-            vdesc["candidate"] = "each batch of the slice scored before the model learned from it"
-        else:
-            vdesc["reason"] = ("the current model has seen every group of the newest day"
-                               if cur_model is not None and cur_seen >= total
-                               else "no data outside the newest day to train a candidate on")
-        vsrc, vt = (None if tuples else store.groups(lo, total)), (store, lo, total)
-        cand = held if (honest and not sgd) else model
-    if held is not None and sgd and validation is None:
-        metrics = held
-    elif tuples:
-        metrics = validate_tuples(cand, *vt)
-    else:
-        metrics = validate(cand, vsrc, k=k, max_rows=max_rows)
-    if tuples:
-        cur_metrics = validate_tuples(cur_model, *vt) if cur_model is not None else None
-        return vdesc, metrics, cur_metrics, "tuple_error", False
-    cur_metrics = validate(cur_model, vsrc, k=k, max_rows=max_rows) if cur_model is not None else None
-    return vdesc, metrics, cur_metrics, f"ndcg@{k}", True
+                         holdout=holdout, excluded=excl)
 
 
 def _learner_switch(models_dir, learner):
@@ -266,48 +218,37 @@ def _learner_switch(models_dir, learner):
     return prev
 
 
-def _history_gate(learner, store, log, unit, models_dir, cur, cur_model, cur_seen, model, extra, validation, k,
-                  tolerance, max_rows):
+def _gate(learner, store, log, unit, models_dir, cur, cur_model, cur_seen, model, extra, validation, excl,
+          fraction, k, tolerance, max_rows):
     """The promotion gate of :mod:`streamrank.pipelines._nightly_gate`, or None where it does not apply.
 
-    Statistics learners (rankrls, sparse-kernel) against a current model of the same learner, without a
-    fixed ``--validation`` store (that store decides then), when the current model was trained on history
-    that precedes tonight's new data.
+    Against a current model of the same learner (SGD: the same ``--gate-fraction``), without a fixed
+    ``--validation`` store (that store decides then), on the history the current model was trained on
+    before tonight's new data (excluded days skipped).
     """
-    from streamrank.pipelines._nightly_gate import gate, history_slice
+    from streamrank.pipelines._nightly_gate import sgd_gate, statistics_gate
 
-    if validation is not None or cur_model is None or learner not in ("rankrls", "sparse-kernel"):
+    if validation is not None or cur_model is None:
         return None
-    if read_version(models_dir, cur).get("learner", learner) != learner:
+    meta = read_version(models_dir, cur)
+    if meta.get("learner", learner) != learner:
         return None
     day = newest_day(log)
     end = min(int(cur_seen), int(day[0][unit][0]) if day else int(cur_seen))
-    h = history_slice(store, end, max_rows)
-    if h is None:
-        return None
-    if learner == "rankrls":
-        cand_folds, cur_folds = model.fold_stats_, getattr(cur_model, "fold_stats_", None)
-        if cur_folds is None:
+    if learner.startswith("sgd"):
+        if fraction <= 0 or float(meta.get("gate_fraction", 0.0)) != fraction:
             return None
-    else:
-        cand_folds = _kernel_folds(extra, model)
-        with np.load(models_dir / cur / KERNEL_STATS, allow_pickle=False) as z:
-            cur_folds = _kernel_folds({n: z[n] for n in z.files}, cur_model)
-    return gate(learner, store, h, model, cand_folds, cur_model, cur_folds, k=k, tolerance=tolerance,
-                max_rows=max_rows)
-
-
-def _kernel_folds(arrays, model):
-    from streamrank.rankrls._statistics import RankStatistics
-
-    return [RankStatistics.from_arrays(arrays, group_weight=model.group_weight, ties=model.ties, prefix=f"fold{f}_")
-            for f in range(int(arrays["n_folds"]))]
+        return sgd_gate(learner, store, end, excl, fraction, model, cur_model, k=k, tolerance=tolerance,
+                        max_rows=max_rows)
+    return statistics_gate(learner, store, end, excl, model, extra, cur_model,
+                           open_stats(stats_location(models_dir, cur)) if learner == "sparse-kernel" else None,
+                           k=k, tolerance=tolerance, max_rows=max_rows)
 
 
 def run_night(store_path, new_files, models_dir, *, learner="rankrls", alphas=None, full=False, keep=None,
               tolerance=0.005, folds=DEFAULT_FOLDS, validation=None, k=10, max_rows=DEFAULT_BLOCK_ROWS,
               plot=True, out=None, learner_params=None, verify=False, chunk_bytes=None, columns=None,
-              storage_options=None):
+              storage_options=None, gate_fraction=None, reject=(), readmit=()):
     """One night; returns the run report (also written to ``DIR/reports/``).
 
     ``models_dir`` and ``store_path`` may be URLs of object storage
@@ -324,6 +265,11 @@ def run_night(store_path, new_files, models_dir, *, learner="rankrls", alphas=No
     read per append (default 8 MiB).  ``columns``: a Parquet day's column
     names, ``{"label": ..., "qid": ..., "features": [...] | None, "feature_prefix": ...}``
     (default label ``label``, qid ``qid``, every other column a feature).
+    ``gate_fraction``: SGD learners, the fraction of queries held out for
+    the gate (:mod:`streamrank.pipelines._nightly_gate`; None: the model
+    line's, 0.1 for a new line).  ``reject`` / ``readmit``: day files or
+    ``sha256:`` batch ids to exclude from / re-admit to training
+    (:mod:`streamrank.pipelines._nightly_exclusions`), applied after the ingest.
     """
     out = sys.stdout if out is None else out
     if learner not in LEARNERS:
@@ -340,11 +286,14 @@ def run_night(store_path, new_files, models_dir, *, learner="rankrls", alphas=No
         _clean_partial(models_dir)
         return _run_locked(store_path, new_files, models_dir, learner, alphas, full, keep, tolerance, folds,
                            validation, k, max_rows, plot, out, learner_params, verify, chunk_bytes, columns,
-                           storage_options)
+                           storage_options, gate_fraction, reject, readmit)
 
 
 def _run_locked(store_path, new_files, models_dir, learner, alphas, full, keep, tolerance, folds, validation, k,
-                max_rows, plot, out, learner_params, verify, chunk_bytes, columns=None, storage_options=None):
+                max_rows, plot, out, learner_params, verify, chunk_bytes, columns=None, storage_options=None,
+                gate_fraction=None, reject=(), readmit=()):
+    from streamrank.pipelines import _nightly_exclusions as ex
+
     tuples = learner == "sgd-bilinear"
     unit = "tuples" if tuples else "groups"
     started = _now()
@@ -353,6 +302,7 @@ def _run_locked(store_path, new_files, models_dir, learner, alphas, full, keep, 
     switched = _learner_switch(models_dir, learner)   # before the ingest: a refusal changes nothing
     if switched:
         report["switched_from"] = switched
+    fraction = _line_fraction(models_dir, learner, gate_fraction, full or bool(switched))   # before ingest too
 
     # 1. ingest, then re-read what was written (or, with verify, the whole store)
     if tuples:
@@ -366,21 +316,33 @@ def _run_locked(store_path, new_files, models_dir, learner, alphas, full, keep, 
         store = sr.GroupStore.open(store_path, **opened)
         total, log = store.n_groups, store.batches
     report["verify"] = verify_new(store, report["ingest"], full=verify)
+    for ref in reject:                 # by hand, after the ingest (a day of tonight may be named)
+        report.setdefault("rejected_by_hand", []).append(ex.reject_by_hand(models_dir, log, unit, ref)["day"])
+    for ref in readmit:
+        report.setdefault("readmitted", []).append(ex.readmit(models_dir, log, unit, ref)["day"])
+    excl_doc = ex.read_exclusions(models_dir)
+    excl = ex.excluded_spans(excl_doc, unit)
 
     # 2. update
     cur = current_version(models_dir)
     cur_seen = seen_by(models_dir, cur, unit) if cur else 0
     base = None if (full or cur is None or switched) else cur   # another learner: a new line, from scratch
+    if base is not None:   # the excluded days inside the current model's data changed: it cannot unlearn one
+        was = sorted(read_version(models_dir, cur).get("excluded", []))
+        now = ex.excluded_days(excl_doc, unit, below=cur_seen)
+        if was != now:
+            report["retrain"] = f"the excluded days inside the current model's data changed ({was} -> {now})"
+            base = None
     seen = 0 if base is None else cur_seen
     if seen > total:
         raise ValueError(f"the current model saw {seen} {unit} but the store has {total}: "
                          "wrong --store for these --models?")
-    key = _run_key(base, total, log, learner, alphas, full, folds)
+    key = _run_key(base, total, log, learner, alphas, full, folds, ex.excluded_days(excl_doc, unit), fraction)
     report["key"] = key
     versions = list_versions(models_dir)
     metas = {v: read_version(models_dir, v) for v in versions}
     reuse = next((v for v in versions if metas[v].get("key") == key), None)
-    if base is not None and seen == total:
+    if base is not None and not spans_minus(seen, total, excl):   # nothing new (or all of it excluded)
         report.update(status="up-to-date", version=cur, promoted=False, current=cur)
         return finish_report(report, models_dir, keep, plot, out)
     if reuse is not None:  # a previous run trained it but died before promoting
@@ -391,8 +353,7 @@ def _run_locked(store_path, new_files, models_dir, learner, alphas, full, keep, 
         cur_model = load_version(models_dir, cur) if cur else None
         h0 = _holdout(log, unit, total, cur_seen if cur else 0, validation)
         model, sel, held, extra = _train(learner, store, base_model, stats_location(models_dir, base) if base else None,
-                                         seen,
-                                         alphas, folds, max_rows, learner_params, h0, k)
+                                         seen, alphas, folds, max_rows, learner_params, h0, k, excl, fraction)
         if not tuples and store.feature_names is not None:   # the store's names travel with the model
             model._set_feature_names(store.n_features, store.feature_names)
         if tuples:
@@ -402,10 +363,12 @@ def _run_locked(store_path, new_files, models_dir, learner, alphas, full, keep, 
                     "new_groups": sel["new_groups"]}
         # 3. validate: the promotion decision compares models that have not seen the slice
         vdesc, metrics, cur_metrics, mk, higher = _validate_night(
-            learner, store, log, unit, total, model, held, cur_model, cur_seen, h0, validation, k, max_rows)
+            learner, store, log, unit, total, model, held, cur_model, cur_seen, h0, validation, k, max_rows, excl)
         data.update(batches=len(log), last_batch=log[-1]["batch_id"])
-        gate_rec = _history_gate(learner, store, log, unit, models_dir, cur, cur_model, cur_seen, model, extra,
-                                 validation, k, tolerance, max_rows)
+        if excl:
+            data["excluded"] = [list(e) for e in excl]
+        gate_rec = _gate(learner, store, log, unit, models_dir, cur, cur_model, cur_seen, model, extra, validation,
+                         excl, fraction, k, tolerance, max_rows)
         if gate_rec is not None:     # the decision (step 4): out of fold on the history both models trust
             promote = gate_rec["promote"]
         elif cur_metrics is None:
@@ -422,21 +385,50 @@ def _run_locked(store_path, new_files, models_dir, learner, alphas, full, keep, 
             "base": base, "mode": "full" if base is None else "incremental", "data": data,
             "selection": sel, "validation": vdesc, "metrics": metrics, "current_metrics": cur_metrics,
             "promotion_metric": mk, "tolerance": tolerance, "promote": bool(promote), "previous": cur,
+            "excluded": ex.excluded_days(excl_doc, unit),
         }
+        if learner.startswith("sgd"):
+            meta["gate_fraction"] = fraction
         if gate_rec is not None:
             meta["gate"] = gate_rec
         if switched:
             meta["switched_from"] = switched
         _write_version(models_dir, name, model, meta, extra)
-    # 4. promote
+    # 4. promote; a rejected incremental night's new days are excluded from later nights
     if meta["promote"]:
         switch_current(models_dir, name)
+    elif meta["mode"] == "incremental":
+        days = ex.night_days(log, unit, seen_by(models_dir, meta["base"], unit), total)
+        report["excluded"] = [r["day"] for r in ex.exclude_days(
+            models_dir, days, reason=f"rejected by the gate of {name}", version=name,
+            scores=meta.get("gate") or {"candidate": meta["metrics"], "current": meta["current_metrics"]})]
     report.update(status="promoted" if meta["promote"] else "rejected", version=name,
                   promoted=bool(meta["promote"]), current=current_version(models_dir),
                   alpha=meta["selection"].get("alpha"), metrics=meta["metrics"],
                   current_metrics=meta["current_metrics"], data=meta["data"], mode=meta["mode"],
                   validation=meta["validation"], gate=meta.get("gate"))
     return finish_report(report, models_dir, keep, plot, out)
+
+
+def _line_fraction(models_dir, learner, requested, new_line):
+    """The SGD gate's held-out fraction of this night: fixed for a model line (the current version's),
+    ``requested`` (default 0.1) for a new one; another value on an existing line is refused before ingest."""
+    from streamrank.pipelines._nightly_gate import DEFAULT_GATE_FRACTION
+
+    if not learner.startswith("sgd"):
+        if requested:
+            raise ValueError(f"--gate-fraction is for the SGD learners; {learner} is gated out of fold")
+        return 0.0
+    if requested is not None and not 0.0 <= float(requested) < 1.0:
+        raise ValueError(f"--gate-fraction must be in [0, 1), got {requested}")
+    cur = current_version(models_dir)
+    if cur is None or new_line:
+        return DEFAULT_GATE_FRACTION if requested is None else float(requested)
+    line = float(read_version(models_dir, cur).get("gate_fraction", 0.0))   # versions before the gate: 0
+    if requested is not None and float(requested) != line:
+        raise ValueError(f"--gate-fraction {requested}: the model line of {cur} holds out {line} of the queries "
+                         "(fixed at its first night); use --full to start a line with another fraction")
+    return line
 
 
 # ------------------------------------------------------------------- CLI
@@ -454,9 +446,17 @@ def build_parser():
     p = argparse.ArgumentParser(prog="streamrank nightly", description=__doc__.split("\n\n")[0],
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--store", required=True, help="GroupStore of all logs so far (created if missing)")
-    p.add_argument("--new", nargs="+", required=True, metavar="DAYFILE",
+    p.add_argument("--new", nargs="+", default=[], metavar="DAYFILE",
                    help="the new day's data: LETOR/svmlight text, .npz with X, y, qid, Parquet (--label, --qid "
-                        "name its columns), or a zarr store")
+                        "name its columns), or a zarr store (may be left out with --reject / --readmit)")
+    p.add_argument("--reject", action="append", default=[], metavar="DAY",
+                   help="exclude a day (its file, or its sha256: batch id) from training from now on; repeatable")
+    p.add_argument("--readmit", action="append", default=[], metavar="DAY",
+                   help="take an excluded day (rejected by the gate or by hand) back into training; repeatable")
+    p.add_argument("--gate-fraction", type=float, default=None, metavar="F",
+                   help="sgd learners: the fraction of queries never trained on, on which the gate compares the "
+                        "candidate with the current model (default 0.1, fixed for a model line; 0: no gate, "
+                        "progressive validation on the new day decides)")
     p.add_argument("--label", default="label", metavar="COL", help="Parquet day: the label column (default label)")
     p.add_argument("--qid", default="qid", metavar="COL",
                    help="Parquet day: the query id column, integers or strings (default qid)")
@@ -532,13 +532,16 @@ def main(argv=None) -> int:
 
     parser = build_parser()
     args = parser.parse_args(argv)
+    if not (args.new or args.reject or args.readmit):
+        parser.error("--new DAYFILE... is required (unless --reject / --readmit is given)")
     return run_main("nightly", args.verbose, lambda: run_night(
         args.store, args.new, args.models, learner=args.learner, alphas=args.alphas, full=args.full,
         keep=args.keep, tolerance=args.tolerance, folds=args.folds, validation=args.validation,
         max_rows=args.max_rows, plot=not args.no_plot, verify=args.verify,
         chunk_bytes=max(1, int(args.chunk_mb * 2**20)), learner_params=_learner_params(args),
         columns={"label": args.label, "qid": args.qid, "feature_prefix": args.features_from_prefix},
-        storage_options=args.storage_options),
+        storage_options=args.storage_options, gate_fraction=args.gate_fraction, reject=args.reject,
+        readmit=args.readmit),
         interrupted="interrupted; the store keeps its last commit and current its last promoted version")
 
 

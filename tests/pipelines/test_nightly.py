@@ -149,9 +149,10 @@ def test_worse_candidate_is_not_promoted(tmp_path):
                             plot=False, out=buf)
     assert rep["status"] == "rejected" and nightly.current_version(models) == "v0001"
     assert "rejected" in buf.getvalue()
-    # the next night starts again from the current model and still sees night 2's groups
+    assert rep["excluded"] == [nightly.content_hash(_day_file(tmp_path, 2))]   # kept out of later nights...
+    # ...unless re-admitted: the next night starts again from the current model and sees night 2's groups
     rep = nightly.run_night(store, [_day_file(tmp_path, 3)], models, alphas=[1.0], tolerance=1.0,
-                            plot=False, out=io.StringIO())
+                            plot=False, out=io.StringIO(), readmit=[_day_file(tmp_path, 2)])
     assert rep["status"] == "promoted" and rep["data"]["new_groups"] == 24
 
 
@@ -177,7 +178,7 @@ def test_scripts_run_from_the_command_line(module):
 def test_sgd_bilinear_nights_resume_and_equal_one_run(tmp_path):
     store, models = tmp_path / "tuples.zarr", tmp_path / "models"
     days = [make_tuple_day(tmp_path, d) for d in range(1, 6)]
-    run = dict(learner="sgd-bilinear", tolerance=1.0, plot=False)
+    run = dict(learner="sgd-bilinear", tolerance=1.0, plot=False, gate_fraction=0)   # every query trained on
     for i, day in enumerate(days):
         rep = nightly.run_night(store, [day], models, out=io.StringIO(), **run)
         assert rep["status"] == "promoted" and rep["mode"] == ("full" if i == 0 else "incremental")
@@ -219,7 +220,7 @@ def test_sgd_pairwise_nights_resume(tmp_path):
     store, models = tmp_path / "logs.zarr", tmp_path / "models"
     for d in range(1, 5):
         rep = nightly.run_night(store, [_day_file(tmp_path, d)], models, learner="sgd-pairwise", tolerance=1.0,
-                                plot=False, out=io.StringIO(), learner_params={"random_state": 5})
+                                plot=False, out=io.StringIO(), learner_params={"random_state": 5}, gate_fraction=0)
         assert rep["status"] == "promoted" and "ndcg@10" in rep["metrics"]
     final = sr.load(models / "current")
     s = sr.GroupStore.open(store)
@@ -293,6 +294,7 @@ def test_nightly_normalize_sparse_kernel_and_pairwise_keep_the_first_nights_scal
     for d in (1, 2, 3):
         assert nightly.main(["--store", str(store), "--new", str(_day_file(tmp_path, d)), "--models", str(models),
                              "--learner", "sgd-pairwise", "--normalize", "minmax", "--seed", "5", "--tolerance", "1",
+                             "--gate-fraction", "0",
                              "--no-plot"]) == 0
     final = sr.load(models / "current")
     s = sr.GroupStore.open(store)
@@ -309,7 +311,7 @@ def test_nightly_normalize_sgd_bilinear_keeps_the_first_nights_scales(tmp_path):
     """--learner sgd-bilinear --normalize standard: scale-only scales of the first night's stored query and
     item vectors, kept by later nights; W equals the same partial_fit calls on rows scaled by them."""
     days = [make_tuple_day(tmp_path, d) for d in range(1, 4)]
-    args = ["--learner", "sgd-bilinear", "--normalize", "standard", "--tolerance", "1", "--no-plot"]
+    args = ["--learner", "sgd-bilinear", "--normalize", "standard", "--tolerance", "1", "--no-plot", "--gate-fraction", "0"]
     assert nightly.main(["--store", str(tmp_path / "b1.zarr"), "--new", str(days[0]), "--models",
                          str(tmp_path / "bm1"), *args]) == 0
     first = sr.TupleStore.open(tmp_path / "b1.zarr")

@@ -63,8 +63,9 @@ def test_rejected_candidate_is_judged_on_the_newest_day_only(tmp_path):
     _night(store, models, _npz(tmp_path, 1))
     r2 = nightly.run_night(store, [_npz(tmp_path, 2)], models, alphas=ALPHAS, tolerance=-5.0, plot=False,
                            out=io.StringIO())
-    assert r2["status"] == "rejected"
-    r3 = _night(store, models, _npz(tmp_path, 3))     # base = v0001: nights 2-3 new, night 3 held out
+    assert r2["status"] == "rejected" and r2["excluded"] == [nightly.content_hash(_npz(tmp_path, 2))]
+    r3 = _night(store, models, _npz(tmp_path, 3), readmit=[_npz(tmp_path, 2)])   # base = v0001: nights 2-3 new
+    # (night 2 re-admitted: a rejected night is otherwise excluded), night 3 held out
     meta = nightly.read_version(models, r3["version"])
     assert meta["data"]["new_groups"] == 24 and meta["validation"]["groups"] == [24, 36]
     assert meta["validation"]["candidate_trained_on"] == [0, 24]
@@ -90,7 +91,7 @@ def test_sparse_kernel_holdout_candidate(tmp_path):
 
 def test_sgd_progressive_validation_on_the_newest_day(tmp_path):
     store, models = tmp_path / "t.zarr", tmp_path / "models"
-    run = dict(learner="sgd-bilinear", tolerance=1.0, plot=False)
+    run = dict(learner="sgd-bilinear", tolerance=1.0, plot=False, gate_fraction=0)   # every tuple trained on
     nightly.run_night(store, [make_tuple_day(tmp_path, 1)], models, out=io.StringIO(), **run)
     rep = nightly.run_night(store, [make_tuple_day(tmp_path, 2)], models, out=io.StringIO(), **run)
     meta = nightly.read_version(models, rep["version"])

@@ -1,0 +1,79 @@
+"""Nightly pipeline, step 3: the newest-day validation numbers (descriptive; the gate decides).
+
+See step 3 of :mod:`streamrank.pipelines.nightly`: the newest day is held
+out of the candidate (statistics learners) or scored progressively (SGD),
+a fixed ``--validation`` store replaces it, and without an honest slice the
+numbers are in-sample (``validation.scheme`` says which).
+"""
+from __future__ import annotations
+
+import streamrank as sr
+from streamrank.pipelines._nightly_ingest import newest_day
+from streamrank.pipelines._nightly_learners import validate, validate_tuples
+from streamrank.pipelines._nightly_views import group_view
+
+__all__ = ["_holdout", "_validate_night"]
+
+
+def _holdout(log, unit, total, cur_seen, fixed_store):
+    """Start of the held-out slice for the promotion decision, or None (see step 3 of the module doc).
+
+    The newest day's entries (trailing log entries of one content hash); the
+    slice starts where neither it nor the current model's data ends, so
+    neither the candidate-without-it nor the current model has seen it.
+    """
+    if fixed_store is not None:
+        return None
+    day = newest_day(log)
+    if not day:
+        return None
+    h0 = max(int(day[0][unit][0]), int(cur_seen))
+    return h0 if h0 < total else None
+
+
+
+def _validate_night(learner, store, log, unit, total, model, held, cur_model, cur_seen, h0, validation, k,
+                    max_rows, excl=()):
+    """Step 3: ``(validation description, candidate metrics, current metrics, metric, higher is better)``.
+
+    ``held``: what the update returned for the held-out slice ``h0:`` — the
+    model trained without it (statistics learners) or the progressive
+    metrics on it (SGD) — or None (no honest slice: scored in-sample).
+    """
+    tuples, sgd = unit == "tuples", learner.startswith("sgd")
+    if validation is not None:
+        vdesc = {"scheme": "fixed-store", "store": str(validation)}
+        if tuples:
+            vts = sr.TupleStore.open(validation)
+            vt = (vts, 0, vts.n_tuples)
+        else:
+            vsrc = sr.GroupStore.open(validation)
+        cand = model
+    else:
+        honest = held is not None
+        day = newest_day(log)
+        lo = h0 if honest else int(day[0][unit][0])
+        vdesc = {"scheme": ("progressive" if sgd else "holdout") if honest else "in-sample", unit: [lo, total],
+                 "batch_ids": [e["batch_id"] for e in day if e[unit][1] > lo]}
+        if honest and not sgd:
+            vdesc["candidate_trained_on"] = [0, lo]
+            vdesc["promoted_model"] = "refit on all data (the held-out slice included)"
+        elif honest:
+            vdesc["candidate"] = "each batch of the slice scored before the model learned from it"
+        else:
+            vdesc["reason"] = ("the current model has seen every group of the newest day"
+                               if cur_model is not None and cur_seen >= total
+                               else "no data outside the newest day to train a candidate on")
+        vsrc, vt = (None if tuples else group_view(store, lo, total, excl)), (store, lo, total)
+        cand = held if (honest and not sgd) else model
+    if held is not None and sgd and validation is None:
+        metrics = held
+    elif tuples:
+        metrics = validate_tuples(cand, *vt)
+    else:
+        metrics = validate(cand, vsrc, k=k, max_rows=max_rows)
+    if tuples:
+        cur_metrics = validate_tuples(cur_model, *vt) if cur_model is not None else None
+        return vdesc, metrics, cur_metrics, "tuple_error", False
+    cur_metrics = validate(cur_model, vsrc, k=k, max_rows=max_rows) if cur_model is not None else None
+    return vdesc, metrics, cur_metrics, f"ndcg@{k}", True

@@ -1,0 +1,142 @@
+"""A rejected day is kept out of later nights (issue 24), on MQ2008 days.
+
+Night 1: 40 queries of Fold1 train.txt; night 2: the next 250 (promoted); night 3: the next 150 with
+inverted labels (rejected by the gate, and excluded); night 4: 150 other queries (Fold1 vali.txt, good
+labels).  Before the exclusion the rejected day stayed in every later candidate and night 4 was rejected
+too; now night 4 is trained without it and promoted, and equals a from-scratch fit on the store without
+the excluded day.
+"""
+from __future__ import annotations
+
+import io
+import json
+import shutil
+
+import numpy as np
+import pytest
+
+import streamrank as sr
+from mq_days import ARCHIVE, read_queries, text_day
+from streamrank.pipelines import nightly
+from streamrank.pipelines._nightly_views import GroupSelection, group_view
+
+ALPHAS = 2.0 ** np.arange(-4, 9, 2)
+
+pytestmark = pytest.mark.skipif(not ARCHIVE.exists(), reason="MQ2008 archive not available")
+
+
+@pytest.fixture(scope="module")
+def days(tmp_path_factory):
+    d = tmp_path_factory.mktemp("mq_excl")
+    lines, starts = read_queries()
+    vlines, vstarts = read_queries("MQ2008/Fold1/vali.txt")
+    return {"first": text_day(d / "d1.txt", lines, starts, 0, 40),
+            "more": text_day(d / "d2.txt", lines, starts, 40, 290),
+            "inverted": text_day(d / "d3_inverted.txt", lines, starts, 290, 440, invert=True),
+            "other": text_day(d / "d4.txt", vlines, vstarts, 0, 150),
+            "other2": text_day(d / "d5.txt", vlines, vstarts, 150, 157)}
+
+
+def _main(store, models, *args):
+    out = io.StringIO()
+    import contextlib
+
+    with contextlib.redirect_stdout(out):
+        rc = nightly.main(["--store", str(store), "--models", str(models), "--alphas", "2^-4:2^8:7", "--no-plot",
+                           *map(str, args)])
+    return rc, out.getvalue()
+
+
+def _report(models):
+    return json.loads(sorted((models / "reports").glob("*.json"))[-1].read_text())
+
+
+def test_a_rejected_day_is_excluded_and_the_next_good_night_is_promoted(days, tmp_path):
+    store, models = tmp_path / "s.zarr", tmp_path / "m"
+    for day in ("first", "more"):
+        assert _main(store, models, "--new", days[day])[0] == 0
+    rc, line3 = _main(store, models, "--new", days["inverted"])
+    assert rc == 0 and "-> rejected; current=v0002; excluded from training: sha256:" in line3, line3
+    inv = nightly.content_hash(days["inverted"])
+    doc = json.loads((models / "excluded.json").read_text())
+    (rec,) = doc["excluded"]
+    assert rec["day"] == inv and rec["groups"] == [290, 440] and rec["version"] == "v0003"
+    assert rec["reason"] == "rejected by the gate of v0003" and rec["batch_ids"] == [inv]
+    assert rec["scores"]["candidate"]["ndcg@10"] < rec["scores"]["current"]["ndcg@10"] - 0.005
+    shutil.copytree(store, tmp_path / "s_no_excl.zarr")
+    shutil.copytree(models, tmp_path / "m_no_excl")
+
+    rc, line4 = _main(store, models, "--new", days["other"])
+    assert rc == 0 and "-> promoted; current=v0004" in line4, line4
+    meta = nightly.read_version(models, "v0004")
+    assert meta["base"] == "v0002" and meta["mode"] == "incremental" and meta["excluded"] == [inv]
+    assert meta["data"]["new_groups"] == 150 and meta["data"]["excluded"] == [[290, 440]]
+    assert meta["gate"]["groups"] == [0, 290]
+    # the nightly's model = a from-scratch fit on the store without the excluded day
+    s = sr.GroupStore.open(store)
+    final = sr.load(models / "current")
+    kept = group_view(s, 0, s.n_groups, [(290, 440)])
+    assert kept.n_groups == s.n_groups - 150
+    ref = sr.RankRLS(alpha=final.alpha, solver="primal").fit(kept)
+    np.testing.assert_allclose(final.coef_, ref.coef_, rtol=1e-10, atol=1e-12)
+    assert final.alpha == sr.RankRLS(solver="primal").cross_validate(kept, alphas=ALPHAS, folds=5).best_alpha
+
+    # without the exclusion (the day re-admitted by hand) the same night is rejected: the old behaviour
+    rc, line = _main(tmp_path / "s_no_excl.zarr", tmp_path / "m_no_excl", "--new", days["other"],
+                     "--readmit", days["inverted"])
+    assert rc == 0 and "-> rejected; current=v0002" in line, line
+    rep = _report(tmp_path / "m_no_excl")
+    assert rep["readmitted"] == [inv] and rep["data"]["new_groups"] == 300
+    doc = json.loads((tmp_path / "m_no_excl" / "excluded.json").read_text())
+    assert doc["history"][0]["event"] == "readmitted" and doc["history"][0]["day"] == inv
+    assert {r["day"] for r in doc["excluded"]} == {inv, nightly.content_hash(days["other"])}   # rejected again
+
+
+def test_rejecting_a_trained_day_by_hand_retrains_without_it(days, tmp_path):
+    store, models = tmp_path / "s.zarr", tmp_path / "m"
+    for day in ("first", "more"):
+        assert _main(store, models, "--new", days[day])[0] == 0
+    bid = nightly.content_hash(days["first"])
+    rc, line = _main(store, models, "--reject", bid)          # no --new: tonight trains on the store
+    assert rc == 0 and "full v0003" in line, line
+    rep = _report(models)
+    assert rep["rejected_by_hand"] == [bid] and "excluded days inside the current model's data" in rep["retrain"]
+    assert rep["status"] == "promoted" and rep["mode"] == "full"
+    s = sr.GroupStore.open(store)
+    final = sr.load(models / "current")
+    ref = sr.RankRLS(alpha=final.alpha, solver="primal").fit(s.groups(40, 290))
+    np.testing.assert_allclose(final.coef_, ref.coef_, rtol=1e-10, atol=1e-12)
+    assert nightly.read_version(models, "v0003")["excluded"] == [bid]
+    # nothing new and nothing changed: up to date; re-admitting a day that is not excluded is an error
+    assert "model up to date" in _main(store, models, "--new", days["more"])[1]
+    import contextlib
+
+    err = io.StringIO()
+    with contextlib.redirect_stderr(err):
+        rc, _ = _main(store, models, "--readmit", days["more"])
+    assert rc == 4 and "is not excluded (excluded days: ['sha256:" in err.getvalue()
+    with contextlib.redirect_stderr(err), pytest.raises(SystemExit):
+        nightly.main(["--store", str(store), "--models", str(models)])     # neither --new nor --reject/--readmit
+    assert "--new DAYFILE... is required" in err.getvalue()
+
+
+def test_group_selection_reads_the_selected_groups(days, tmp_path):
+    """GroupSelection = the same rows, labels, query ids as the groups picked one by one (a span read and
+    run-by-run reads), for every block budget."""
+    nightly.ingest(tmp_path / "t.zarr", [days["first"]])
+    s = sr.GroupStore.open(tmp_path / "t.zarr")
+    rng = np.random.default_rng(0)
+    for groups in (np.arange(3, 30), np.sort(rng.choice(40, 12, replace=False)), np.array([0, 39]), np.array([], int)):
+        view = GroupSelection(s, groups)
+        want = [s.groups(int(g), int(g) + 1) for g in groups]
+        X = np.vstack([b.X for w in want for b in w.blocks()] or [np.zeros((0, 46))])
+        y = np.concatenate([b.y for w in want for b in w.blocks()] or [np.zeros(0)])
+        for max_rows in (7, 50, 10_000):
+            blocks = list(view.blocks(max_rows=max_rows, split_groups=True))
+            got_X = np.vstack([b.X for b in blocks] or [np.zeros((0, 46))])
+            np.testing.assert_array_equal(got_X, X)
+            np.testing.assert_array_equal(np.concatenate([b.y for b in blocks] or [np.zeros(0)]), y)
+        assert list(view._group_qid(0, view.n_groups)) == list(np.asarray(s.qid)[groups])
+        assert view.n_rows == len(y) and view.n_groups == len(groups)
+    with pytest.raises(ValueError, match="sorted unique"):
+        GroupSelection(s, [3, 2])
