@@ -63,7 +63,7 @@ Exit codes
        version, corrupt file, parse error (file:line), wrong store kind
 5      cannot write: the output exists and is not replaceable, or another
        process is appending to the store (one writer at a time)
-6      unsupported combination (e.g. --cv with --learner cg)
+6      unsupported combination (e.g. --cv query with --learner cg)
 130    interrupted (Ctrl-C / SIGINT; 143 for SIGTERM): nothing half-written
        is left — models are written to a temporary directory and renamed,
        store appends are atomic (an interrupted ingest resumes where it
@@ -90,8 +90,9 @@ from ._common import (DEFAULT_MAX_ROWS, EXIT_BUG, EXIT_CODES, EXIT_DATA, EXIT_NO
                       EXIT_OK, EXIT_SIGINT, EXIT_SIGTERM, EXIT_UNSUPPORTED, EXIT_USAGE, EXIT_WRITE, FORMATS,
                       LEARNERS, METRICS, Unsupported, UsageError)
 from ._grid import parse_grid
+from ._progress import progress_reporting
 
-__all__ = ["main", "build_parser", "parse_grid", "EXIT_CODES"]
+__all__ = ["main", "build_parser", "parse_grid", "EXIT_CODES", "progress_reporting"]
 
 
 def _console():  # pragma: no cover - the installed script calls main() and exits

@@ -53,12 +53,13 @@ def _cv_record(res, learner) -> dict:
 
 
 def _run_cv(model, source, args, folds, check_only=False):
-    if args.learner in ("cg", "sgd-bilinear", "sgd-pairwise"):
+    if args.learner in ("sgd-bilinear", "sgd-pairwise"):
         raise Unsupported(f"cross-validation over --alphas is done from statistics and needs --learner "
-                          f"rankrls, kernel or sparse-kernel; {args.learner} fits one --alpha "
+                          f"rankrls, cg, kernel or sparse-kernel; {args.learner} fits one --alpha "
                           f"(for {args.learner}, run fit once per value)")
-    if args.learner == "sparse-kernel" and folds != "query":
-        raise Unsupported("sparse-kernel cross-validation is leave-query-out only: use --cv query")
+    if args.learner == "cg" and folds == "query":
+        raise Unsupported("leave-one-query-out cross-validation needs --learner rankrls (its hold-out formula "
+                          "needs the exact solve); cg selects λ by k-fold: --cv K")
     if check_only:
         return None
     res = model.cross_validate(source, alphas=args.alphas, folds=folds, scoring=args.scoring)

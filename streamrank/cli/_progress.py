@@ -24,7 +24,7 @@ import time
 
 from ..io.blocks import BlockSource
 
-__all__ = ["Progress", "ProgressSource", "ProgressTuples", "PhaseReporter", "format_eta"]
+__all__ = ["Progress", "ProgressSource", "ProgressTuples", "PhaseReporter", "format_eta", "progress_reporting"]
 
 
 def format_eta(seconds) -> str:
@@ -47,8 +47,9 @@ class Progress:
     """Progress of one operation over ``total`` units (None: unknown total)."""
 
     def __init__(self, total=None, *, unit="rows", desc="streamrank", quiet=False, stream=None,
-                 interval=None, tty=None):
+                 interval=None, tty=None, final_line=True):
         self.total = None if total is None else int(total)
+        self.final_line = bool(final_line)     # False: only the phases report (no count of its own)
         self.unit = unit
         self.desc = desc
         self.quiet = bool(quiet)
@@ -59,6 +60,7 @@ class Progress:
             tty = bool(isatty and isatty())
         self.tty = tty
         self.n = 0
+        self.postfix = ""       # a short state after the count (a phase's note: "residual 3e-4, tol 1e-6")
         self._phase = None      # a PhaseReporter phase in progress: it owns the count, passes do not
         self._bar = None
         self._t0 = time.monotonic()
@@ -108,6 +110,11 @@ class Progress:
         if self._bar is not None:
             self._bar.unit = " " + unit
 
+    def set_postfix(self, text: str) -> None:
+        self.postfix = text or ""
+        if self._bar is not None:
+            self._bar.set_postfix_str(self.postfix, refresh=False)
+
     def say(self, text: str) -> None:
         """One line about the operation (not on a TTY bar, not when quiet)."""
         if self.quiet:
@@ -142,7 +149,8 @@ class Progress:
         else:
             done = f"{self.n:,} {self.unit}"
             tail = f" in {format_eta(dt)}" if final else ""
-        print(f"streamrank {self.desc}: {done}, {rate:,.0f} {self.unit}/s{tail}",
+        note = f" [{self.postfix}]" if self.postfix else ""
+        print(f"streamrank {self.desc}: {done}{note}, {rate:,.0f} {self.unit}/s{tail}",
               file=self.stream, flush=True)
 
     def close(self, ok: bool = True) -> None:
@@ -151,7 +159,7 @@ class Progress:
         self._closed = True
         if self._bar is not None:
             self._bar.close()
-        elif not self.quiet and ok:  # after an error the error line says it all
+        elif not self.quiet and ok and self.final_line:  # after an error the error line says it all
             self._line(final=True)
 
 
@@ -242,7 +250,9 @@ class ProgressTuples:
 class PhaseReporter:
     """Shows the phases of :mod:`streamrank._phases` on a :class:`Progress`: each phase restarts the count
     under its own name and unit ("fit kernel: decomposition ...", "fit rankrls: leave-query-out 120/471
-    groups"); a phase without a count says when it starts and how long it took."""
+    groups"); a phase without a count says when it starts and how long it took.  A phase begun inside
+    another is shown at the outer one's position ("fit cg: CV folds 2/5 > cg iterations 14/1,000"), and
+    the outer count goes on when it ends."""
 
     def __init__(self, progress: Progress):
         self.progress = progress
@@ -253,12 +263,16 @@ class PhaseReporter:
         import time as _t
 
         p = self.progress
-        before = (p.n, p.total, p._t0)
+        outer = p._phase
+        if outer is not None:
+            at = f"{outer.name} {min(p.n + 1, outer.total):,}/{outer.total:,}" if outer.total else outer.name
+            name = f"{at} > {name}"
+        h = _Phase(p, name, _t.monotonic(), total)
+        h.before = (p.n, p.total, p._t0, p.desc, p.unit, p.postfix, outer)
         p.set_unit(unit)
+        p.set_postfix("")
         p.reset(total, f"{self.base}: {name}")
         p.say("started" if total is None else f"0/{int(total):,} {unit}")
-        h = _Phase(p, name, _t.monotonic(), total)
-        h.before = before
         p._phase = h
         return h
 
@@ -270,10 +284,12 @@ class PhaseReporter:
             p.say(f"done in {format_eta(_t.monotonic() - handle.t0)}")
         elif p._bar is None and not p.quiet:
             p._line(final=True)
-        p.set_unit(self.unit)
-        p.set_description(self.base)
-        p.n, p.total, p._t0 = handle.before          # the operation's own count goes on
-        p._phase = None
+        n, total, t0, desc, unit, postfix, outer = handle.before
+        p.set_unit(unit)
+        p.set_description(desc)
+        p.set_postfix(postfix)
+        p.n, p.total, p._t0 = n, total, t0           # the enclosing count goes on
+        p._phase = outer
         if p._bar is not None:
             p._bar.reset(total=p.total)
             p._bar.update(p.n)
@@ -285,3 +301,30 @@ class _Phase:
 
     def update(self, n: int = 1) -> None:
         self.progress.update(n)
+
+    def note(self, text: str) -> None:
+        self.progress.set_postfix(text)
+
+
+class progress_reporting:
+    """``with progress_reporting("distributed rankrls", quiet=...):`` shows the :mod:`streamrank._phases`
+    begun inside (a command without a row count of its own: the pipelines) on stderr, as the CLI's
+    commands do."""
+
+    def __init__(self, desc: str, *, quiet: bool = False):
+        self.progress = Progress(None, unit="steps", desc=desc, quiet=quiet, final_line=False)
+        self._ctx = None
+
+    def __enter__(self):
+        from .._phases import reporting
+
+        self._ctx = reporting(PhaseReporter(self.progress))
+        self._ctx.__enter__()
+        return self.progress
+
+    def __exit__(self, *exc):
+        try:
+            self._ctx.__exit__(*exc)
+        finally:
+            self.progress.close(ok=exc[0] is None)
+        return False

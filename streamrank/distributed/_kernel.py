@@ -3,8 +3,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from ._cluster import _compact, _params_only, _ship_source, get_client, tree_reduce
+from .._phases import phase
+from ._cluster import _compact, _params_only, _ship_source, get_client
 from ._retry import with_retries
+from ._statistics import reduce_counted
 
 __all__ = ["fit_kernel_sparse"]
 
@@ -111,7 +113,7 @@ def fit_kernel_sparse(est, source, client, *, max_rows, split_every):
                                           "ahead; pass an int seed")
             parts = c.map(_reservoir_task, source.plan(max_rows, split_groups=True), ref=ref, r=r, state=state,
                           moments=want, pure=False)
-            res = tree_reduce(c, parts, split_every=split_every).result()
+            res = reduce_counted(c, parts, f"basis reservoir ({r:,} rows)", split_every=split_every)
             moments = res.moments
             rows = [res.slots[k][1] for k in range(r)]
             Xb = (sp.vstack(rows, format="csr").astype(np.float64) if sp.issparse(rows[0])
@@ -121,7 +123,7 @@ def fit_kernel_sparse(est, source, client, *, max_rows, split_every):
             r = Xb.shape[0]
             if want:
                 parts = c.map(_moments_task, source.plan(max_rows, split_groups=True), ref=ref, pure=False)
-                moments = tree_reduce(c, parts, split_every=split_every).result().moments
+                moments = reduce_counted(c, parts, "feature moments", split_every=split_every).moments
         normalizer = None
         if want:
             normalizer = moments.normalizer(est.normalize)
@@ -132,9 +134,11 @@ def fit_kernel_sparse(est, source, client, *, max_rows, split_every):
             basis = c.scatter(Xb, hash=False)       # not broadcast (streamrank.distributed._retry)
             parts = c.map(_kernel_stats_task, source.plan(max_rows, split_groups=True), ref=refs[0], est=proto,
                           basis=basis, n_outputs=source.n_outputs, normalizer=normalizer, pure=False)
-            return tree_reduce(c, parts, split_every=split_every).result()
+            return reduce_counted(c, parts, f"kernel statistics ({Xb.shape[0]:,} basis rows)",
+                                  split_every=split_every)
 
         stats, _ = with_retries(c, kernel_stats, on_loss=lambda: refs.__setitem__(0, _ship_source(c, source)))
     if normalizer is not None:
         source = NormalizedSource(source, normalizer)
-    return est.fit_basis_statistics(stats, Xb, source, max_rows, normalizer=normalizer)
+    with phase(f"solve ({Xb.shape[0]:,} x {Xb.shape[0]:,})"):
+        return est.fit_basis_statistics(stats, Xb, source, max_rows, normalizer=normalizer)

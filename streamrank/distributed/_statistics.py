@@ -13,10 +13,25 @@ from __future__ import annotations
 import numpy as np
 
 from .._defaults import DEFAULT_BLOCK_ROWS
+from .._phases import phase
 from ._cluster import (DEFAULT_BLOCKS_PER_TASK, DEFAULT_SPLIT_EVERY, _as_source, _blocks_of_task, _chunks, _compact,
                        _params_only, _ship_source, get_client, reset_fitted, tree_reduce)
 
-__all__ = ["statistics", "fit_from_statistics"]
+__all__ = ["statistics", "fit_from_statistics", "reduce_counted"]
+
+
+def reduce_counted(client, parts, name: str, *, split_every: int):
+    """``tree_reduce(parts).result()``, reporting the phase ``name`` as its tasks finish (one count a
+    task: a shard's blocks), then the reduction; waits in Python between tasks, so Ctrl-C is seen at once."""
+    from distributed import as_completed
+
+    parts = list(parts)
+    total = tree_reduce(client, parts, split_every=split_every)
+    with phase(name, total=len(parts), unit="tasks") as progress:
+        for _ in as_completed(parts):
+            progress.update(1)
+    with phase(f"tree reduction of {len(parts)} parts (fan-in {split_every})"):
+        return total.result()
 
 
 def _stats_task(plans, ref, est):
@@ -69,11 +84,15 @@ def statistics(estimator, source, client=None, *, max_rows=DEFAULT_BLOCK_ROWS, s
         ref = _ship_source(c, source)
         plan = source.plan(max_rows, split_groups=True)
         tasks = _chunks(plan, blocks_per_task, len(c.scheduler_info()["workers"]))
+        n_workers = len(c.scheduler_info()["workers"])
         if folds is None:
             parts = c.map(_stats_task, tasks, ref=ref, est=proto, pure=False)
+            what = "statistics"
         else:
             parts = c.map(_fold_stats_task, tasks, ref=ref, est=proto, n_folds=int(folds), pure=False)
-        total = tree_reduce(c, parts, split_every=split_every).result()
+            what = f"fold statistics ({int(folds)} folds)"
+        total = reduce_counted(c, parts, f"{what} of {len(plan):,} blocks on {n_workers} worker(s)",
+                               split_every=split_every)
     if folds is None:
         total.check_complete()
     else:
@@ -88,4 +107,5 @@ def fit_from_statistics(estimator, source, client=None, *, max_rows=DEFAULT_BLOC
     stats = statistics(estimator, source, client, max_rows=max_rows, split_every=split_every,
                        blocks_per_task=blocks_per_task)
     y_1d = reset_fitted(estimator, source)
-    return estimator.fit_statistics(stats, y_1d=y_1d, source=source)
+    with phase(f"solve ({stats.n_features:,} features)" if hasattr(stats, "n_features") else "solve"):
+        return estimator.fit_statistics(stats, y_1d=y_1d, source=source)

@@ -110,6 +110,7 @@ def run_sgd(args, out):
 
 def run(args, out=None):
     """Fit (and validate) on the cluster; returns the report dict."""
+    from streamrank._phases import phase
     from streamrank.rankrls.selection import select_from_fold_statistics
 
     out = sys.stdout if out is None else out
@@ -131,7 +132,8 @@ def run(args, out=None):
                                    folds=args.folds)
             res, total = select_from_fold_statistics(est, folds, args.alphas)
             est.alpha = res.best_alpha     # the saved model carries the chosen λ
-            est.fit_statistics(total, y_1d=store.n_outputs == 1)
+            with phase(f"solve ({store.n_features:,} features, alpha={res.best_alpha:.4g})"):
+                est.fit_statistics(total, y_1d=store.n_outputs == 1)
             est.record_selection(res)
             est.fold_stats_ = folds
             report["selection"] = {"alphas": [float(a) for a in args.alphas],
@@ -227,6 +229,7 @@ def build_parser():
     p.add_argument("--split-every", type=int, default=srd.DEFAULT_SPLIT_EVERY, help="tree reduction fan-in")
     p.add_argument("--validation", default=None, metavar="STORE", help="evaluate on this store")
     p.add_argument("--report", default=None, metavar="FILE", help="write the JSON report here")
+    p.add_argument("-q", "--quiet", action="store_true", help="no progress lines (the result line is still printed)")
     p.add_argument("-v", "--verbose", action="store_true", help="print the traceback of an error")
     return p
 
@@ -235,8 +238,15 @@ def main(argv=None) -> int:
     """Run; every failure is one line on stderr and an exit code (:mod:`streamrank.pipelines._errors`)."""
     from streamrank.pipelines._errors import run_main
 
+    from streamrank.cli import progress_reporting
+
     args = build_parser().parse_args(argv)
-    return run_main("distributed", args.verbose, lambda: run(args))
+
+    def go():
+        # the phases (statistics per shard, reduction, solve, CV folds, cg iterations) on stderr
+        with progress_reporting(f"distributed {args.learner}", quiet=args.quiet):
+            return run(args)
+    return run_main("distributed", args.verbose, go)
 
 
 if __name__ == "__main__":

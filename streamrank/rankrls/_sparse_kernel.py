@@ -37,7 +37,7 @@ import numpy as np
 import scipy.linalg as la
 import scipy.sparse as sp
 
-from .._phases import phase
+from .._phases import counted, phase
 from .._state_checks import state_array
 from .._validation import check_n_features, check_X
 from ..io.blocks import BlockSource
@@ -256,12 +256,14 @@ class SparseMode:
             per_out = sum(st.loss(W) for st, W in zip(folds, coefs)) / np.maximum(total.pairs_per_output, 1)
         else:
             ev = _Evaluators(kind, k, len(arr), v)
-            for block in source.blocks(max_rows=max_rows, split_groups=True):
-                pb = dataclasses.replace(block, X=spec(block.X, Xb))
-                S = np.empty((pb.n_rows, len(arr), v))
-                for f, P, _, _, _, _, _, rows in _split_by_fold(pb, fold_of(pb.qid, n_folds)):
-                    S[rows] = np.einsum("ir,arv->iav", P, coefs[f])
-                ev.update(pb, S)
+            with phase(f"held-out {kind} of {len(arr)} λ (one pass)", total=source.n_rows, unit="rows") as p:
+                for block in source.blocks(max_rows=max_rows, split_groups=True):
+                    pb = dataclasses.replace(block, X=spec(block.X, Xb))
+                    S = np.empty((pb.n_rows, len(arr), v))
+                    for f, P, _, _, _, _, _, rows in _split_by_fold(pb, fold_of(pb.qid, n_folds)):
+                        S[rows] = np.einsum("ir,arv->iav", P, coefs[f])
+                    ev.update(pb, S)
+                    p.update(block.n_rows)
             per_out = ev.result()
         result = choose(arr, per_out, kind=kind, k=k, scoring=scoring, folds=n_folds)
         est.dual_coef_ = est._y_out(est._sparse.coef(result.best_alpha))   # alpha stays the user's
@@ -278,11 +280,13 @@ class SparseMode:
         v = source.n_outputs
         folds = [RankStatistics(r, v, group_weight=est.group_weight, ties=est.ties, per_output=True)
                  for _ in range(n_folds)]
-        for block in source.blocks(max_rows=max_rows, split_groups=True):
-            pb = dataclasses.replace(block, X=spec(block.X, Xb))
-            for f, P, Y, gp, size, off, gid, rows in _split_by_fold(pb, fold_of(pb.qid, n_folds)):
-                folds[f].add_block(P, Y, gp, group_size=size, group_offset=off, group_id=gid,
-                                   weight=rows_weight(pb, rows))
+        with phase(f"fold statistics ({n_folds} folds, one pass)", total=source.n_rows, unit="rows") as p:
+            for block in source.blocks(max_rows=max_rows, split_groups=True):
+                pb = dataclasses.replace(block, X=spec(block.X, Xb))
+                for f, P, Y, gp, size, off, gid, rows in _split_by_fold(pb, fold_of(pb.qid, n_folds)):
+                    folds[f].add_block(P, Y, gp, group_size=size, group_offset=off, group_id=gid,
+                                       weight=rows_weight(pb, rows))
+                p.update(block.n_rows)
         return folds
 
     def fold_coefs(self, est, folds, arr):
@@ -296,7 +300,7 @@ class SparseMode:
             total.merge(st)
         K_RR = spec(Xb)
         coefs = []
-        for st in folds:
+        for st in counted(folds, f"CV folds (the model without each, {len(arr)} λ)", "folds"):
             sol = sparse_solution(total.G - st.G, total.B - st.B, K_RR)
             coefs.append(np.stack([sol.coef(a) for a in arr]))          # (a, r, v)
         return total, coefs

@@ -27,6 +27,7 @@ import scipy.sparse as sp
 from scipy.sparse.linalg import LinearOperator
 
 from .._defaults import DEFAULT_BLOCK_ROWS
+from .._phases import phase
 from ..laplacian import apply_laplacian, group_weights, tie_classes
 from . import _split_groups
 from ._split_groups import (
@@ -443,37 +444,42 @@ def solve_cg(source, *, alpha, group_weight="pair", ties="include", tol=1e-6, ma
             "stopped_early": False}
     best = (np.inf, W.copy(), 0)
     it = 0
-    while active.any() and it < max_iter:
-        it += 1
-        AP = op.matmat(P)
-        pap = np.sum(P * AP, axis=0)
-        step = np.where(active & (pap > 0), rz / np.where(pap > 0, pap, 1.0), 0.0)
-        W += step * P
-        R -= step * AP
-        res = np.linalg.norm(R, axis=0) / bnorm_safe
-        active &= res > tol
-        info["residuals"].append(float(res.max()))
-        if not np.isfinite(res).all():
-            raise FloatingPointError(f"cg: the residual became {res.max()} at iteration {it} (alpha={alpha}); "
-                                     "the system is too ill-conditioned for float64")
-        if callback is not None and callback(it, float(res.max()), (W * scale)[:, 0] if v == 1 else W * scale):
-            break
-        if validation is not None:
-            Wraw = W * scale if norm is None else W * scale / norm.scale[:, None]
-            vl = float(np.mean(validation_loss(validation, Wraw, group_weight=group_weight, ties=ties,
-                                               max_rows=max_rows, ties_table=vtable)))
-            info["validation_losses"].append(vl)
-            if vl < best[0]:
-                best = (vl, W.copy(), it)
-            elif it - best[2] >= patience:
-                info["stopped_early"] = True
+    # one pass over the data per iteration: the count is the iterations against max_iter, the note the
+    # largest relative residual against tol (it stops at whichever comes first)
+    with phase(f"cg iterations (λ={alpha:.4g})", total=max_iter, unit="iterations") as progress:
+        while active.any() and it < max_iter:
+            it += 1
+            AP = op.matmat(P)
+            pap = np.sum(P * AP, axis=0)
+            step = np.where(active & (pap > 0), rz / np.where(pap > 0, pap, 1.0), 0.0)
+            W += step * P
+            R -= step * AP
+            res = np.linalg.norm(R, axis=0) / bnorm_safe
+            active &= res > tol
+            info["residuals"].append(float(res.max()))
+            progress.note(f"residual {float(res.max()):.3g}, tol {tol:g}")
+            progress.update(1)
+            if not np.isfinite(res).all():
+                raise FloatingPointError(f"cg: the residual became {res.max()} at iteration {it} (alpha={alpha}); "
+                                         "the system is too ill-conditioned for float64")
+            if callback is not None and callback(it, float(res.max()), (W * scale)[:, 0] if v == 1 else W * scale):
                 break
-        Z = Minv * R
-        rz_new = np.sum(R * Z, axis=0)
-        beta = np.where(active, rz_new / np.where(rz > 0, rz, 1.0), 0.0)
-        P = Z + beta * P
-        P[:, ~active] = 0.0
-        rz = rz_new
+            if validation is not None:
+                Wraw = W * scale if norm is None else W * scale / norm.scale[:, None]
+                vl = float(np.mean(validation_loss(validation, Wraw, group_weight=group_weight, ties=ties,
+                                                   max_rows=max_rows, ties_table=vtable)))
+                info["validation_losses"].append(vl)
+                if vl < best[0]:
+                    best = (vl, W.copy(), it)
+                elif it - best[2] >= patience:
+                    info["stopped_early"] = True
+                    break
+            Z = Minv * R
+            rz_new = np.sum(R * Z, axis=0)
+            beta = np.where(active, rz_new / np.where(rz > 0, rz, 1.0), 0.0)
+            P = Z + beta * P
+            P[:, ~active] = 0.0
+            rz = rz_new
     info["n_iter"] = it
     info["converged"] = not active.any()
     info["n_passes"] = op.n_passes

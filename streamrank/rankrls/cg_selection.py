@@ -36,6 +36,7 @@ from __future__ import annotations
 import numpy as np
 
 from .._defaults import DEFAULT_BLOCK_ROWS, check_alphas
+from .._phases import counted
 from ..io.blocks import Block
 from ..laplacian import tie_classes
 from ._split_groups import TieTable, _is_piece
@@ -247,7 +248,7 @@ def cross_validate_cg(model, source=None, *, alphas=None, folds=5, scoring="squa
             moments.update(block.X)
         n_passes += 1
         d = 1.0 / moments.normalizer(model.normalize).scale
-    for f in range(folds):
+    for f in counted(range(folds), "CV folds", "folds"):      # each: the λ path on the other folds
         test = FoldView(source, folds, f, holdout=True)
         if test.n_rows == 0:
             continue

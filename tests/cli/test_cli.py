@@ -338,8 +338,8 @@ def _one_line(p):
     (["evaluate", "--model", "{d}/m.zarr", "--store", "{d}/m.zarr"], 4, "not a store"),
     (["fit", "--store", "{d}/train.zarr", "--model", "{t}/m.zarr", "--learner", "rankrls", "--alphas", "1:x"], 2,
      "bad GRID"),
-    (["fit", "--store", "{d}/train.zarr", "--model", "{t}/m.zarr", "--learner", "cg", "--alphas", "1,2"], 6,
-     "needs --learner rankrls"),
+    (["fit", "--store", "{d}/train.zarr", "--model", "{t}/m.zarr", "--learner", "cg", "--alphas", "1,2",
+      "--cv", "query"], 6, "needs --learner rankrls"),
     (["predict", "--model", "{d}/m.zarr", "--store", "{d}/test.zarr", "--out", "{t}/s.csv"], 2, ".npy or .zarr"),
     (["fit", "--store", "{d}/train.zarr", "--model", "{d}/test.zarr", "--learner", "rankrls"], 5, "refusing"),
 ])

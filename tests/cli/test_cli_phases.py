@@ -4,6 +4,7 @@ even inside LAPACK (a real subprocess of the console script, bounded waits)."""
 from __future__ import annotations
 
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -57,6 +58,50 @@ def test_phases_are_reported_with_their_own_counts(small, tmp_path):
     assert start < done < cv
     assert "exact kernel fit of" in err and "32·m² bytes" in err       # the estimate comes first
     assert err.index("exact kernel fit of") < err.index("decomposition (")
+
+
+def test_cg_reports_its_cv_folds_and_iterations_against_max_iter_and_the_tolerance(small, tmp_path):
+    env = {"STREAMRANK_PROGRESS_SECONDS": "0"}
+    rc, _, err = main("fit", "--store", small / "s.zarr", "--model", tmp_path / "cg", "--learner", "cg",
+                      "--alphas", "1,4", "--cv", "3", env=env)
+    assert rc == 0, err
+    assert "CV folds: 3/3 folds (100%)" in err
+    # each fold's solves are shown inside the fold's position, one per λ (largest first, warm-started)
+    for f in (1, 2, 3):
+        for lam in ("4", "1"):
+            assert f"CV folds {f}/3 > cg iterations (λ={lam}): 0/" in err, err
+    import streamrank as sr
+
+    model = sr.load(tmp_path / "cg")
+    n_features = sr.GroupStore.open(small / "s.zarr").n_features
+    finals = [s for s in err.splitlines() if "cg iterations" in s and " in 0:" in s]
+    assert len(finals) == 3 * 2 + 1                  # 3 folds x 2 λ, then the refit at the chosen λ
+    for line in finals:                              # each stopped by the tolerance before max_iter
+        k, total = map(int, re.search(r": (\d+)/(\d+) iterations", line).groups())
+        r, tol = map(float, re.search(r"\[residual (\S+), tol (\S+)\]", line).groups())
+        assert total == min(10 * n_features, 1000) and 0 < k < total and r <= tol == 1e-6, line
+    k_refit = int(re.search(r": (\d+)/", finals[-1]).group(1))
+    assert k_refit == model.n_iter_                  # the count is the iterations the solve ran
+    # leave-query-out is the exact solve's: refused before any pass
+    rc, _, err = main("fit", "--store", small / "s.zarr", "--model", tmp_path / "q", "--learner", "cg",
+                      "--alphas", "1,4", "--cv", "query")
+    assert rc == 6 and "--cv K" in err
+
+
+def test_sparse_kernel_k_fold_reports_fold_statistics_folds_and_held_out_pass(small, tmp_path):
+    env = {"STREAMRANK_PROGRESS_SECONDS": "0"}
+    rc, out, err = main("fit", "--store", small / "s.zarr", "--model", tmp_path / "sk", "--learner",
+                      "sparse-kernel", "--n-basis", "40", "--gamma", "0.05", "--alphas", "1,4,16", "--cv", "3",
+                        "--scoring", "ndcg@10", env=env)
+    assert rc == 0, err
+    import streamrank as sr
+
+    m = sr.GroupStore.open(small / "s.zarr").n_rows
+    assert f"fold statistics (3 folds, one pass): {m:,}/{m:,} rows (100%)" in err
+    assert "CV folds (the model without each, 3 λ): 3/3 folds (100%)" in err
+    assert f"held-out ndcg of 3 λ (one pass): {m:,}/{m:,} rows (100%)" in err
+    assert err.index("fold statistics") < err.index("CV folds (") < err.index("held-out ndcg")
+    assert "by 3-fold CV (ndcg@10" in out
 
 
 def test_exact_kernel_memory_bound_refuses_and_suggests_the_sparse_kernel(small, tmp_path):
