@@ -21,6 +21,7 @@ from .._validation import check_qid, check_X, check_y, group_ptr_from_qid
 from ._append_transaction import AppendParts, NewCommit, append_transaction, commit_time, repair_torn_tail
 from ._qid_text import encode_qids
 from .docids import append_docids, check_docids
+from .row_columns import append_row_columns, check_row_columns
 from .groups import batch_of, qid_kind_of, scan_for_keys, scope_ranges
 from .schema import BatchHasher, append_csr
 
@@ -70,7 +71,7 @@ def _check_csr_width(n, name):
 class GroupAppend:
     """Mixin of :class:`~streamrank.GroupStore`: everything that writes rows (see the module docstring)."""
 
-    def append(self, X, y, qid, *, batch_id=None, docid=None) -> bool:
+    def append(self, X, y, qid, *, batch_id=None, docid=None, weight=None, click=None, position=None) -> bool:
         """Append whole query groups; atomic and idempotent.
 
         Parameters
@@ -96,6 +97,11 @@ class GroupAppend:
         docid : sequence of str, optional
             One document id per row; required by (and only by) a store
             created with ``docids=True``.
+        weight, click, position : array-like (rows,), optional
+            The store's row columns (:mod:`streamrank.io.row_columns`): a store
+            created with ``row_columns=`` takes every column it keeps, and only
+            those.  ``weight`` finite and >= 0, ``click`` 0 or 1, ``position``
+            an integer rank >= 1; an error names the array and the row.
 
         Returns
         -------
@@ -111,7 +117,10 @@ class GroupAppend:
         def validate():
             self._batch_id_pending = batch_id
             Xv, yv, gp, gq = self._validate(X, y, qid)
-            return Xv, yv, gp, gq, batch_id, self._validate_docids(docid, Xv.shape[0])
+            ids = self._validate_docids(docid, Xv.shape[0])
+            cols = check_row_columns(self.row_columns, {"weight": weight, "click": click, "position": position},
+                                     Xv.shape[0], self.path)
+            return Xv, yv, gp, gq, batch_id, ids, cols
 
         return append_transaction(self, "GroupStore", batch_id, AppendParts(
             reopen_arrays=self._reopen_arrays, validate=validate, repair=self.repair, write=self._write,
@@ -215,7 +224,7 @@ class GroupAppend:
                                 self._needed_lengths(self._rows, self._groups, self._nnz),
                                 f"; the store is at its last commit ({self._rows} rows)")
 
-    def _write(self, X, y, gp, gq, batch_id, ids=None):
+    def _write(self, X, y, gp, gq, batch_id, ids=None, cols=None):
         m0, q0, z0 = self._rows, self._groups, self._nnz
         k, g = X.shape[0], len(gq)
         m1, q1 = m0 + k, q0 + g
@@ -242,6 +251,7 @@ class GroupAppend:
         if k:
             a["y"].resize((m1,) + tuple(y.shape[1:]))
             a["y"][m0:m1] = y
+        append_row_columns(a, cols or {}, m0, h)
         if g:
             a["group_ptr"].resize((q1 + 1,))
             a["group_ptr"][q0 + 1 : q1 + 1] = m0 + gp[1:]

@@ -6,6 +6,7 @@ import numpy as np
 from .._qid import qid_keys
 from ._chunk_binding import reads_unbound
 from .docids import check_docids, hash_docids
+from .row_columns import hash_row_columns
 from .schema import BatchHasher, StoreFormatError
 
 __all__ = ["GroupVerify"]
@@ -54,6 +55,7 @@ class GroupVerify:
                     else:
                         h.update("X", self._X[a:b])
                     h.update("y", self._y[a:b])
+                    hash_row_columns(h, {n: self._arrays[n][a:b] for n in self.row_columns})
                 if self.sparse and r1 == r0:
                     h.update("X.indices", np.zeros(0, np.int32))
                     h.update("X.data", np.zeros(0, np.float32))
@@ -62,6 +64,7 @@ class GroupVerify:
                     h.update("X", np.zeros((0, self.n_features), np.float32))
                 if r1 == r0:
                     h.update("y", np.zeros(0))
+                    hash_row_columns(h, {n: np.zeros(0) for n in self.row_columns})
                 h.update("group_size", np.diff(self._gp_all[g0 : g1 + 1]))
                 h.update("qid", self._qid_all[g0:g1])
                 if self.has_docids:

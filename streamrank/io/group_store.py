@@ -64,6 +64,7 @@ from ._writer import (  # noqa: F401  (re-exported: tuple_store and tests import
 )
 from .blocks import BlockSource
 from .docids import DOCID_ARRAYS, create_docid_arrays, read_docids
+from .row_columns import RowColumnReads, check_column_names, create_row_columns
 from .schema import (
     FORMAT_VERSION,
     GROUP_ARRAYS_DENSE,
@@ -101,7 +102,7 @@ _NNZ_CHUNK = 1 << 20        # CSR indices / data entries per chunk (4 MiB)
 _INDPTR_CHUNK = 1 << 19     # CSR indptr entries per chunk (4 MiB)
 
 
-class GroupStore(GroupAppend, GroupVerify, BlockSource):
+class GroupStore(GroupAppend, GroupVerify, RowColumnReads, BlockSource):
     """An appendable zarr store of query groups that streams group-aligned blocks.
 
     Create with :meth:`create`, open with :meth:`open`; never instantiate
@@ -134,7 +135,7 @@ class GroupStore(GroupAppend, GroupVerify, BlockSource):
     @classmethod
     def create(cls, path: PathLike, n_features: int, *, sparse: bool = False, n_outputs: int = 1,
                overwrite: bool = False, feature_names: Sequence[str] | None = None, chunk_rows: int | None = None,
-               docids: bool = False, group_identity: str = "batch",
+               docids: bool = False, group_identity: str = "batch", row_columns: Sequence[str] = (),
                storage_options: dict | None = None) -> GroupStore:
         """Create an empty store and return it opened for appending.
 
@@ -158,6 +159,9 @@ class GroupStore(GroupAppend, GroupVerify, BlockSource):
         docids : bool
             Keep one document id (a string) per row: every append then takes
             ``docid=`` (:mod:`streamrank.io.docids`; run files name documents by them).
+        row_columns : subset of ("weight", "click", "position")
+            Per-row click-log columns kept beside ``y``; every append then takes
+            them (``weight=``, ``click=``, ``position=``): :mod:`streamrank.io.row_columns`.
         group_identity : {"batch", "global"}
             What a group is (see :mod:`streamrank.io.groups`): ``"batch"``
             (default) — a group is (batch, qid), the same query id in a later
@@ -189,12 +193,14 @@ class GroupStore(GroupAppend, GroupVerify, BlockSource):
                                  f"n_features is {n_features}")
         _name, p = location(path, storage_options)
         rpc = int(chunk_rows) if chunk_rows else rows_per_chunk(4 * (n_features if not sparse else 16))
+        cols = check_column_names(row_columns)
         with creating_store(p, overwrite), every_chunk():
-            cls._create_arrays(p, n_features, sparse, n_outputs, feature_names, rpc, docids, group_identity)
+            cls._create_arrays(p, n_features, sparse, n_outputs, feature_names, rpc, docids, group_identity, cols)
         return cls(path, "a", _token=_PRIVATE, storage_options=storage_options)
 
     @staticmethod
-    def _create_arrays(p, n_features, sparse, n_outputs, feature_names, rpc, docids, group_identity="batch"):
+    def _create_arrays(p, n_features, sparse, n_outputs, feature_names, rpc, docids, group_identity="batch",
+                       cols=()):
         import zarr
 
         root = zarr.open_group(store=zarr_store(p), mode="a")
@@ -220,6 +226,7 @@ class GroupStore(GroupAppend, GroupVerify, BlockSource):
                           compressors=compressors(8), fill_value=0)
         if docids:
             create_docid_arrays(root, compressors)
+        create_row_columns(root, cols, rpc, compressors)
         create_qid_text(root)
         attrs = {
             "format": GROUP_FORMAT,
@@ -239,6 +246,8 @@ class GroupStore(GroupAppend, GroupVerify, BlockSource):
         if docids:
             attrs["docids"] = True
             attrs["committed"]["docid_bytes"] = 0
+        if cols:
+            attrs["row_columns"] = list(cols)
         write_attrs(p, attrs)  # last: a store without it is not a store
 
     @classmethod
@@ -281,6 +290,7 @@ class GroupStore(GroupAppend, GroupVerify, BlockSource):
         spec = GROUP_ARRAYS_SPARSE if self.sparse else GROUP_ARRAYS_DENSE
         if self.has_docids:
             spec = {**spec, **DOCID_ARRAYS}
+        spec = {**spec, **self._load_row_columns(attrs)}
         if self.mode == "a":
             check_chunk_dirs(self._loc, spec)
         self._strict = bool(attrs.get(EVERY_CHUNK))    # a missing chunk file is damage, not zeros
@@ -370,6 +380,7 @@ class GroupStore(GroupAppend, GroupVerify, BlockSource):
         # every decoded chunk is checked while in the CPU cache (streamrank.io._read_checks)
         self._X_rows = None if self.sparse else reader("X", finite_rows_check(self.path, "X"))
         self._y_rows = reader("y", finite_rows_check(self.path, "y"))
+        self._make_column_readers(reader)
         if self.sparse:
             self._csr_rows = (reader("X/indptr"),
                               reader("X/indices", entries_check(self.path, "X/indices", self.n_features)),
@@ -377,12 +388,13 @@ class GroupStore(GroupAppend, GroupVerify, BlockSource):
 
     def _rebind(self):
         """After a commit: the readers check the new commit's bindings (:func:`._chunk_binding.rebind`)."""
-        readers = [r for r in (self._X_rows, self._y_rows, *(getattr(self, "_csr_rows", None) or ())) if r]
+        readers = [r for r in (self._X_rows, self._y_rows, *(getattr(self, "_csr_rows", None) or ()),
+                               *self._column_rows.values()) if r]
         rebind([getattr(a, "_decoder", None) for a in self._arrays.values()] + [r._decoder for r in readers],
                self._chunk_crcs, self._tail_crcs)
 
     def _needed_lengths(self, rows, groups, nnz):
-        need = {"y": rows, "group_ptr": groups + 1, "qid": groups}
+        need = {"y": rows, "group_ptr": groups + 1, "qid": groups, **{n: rows for n in self.row_columns}}
         if self.sparse:
             need.update({"X/indptr": rows + 1, "X/indices": nnz, "X/data": nnz})
         else:
