@@ -7,6 +7,17 @@ pass ``block.weight`` into :meth:`RankStatistics.add_block`, where row i
 and row j of a group form a pair of weight w_i w_j (see
 :mod:`streamrank.laplacian`).  Planning, order and prefetch are the inner
 source's; in a cluster the wrapper travels as one object (weights included).
+
+From a store's row columns (:mod:`streamrank.io.row_columns`), weights are
+read with each block instead of held in memory: ``with_weights(store,
+"weight")`` (the ``weight`` column, :class:`ColumnWeightedSource`) and
+``ips_weighted(store, propensity)`` (:class:`IPSWeightedSource`: targets = the
+``click`` column, weights 1 / p(position) on clicked rows and 1 elsewhere —
+:func:`streamrank.clicks.ips_weights` block by block).  Weights are opt-in,
+as ``sample_weight`` is in scikit-learn: a store with a ``weight`` column
+trains unweighted unless asked.  Learners that need every weight at once
+(the exact dual KernelRankRLS, PairwiseSGDRanker's pair sampler, split
+groups' totals) read the whole column through ``.weight`` (8 bytes a row).
 """
 from __future__ import annotations
 
@@ -15,10 +26,11 @@ import dataclasses
 import numpy as np
 
 
+from ..clicks import propensity_at
 from ..laplacian import check_weight
 from .blocks import BlockSource, WrappedSource
 
-__all__ = ["WeightedSource", "with_weights"]
+__all__ = ["WeightedSource", "ColumnWeightedSource", "IPSWeightedSource", "with_weights", "ips_weighted"]
 
 
 class WeightedSource(WrappedSource):
@@ -41,10 +53,125 @@ class WeightedSource(WrappedSource):
         return f"WeightedSource({self.inner!r})"
 
 
+def _needs_columns(source, names, what):
+    have = getattr(source, "row_columns", None)
+    if have is None or not hasattr(source, "read_column"):
+        raise TypeError(f"{what} reads the row columns {list(names)} of a GroupStore; got {type(source).__name__} "
+                        "(for in-memory arrays pass the weights themselves)")
+    missing = [n for n in names if n not in have]
+    if missing:
+        raise ValueError(f"{what}: the store at {source.path} keeps no {missing[0]!r} column (it keeps "
+                         f"{list(have) or 'none'}; create it with row_columns=... / ingest with --{missing[0]}-column)")
+
+
+class _LazyWeight:
+    """``.weight``: every row's weight, read on first use (learners that need them all at once)."""
+
+    _all = None
+
+    @property
+    def weight(self):
+        if self._all is None:
+            w = self._read_weight(0, self.n_rows)
+            w.setflags(write=False)
+            self._all = w
+        return self._all
+
+
+class ColumnWeightedSource(_LazyWeight, WeightedSource):
+    """A store's blocks with ``Block.weight`` read from its row column ``column`` (``"weight"``) block by block.
+
+    Checked as read (finite, >= 0: :func:`streamrank.io.row_columns.column_check`).
+    ``.weight``: the whole column, read on first use.  Pickles as the store
+    (its path and commit) plus the column name.
+    """
+
+    def __init__(self, store, column: str = "weight"):
+        _needs_columns(store, (column,), f"with_weights(store, {column!r})")
+        WrappedSource.__init__(self, store)
+        self.column = column
+
+    def _read_weight(self, r0, r1):
+        return np.asarray(self.inner.read_column(self.column, r0, r1), dtype=np.float64)
+
+    def _map_block(self, b):
+        return dataclasses.replace(b, weight=self._read_weight(b.start, b.stop))
+
+    def __repr__(self):
+        return f"ColumnWeightedSource({self.inner!r}, {self.column!r})"
+
+
+class IPSWeightedSource(_LazyWeight, WeightedSource):
+    """Inverse propensity scoring from a store's ``click`` and ``position`` columns, block by block.
+
+    Targets y_i = click_i (0/1; the store's ``y`` is not read), row weights
+    w_i = 1 / p(pos_i) on clicked rows and 1 elsewhere (:func:`streamrank.clicks.ips_weights`),
+    so with ``ties="exclude"`` the pair (clicked i, not clicked j) weighs
+    1 / p(pos_i): the IPS objective of Joachims et al. (2017).
+    ``propensity``: ``p[k - 1]`` of rank k (an array) or a callable of the positions;
+    ``clip``: p := max(p, clip).
+    """
+
+    def __init__(self, store, propensity, *, clip=None):
+        _needs_columns(store, ("click", "position"), "ips_weighted(store, ...)")
+        if not callable(propensity):
+            table = np.asarray(propensity, dtype=np.float64).reshape(-1)
+            if table.size == 0:
+                raise ValueError("propensity is empty: p[k - 1] is the propensity of rank k")
+            propensity_at(np.arange(1, table.size + 1), table)      # every entry in (0, 1]
+            propensity = table
+        if clip is not None and not 0 < float(clip) <= 1:
+            raise ValueError(f"clip must be in (0, 1], got {clip}")
+        WrappedSource.__init__(self, store)
+        self.n_outputs, self.y_ndim = 1, 1
+        self.propensity, self.clip = propensity, clip
+
+    def _clicks(self, r0, r1):
+        return self.inner.read_column("click", r0, r1).astype(np.float64)
+
+    def _read_weight(self, r0, r1):
+        c = self._clicks(r0, r1)
+        try:
+            p = propensity_at(self.inner.read_column("position", r0, r1), self.propensity, clip=self.clip)
+        except ValueError as exc:
+            raise ValueError(f"rows {r0}:{r1} of {self.inner.path} (row numbers below count from {r0}): "
+                             f"{exc}") from None
+        return np.where(c == 1, 1.0 / p, 1.0)
+
+    def _read_y(self, r0, r1):
+        return self._clicks(r0, r1)
+
+    def _read_rows(self, r0, r1):
+        return self.inner._read_rows(r0, r1)[0], self._clicks(r0, r1)
+
+    def _map_block(self, b):
+        return dataclasses.replace(b, y=self._clicks(b.start, b.stop), weight=self._read_weight(b.start, b.stop))
+
+    def __repr__(self):
+        return f"IPSWeightedSource({self.inner!r}, clip={self.clip})"
+
+
 def with_weights(source: BlockSource, weight, name: str = "sample_weight") -> BlockSource:
-    """``source`` itself when ``weight`` is None, else a :class:`WeightedSource`."""
+    """``source`` itself when ``weight`` is None, else a :class:`WeightedSource`.
+
+    ``weight`` is a (rows,) array, or the name of a store's row column
+    (``with_weights(store, "weight")``: a :class:`ColumnWeightedSource`).
+    """
     if weight is None:
         return source
     if isinstance(source, WeightedSource):
         raise ValueError(f"{name}: the source already carries row weights")
+    if isinstance(weight, str):
+        return ColumnWeightedSource(source, weight)
     return WeightedSource(source, weight, name)
+
+
+def ips_weighted(store, propensity, *, clip=None) -> IPSWeightedSource:
+    """The IPS view of a store with ``click`` and ``position`` columns (:class:`IPSWeightedSource`).
+
+    Fit it with ``RankRLS(ties="exclude")`` (tied pairs — both clicked, both
+    not — must drop out) or ``PairwiseSGDRanker``.
+    """
+    if isinstance(store, WeightedSource):
+        raise ValueError("ips_weighted: the source already carries row weights")
+    return IPSWeightedSource(store, propensity, clip=clip)
