@@ -16,7 +16,10 @@ from ._evaluate import cmd_evaluate, cmd_predict
 from ._export import cmd_export
 from ._fit import cmd_cv, cmd_fit
 from ._grid import _folds_type, _grid_type, _positive_float
-from ._ingest import cmd_info, cmd_ingest
+from ._fit_weights import add_weight_args
+from ._info import cmd_info
+from ._row_columns import add_column_args
+from ._ingest import cmd_ingest
 from ._options import Given, GivenTrue
 from ._plot import cmd_plot
 
@@ -173,6 +176,7 @@ def _learner_options(p, *, cv_option: bool):
     p.add_argument("--normalize", action=Given, choices=("standard", "minmax"), default=None,
                    help="scale features by statistics of the training rows, kept in the model and its exports "
                         "(every learner; sgd-bilinear: scale only, no centring)")
+    add_weight_args(p)
 
 
 def _features_type(text: str):
@@ -236,6 +240,7 @@ def build_parser() -> argparse.ArgumentParser:
                         "array; predict --run names documents by them (a zarr store's ids are always kept)")
     p.add_argument("--docid-column", default=None, metavar="COL",
                    help="Parquet: the column of document ids (strings or integers), kept in the store")
+    add_column_args(p)
     p.add_argument("--max-rows", type=int, default=DEFAULT_MAX_ROWS, help="rows per append when copying a store")
     _common(p)
     p.set_defaults(func=cmd_ingest)

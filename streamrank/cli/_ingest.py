@@ -1,7 +1,6 @@
-"""``streamrank ingest`` (LETOR text, .npz, zarr stores -> a store, atomic appends) and ``streamrank info``."""
+"""``streamrank ingest``: LETOR text, Parquet, .npz, zarr stores -> a store, in atomic appends."""
 from __future__ import annotations
 
-import json
 import os
 from pathlib import Path
 
@@ -10,8 +9,9 @@ import numpy as np
 from .._itertools import with_last
 from ._common import EXIT_OK, UsageError, _progress, _say
 from ._formats import detect_format
-from ._stores import (_dir_size, _human, _jsonable, _kind_of, _load_model, _model_meta, _open_store,
-                      _resolve_pointer, url_options)
+from ._row_columns import named_columns, refuse_columns
+from ._stores import (_kind_of, _open_store,
+                      url_options)
 
 
 def _split_member(src: str):
@@ -53,7 +53,8 @@ def _ingest_parquet(args, src, counts):
         got = ingest_parquet(args.store, files, label=args.label, qid=args.qid, features=features,
                              feature_prefix=args.features_from_prefix, sparse=args.sparse, chunk_rows=chunk_rows,
                              batch_id=args.batch_id, group_identity=args.group_identity, progress=bar.update,
-                             docid=getattr(args, "docid_column", None), storage_options=url_options(args.store))
+                             docid=getattr(args, "docid_column", None), storage_options=url_options(args.store),
+                             columns=named_columns(args))
     for k in ("rows", "skipped_rows", "batches", "skipped"):
         counts[k] += got[k]
 
@@ -111,7 +112,7 @@ def _rows_as_lines(exc, lines):
 
 
 def _open_group_target(path, n_features, *, sparse, n_outputs=1, feature_names=None, docids=False,
-                       group_identity="batch"):
+                       group_identity="batch", row_columns=()):
     from ..io.group_store import GroupStore
     from ._stores import STORAGE_OPTIONS, _is_url
 
@@ -120,7 +121,7 @@ def _open_group_target(path, n_features, *, sparse, n_outputs=1, feature_names=N
             store = GroupStore.open(path, mode="a", storage_options=STORAGE_OPTIONS)
         except FileNotFoundError:
             return GroupStore.create(path, n_features, sparse=sparse, n_outputs=n_outputs, feature_names=feature_names,
-                                     docids=docids, group_identity=group_identity,
+                                     docids=docids, group_identity=group_identity, row_columns=row_columns,
                                      storage_options=STORAGE_OPTIONS), True
         if store.n_features != n_features:
             raise ValueError(f"the source has {n_features} features but the store {path} holds {store.n_features}")
@@ -135,7 +136,8 @@ def _open_group_target(path, n_features, *, sparse, n_outputs=1, feature_names=N
     if p.exists() and (p.is_file() or any(p.iterdir())):
         raise FileExistsError(f"{p} exists and is not a streamrank store; choose another --store")
     return GroupStore.create(p, n_features, sparse=sparse, n_outputs=n_outputs, feature_names=feature_names,
-                             overwrite=p.exists(), docids=docids, group_identity=group_identity), True
+                             overwrite=p.exists(), docids=docids, group_identity=group_identity,
+                             row_columns=row_columns), True
 
 
 def _ingest_letor(args, src, member, counts):
@@ -156,6 +158,7 @@ def _ingest_letor(args, src, member, counts):
         raise ValueError(f"--n-features {wanted}, but the store {args.store} holds {store.n_features} features")
     n_features = store.n_features if store is not None else wanted
     sparse = store.sparse if store is not None else args.sparse
+    refuse_columns(args, store, "LETOR text")
     ids = _docid_stream(args, store, src, member)   # doc ids (streamrank.io.docids), or None
     tf = None
     close = True
@@ -276,6 +279,7 @@ def _ingest_npz(args, src, counts):
     import scipy.sparse as sp
 
     from ..io.npz import iter_npz
+    from ..io.row_columns import check_same_columns
 
     import zipfile
 
@@ -285,18 +289,23 @@ def _ingest_npz(args, src, counts):
     base = args.batch_id or _default_batch_id(src, None)
     store = None
     rows = 0
-    keep = _npz_keeps_docids(args, src)
+    keep, cols = _npz_keeps_docids(args, src), named_columns(args)
     with _progress(args, None, desc=f"ingest {Path(src).name}") as bar:
-        for i, (chunk, last) in enumerate(with_last(iter_npz(src, chunk_rows=args.max_rows, docids=keep))):
+        for i, (chunk, last) in enumerate(with_last(iter_npz(src, chunk_rows=args.max_rows, docids=keep,
+                                                             columns=cols))):
             X, y, qid = chunk[:3]
             if store is None:
                 n_out = 1 if np.ndim(y) == 1 else int(np.shape(y)[1])
-                store, _ = _open_group_target(args.store, int(np.shape(X)[1]), sparse=args.sparse,
-                                              n_outputs=n_out, group_identity=args.group_identity, docids=keep)
+                store, new = _open_group_target(args.store, int(np.shape(X)[1]), sparse=args.sparse,
+                                                n_outputs=n_out, group_identity=args.group_identity, docids=keep,
+                                                row_columns=tuple(cols))
+                if not new:
+                    check_same_columns(store, cols, args.store)
             if store.sparse:
                 X = sp.csr_matrix(X)
             docid = [str(d) for d in chunk[3]] if keep else None
-            done = store.append(X, y, qid, batch_id=base if (last and i == 0) else f"{base}#{i}", docid=docid)
+            done = store.append(X, y, qid, batch_id=base if (last and i == 0) else f"{base}#{i}", docid=docid,
+                                **(chunk[-1] if cols else {}))
             counts["rows" if done else "skipped_rows"] += len(y)
             counts["batches" if done else "skipped"] += 1
             rows += len(y)
@@ -334,8 +343,11 @@ def _ingest_zarr(args, src, counts):
     if kind == "group":
         ids = bool(getattr(source, "has_docids", False))   # a store's doc ids are copied with its rows
         store, _ = _open_group_target(args.store, source.n_features, sparse=source.sparse,
-                                      group_identity=args.group_identity, docids=ids,
+                                      group_identity=args.group_identity, docids=ids, row_columns=source.row_columns,
                                       n_outputs=source.n_outputs, feature_names=source.feature_names)
+        lost = [c for c in store.row_columns if c not in source.row_columns]   # the source's extra ones are dropped
+        if lost:
+            raise ValueError(f"the store {args.store} keeps a {lost[0]!r} column but {src} has none")
         if store.has_docids and not ids:
             raise ValueError(f"the store {args.store} keeps document ids but {src} has none")
         ids = ids and store.has_docids       # into a store without ids: the source's ids are dropped
@@ -353,7 +365,9 @@ def _ingest_zarr(args, src, counts):
                     X = block.X[r0:r1]
                     qid = np.repeat(block.qid[a:b], np.diff(block.group_ptr[a:b + 1]))
                     docid = source.docids(block.start + r0, block.start + r1) if ids else None
-                    done = store.append(X, block.y[r0:r1], qid, batch_id=f"{base_id}/{gb[a]}#{i}", docid=docid)
+                    cols = {c: source.read_column(c, block.start + r0, block.start + r1) for c in store.row_columns}
+                    done = store.append(X, block.y[r0:r1], qid, batch_id=f"{base_id}/{gb[a]}#{i}", docid=docid,
+                                        **cols)
                     counts["rows" if done else "skipped_rows"] += r1 - r0
                     counts["batches" if done else "skipped"] += 1
                 bar.update(block.n_rows)
@@ -505,92 +519,3 @@ def _remove_if_empty(path) -> None:
         committed = (p / "zarr.json").exists() and bool(read_attrs(p).get("log"))
     if not committed:
         shutil.rmtree(p, ignore_errors=True)
-
-
-# --------------------------------------------------------------------- info
-def _top_weights(model, top: int):
-    """The ``top`` largest |weights| of a linear model as [name, weight] (output 0 of a multi-output model)."""
-    try:
-        w = np.asarray(model.coef_, dtype=np.float64)
-    except Exception:
-        return None
-    if w.ndim == 2:
-        w = w[:, 0]
-    if w.ndim != 1:
-        return None
-    names = getattr(model, "feature_names_in_", None)
-    names = [str(n) for n in names] if names is not None else [f"x{j}" for j in range(w.size)]
-    order = np.argsort(-np.abs(w), kind="stable")[: max(int(top), 0)]
-    return [[names[j], float(w[j])] for j in order]
-
-
-def cmd_info(args) -> int:
-    if (args.path is None) == (getattr(args, "model", None) is None):
-        raise ValueError("give a store or model PATH, or --model M (not both)")
-    if args.path is None:
-        args.path = args.model
-        if _kind_of(args.path) != "model":
-            raise ValueError(f"--model {args.path} is not a saved model")
-    kind = _kind_of(args.path)
-    size = _dir_size(_resolve_pointer(args.path))
-    out: dict = {"path": str(args.path), "kind": kind, "size_on_disk": size}
-    if kind == "model":
-        meta = _model_meta(args.path)
-        model = _load_model(args.path)
-        out.update(format_version=meta.get("format_version"), **{"class": meta.get("class")},
-                   params=meta.get("params"))
-        for attr in ("n_features_in_", "n_outputs_", "n_query_features_", "n_item_features_", "t_",
-                     "nnz_", "solver_", "n_iter_"):
-            try:
-                v = getattr(model, attr)
-            except Exception:
-                continue
-            out[attr] = _jsonable(v)
-        names = getattr(model, "feature_names_in_", None)
-        if names is not None:
-            out["feature_names"] = len(names)
-        top = _top_weights(model, getattr(args, "top", 10))
-        if top is not None:
-            out["top_weights"] = top
-        cli = meta.get("cli") or {}
-        if cli:
-            out["trained"] = {k: cli[k] for k in ("learner", "store", "rows", "groups", "seconds", "created")
-                              if k in cli}
-            if cli.get("cv"):
-                cv = cli["cv"]
-                out["cv"] = {"best_alpha": cv.get("best_alpha"), "scoring": cv.get("scoring"),
-                             "folds": cv.get("folds"), "n_alphas": len(cv.get("alphas", []))}
-    else:
-        store = _open_store(args.path)
-        log_ = store.log
-        out.update(format=store._attrs.get("format"), format_version=store.format_version,
-                   batches=len(log_), last_batch=(log_[-1].get("batch_id") if log_ else None),
-                   last_append=(log_[-1].get("time") if log_ else None), created=store._attrs.get("created"))
-        if kind == "group":
-            out.update(rows=store.n_rows, groups=store.n_groups, features=store.n_features,
-                       outputs=store.n_outputs, sparse=store.sparse, nnz=store.nnz,
-                       group_identity=store.group_identity, qid_kind=store.qid_kind,
-                       feature_names=(len(store.feature_names) if store.feature_names else None))
-        else:
-            out.update(tuples=store.n_tuples, queries=store.n_queries, items=store.n_items,
-                       query_features=store.n_query_features, item_features=store.n_item_features)
-        if getattr(args, "verify", False):
-            out["verified_batches"] = store.verify()
-    if args.json:
-        print(json.dumps(_jsonable(out), indent=1, sort_keys=True))
-        return EXIT_OK
-    width = max(len(k) for k in out)
-    for k, v in out.items():
-        if k == "size_on_disk":
-            v = f"{_human(v)} ({v:,} bytes)"
-        elif isinstance(v, int) and not isinstance(v, bool):
-            v = f"{v:,}"
-        elif k == "top_weights":
-            print(f"{k:<{width}}  (by |weight|)")
-            for name, w in v:
-                print(f"{'':<{width}}    {w:+.6g}  {name}")
-            continue
-        elif isinstance(v, (dict, list)):
-            v = json.dumps(_jsonable(v), sort_keys=True)
-        print(f"{k:<{width}}  {v}")
-    return EXIT_OK

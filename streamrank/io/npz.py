@@ -103,13 +103,16 @@ def _docid_strings(a, path):
 
 
 def iter_npz(path, *, chunk_rows: int = 65_536, chunk_bytes: int | None = None,
-             docids: bool = False) -> Iterator[tuple]:
+             docids: bool = False, columns: dict | None = None) -> Iterator[tuple]:
     """Yield ``(X, y, qid)`` chunks of whole query groups from an ``.npz`` with arrays X, y, qid.
 
     ``docids=True``: the archive's ``docid`` array (1-D, one id per row:
     ``np.savez(..., docid=np.array(ids))`` stores a fixed-width str array, no
     pickle) is read alongside and every chunk is ``(X, y, qid, docid)`` with
-    docid a list of str.
+    docid a list of str.  ``columns``: the store's row columns mapped to arrays
+    of the archive, ``{"click": "click", "position": "position"}`` (1-D, one
+    value per row, read in the same chunks): every chunk then ends with a dict
+    store column -> values (:mod:`streamrank.io.row_columns`).
 
     Chunks hold about ``chunk_rows`` rows (with ``chunk_bytes``: as many rows
     as fit in that many bytes of X, y and qid, from the arrays' headers): the rows of the last query of a
@@ -128,9 +131,12 @@ def iter_npz(path, *, chunk_rows: int = 65_536, chunk_bytes: int | None = None,
         missing = [k for k in NEEDED if k not in names]
         if docids and "docid" not in names:
             missing.append("docid")
+        extra = list((columns or {}).items())
+        missing += [a for _, a in extra if a not in names]
         if missing:
             raise ValueError(f"{path}: .npz needs arrays X, y, qid{', docid' if docids else ''}; missing {missing}")
-        streams = [_RowStream(zf, k, path) for k in NEEDED + (("docid",) if docids else ())]
+        arrays = NEEDED + (("docid",) if docids else ()) + tuple(a for _, a in extra)
+        streams = [_RowStream(zf, k, path) for k in arrays]
         try:
             X, y, q = streams[:3]
             n = X.shape[0]
@@ -141,6 +147,9 @@ def iter_npz(path, *, chunk_rows: int = 65_536, chunk_bytes: int | None = None,
                     raise ValueError(f"{path}: {s.name} has {s.shape[0]} rows but X has {n}")
             if docids and len(streams[3].shape) != 1:
                 raise ValueError(f"{path}: docid must be 1-D (one id per row), got shape {streams[3].shape}")
+            for st in streams[3 + docids:]:
+                if len(st.shape) != 1:
+                    raise ValueError(f"{path}: {st.name} must be 1-D (one value per row), got shape {st.shape}")
             if chunk_bytes is not None:
                 chunk_rows = max(1, int(chunk_bytes) // max(1, sum(s._row_bytes for s in streams)))
             carry = None
@@ -159,9 +168,17 @@ def iter_npz(path, *, chunk_rows: int = 65_536, chunk_bytes: int | None = None,
                     if cut == 0:
                         continue
                     parts = tuple(p[:cut] for p in parts)
-                yield parts if not docids else parts[:3] + (_docid_strings(parts[3], path),)
+                yield _chunk(parts, docids, extra, path)
             if carry is not None and len(carry[0]):  # pragma: no cover - the last chunk takes the carry
-                yield carry if not docids else carry[:3] + (_docid_strings(carry[3], path),)
+                yield _chunk(carry, docids, extra, path)
         finally:
             for s in streams:
                 s.close()
+
+
+def _chunk(parts, docids, extra, path):
+    """``(X, y, qid[, docid][, {store column: values}])`` of a chunk's parts."""
+    out = parts[:3] + ((_docid_strings(parts[3], path),) if docids else ())
+    if extra:
+        out += ({k: v for (k, _), v in zip(extra, parts[3 + docids:])},)
+    return out

@@ -59,13 +59,17 @@ def parquet_files(source) -> list[str]:
     return files
 
 
-def select_features(columns, label: str | None, qid: str, *, features=None, prefix=None, docid=None) -> list[str]:
+def select_features(columns, label: str | None, qid: str, *, features=None, prefix=None, docid=None,
+                    row_columns=None) -> list[str]:
     """The feature columns: ``features`` as given, or every column starting with ``prefix``,
-    or every column but the label, the qid and the doc id column (and never a column named like a query id).
+    or every column but the label, the qid, the doc id column and the ``row_columns`` (store column ->
+    file column: weight, click, position), and never a column named like a query id.
     ``label=None``: the file has no label column (data to score only)."""
     cols = list(columns)
     named = ([("--label", label)] if label is not None else []) + [("--qid", qid)]
     named += [("--docid-column", docid)] if docid is not None else []
+    named += [(f"--{k}-column", v) for k, v in (row_columns or {}).items()]
+    special = {label, qid, docid, *(row_columns or {}).values()} - {None}
     for what, name in named:
         if name not in cols:
             raise KeyError(f"{what} column {name!r} is not in the file; columns: {cols[:10]}"
@@ -76,14 +80,15 @@ def select_features(columns, label: str | None, qid: str, *, features=None, pref
         if missing:
             raise KeyError(f"feature column(s) {missing[:5]} are not in the file; columns: {cols[:10]}")
         for f in feats:
-            if f in (label, qid, docid):
-                raise ValueError(f"column {f!r} is the label, the query id or the doc id; it cannot be a feature")
+            if f in special:
+                raise ValueError(f"column {f!r} is the label, the query id, the doc id or a weight/click/position "
+                                 "column; it cannot be a feature")
     elif prefix is not None:
-        feats = [c for c in cols if c.startswith(prefix) and c not in (label, qid, docid)]
+        feats = [c for c in cols if c.startswith(prefix) and c not in special]
         if not feats:
             raise ValueError(f"no column starts with {prefix!r}; columns: {cols[:10]}")
     else:
-        feats = [c for c in cols if c not in (label, qid, docid)]
+        feats = [c for c in cols if c not in special]
         idlike = [c for c in feats if c.lower() in QID_COLUMN_NAMES]
         if idlike:
             raise ValueError(f"column {idlike[0]!r} looks like a query id and is not --qid {qid!r}; name the "
@@ -98,12 +103,14 @@ def select_features(columns, label: str | None, qid: str, *, features=None, pref
 @dataclass
 class ParquetChunk:
     """Whole queries: ``X`` (rows, features) float32 (CSR when sparse), ``y`` float64, ``qid``, the
-    feature names and, when a doc id column was named, ``docid`` (rows,) of str."""
+    feature names, when a doc id column was named, ``docid`` (rows,) of str, and the named row
+    columns ``columns`` (store column -> (rows,) values; :mod:`streamrank.io.row_columns`)."""
     X: object
     y: np.ndarray
     qid: np.ndarray
     feature_names: list
     docid: object = None
+    columns: dict = None
 
 
 def _refuse_nulls(col, what, name, row0, file, why=""):
@@ -168,8 +175,13 @@ def _docid_numpy(col, name, row0, file):
 
 def iter_parquet(source, *, label: str | None, qid: str, features=None, feature_prefix=None,
                  chunk_rows: int = DEFAULT_CHUNK_ROWS, sparse: bool = False,
-                 docid: str | None = None) -> Iterator[ParquetChunk]:
+                 docid: str | None = None, columns: dict | None = None) -> Iterator[ParquetChunk]:
     """Stream ``source`` (file, directory, glob or list of files) as chunks of whole queries.
+
+    ``columns``: the store's row columns mapped by name, ``{"weight": COL,
+    "click": COL, "position": COL}`` (any of them), carried as
+    ``ParquetChunk.columns`` (never features; nulls refused naming the row;
+    the store's append checks the values).
 
     ``docid``: the name of a column of document ids (strings, or integers
     written in decimal) carried as ``ParquetChunk.docid`` (run files name
@@ -188,29 +200,35 @@ def iter_parquet(source, *, label: str | None, qid: str, features=None, feature_
 
     files = source if isinstance(source, (list, tuple)) else parquet_files(source)
     feats = None
-    carry = None            # (X, y, q) of the last, maybe unfinished query
+    extra = list((columns or {}).items())       # (store column, file column)
+    carry = None            # (X, y, q, d, *columns) of the last, maybe unfinished query
     buf: list = []
     buf_rows = 0
 
     def emit():
         nonlocal buf, buf_rows
-        X, y, q, d = (np.concatenate([b[k] for b in buf]) if len(buf) > 1 else buf[0][k] for k in range(4))
+        X, y, q, d, *cs = (np.concatenate([b[k] for b in buf]) if len(buf) > 1 else buf[0][k]
+                           for k in range(4 + len(extra)))
         buf, buf_rows = [], 0
-        return ParquetChunk(sp.csr_matrix(X) if sparse else X, y, q, feats, None if docid is None else d)
+        return ParquetChunk(sp.csr_matrix(X) if sparse else X, y, q, feats, None if docid is None else d,
+                            {k: c for (k, _), c in zip(extra, cs)} if columns else None)
 
     for file in files:
         pf = pq.ParquetFile(file)
         names = pf.schema_arrow.names
         if feats is None:
-            feats = select_features(names, label, qid, features=features, prefix=feature_prefix, docid=docid)
+            feats = select_features(names, label, qid, features=features, prefix=feature_prefix, docid=docid,
+                                    row_columns=columns)
         else:
             missing = [f for f in feats if f not in names]
             missing += [c for c in (label, qid) + ((docid,) if docid is not None else ())
                         if c is not None and c not in names]
+            missing += [c for _, c in extra if c not in names]
             if missing:
                 raise ValueError(f"{file}: lacks column(s) {missing[:5]} that the first file has; every file "
                                  "needs the same columns")
         cols = feats + [qid] + ([label] if label is not None else []) + ([docid] if docid is not None else [])
+        cols += [c for c in dict.fromkeys(c for _, c in extra) if c not in cols]   # the label may be the clicks
         row0 = 0
         for rb in pf.iter_batches(batch_size=max(int(chunk_rows), 1), columns=cols, use_threads=True):
             n = rb.num_rows
@@ -227,21 +245,24 @@ def iter_parquet(source, *, label: str | None, qid: str, features=None, feature_
                  np.asarray(_column_numpy(rb.column(label), label, row0, file), dtype=np.float64))
             d = (np.zeros(n, dtype=np.int8) if docid is None else
                  _docid_numpy(rb.column(docid), docid, row0, file))
+            cs = [_column_numpy(rb.column(c), c, row0, file) for _, c in extra]
             row0 += n
+            parts = (X, y, q, d, *cs)
             if carry is not None:
-                X, y, q, d = (np.concatenate([c, a]) for c, a in zip(carry, (X, y, q, d)))
+                parts = tuple(np.concatenate([c, a]) for c, a in zip(carry, parts))
                 carry = None
+            q = parts[2]
             # hold back the last query: it may continue in the next row group or file
             last = q[-1]
             k = len(q)
             while k > 0 and q[k - 1] == last:
                 k -= 1
             if k == 0:
-                carry = (X, y, q, d)
+                carry = parts
                 continue
-            buf.append((X[:k], y[:k], q[:k], d[:k]))
+            buf.append(tuple(a[:k] for a in parts))
             buf_rows += k
-            carry = (X[k:], y[k:], q[k:], d[k:])
+            carry = tuple(a[k:] for a in parts)
             if buf_rows >= chunk_rows:
                 yield emit()
     if carry is not None:
@@ -277,23 +298,27 @@ def parquet_batch_id(files, extra: str = "") -> str:
 def ingest_parquet(store_path, source, *, label: str, qid: str, features=None, feature_prefix=None,
                    sparse: bool = False, chunk_rows: int = DEFAULT_CHUNK_ROWS, batch_id: str | None = None,
                    group_identity: str = "batch", progress=None, docid: str | None = None,
-                   storage_options: dict | None = None) -> dict:
+                   storage_options: dict | None = None, columns: dict | None = None) -> dict:
     """Append ``source`` (one batch: a file, a directory or glob of part files) to a GroupStore.
 
     Creates the store (with the feature names) when it does not exist; an
     existing store must hold the same feature names (columns are matched by
     name) or none.  ``docid``: a column of document ids; a new store then
     keeps them (``GroupStore.create(docids=True)``), and a store that keeps
-    them needs the column on every ingest.  Returns counts ``{"rows",
+    them needs the column on every ingest.  ``columns``: the store's row columns by
+    name (``{"click": "clicked", "position": "rank"}``, see :func:`iter_parquet`);
+    a new store keeps exactly these, an existing one needs exactly its own.  Returns counts ``{"rows",
     "skipped_rows", "batches", "skipped", "batch_id"}``.  ``store_path`` may
     be a URL (``s3://…``) with its ``storage_options``.
     """
     from ._remote import is_url
     from .group_store import GroupStore
+    from .row_columns import check_same_columns
 
     files = source if isinstance(source, (list, tuple)) else parquet_files(source)
     base = batch_id or parquet_batch_id(files, f"{label}|{qid}|{features}|{feature_prefix}|{sparse}|{chunk_rows}"
-                                        + ("" if docid is None else f"|docid={docid}"))
+                                        + ("" if docid is None else f"|docid={docid}")
+                                        + ("" if not columns else f"|columns={sorted(columns.items())}"))
     counts = {"rows": 0, "skipped_rows": 0, "batches": 0, "skipped": 0, "batch_id": base}
     url = is_url(store_path)
     p = store_path if url else Path(store_path)
@@ -309,18 +334,22 @@ def ingest_parquet(store_path, source, *, label: str, qid: str, features=None, f
                          if store.has_docids else
                          f"the store {p} was created without document ids; ingest into a new store to keep "
                          f"the column {docid!r}")
+    if store is not None:
+        check_same_columns(store, columns, p)
     for i, chunk in enumerate(iter_parquet(files, label=label, qid=qid, features=features,
                                            feature_prefix=feature_prefix, chunk_rows=chunk_rows,
-                                           sparse=sparse if store is None else store.sparse, docid=docid)):
+                                           sparse=sparse if store is None else store.sparse, docid=docid,
+                                           columns=columns)):
         if store is None:
             if not url and p.exists() and (p.is_file() or any(p.iterdir())):
                 raise FileExistsError(f"{p} exists and is not a streamrank store; choose another --store")
             store = GroupStore.create(p, len(chunk.feature_names), sparse=sparse, feature_names=chunk.feature_names,
                                       overwrite=not url and p.exists(), group_identity=group_identity,
-                                      docids=docid is not None, storage_options=storage_options)
+                                      docids=docid is not None, storage_options=storage_options,
+                                      row_columns=tuple(columns or ()))
         X = _to_store_order(chunk, store)
         done = store.append(X, chunk.y, chunk.qid, batch_id=f"{base}#{i}",
-                            docid=None if docid is None else list(chunk.docid))
+                            docid=None if docid is None else list(chunk.docid), **(chunk.columns or {}))
         n = len(chunk.y)
         counts["rows" if done else "skipped_rows"] += n
         counts["batches" if done else "skipped"] += 1

@@ -31,8 +31,8 @@ import numpy as np
 
 from .schema import StoreFormatError
 
-__all__ = ["ROW_COLUMNS", "check_column_names", "create_row_columns", "check_row_columns", "hash_row_columns",
-           "append_row_columns", "column_check"]
+__all__ = ["ROW_COLUMNS", "check_column_names", "check_same_columns", "create_row_columns", "check_row_columns",
+           "hash_row_columns", "append_row_columns", "column_check", "RowColumnReads"]
 
 #: name -> stored dtype, in the one order columns are listed, hashed and written
 ROW_COLUMNS = {"weight": "float64", "click": "uint8", "position": "int32"}
@@ -191,3 +191,14 @@ class RowColumnReads:
         if not 0 <= int(r0) <= r1 <= self._rows:
             raise IndexError(f"rows {r0}:{r1} outside the store's {self._rows} committed rows")
         return np.array(self._column_rows[name].read(int(r0), r1, self._rows))
+
+
+def check_same_columns(store, named, where) -> None:
+    """An ingest into an existing store names exactly its row columns (``--<col>-column``), no other."""
+    named = check_column_names(tuple(named or ()), "columns")
+    if named != store.row_columns:
+        missing = [c for c in store.row_columns if c not in named]
+        if missing:
+            raise ValueError(f"the store {where} keeps a {missing[0]!r} column: name it (--{missing[0]}-column COL)")
+        extra = [c for c in named if c not in store.row_columns][0]
+        raise ValueError(f"the store {where} keeps no {extra!r} column; ingest into a new store to keep it")
