@@ -7,6 +7,7 @@ import time
 
 from ._atomic import _check_model_out, _save_model
 from ._common import EXIT_OK, Unsupported, UsageError, _progress, _say
+from ._fit_weights import check_weight_args, weighted_view
 from ._stores import _jsonable, _open_store
 
 
@@ -72,6 +73,7 @@ def _preflight(args, cv_folds):
     from ._options import refuse_inapplicable
 
     refuse_inapplicable(args, cross_validates=cv_folds is not None)
+    check_weight_args(args)
     if cv_folds is not None:
         _run_cv(None, None, args, cv_folds, check_only=True)
         from ..rankrls.selection import _parse_scoring
@@ -161,10 +163,11 @@ def _fit_model(args, *, cv_folds=None):
         record.update(tuples=store.n_tuples, steps=steps)
     else:
         store = _open_store(args.store, want="group")
+        check_weight_args(args, store)
         if args.learner == "kernel":
             _check_dual_memory(args, store, cv_folds)
         with _progress(args, store.n_rows, desc=f"fit {args.learner}") as bar, reporting(PhaseReporter(bar)):
-            source = ProgressSource(store, bar)
+            source = weighted_view(args, ProgressSource(store, bar), record)
             if cv_folds is not None:
                 res = _run_cv(model, source, args, cv_folds)
                 record["cv"] = _cv_record(res, args.learner)

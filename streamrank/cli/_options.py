@@ -33,6 +33,8 @@ OPTION_LEARNERS = {
     "steps": ("sgd-bilinear",), "checkpoint_every": ("sgd-bilinear",), "validation": ("sgd-bilinear",),
     "seed": ("sparse-kernel",) + _SGD,
     "normalize": _RLS + _SGD,
+    "weights": _RLS + ("sgd-pairwise",), "ips": _RLS + ("sgd-pairwise",),
+    "propensity": _RLS + ("sgd-pairwise",), "clip": _RLS + ("sgd-pairwise",),
 }
 
 #: kernel parameter -> the kernels that use it (streamrank.kernels)

@@ -30,7 +30,8 @@ from ..clicks import propensity_at
 from ..laplacian import check_weight
 from .blocks import BlockSource, WrappedSource
 
-__all__ = ["WeightedSource", "ColumnWeightedSource", "IPSWeightedSource", "with_weights", "ips_weighted"]
+__all__ = ["WeightedSource", "ColumnWeightedSource", "IPSWeightedSource", "with_weights", "ips_weighted",
+           "propensity_from_spec"]
 
 
 class WeightedSource(WrappedSource):
@@ -114,14 +115,14 @@ class IPSWeightedSource(_LazyWeight, WeightedSource):
 
     def __init__(self, store, propensity, *, clip=None):
         _needs_columns(store, ("click", "position"), "ips_weighted(store, ...)")
+        if clip is not None and not 0 < float(clip) <= 1:
+            raise ValueError(f"clip must be in (0, 1], got {clip}")
         if not callable(propensity):
             table = np.asarray(propensity, dtype=np.float64).reshape(-1)
             if table.size == 0:
                 raise ValueError("propensity is empty: p[k - 1] is the propensity of rank k")
-            propensity_at(np.arange(1, table.size + 1), table)      # every entry in (0, 1]
+            propensity_at(np.arange(1, table.size + 1), table, clip=clip)      # every entry in (0, 1] (clipped)
             propensity = table
-        if clip is not None and not 0 < float(clip) <= 1:
-            raise ValueError(f"clip must be in (0, 1], got {clip}")
         WrappedSource.__init__(self, store)
         self.n_outputs, self.y_ndim = 1, 1
         self.propensity, self.clip = propensity, clip
@@ -175,3 +176,57 @@ def ips_weighted(store, propensity, *, clip=None) -> IPSWeightedSource:
     if isinstance(store, WeightedSource):
         raise ValueError("ips_weighted: the source already carries row weights")
     return IPSWeightedSource(store, propensity, clip=clip)
+
+
+def propensity_from_spec(spec: str, *, storage_options=None):
+    """The examination propensity named by a short spec (the CLI's and the nightly's ``--propensity``).
+
+    ``eta=E``
+        the position-based model p(k) = (1 / k)^E (:func:`streamrank.clicks.position_based_propensity`),
+        as a callable of the positions (any rank).
+    ``estimate:STORE``
+        p̂(k) = CTR(k) / CTR(1) from the ``click`` and ``position`` columns of a
+        store of *result-randomization* traffic (:func:`streamrank.clicks.estimate_propensity`):
+        estimated on the training logs themselves it would be the logging ranker's bias, not p.
+    ``FILE``
+        a text file (one p(k) a line, k = 1, 2, …) or an ``.npy`` array.
+
+    Returns an array ``p[k - 1]`` or a callable, for :func:`ips_weighted` (values checked there).
+    """
+    import os
+
+    from ..clicks import estimate_propensity
+
+    spec = str(spec).strip()
+    if spec.startswith("eta="):
+        try:
+            eta = float(spec[4:])
+        except ValueError:
+            raise ValueError(f"propensity {spec!r}: eta=E needs a number, e.g. eta=1") from None
+        if not np.isfinite(eta) or eta < 0:
+            raise ValueError(f"propensity {spec!r}: eta must be finite and >= 0")
+        return _PowerLaw(eta)
+    if spec.startswith("estimate:"):
+        from .group_store import GroupStore
+
+        store = GroupStore.open(spec[len("estimate:"):], storage_options=storage_options)
+        _needs_columns(store, ("click", "position"), f"propensity {spec!r}")
+        return estimate_propensity(store.read_column("click"), store.read_column("position"))
+    if not os.path.exists(spec):
+        raise ValueError(f"propensity {spec!r}: expected eta=E, estimate:STORE (randomized traffic) or a file of "
+                         "p(1), p(2), ... (text, one a line, or .npy)")
+    p = np.load(spec, allow_pickle=False) if spec.endswith(".npy") else np.loadtxt(spec, ndmin=1)
+    return np.asarray(p, dtype=np.float64).reshape(-1)
+
+
+class _PowerLaw:
+    """p(k) = (1 / k)^eta as a picklable callable of the positions."""
+
+    def __init__(self, eta: float):
+        self.eta = float(eta)
+
+    def __call__(self, pos):
+        return (1.0 / np.asarray(pos, dtype=np.float64)) ** self.eta
+
+    def __repr__(self):
+        return f"eta={self.eta:g}"
