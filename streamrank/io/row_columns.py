@@ -108,7 +108,8 @@ def check_row_columns(store_columns, given: dict, n_rows: int, path) -> dict:
     for name in store_columns:
         v = given.get(name)
         if v is None:
-            raise ValueError(f"the store at {path} keeps a {name!r} column (one value per row): pass {name}=")
+            raise ValueError(f"the store at {path} keeps a {name!r} column (one value per row): pass {name}= "
+                             f"(ingest: --{name}-column COL)")
         out[name] = _check_one(name, v, n_rows, name)
     return out
 

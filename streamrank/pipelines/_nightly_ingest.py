@@ -93,16 +93,18 @@ def _parquet_day(p, columns, sparse, chunk_bytes, feature_names):
     feats = feature_names if feature_names is not None else c["features"]
     for ch in iter_parquet(p, label=c["label"], qid=c["qid"], features=feats,
                            feature_prefix=None if feats is not None else c["feature_prefix"],
-                           sparse=sparse, chunk_rows=_parquet_rows(chunk_bytes)):
-        yield _Chunk(ch.X, ch.y, ch.qid, ch.feature_names)
+                           sparse=sparse, chunk_rows=_parquet_rows(chunk_bytes), columns=c.get("row_columns")):
+        yield _Chunk(ch.X, ch.y, ch.qid, ch.feature_names, ch.columns)
 
 
 class _Chunk(tuple):
-    """``(X, y, qid)`` with the feature names of a Parquet chunk."""
+    """``(X, y, qid)`` with the feature names of a Parquet chunk and the day's row columns
+    (``row_cols``: store column -> values, :mod:`streamrank.io.row_columns`; None: none)."""
 
-    def __new__(cls, X, y, qid, feature_names):
+    def __new__(cls, X, y, qid, feature_names=None, row_cols=None):
         t = super().__new__(cls, (X, y, qid))
         t.feature_names = feature_names
+        t.row_cols = row_cols or None
         return t
 
 
@@ -143,13 +145,15 @@ def iter_day(path, *, n_features=None, sparse=False, chunk_bytes=DEFAULT_CHUNK_B
         if not store.n_rows:
             raise ValueError(f"{p}: the day's store is empty")
         rows = _rows_for(chunk_bytes, 4 * store.n_features + 16)
-        for b in store.blocks(max_rows=rows, prefetch=False):
-            yield conv(b.X), b.y, b.row_qid()
+        for b in store.blocks(max_rows=rows, prefetch=False):     # its row columns travel with the rows
+            yield _Chunk(conv(b.X), b.y, b.row_qid(),
+                         row_cols={c: store.read_column(c, b.start, b.stop) for c in store.row_columns})
     elif p.suffix == ".npz":
         from streamrank.io.npz import iter_npz
 
-        for X, y, qid in iter_npz(p, chunk_bytes=chunk_bytes):
-            yield conv(X), y, qid
+        named = (columns or {}).get("row_columns")
+        for ch in iter_npz(p, chunk_bytes=chunk_bytes, columns=named):
+            yield _Chunk(conv(ch[0]), ch[1], ch[2], row_cols=ch[3] if named else None)
     else:
         from streamrank.io.svmlight import iter_svmlight
 
@@ -294,6 +298,7 @@ def _append_day(store, store_path, f, base, bid, log, sparse, chunk_bytes, colum
     for chunk, last in with_last(chunks):
         X, y, qid = chunk
         lines = getattr(chunk, "lines", None)
+        cols = getattr(chunk, "row_cols", None) or {}
         k = len(y)
         if same_prefix and r < done:
             _compare_prefix(store, store_qid, day_r0 + r, X[: done - r], y[: done - r], qid[: done - r])
@@ -309,16 +314,18 @@ def _append_day(store, store_path, f, base, bid, log, sparse, chunk_bytes, colum
                                  "on a query boundary of the file; was the file changed?")
             X, y, qid, r = X[cut:], y[cut:], qid[cut:], done
             lines = None if lines is None else lines[cut:]
+            cols = {c: v[cut:] for c, v in cols.items()}
         if store is None:
             store = sr.GroupStore.create(store_path, n_features=X.shape[1], sparse=sp.issparse(X),
                                          n_outputs=1 if np.ndim(y) == 1 else np.shape(y)[1],
-                                         feature_names=getattr(chunk, "feature_names", None), **(opts or {}))
+                                         feature_names=getattr(chunk, "feature_names", None),
+                                         row_columns=tuple(cols), **(opts or {}))
         if base == bid:
             batch_id = bid if last else f"{bid}#{r}"
         else:          # a fixed file completing day `base`: the same batch, and which file completed it
             batch_id = f"{base}#~{bid}" if last else f"{base}#{r}~{bid}"
         try:
-            appended += bool(store.append(X, y, qid, batch_id=batch_id))
+            appended += bool(store.append(X, y, qid, batch_id=batch_id, **cols))
         except ValueError as exc:
             raise _partial_day_error(exc, f, store, base, qid, lines) from None
         r += len(y)

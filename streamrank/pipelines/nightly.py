@@ -136,6 +136,7 @@ from streamrank.pipelines._nightly_learners import (  # noqa: F401
 )
 from streamrank.pipelines._nightly_validation import _holdout, _validate_night
 from streamrank.pipelines._nightly_views import spans_minus
+from streamrank.pipelines._nightly_weights import add_weight_options, row_column_names, weighting_of
 from streamrank.pipelines._nightly_versions import (  # noqa: F401
     KERNEL_STATS,
     LOCK,
@@ -169,9 +170,9 @@ __all__ = ["main", "run_night", "build_parser", "ingest", "ingest_tuples", "read
 LEARNERS = ("rankrls", "sparse-kernel", "sgd-bilinear", "sgd-pairwise")
 
 
-def _run_key(base, total, log, learner, alphas, full, folds, excluded=(), fraction=0.0):
+def _run_key(base, total, log, learner, alphas, full, folds, excluded=(), fraction=0.0, weighting=None):
     h = hashlib.sha256(json.dumps({
-        "base": base, "total": total, "learner": learner,
+        "base": base, "total": total, "learner": learner, **({"weighting": weighting} if weighting else {}),
         "alphas": [float(a) for a in alphas], "full": bool(full), "folds": folds,
         **({"excluded": list(excluded)} if excluded else {}), **({"gate_fraction": fraction} if fraction else {}),
         "log": log[-1]["checksum"] if log else None,
@@ -248,7 +249,7 @@ def _gate(learner, store, log, unit, models_dir, cur, cur_model, cur_seen, model
 def run_night(store_path, new_files, models_dir, *, learner="rankrls", alphas=None, full=False, keep=None,
               tolerance=0.005, folds=DEFAULT_FOLDS, validation=None, k=10, max_rows=DEFAULT_BLOCK_ROWS,
               plot=True, out=None, learner_params=None, verify=False, chunk_bytes=None, columns=None,
-              storage_options=None, gate_fraction=None, reject=(), readmit=()):
+              storage_options=None, gate_fraction=None, reject=(), readmit=(), weighting=None):
     """One night; returns the run report (also written to ``DIR/reports/``).
 
     ``models_dir`` and ``store_path`` may be URLs of object storage
@@ -270,6 +271,10 @@ def run_night(store_path, new_files, models_dir, *, learner="rankrls", alphas=No
     line's, 0.1 for a new line).  ``reject`` / ``readmit``: day files or
     ``sha256:`` batch ids to exclude from / re-admit to training
     (:mod:`streamrank.pipelines._nightly_exclusions`), applied after the ingest.
+    ``columns["row_columns"]``: ``{"weight"|"click"|"position": COL}``, a day's
+    columns kept as the store's row columns; ``weighting``: ``{"weights": "weight"}``
+    or ``{"ips": {"propensity": SPEC, "clip": TAU}}`` (rankrls;
+    :mod:`streamrank.pipelines._nightly_weights`).
     """
     out = sys.stdout if out is None else out
     if learner not in LEARNERS:
@@ -286,13 +291,14 @@ def run_night(store_path, new_files, models_dir, *, learner="rankrls", alphas=No
         _clean_partial(models_dir)
         return _run_locked(store_path, new_files, models_dir, learner, alphas, full, keep, tolerance, folds,
                            validation, k, max_rows, plot, out, learner_params, verify, chunk_bytes, columns,
-                           storage_options, gate_fraction, reject, readmit)
+                           storage_options, gate_fraction, reject, readmit, weighting)
 
 
 def _run_locked(store_path, new_files, models_dir, learner, alphas, full, keep, tolerance, folds, validation, k,
                 max_rows, plot, out, learner_params, verify, chunk_bytes, columns=None, storage_options=None,
-                gate_fraction=None, reject=(), readmit=()):
+                gate_fraction=None, reject=(), readmit=(), weighting=None):
     from streamrank.pipelines import _nightly_exclusions as ex
+    from streamrank.pipelines._nightly_weights import check_same_weighting, weighted_store
 
     tuples = learner == "sgd-bilinear"
     unit = "tuples" if tuples else "groups"
@@ -333,11 +339,14 @@ def _run_locked(store_path, new_files, models_dir, learner, alphas, full, keep, 
         if was != now:
             report["retrain"] = f"the excluded days inside the current model's data changed ({was} -> {now})"
             base = None
+    if base is not None:
+        check_same_weighting(read_version(models_dir, base), weighting, base)
     seen = 0 if base is None else cur_seen
     if seen > total:
         raise ValueError(f"the current model saw {seen} {unit} but the store has {total}: "
                          "wrong --store for these --models?")
-    key = _run_key(base, total, log, learner, alphas, full, folds, ex.excluded_days(excl_doc, unit), fraction)
+    key = _run_key(base, total, log, learner, alphas, full, folds, ex.excluded_days(excl_doc, unit), fraction,
+                   weighting)
     report["key"] = key
     versions = list_versions(models_dir)
     metas = {v: read_version(models_dir, v) for v in versions}
@@ -352,7 +361,9 @@ def _run_locked(store_path, new_files, models_dir, learner, alphas, full, keep, 
         base_model = load_version(models_dir, base) if base is not None else None
         cur_model = load_version(models_dir, cur) if cur else None
         h0 = _holdout(log, unit, total, cur_seen if cur else 0, validation)
-        model, sel, held, extra = _train(learner, store, base_model, stats_location(models_dir, base) if base else None,
+        train_on = weighted_store(store, weighting, storage_options)    # the store, or its weighted view
+        model, sel, held, extra = _train(learner, train_on, base_model,
+                                         stats_location(models_dir, base) if base else None,
                                          seen, alphas, folds, max_rows, learner_params, h0, k, excl, fraction)
         if not tuples and store.feature_names is not None:   # the store's names travel with the model
             model._set_feature_names(store.n_features, store.feature_names)
@@ -391,6 +402,8 @@ def _run_locked(store_path, new_files, models_dir, learner, alphas, full, keep, 
             meta["gate_fraction"] = fraction
         if gate_rec is not None:
             meta["gate"] = gate_rec
+        if weighting:
+            meta["weighting"] = weighting
         if switched:
             meta["switched_from"] = switched
         _write_version(models_dir, name, model, meta, extra)
@@ -486,7 +499,8 @@ def build_parser():
     p.add_argument("-v", "--verbose", action="store_true", help="print the traceback of an error")
     p.add_argument("--group-weight", default="pair", choices=("pair", "query", "size"),
                    help="rankrls: weight of each query's pairs (fixed at the first night)")
-    p.add_argument("--ties", default="include", choices=("include", "exclude"), help="rankrls: tied pairs")
+    p.add_argument("--ties", default=None, choices=("include", "exclude"),
+                   help="rankrls: tied pairs (default include; exclude with --ips)")
     p.add_argument("--normalize", default=None, choices=("standard", "minmax"),
                    help="scale the features by statistics of the training rows, fitted with the model "
                         "(rankrls: of all rows, every night; sparse-kernel and sgd-pairwise: of the first night's "
@@ -495,6 +509,7 @@ def build_parser():
     p.add_argument("--n-basis", type=int, default=500, help="sparse-kernel: basis rows (fixed at the first night)")
     p.add_argument("--kernel", default="rbf", help="sparse-kernel: kernel name")
     p.add_argument("--gamma", type=float, default=1.0, help="sparse-kernel: kernel width")
+    add_weight_options(p)
     p.add_argument("--seed", type=int, default=0,
                    help="sparse-kernel: seed of the basis reservoir; sgd-pairwise: seed of the pair sampling")
     return p
@@ -520,7 +535,8 @@ def _learner_params(args):
     if args.learner == "sgd-bilinear":
         return {"auto_refit": False, **norm} if norm else None
     if args.learner == "rankrls":
-        return {"group_weight": args.group_weight, "ties": args.ties, **norm}
+        ties = args.ties or ("exclude" if getattr(args, "ips", False) else "include")
+        return {"group_weight": args.group_weight, "ties": ties, **norm}
     return None
 
 
@@ -534,14 +550,16 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
     if not (args.new or args.reject or args.readmit):
         parser.error("--new DAYFILE... is required (unless --reject / --readmit is given)")
+    weighting = weighting_of(args, parser.error)
     return run_main("nightly", args.verbose, lambda: run_night(
         args.store, args.new, args.models, learner=args.learner, alphas=args.alphas, full=args.full,
         keep=args.keep, tolerance=args.tolerance, folds=args.folds, validation=args.validation,
         max_rows=args.max_rows, plot=not args.no_plot, verify=args.verify,
         chunk_bytes=max(1, int(args.chunk_mb * 2**20)), learner_params=_learner_params(args),
-        columns={"label": args.label, "qid": args.qid, "feature_prefix": args.features_from_prefix},
+        columns={"label": args.label, "qid": args.qid, "feature_prefix": args.features_from_prefix,
+                 "row_columns": row_column_names(args)},
         storage_options=args.storage_options, gate_fraction=args.gate_fraction, reject=args.reject,
-        readmit=args.readmit),
+        readmit=args.readmit, weighting=weighting),
         interrupted="interrupted; the store keeps its last commit and current its last promoted version")
 
 
