@@ -58,3 +58,37 @@ def test_readme_parquet_lines_run_as_written(tmp_path, capsys):
     top = np.argsort(-np.abs(model.coef_))[:5]
     listed = re.findall(r"^\s+[+-]\S+\s+(f_\d+)$", out, flags=re.M)
     assert listed == [f"f_{j}" for j in top]
+
+
+def test_readme_click_log_lines_run_as_written(tmp_path, capsys):
+    """The click-log section (issue 23): its Python block, then its shell lines exactly as written; the model
+    equals the library's IPS fit on the same rows."""
+    import shlex
+
+    import pytest
+
+    pytest.importorskip("pyarrow")
+    import streamrank as sr
+    from streamrank.cli import main
+    from streamrank.clicks import ips_weights
+
+    section = README.read_text().split("## Learning from click logs", 1)[1].split("\n## ", 1)[0]
+    code = re.findall(r"```python\n(.*?)```", section, flags=re.S)[0]
+    lines = [ln for ln in re.findall(r"```bash\n(.*?)```", section, flags=re.S)[0].splitlines() if ln.strip()]
+    assert [ln.split()[1] for ln in lines] == ["ingest", "fit"]
+    cwd = os.getcwd()
+    os.chdir(tmp_path)
+    try:
+        ns = {"__name__": "__readme__"}
+        exec(compile(code, str(README), "exec"), ns)
+        for ln in lines:
+            assert main(shlex.split(ln)[1:]) == 0, ln
+    finally:
+        os.chdir(cwd)
+    log, X = ns["log"], ns["X"]
+    store = sr.GroupStore.open(tmp_path / "clicks.zarr")
+    assert store.row_columns == ("click", "position") and store.n_features == 10
+    w = ips_weights(log.clicks, log.position, 1.0 / np.arange(1, 11), clip=0.05)
+    want = sr.RankRLS(alpha=1.0, ties="exclude").fit(X[log.row].astype(np.float32).astype(np.float64), log.clicks,
+                                                     log.session, sample_weight=w)
+    np.testing.assert_allclose(sr.load(tmp_path / "ips.zarr").coef_, want.coef_, rtol=0, atol=1e-8)

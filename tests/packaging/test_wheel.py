@@ -212,6 +212,7 @@ def _prepare_recipes_section(d: Path):
 PREPARE = {
     "Ten lines of Python": None,
     "From Parquet, DataFrames and string query ids": None,
+    "Learning from click logs": None,
     "Train on logs, serve in OpenSearch": None,
     "Data recipes": _prepare_recipes_section,
     "Command line, pipelines, clusters": _prepare_cli_section,
@@ -225,6 +226,9 @@ def _check_section(title, d: Path, outputs: list[str]):
         assert 0.5 < float(outputs[-1].strip().splitlines()[-1]) <= 1.0
     elif title.startswith("From Parquet"):
         assert sr.load(d / "m.zarr").feature_names_in_[0] == "f_0" and "f_" in outputs[-1]
+    elif title.startswith("Learning from click logs"):
+        assert sr.GroupStore.open(d / "clicks.zarr").row_columns == ("click", "position")
+        assert sr.load(d / "ips.zarr").ties == "exclude"
     elif title.startswith("Train on logs"):
         assert (d / "ranker-solr.json").stat().st_size > 0 and (d / "ranker.onnx").stat().st_size > 0
     elif title == "Data recipes":
