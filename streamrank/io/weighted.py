@@ -132,11 +132,12 @@ class IPSWeightedSource(_LazyWeight, WeightedSource):
 
     def _read_weight(self, r0, r1):
         c = self._clicks(r0, r1)
-        try:
-            p = propensity_at(self.inner.read_column("position", r0, r1), self.propensity, clip=self.clip)
-        except ValueError as exc:
-            raise ValueError(f"rows {r0}:{r1} of {self.inner.path} (row numbers below count from {r0}): "
-                             f"{exc}") from None
+        pos = self.inner.read_column("position", r0, r1)
+        if not callable(self.propensity) and pos.size and int(pos.max()) > self.propensity.size:
+            i = int(np.flatnonzero(pos > self.propensity.size)[0])
+            raise ValueError(f"{self.inner.path}: row {r0 + i} was shown at position {int(pos[i])}, but the "
+                             f"propensity has {self.propensity.size} entries (p[k - 1] is the propensity of rank k)")
+        p = propensity_at(pos, self.propensity, clip=self.clip)
         return np.where(c == 1, 1.0 / p, 1.0)
 
     def _read_y(self, r0, r1):

@@ -180,3 +180,20 @@ def test_a_store_without_the_columns_and_letor_refuse(log, tmp_path):
     rc, _, err = run("ingest", txt, "--store", tmp_path / "t.zarr", "--click-column", "c", "-q")
     assert rc != 0 and "LETOR text has no weight/click/position columns" in err
     assert not (tmp_path / "t.zarr").exists()
+
+
+def test_sgd_pairwise_ips_fit_equals_the_library(log, tmp_path):
+    """``--learner sgd-pairwise --ips``: pairs sampled on the clicks, each weighted 1/p(position of the click)."""
+    from streamrank.io.weighted import ips_weighted
+
+    data, _ = log
+    s = tmp_path / "clicks.zarr"
+    _ingest_parquet(tmp_path, data, s, "--click-column", "clicked", "--position-column", "rank")
+    rc, _, err = run("fit", "--store", s, "--model", tmp_path / "m.zarr", "--learner", "sgd-pairwise", "--ips",
+                     "--propensity", "eta=1", "--clip", "0.1", "--seed", "3", "-q")
+    assert rc == 0, err
+    p = position_based_propensity(10, 1.0)
+    want = sr.PairwiseSGDRanker(random_state=3).fit(ips_weighted(sr.GroupStore.open(s), p, clip=0.1),
+                                                     batch_size=1024)
+    np.testing.assert_allclose(sr.load(tmp_path / "m.zarr").coef_, want.coef_, rtol=0, atol=1e-12)
+    assert np.any(want.coef_ != 0)

@@ -102,3 +102,27 @@ def test_usage_errors_before_anything_is_written(days, tmp_path, capsys, extra, 
         nightly.main(_argv(tmp_path / "s.zarr", tmp_path / "m", days[0], *extra))
     assert exc.value.code == 2 and match in capsys.readouterr().err
     assert not (tmp_path / "s.zarr").exists()
+
+
+def test_npz_and_store_days_bring_their_columns(days, tmp_path):
+    """Night 1 an .npz day (arrays named by --click-column ...), night 2 a store day (its own columns): the
+    store keeps every column in step, and the model equals the from-scratch IPS fit."""
+    t0, t1 = pq.read_table(days[0]).to_pydict(), pq.read_table(days[1]).to_pydict()
+    feats = [f"f_{j}" for j in range(46)]
+    npz = tmp_path / "day-0.npz"
+    np.savez(npz, X=np.column_stack([t0[f] for f in feats]).astype(np.float32), y=np.asarray(t0["clicked"]),
+             qid=np.asarray(t0["session"]), clicked=np.asarray(t0["clicked"]), rank=np.asarray(t0["rank"]),
+             w=np.asarray(t0["w"]))
+    day_store = sr.GroupStore.create(tmp_path / "day-1.zarr", 46, row_columns=("weight", "click", "position"))
+    day_store.append(np.column_stack([t1[f] for f in feats]), t1["clicked"], t1["session"], weight=t1["w"],
+                     click=t1["clicked"], position=t1["rank"])
+    store, models = tmp_path / "s.zarr", tmp_path / "models"
+    for day in (npz, tmp_path / "day-1.zarr"):
+        assert nightly.main(_argv(store, models, day, "--ips", "--propensity", "eta=1", "--tolerance", "1.0")) == 0
+    s = sr.GroupStore.open(store)
+    np.testing.assert_array_equal(s.read_column("position"), np.r_[t0["rank"], t1["rank"]])
+    np.testing.assert_array_equal(s.read_column("weight"), np.r_[t0["w"], t1["w"]])
+    model, _ = _version(models)
+    src = ips_weighted(s, sr.clicks.position_based_propensity(10, 1.0))
+    np.testing.assert_allclose(model.coef_, sr.RankRLS(alpha=model.alpha, ties="exclude").fit(src).coef_,
+                               rtol=0, atol=1e-8)
