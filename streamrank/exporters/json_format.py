@@ -14,11 +14,11 @@ Normalization: x̃_j = (x_j − offset_j) / scale_j ("standard": mean and standa
 deviation; "minmax": minimum and maximum − minimum; scale is never 0).
 Without a normalizer x̃ = x.
 
-* ``"linear"``: ``"weights"``: [n] (one output) or [n][v];
+* ``"linear"``: ``"weights"``: ``[n]`` (one output) or ``[n][v]``;
   score = Σ_j weights[j] · x̃_j.
 * ``"kernel"``: ``"kernel"``: {"name": "linear" | "rbf" | "poly", "gamma", "degree", "coef0"},
-  ``"basis"``: [r][n] rows R (or {"format": "csr", "shape": [r, n], "indptr", "indices", "data"}),
-  ``"dual_coef"``: [r] or [r][v]; score = Σ_i dual_coef[i] · k(x̃, R_i) with
+  ``"basis"``: ``[r][n]`` rows R (or {"format": "csr", "shape": [r, n], "indptr", "indices", "data"}),
+  ``"dual_coef"``: ``[r]`` or ``[r][v]``; score = Σ_i dual_coef[i] · k(x̃, R_i) with
   k = x·z ("linear"), (gamma x·z + coef0)^degree ("poly"), exp(−gamma ‖x − z‖²) ("rbf").
 * ``"bilinear"``: ``"n_query_features"``, ``"query_feature_names"``, ``"W"``:
   {"format": "coo", "shape": [n_q, n_d], "row": [..], "col": [..], "value": [..]};

@@ -18,8 +18,8 @@ everywhere:
   current one is processed, so I/O overlaps compute;
 * **coverage**: every row appears exactly once per pass.
 
-Subclasses implement only :meth:`BlockSource._group_ptr_chunks` (the global
-group offsets, in pieces) and :meth:`BlockSource._read_rows`.
+Subclasses implement only :meth:`BlockSource._group_ptr` (the global
+group offsets) and :meth:`BlockSource._read_rows`.
 """
 from __future__ import annotations
 

@@ -14,6 +14,8 @@ tuples.  Every tuple is emitted exactly once per pass; the same
 ``tuples`` in memory; the on-disk :class:`~streamrank.TupleStore`
 (:mod:`streamrank.io.tuple_store`) is the other implementation.
 
+Examples
+--------
 >>> import numpy as np
 >>> src = as_tuple_source(np.eye(2), np.eye(3), [[0, 1, 2], [1, 0, 2]])
 >>> src

@@ -380,7 +380,9 @@ def solve_cg(source, *, alpha, group_weight="pair", ties="include", tol=1e-6, ma
         preconditioner's pass, ``W`` is on the normalized scale and
         ``info["normalizer"]`` holds the fitted normalizer
 
-    Scale: the solution is linear in the right-hand side, so each output is
+    Notes
+    -----
+    Scaling: the solution is linear in the right-hand side, so each output is
     solved for ``B_j / s_j`` with ``s_j`` the power of two nearest ``max |B_j|``
     and the result multiplied back.  Powers of two are exact, so this changes
     no digit in the usual range, and labels of 1e150 or 1e-200 (whose squared
