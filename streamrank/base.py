@@ -126,6 +126,42 @@ class BaseRanker:
         self.cv_results_ = result
         return result
 
+    # ------------------------------------------------ distributed (package API)
+    #: attributes that stay on the client when the model is sent to workers: the training data and the
+    #: solver caches derived from it (a learner class names its own; see :meth:`for_workers`)
+    _LOCAL_ONLY: tuple[str, ...] = ()
+    #: caches derived from a fit that a new fit must not inherit (dropped by :meth:`forget_fit`)
+    _FIT_CACHES: tuple[str, ...] = ()
+
+    def for_workers(self):
+        """A shallow copy of this (fitted) model to send to workers, e.g. for a distributed ``predict``.
+
+        It shares the fitted arrays but leaves out what stays on the client: the
+        training source and the solver caches built from it (``KernelRankRLS``
+        keeps an m x m decomposition), which workers never need to score rows.
+        Package-public: :mod:`streamrank.distributed` ships models only through
+        this method.
+        """
+        import copy
+
+        est = copy.copy(self)
+        for attr in self._LOCAL_ONLY:
+            est.__dict__.pop(attr, None)
+        return est
+
+    def forget_fit(self):
+        """Drop the state of an earlier fit that a new fit replaces; returns self.
+
+        The fitted coefficients, statistics (and fold statistics), iteration
+        count and model-selection results, plus the caches derived from them.
+        Called at the start of ``fit`` and by :mod:`streamrank.distributed`
+        before it sets the result of a fit on the workers, so that nothing of
+        an earlier fit survives the new one.
+        """
+        for attr in ("coef_", "stats_", "fold_stats_", "n_iter_", *self._FIT_CACHES, "best_alpha_", "cv_results_"):
+            self.__dict__.pop(attr, None)
+        return self
+
     # ---------------------------------------------------------------- state
     def _check_fitted(self, attr: str = "coef_"):
         if not hasattr(self, attr):
@@ -134,11 +170,12 @@ class BaseRanker:
             )
 
     # ------------------------------- feature names and normalization (exports)
-    def _set_feature_names(self, n_features: int, feature_names=None, source=None) -> None:
+    def set_feature_names(self, n_features: int, feature_names=None, source=None) -> None:
         """``feature_names_in_`` from ``feature_names=`` or the source's (a store's) names; else none.
 
         The names travel with the model (``sr.save``) so that exports can name
-        features (:func:`streamrank.export`).
+        features (:func:`streamrank.export`).  Package-public: ``fit`` calls it,
+        and so does the nightly pipeline for a model it trained from a store.
         """
         names = feature_names if feature_names is not None else getattr(source, "feature_names", None)
         if names is None:
@@ -232,15 +269,21 @@ class StatisticsLearner(Protocol):
 
     ``new_statistics(n_features, n_outputs)``
         An empty mergeable statistics object (``add_block``, ``merge``,
-        ``check_complete``) for this learner's parameters.
+        ``check_complete``, ``release_workspace``) for this learner's parameters.
     ``accumulate(stats, block)``
         Add one :class:`~streamrank.io.blocks.Block` (whole groups or a piece
         of a split group) into ``stats``; returns ``stats``.
     ``fit_statistics(stats, *, y_1d=None, source=None)``
         Finish a fit from summed statistics (the solve and the fitted
         attributes); ``source`` is recorded as the training data.
+    ``forget_fit()``
+        Drop an earlier fit's state before a new one is set (see
+        :meth:`BaseRanker.forget_fit`).
     ``predict(X)``
         Scores of the rows of X.
+
+    Every learner (a :class:`BaseRanker`) is sent to workers through
+    :meth:`BaseRanker.for_workers`.
     """
 
     def new_statistics(self, n_features: int, n_outputs: int): ...
@@ -248,6 +291,8 @@ class StatisticsLearner(Protocol):
     def accumulate(self, stats, block): ...
 
     def fit_statistics(self, stats, *, y_1d=None, source=None): ...
+
+    def forget_fit(self): ...
 
     def predict(self, X): ...
 
@@ -261,6 +306,9 @@ class SGDLearner(Protocol):
     :func:`streamrank.distributed.fit_sgd_rounds` and the pipelines use only
     these methods:
 
+    ``has_state()``
+        True when the model has a state (W / v) that further rounds continue;
+        False before the first ``init_state`` / fit.
     ``init_state(*n_features)``
         Check the parameters and start the model's state (W₀ / v₀) when it
         has none (a fitted model keeps its state: rounds continue it).
@@ -272,6 +320,8 @@ class SGDLearner(Protocol):
     ``adopt(model)``
         Take over ``model``'s fitted state in place (the result of a merge).
     """
+
+    def has_state(self) -> bool: ...
 
     def init_state(self, *n_features: int): ...
 

@@ -215,13 +215,11 @@ def _params_only(estimator):
     return type(estimator)(**estimator.get_params())
 
 
-def _without_source(estimator):
-    """A shallow copy of a fitted estimator without its training source (never sent to workers)."""
-    est = copy.copy(estimator)
-    # training data and solver caches (KernelRankRLS keeps its m × m decomposition) stay on the client
-    for attr in ("_train_source", "_eigen", "_decomp", "_lpo_cache", "_sparse", "_Y"):
-        est.__dict__.pop(attr, None)
-    return est
+def for_workers(estimator):
+    """What is sent to workers of a fitted estimator: its :meth:`~streamrank.base.BaseRanker.for_workers` copy
+    (training data and solver caches stay on the client); a shallow copy of any other model."""
+    ship = getattr(estimator, "for_workers", None)
+    return ship() if ship is not None else copy.copy(estimator)
 
 # ------------------------------------------------------------ worker tasks
 def _blocks_of_task(plans, ref):
@@ -237,7 +235,7 @@ def _blocks_of_task(plans, ref):
 def _compact(st):
     """Drop a statistics object's scratch workspace (a block-sized float64 buffer) before it leaves the
     worker: a task's result is then O(n²) bytes to pickle, send and merge, whatever the block size."""
-    release = getattr(st, "_release_workspace", None)
+    release = getattr(st, "release_workspace", None)      # (RankStatistics; fold lists have none)
     if release is not None:
         release()
     return st
@@ -286,8 +284,8 @@ def reset_fitted(estimator, source):
 
     The attributes a local ``fit`` would overwrite (coefficients, statistics,
     fold statistics, iteration count, cached eigendecomposition) are dropped
-    so that no state of an earlier fit survives the new one.
+    (:meth:`~streamrank.base.BaseRanker.forget_fit`, part of the statistics
+    learner protocol) so that no state of an earlier fit survives the new one.
     """
-    for attr in ("coef_", "stats_", "fold_stats_", "n_iter_", "_eigen", "best_alpha_", "cv_results_"):
-        estimator.__dict__.pop(attr, None)
+    estimator.forget_fit()
     return source.n_outputs == 1 and getattr(source, "y_ndim", 1) == 1

@@ -4,7 +4,7 @@ from __future__ import annotations
 import numpy as np
 
 from .._defaults import DEFAULT_BLOCK_ROWS
-from ._cluster import DEFAULT_SPLIT_EVERY, _as_source, _ship_source, _without_source, get_client, tree_reduce
+from ._cluster import DEFAULT_SPLIT_EVERY, _as_source, _ship_source, for_workers, get_client, tree_reduce
 from ._retry import with_retries
 
 __all__ = ["predict", "evaluate"]
@@ -52,7 +52,7 @@ def predict(estimator, source, client=None, *, max_rows=DEFAULT_BLOCK_ROWS, out=
             "rename, which object storage does not have); write them to a path the workers share, or take them "
             "back with out=None")
     source = _as_source(source)
-    est = _without_source(estimator)
+    est = for_workers(estimator)
     n = source.n_rows
     step = int(max_rows)
     ranges = [(a, min(a + step, n)) for a in range(0, n, step)]
@@ -136,7 +136,7 @@ def evaluate(estimator, source, client=None, *, k=10, metrics=None, gain="exp2",
     metrics = METRICS if metrics is None else (metrics if isinstance(metrics, str) else tuple(metrics))
     RankingEvaluator(k, metrics, **options)           # bad names and options fail here, not on a worker
     source = _as_source(source)
-    est = _without_source(estimator)
+    est = for_workers(estimator)
     with get_client(client) as c:
         refs = [_ship_source(c, source)]
         plan = source.plan(max_rows, split_groups=True)

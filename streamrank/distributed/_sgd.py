@@ -231,7 +231,7 @@ def fit_sgd_rounds(estimator, source, client=None, *, rounds=10, steps_per_round
             source = _as_source(source)
             ref = _ship_source(c, source)
             plan = source.plan(max_rows)
-            fresh = getattr(model, "_v", None) is None
+            fresh = not model.has_state()
             model.init_state(source.n_features)
             if fresh and getattr(model, "normalize", None) is not None:   # one normalizer for every shard
                 from ._cluster import tree_reduce
@@ -240,8 +240,8 @@ def fit_sgd_rounds(estimator, source, client=None, *, rounds=10, steps_per_round
                 model.normalizer_ = tree_reduce(c, parts).result().moments.normalizer(model.normalize)
         else:
             ref = source if hasattr(source, "path") else c.scatter(source, hash=False)
-            if getattr(model, "_W", None) is None and getattr(model, "normalize", None) is not None:
-                model._fit_scales(source)     # one pair of scales for every shard: all stored Q / D rows
+            if not model.has_state() and getattr(model, "normalize", None) is not None:
+                model.fit_scales(source)     # one pair of scales for every shard: all stored Q / D rows
             model.init_state(source.n_query_features, source.n_item_features)   # W₀ on the client
         history = []
         phases = [("sgd", r, steps) for r in range(rounds)]

@@ -190,7 +190,7 @@ def update_sgd(store, base_model, seen, *, params=None, batch=4096, holdout=None
     if base_model is None and model.normalize is not None:
         # normalize=: scale-only query/item scales of every stored vector of the first night (one bounded
         # pass); later nights keep them (partial_fit scales every batch by them)
-        model._fit_scales(store)
+        model.fit_scales(store)
         model.init_state(store.n_query_features, store.n_item_features)
     n = store.n_tuples
     h0 = n if holdout is None else min(max(int(holdout), int(seen)), n)

@@ -366,7 +366,7 @@ def _run_locked(store_path, new_files, models_dir, learner, alphas, full, keep, 
                                          stats_location(models_dir, base) if base else None,
                                          seen, alphas, folds, max_rows, learner_params, h0, k, excl, fraction)
         if not tuples and store.feature_names is not None:   # the store's names travel with the model
-            model._set_feature_names(store.n_features, store.feature_names)
+            model.set_feature_names(store.n_features, store.feature_names)
         if tuples:
             data = {"tuples": [0, total], "new_tuples": sel["new_tuples"]}
         else:

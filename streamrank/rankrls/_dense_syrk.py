@@ -60,7 +60,13 @@ class DenseSyrk:
                 and Phi.strides in ((8, 8 * Phi.shape[0]), (8 * k, 8)) and Phi.shape[1] == self.n_features
                 and Phi.shape[0] * (self.n_features + self.n_outputs) <= w.size)
 
-    def _release_workspace(self):
+    def release_workspace(self):
+        """Drop the scratch workspace (a block-sized float64 buffer; the next block allocates it again).
+
+        Package-public: :mod:`streamrank.distributed` calls it before a
+        worker's statistics leave the worker, so a task's result is O(n²)
+        bytes whatever the block size.
+        """
         self._work = None
 
     def __getstate__(self):

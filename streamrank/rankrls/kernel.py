@@ -104,6 +104,8 @@ class KernelRankRLS(BaseRanker):
     n_features_in_, n_outputs_
     """
 
+    #: training data and solver caches (m x m decomposition...) stay on the client (BaseRanker.for_workers)
+    _LOCAL_ONLY = ("_train_source", "_decomp", "_lpo_cache", "_sparse", "_Y")
     def __init__(self, *, kernel: str | Callable[..., np.ndarray] = "rbf", gamma: float = 1.0, degree: int = 2,
                  coef0: float = 0.0, alpha: float = 1.0, n_basis: int | None = None,
                  basis: str | MatrixLike = "random", group_weight: str = "pair", ties: str = "include",
@@ -201,7 +203,7 @@ class KernelRankRLS(BaseRanker):
                 from ..io.sources import as_source
                 source = as_source(X, y, qid)
             SPARSE.fit(self, spec, source, max_rows)
-        self._set_feature_names(self.n_features_in_, feature_names, source)
+        self.set_feature_names(self.n_features_in_, feature_names, source)
         return self
 
     def fit_basis_statistics(self, stats, basis, source, max_rows, *, one_d=None, normalizer=None):

@@ -124,6 +124,7 @@ class RankRLS(BaseRanker):
     array([ 1. , -2. ,  0.5])
     """
 
+    _LOCAL_ONLY, _FIT_CACHES = ("_train_source", "_eigen"), ("_eigen",)   # see for_workers / forget_fit
     def __init__(self, *, alpha: float = 1.0, solver: str = "auto", group_weight: str = "pair",
                  ties: str = "include", tol: float = 1e-6, max_iter: int | None = None,
                  normalize: str | None = None) -> None:
@@ -278,9 +279,8 @@ class RankRLS(BaseRanker):
         source = _source_of(X, y, qid, self)
         self.check_source(source)
         source = _weighted(source, sample_weight)
-        self._set_feature_names(source.n_features, feature_names, source)
-        for attr in ("coef_", "stats_", "fold_stats_", "n_iter_", "_eigen", "best_alpha_", "cv_results_"):
-            self.__dict__.pop(attr, None)
+        self.set_feature_names(source.n_features, feature_names, source)
+        self.forget_fit()
         y_1d = _source_y_1d(source, y)
         solver = self.solver_for(source)
         if solver == "primal":
@@ -352,7 +352,7 @@ class RankRLS(BaseRanker):
                 )
             stats = self.new_statistics(source.n_features, source.n_outputs)
             self._y_1d = _source_y_1d(source, y)
-            self._set_feature_names(source.n_features, feature_names, source)
+            self.set_feature_names(source.n_features, feature_names, source)
         else:
             stats = self.stats_
             if source.n_features != stats.n_features:

@@ -172,10 +172,14 @@ class SparseSGDRanker(BaseRanker):
         )
 
     # ------------------------------------------------------- SGD protocol
+    def has_state(self) -> bool:
+        """True when the model has a W that further rounds (``partial_fit``, distributed rounds) continue."""
+        return getattr(self, "_W", None) is not None
+
     def init_state(self, n_query_features, n_item_features):
         """Check the parameters; start W₀ (identity or zeros) unless the model has one (rounds continue it)."""
         self._params()
-        if getattr(self, "_W", None) is None:
+        if not self.has_state():
             self._start(int(n_query_features), int(n_item_features))
         return self
 
@@ -221,11 +225,14 @@ class SparseSGDRanker(BaseRanker):
         self.query_normalizer_ = scale_only(q_moments)
         self.item_normalizer_ = scale_only(d_moments)
 
-    def _fit_scales(self, source, max_rows: int = 65_536) -> None:
+    def fit_scales(self, source, max_rows: int = 65_536) -> None:
         """normalize=: s over every stored query vector, t over every stored item vector of ``source``.
 
         One pass through the source's row readers (a store's byte-bounded row
         cache), ``max_rows`` rows at a time; dropped when normalize is None.
+        Package-public: ``fit`` calls it, and so do the distributed rounds and
+        the nightly pipeline (one pair of scales for every shard / night) before
+        :meth:`init_state` of a model without a state.
         """
         self.query_normalizer_ = self.item_normalizer_ = None
         if self.normalize is None:
@@ -352,7 +359,7 @@ class SparseSGDRanker(BaseRanker):
         n_steps = check_int(n_steps, "n_steps", 1)
         checkpoint_every = check_int(checkpoint_every, "checkpoint_every", 1, allow_none=True)
         val = self._check_validation(validation)
-        self._fit_scales(tuple_source)
+        self.fit_scales(tuple_source)
         if val is not None and checkpoint_every is None:
             checkpoint_every = max(1, n_steps // 20)
         self._W = None

@@ -169,10 +169,14 @@ class PairwiseSGDRanker(BaseRanker):
         self.n_features_in_ = int(n_features)
 
     # ------------------------------------------------------- SGD protocol
+    def has_state(self) -> bool:
+        """True when the model has a v that further rounds (``partial_fit``, distributed rounds) continue."""
+        return getattr(self, "_v", None) is not None
+
     def init_state(self, n_features):
         """Check the parameters; start v = 0 over ``n_features`` unless the model has a state (rounds continue it)."""
         self._params()
-        if getattr(self, "_v", None) is None:
+        if not self.has_state():
             self._start(n_features)
         return self
 
@@ -282,7 +286,7 @@ class PairwiseSGDRanker(BaseRanker):
                              f"with {nf} features")
         if getattr(self, "_v", None) is None:
             self._start(src.n_features)
-            self._set_feature_names(src.n_features, feature_names, src)
+            self.set_feature_names(src.n_features, feature_names, src)
             self._fit_normalizer(src, max(src.n_rows, 1))
         n_pairs = src.n_rows if n_pairs is None else check_int(n_pairs, "n_pairs", 0)
         if n_pairs == 0:
@@ -312,7 +316,7 @@ class PairwiseSGDRanker(BaseRanker):
             raise ValueError("empty input: X has 0 rows; at least two rows of one group are needed")
         self._v = None
         self._start(src.n_features)
-        self._set_feature_names(src.n_features, feature_names, src)
+        self.set_feature_names(src.n_features, feature_names, src)
         self._fit_normalizer(src, max_rows)
         n_pairs = src.n_rows if n_pairs is None else check_int(n_pairs, "n_pairs", 0)
         if n_pairs:
