@@ -30,8 +30,14 @@ def _private(name: str) -> bool:
 
 
 def learner_private_names() -> set[str]:
+    """Private names the learner classes define, less those the sources (streamrank.io) define too
+    (``_group_qid`` is a source's method and a KernelRankRLS attribute: a use names a source)."""
+    return _private_names(LEARNER_MODULES) - _private_names(sorted((ROOT / "io").glob("*.py")))
+
+
+def _private_names(modules) -> set[str]:
     names = set()
-    for path in LEARNER_MODULES:
+    for path in modules:
         for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
             if isinstance(node, ast.ClassDef):
                 for item in node.body:
