@@ -65,7 +65,7 @@ import numpy as np
 from streamrank import DEFAULT_BLOCK_ROWS
 
 __all__ = ["history_slice", "history_view", "fold_scorers", "out_of_fold_metrics", "gate", "statistics_gate",
-           "sgd_gate", "DEFAULT_GATE_FRACTION"]
+           "sgd_gate", "line_fraction", "DEFAULT_GATE_FRACTION"]
 
 DEFAULT_GATE_FRACTION = 0.1
 
@@ -248,3 +248,24 @@ def sgd_gate(learner, store, end, excluded, fraction, candidate, current, *, k=1
         promote = not (cand[mk] < cur[mk] - tolerance)
     rec.update(metric=mk, candidate=cand, current=cur, promote=bool(promote))
     return rec
+
+
+def line_fraction(models_dir, learner, requested, new_line):
+    """The SGD gate's held-out fraction of this night: fixed for a model line (the current version's),
+    ``requested`` (default 0.1) for a new one; another value on an existing line is refused before ingest."""
+    from streamrank.pipelines._nightly_versions import current_version, read_version
+
+    if not learner.startswith("sgd"):
+        if requested:
+            raise ValueError(f"--gate-fraction is for the SGD learners; {learner} is gated out of fold")
+        return 0.0
+    if requested is not None and not 0.0 <= float(requested) < 1.0:
+        raise ValueError(f"--gate-fraction must be in [0, 1), got {requested}")
+    cur = current_version(models_dir)
+    if cur is None or new_line:
+        return DEFAULT_GATE_FRACTION if requested is None else float(requested)
+    line = float(read_version(models_dir, cur).get("gate_fraction", 0.0))   # versions before the gate: 0
+    if requested is not None and float(requested) != line:
+        raise ValueError(f"--gate-fraction {requested}: the model line of {cur} holds out {line} of the queries "
+                         "(fixed at its first night); use --full to start a line with another fraction")
+    return line

@@ -25,8 +25,10 @@ import numpy as np
 
 import streamrank as sr
 from streamrank import DEFAULT_BLOCK_ROWS
+from streamrank._phases import phase
 
 from streamrank.pipelines._nightly_versions import open_stats
+from streamrank.pipelines._nightly_views import counted
 
 __all__ = ["DEFAULT_FOLDS", "DEFAULT_BLOCK_ROWS", "update_rankrls", "update_kernel", "update_sgd",
            "update_pairwise", "tuple_range", "validate", "validate_tuples"]
@@ -83,13 +85,17 @@ def update_rankrls(store, base_model, seen_groups, alphas, *, folds=DEFAULT_FOLD
         base_folds = base_model.fold_stats_
         folds = len(base_folds)
     pre, hold = _split(store, seen_groups, holdout, excluded)
-    folds_pre = _merged(base_folds, accumulate_folds(model, pre, folds, max_rows) if pre.n_rows else None)
-    folds_hold = accumulate_folds(model, hold, folds, max_rows) if hold.n_rows else None
+    with phase("fold statistics of the new groups", pre.n_rows + hold.n_rows, "rows") as ph:
+        folds_pre = _merged(base_folds, accumulate_folds(model, counted(pre, ph), folds, max_rows)
+                            if pre.n_rows else None)
+        folds_hold = accumulate_folds(model, counted(hold, ph), folds, max_rows) if hold.n_rows else None
     folds_now = _merged(folds_pre, folds_hold)
     if folds_now is None:
         raise ValueError("no data: the store is empty")
     y_1d = store.n_outputs == 1
-    res, total = select_from_fold_statistics(model, folds_now, alphas)
+    with phase("λ selection from the fold statistics", len(alphas), "λ") as ph:
+        res, total = select_from_fold_statistics(model, folds_now, alphas)
+        ph.update(len(alphas))
     model.alpha = res.best_alpha          # the nightly model is saved with the λ chosen tonight
     model.fit_statistics(total, y_1d=y_1d)
     model.record_selection(res)
@@ -121,7 +127,8 @@ def update_kernel(store, base_model, base_dir, seen, alphas, *, folds=DEFAULT_FO
     base_folds = None
     kept = group_view(store, 0, store.n_groups, excluded)       # the store without the excluded days
     if base_model is None:
-        model = sr.KernelRankRLS(**(params or {"n_basis": 100})).fit(kept, max_rows=max_rows)  # basis
+        with phase("basis and first fit"):
+            model = sr.KernelRankRLS(**(params or {"n_basis": 100})).fit(kept, max_rows=max_rows)  # basis
         n_folds, seen = folds, 0
     else:
         model = base_model
@@ -131,10 +138,14 @@ def update_kernel(store, base_model, base_dir, seen, alphas, *, folds=DEFAULT_FO
         base_folds = [RankStatistics.from_arrays(arrays, group_weight=model.group_weight, ties=model.ties,
                                                  prefix=f"fold{f}_") for f in range(n_folds)]
     pre, hold = _split(store, seen, holdout, excluded)
-    folds_pre = _merged(base_folds, model.fold_statistics(pre, n_folds, max_rows=max_rows) if pre.n_rows else None)
-    folds_hold = model.fold_statistics(hold, n_folds, max_rows=max_rows) if hold.n_rows else None
+    with phase("fold statistics of the new groups", pre.n_rows + hold.n_rows, "rows") as ph:
+        folds_pre = _merged(base_folds, model.fold_statistics(counted(pre, ph), n_folds, max_rows=max_rows)
+                            if pre.n_rows else None)
+        folds_hold = model.fold_statistics(counted(hold, ph), n_folds, max_rows=max_rows) if hold.n_rows else None
     fold_stats = _merged(folds_pre, folds_hold)
-    res, total = model.select_from_fold_statistics(fold_stats, alphas)
+    with phase("λ selection from the fold statistics", len(alphas), "λ") as ph:
+        res, total = model.select_from_fold_statistics(fold_stats, alphas)
+        ph.update(len(alphas))
     best, scores = res.best_alpha, res.scores
     model.alpha = best                    # the nightly model is saved with the λ chosen tonight
     norm = getattr(model, "normalizer_", None)          # normalize=: fixed with the basis (first night)
@@ -195,24 +206,27 @@ def update_sgd(store, base_model, seen, *, params=None, batch=4096, holdout=None
     n = store.n_tuples
     h0 = n if holdout is None else min(max(int(holdout), int(seen)), n)
     wrong = judged = want = trained = 0
-    for lo0, hi0, held in ((seen, h0, False), (h0, n, holdout is not None)):
-        for lo, hi in spans_minus(lo0, hi0, excluded):
-            for a in range(lo, hi, batch):
-                if fraction > 0:
-                    b = store.take(a, min(a + batch, hi))
-                    keep = np.flatnonzero(~held_out(b.tuples[:, 0], fraction))
-                    Q, Dp, Dn = b.Q[keep], b.D_pos[keep], b.D_neg[keep]
-                else:
-                    Q, Dp, Dn = tuple_range(store, a, min(a + batch, hi))
-                if Q.shape[0] == 0:
-                    continue
-                if held:
-                    want += Q.shape[0]
-                if held and _is_fitted(model):
-                    wrong += tuple_error(model.predict(Q, Dp), model.predict(Q, Dn)) * Q.shape[0]
-                    judged += Q.shape[0]
-                model.partial_fit(Q, Dp, Dn)
-                trained += Q.shape[0]
+    todo = sum(b - a for a, b in spans_minus(seen, n, excluded))
+    with phase("SGD steps on the new tuples", todo, "tuples") as ph:
+        for lo0, hi0, held in ((seen, h0, False), (h0, n, holdout is not None)):
+            for lo, hi in spans_minus(lo0, hi0, excluded):
+                for a in range(lo, hi, batch):
+                    if fraction > 0:
+                        b = store.take(a, min(a + batch, hi))
+                        keep = np.flatnonzero(~held_out(b.tuples[:, 0], fraction))
+                        Q, Dp, Dn = b.Q[keep], b.D_pos[keep], b.D_neg[keep]
+                    else:
+                        Q, Dp, Dn = tuple_range(store, a, min(a + batch, hi))
+                    ph.update(min(a + batch, hi) - a)
+                    if Q.shape[0] == 0:
+                        continue
+                    if held:
+                        want += Q.shape[0]
+                    if held and _is_fitted(model):
+                        wrong += tuple_error(model.predict(Q, Dp), model.predict(Q, Dn)) * Q.shape[0]
+                        judged += Q.shape[0]
+                    model.partial_fit(Q, Dp, Dn)
+                    trained += Q.shape[0]
     prog = {"tuple_error": float(wrong / judged)} if judged and judged == want else None
     return model, {"new_tuples": trained, "t": model.t_, "nnz": model.nnz_}, prog
 
@@ -241,14 +255,16 @@ def update_pairwise(store, base_model, seen, *, params=None, max_rows=DEFAULT_BL
         model.normalizer_ = moments.normalizer(model.normalize)
     ev = RankingEvaluator(k, ("ndcg", "disagreement"))
     judged = 0
-    for part in (pre, hold):
-        for block in part.blocks(max_rows=max_rows):
-            if part is hold and holdout is not None and _is_fitted(model):
-                ev.update(np.asarray(block.y, dtype=np.float64).reshape(block.n_rows, -1)[:, 0],
-                          score_block(model, block.X), block.group_ptr, qid=block.qid, group_size=block.group_size,
-                          group_offset=block.group_offset)
-                judged += block.n_rows
-            model.partial_fit(block.X, block.y, block.row_qid())
+    with phase("SGD steps on the new groups", pre.n_rows + hold.n_rows, "rows") as ph:
+        for part in (pre, hold):
+            for block in part.blocks(max_rows=max_rows):
+                ph.update(block.n_rows)
+                if part is hold and holdout is not None and _is_fitted(model):
+                    ev.update(np.asarray(block.y, dtype=np.float64).reshape(block.n_rows, -1)[:, 0],
+                              score_block(model, block.X), block.group_ptr, qid=block.qid, group_size=block.group_size,
+                              group_offset=block.group_offset)
+                    judged += block.n_rows
+                model.partial_fit(block.X, block.y, block.row_qid())
     prog = ({name: float(r.value) for name, r in ev.result().items()} if judged and judged == hold.n_rows
             else None)
     return model, {"new_rows": pre.n_rows + hold.n_rows, "new_groups": pre.n_groups + hold.n_groups,

@@ -24,9 +24,9 @@ from __future__ import annotations
 import numpy as np
 import scipy.sparse as sp
 
-from streamrank.io.blocks import BlockSource
+from streamrank.io.blocks import BlockSource, WrappedSource
 
-__all__ = ["GroupSelection", "held_out", "spans_minus", "group_view", "HASH_BUCKETS"]
+__all__ = ["GroupSelection", "held_out", "spans_minus", "group_view", "counted", "HASH_BUCKETS"]
 
 HASH_BUCKETS = 1 << 20
 
@@ -151,3 +151,19 @@ def _stack(parts):
     if sp.issparse(parts[0]):
         return sp.vstack(parts, format="csr")
     return np.concatenate(parts, axis=0)
+
+
+class _Counted(WrappedSource):
+    def __init__(self, inner, handle):
+        super().__init__(inner)
+        self.handle = handle
+        self.groups = inner.groups
+
+    def _map_block(self, block):
+        self.handle.update(block.n_rows)
+        return block
+
+
+def counted(source, handle):
+    """``source`` whose every block read adds its rows to the phase ``handle`` (:mod:`streamrank._phases`)."""
+    return _Counted(source, handle)

@@ -112,6 +112,7 @@ from pathlib import Path
 import numpy as np
 
 import streamrank as sr
+from streamrank._phases import phase
 from streamrank.io._remote import is_url
 from streamrank.pipelines._nightly_ingest import (  # noqa: F401
     content_hash,
@@ -134,6 +135,7 @@ from streamrank.pipelines._nightly_learners import (  # noqa: F401
     validate,
     validate_tuples,
 )
+from streamrank.pipelines._nightly_gate import line_fraction
 from streamrank.pipelines._nightly_validation import _holdout, _validate_night
 from streamrank.pipelines._nightly_views import spans_minus
 from streamrank.pipelines._nightly_weights import add_weight_options, row_column_names, weighting_of
@@ -308,20 +310,24 @@ def _run_locked(store_path, new_files, models_dir, learner, alphas, full, keep, 
     switched = _learner_switch(models_dir, learner)   # before the ingest: a refusal changes nothing
     if switched:
         report["switched_from"] = switched
-    fraction = _line_fraction(models_dir, learner, gate_fraction, full or bool(switched))   # before ingest too
+    fraction = line_fraction(models_dir, learner, gate_fraction, full or bool(switched))   # before ingest too
 
     # 1. ingest, then re-read what was written (or, with verify, the whole store)
-    if tuples:
-        report["ingest"] = ingest_tuples(store_path, new_files, storage_options=storage_options)
-        store = sr.TupleStore.open(store_path, **opened)
-        total, log = store.n_tuples, store.log
-    else:
-        kw = {} if chunk_bytes is None else {"chunk_bytes": chunk_bytes}
-        report["ingest"] = ingest(store_path, new_files, sparse=False, columns=columns,
-                                  storage_options=storage_options, **kw)
-        store = sr.GroupStore.open(store_path, **opened)
-        total, log = store.n_groups, store.batches
-    report["verify"] = verify_new(store, report["ingest"], full=verify)
+    report["ingest"] = []
+    with phase("ingest", len(new_files), "day files") as ph:
+        for f in new_files:
+            if tuples:
+                report["ingest"] += ingest_tuples(store_path, [f], storage_options=storage_options)
+            else:
+                kw = {} if chunk_bytes is None else {"chunk_bytes": chunk_bytes}
+                report["ingest"] += ingest(store_path, [f], sparse=False, columns=columns,
+                                           storage_options=storage_options, **kw)
+            ph.update(1)
+    store = (sr.TupleStore if tuples else sr.GroupStore).open(store_path, **opened)
+    total, log = (store.n_tuples, store.log) if tuples else (store.n_groups, store.batches)
+    with phase("verify (re-read the new batches against their checksums)" if not verify
+               else "verify (re-read every batch against its checksum)"):
+        report["verify"] = verify_new(store, report["ingest"], full=verify)
     for ref in reject:                 # by hand, after the ingest (a day of tonight may be named)
         report.setdefault("rejected_by_hand", []).append(ex.reject_by_hand(models_dir, log, unit, ref)["day"])
     for ref in readmit:
@@ -373,13 +379,16 @@ def _run_locked(store_path, new_files, models_dir, learner, alphas, full, keep, 
             data = {"rows": [0, store.n_rows], "groups": [0, total], "new_rows": sel["new_rows"],
                     "new_groups": sel["new_groups"]}
         # 3. validate: the promotion decision compares models that have not seen the slice
-        vdesc, metrics, cur_metrics, mk, higher = _validate_night(
-            learner, store, log, unit, total, model, held, cur_model, cur_seen, h0, validation, k, max_rows, excl)
+        with phase("validation (the newest day, or --validation)"):
+            vdesc, metrics, cur_metrics, mk, higher = _validate_night(
+                learner, store, log, unit, total, model, held, cur_model, cur_seen, h0, validation, k, max_rows,
+                excl)
         data.update(batches=len(log), last_batch=log[-1]["batch_id"])
         if excl:
             data["excluded"] = [list(e) for e in excl]
-        gate_rec = _gate(learner, store, log, unit, models_dir, cur, cur_model, cur_seen, model, extra, validation,
-                         excl, fraction, k, tolerance, max_rows)
+        with phase("gate (candidate and current on history neither was trained on)"):
+            gate_rec = _gate(learner, store, log, unit, models_dir, cur, cur_model, cur_seen, model, extra,
+                             validation, excl, fraction, k, tolerance, max_rows)
         if gate_rec is not None:     # the decision (step 4): out of fold on the history both models trust
             promote = gate_rec["promote"]
         elif cur_metrics is None:
@@ -406,7 +415,8 @@ def _run_locked(store_path, new_files, models_dir, learner, alphas, full, keep, 
             meta["weighting"] = weighting
         if switched:
             meta["switched_from"] = switched
-        _write_version(models_dir, name, model, meta, extra)
+        with phase("write the version"):
+            _write_version(models_dir, name, model, meta, extra)
     # 4. promote; a rejected incremental night's new days are excluded from later nights
     if meta["promote"]:
         switch_current(models_dir, name)
@@ -421,27 +431,6 @@ def _run_locked(store_path, new_files, models_dir, learner, alphas, full, keep, 
                   current_metrics=meta["current_metrics"], data=meta["data"], mode=meta["mode"],
                   validation=meta["validation"], gate=meta.get("gate"))
     return finish_report(report, models_dir, keep, plot, out)
-
-
-def _line_fraction(models_dir, learner, requested, new_line):
-    """The SGD gate's held-out fraction of this night: fixed for a model line (the current version's),
-    ``requested`` (default 0.1) for a new one; another value on an existing line is refused before ingest."""
-    from streamrank.pipelines._nightly_gate import DEFAULT_GATE_FRACTION
-
-    if not learner.startswith("sgd"):
-        if requested:
-            raise ValueError(f"--gate-fraction is for the SGD learners; {learner} is gated out of fold")
-        return 0.0
-    if requested is not None and not 0.0 <= float(requested) < 1.0:
-        raise ValueError(f"--gate-fraction must be in [0, 1), got {requested}")
-    cur = current_version(models_dir)
-    if cur is None or new_line:
-        return DEFAULT_GATE_FRACTION if requested is None else float(requested)
-    line = float(read_version(models_dir, cur).get("gate_fraction", 0.0))   # versions before the gate: 0
-    if requested is not None and float(requested) != line:
-        raise ValueError(f"--gate-fraction {requested}: the model line of {cur} holds out {line} of the queries "
-                         "(fixed at its first night); use --full to start a line with another fraction")
-    return line
 
 
 # ------------------------------------------------------------------- CLI
@@ -497,6 +486,11 @@ def build_parser():
     p.add_argument("--chunk-mb", type=float, default=8.0, help="day file input read per append (MB)")
     p.add_argument("--no-plot", action="store_true", help="do not write metrics.png")
     p.add_argument("-v", "--verbose", action="store_true", help="print the traceback of an error")
+    p.add_argument("--progress", action="store_true",
+                   help="report each phase (ingest, verify, statistics, λ selection, validation, gate, version) "
+                        "with its count on stderr even when it is not a terminal (a log: a line every "
+                        "STREAMRANK_PROGRESS_SECONDS); on a terminal they are shown anyway")
+    p.add_argument("-q", "--quiet", action="store_true", help="no progress on stderr, not even on a terminal")
     p.add_argument("--group-weight", default="pair", choices=("pair", "query", "size"),
                    help="rankrls: weight of each query's pairs (fixed at the first night)")
     p.add_argument("--ties", default=None, choices=("include", "exclude"),
@@ -551,7 +545,7 @@ def main(argv=None) -> int:
     if not (args.new or args.reject or args.readmit):
         parser.error("--new DAYFILE... is required (unless --reject / --readmit is given)")
     weighting = weighting_of(args, parser.error)
-    return run_main("nightly", args.verbose, lambda: run_night(
+    return run_main("nightly", args.verbose, lambda: _with_progress(args, lambda: run_night(
         args.store, args.new, args.models, learner=args.learner, alphas=args.alphas, full=args.full,
         keep=args.keep, tolerance=args.tolerance, folds=args.folds, validation=args.validation,
         max_rows=args.max_rows, plot=not args.no_plot, verify=args.verify,
@@ -559,8 +553,26 @@ def main(argv=None) -> int:
         columns={"label": args.label, "qid": args.qid, "feature_prefix": args.features_from_prefix,
                  "row_columns": row_column_names(args)},
         storage_options=args.storage_options, gate_fraction=args.gate_fraction, reject=args.reject,
-        readmit=args.readmit, weighting=weighting),
+        readmit=args.readmit, weighting=weighting)),
         interrupted="interrupted; the store keeps its last commit and current its last promoted version")
+
+
+def _with_progress(args, fn):
+    """Run ``fn`` with the phases of :mod:`streamrank._phases` shown on stderr (``streamrank fit``'s display):
+    on a terminal, or with ``--progress`` (a log); never with ``--quiet``.  Without them stderr holds only
+    the error line of a failure."""
+    from streamrank._phases import reporting
+    from streamrank.cli._progress import PhaseReporter, Progress
+
+    tty = bool(getattr(sys.stderr, "isatty", None) and sys.stderr.isatty())
+    if args.quiet or not (args.progress or tty):
+        return fn()
+    bar = Progress(None, unit="steps", desc="nightly", final_line=False)   # each phase says its own last line
+    try:
+        with reporting(PhaseReporter(bar)):
+            return fn()
+    finally:
+        bar.close()
 
 
 if __name__ == "__main__":
