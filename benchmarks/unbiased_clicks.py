@@ -33,6 +33,13 @@ learning_rate 0.05, 31 leaves, at most 500 rounds.  Their "gap closed" is
 (c' - b') / (a' - b').  Trees versus linear models: compare each family's
 gap closed, not the absolute NDCG.
 
+From a store (issue 23): the first seed's click log is also written to a
+``GroupStore`` with ``click`` and ``position`` columns and fitted from there
+— plain (clicks, ties excluded) and IPS (``streamrank.io.weighted.ips_weighted``,
+the weights read with each block) — printing the time ratio IPS / plain
+(best of 3, same process) and the largest coefficient difference from the
+in-memory IPS fit of the same (float32-stored) rows.
+
 Usage::
 
     python benchmarks/unbiased_clicks.py --smoke       # seconds: 60 queries, 1 seed
@@ -105,7 +112,39 @@ def _lightgbm(X, y, qid, vali, test, *, position=None, seed=0):
     return float(ndcg(yt, booster.predict(Xt, num_iteration=booster.best_iteration), qt, k=10))
 
 
-def run_one(data, *, eta, seed, k, sessions, random_sessions, log_queries, clip, lightgbm=False):
+def _store_fit(Xc, log, clip, max_rows=None):
+    """The click log as a GroupStore with click/position columns: IPS / plain fit time from it, and the IPS
+    fit's distance to the in-memory IPS fit of the same rows."""
+    import tempfile
+
+    import streamrank as sr
+    from streamrank.clicks import ips_weights
+    from streamrank.io.weighted import ips_weighted
+
+    max_rows = max_rows or sr.DEFAULT_BLOCK_ROWS       # the in-memory fits' block budget
+    with tempfile.TemporaryDirectory() as d:
+        store = sr.GroupStore.create(f"{d}/clicks.zarr", Xc.shape[1], row_columns=("click", "position"))
+        store.append(Xc, log.clicks, log.session, click=log.clicks, position=log.position)
+        store = sr.GroupStore.open(f"{d}/clicks.zarr")
+
+        def best(fit):
+            times = []
+            for _ in range(3):
+                t0 = time.perf_counter()
+                model = fit()
+                times.append(time.perf_counter() - t0)
+            return min(times), model
+        t_plain, _ = best(lambda: sr.RankRLS(ties="exclude").fit(store, max_rows=max_rows))
+        t_ips, ips = best(lambda: sr.RankRLS(ties="exclude").fit(ips_weighted(store, log.propensity, clip=clip),
+                                                                 max_rows=max_rows))
+    X32 = Xc.astype(np.float32).astype(np.float64)
+    mem = sr.RankRLS(ties="exclude").fit(X32, log.clicks, log.session,
+                                         sample_weight=ips_weights(log.clicks, log.position, log.propensity, clip=clip))
+    return {"store_ratio": t_ips / max(t_plain, 1e-9), "store_plain_s": t_plain,
+            "store_diff": float(np.max(np.abs(ips.coef_ - mem.coef_)))}
+
+
+def run_one(data, *, eta, seed, k, sessions, random_sessions, log_queries, clip, lightgbm=False, store=False):
     import streamrank as sr
     from streamrank.clicks import estimate_propensity, ips_weights
     from streamrank.datasets.clicks import simulate_clicks
@@ -137,6 +176,8 @@ def run_one(data, *, eta, seed, k, sessions, random_sessions, log_queries, clip,
     res["fit_ratio"] = (t2 - t1) / max(t1 - t0, 1e-9)   # weighted vs unweighted fit of the same click log
     res["p_err"] = float(np.max(np.abs(p_hat - log.propensity)))
     res["logging"] = _ndcg_of(logging, data["test"])
+    if store:
+        res.update(_store_fit(Xc, log, clip))
     if lightgbm:
         v, t = data["vali"], data["test"]
         res["lgb_a"] = _lightgbm(Xtr, ytr, qtr, v, t, seed=seed)
@@ -184,8 +225,13 @@ def main(argv=None):
     for eta in args.eta:
         runs = [run_one(data, eta=eta, seed=s, k=args.k, sessions=args.sessions,
                         random_sessions=args.random_sessions, log_queries=args.log_queries, clip=args.clip,
-                        lightgbm=args.lightgbm)
+                        lightgbm=args.lightgbm, store=(s == 0 and eta == args.eta[0]))
                 for s in range(args.seeds)]
+        if eta == args.eta[0]:
+            st = runs[0]
+            store_line = (f"from a GroupStore (click/position columns, {st['rows']} rows, eta {eta:g}, seed 0): "
+                          f"IPS / plain fit time = {st['store_ratio']:.2f} (best of 3; plain {st['store_plain_s']:.3f} s), "
+                          f"max |coef - in-memory IPS| = {st['store_diff']:.1e}")
         def ms(key):
             v = np.array([r[key] for r in runs])
             return f"{v.mean():.4f} ± {v.std():.4f}"
@@ -206,6 +252,7 @@ def main(argv=None):
                        ("gap_true", "gap closed (true p)", ".2f"), ("gap_est", "gap closed (est. p)", ".2f"),
                        ("p_err", "max |p̂ - p|", ".3f"), ("fit_ratio", "IPS/plain fit time", ".2f")],
                title=f"test NDCG@10 (mean ± std over {args.seeds} seed(s))")
+    print(store_line)
     if args.lightgbm:
         print_table(lgb_rows, [("eta", "eta", ".1f"), ("a", "(a') LGBM true labels", "s"),
                                ("b", "(b') LGBM clicks", "s"), ("c", "(c') LGBM clicks + position bias", "s"),

@@ -163,6 +163,8 @@ def test_unbiased_clicks_smoke(capsys):
     _need(DATA / "letor" / "MQ2008_QueryLevelNorm.tar.gz")
     out = _run("unbiased_clicks", ["--smoke"], capsys)
     assert "(c) IPS true p" in out and "gap closed" in out
+    diff = float(out.split("max |coef - in-memory IPS| = ")[1].split()[0])   # the store's IPS fit = in memory
+    assert "IPS / plain fit time" in out and diff < 1e-8, out
     import importlib.util
 
     if importlib.util.find_spec("lightgbm") is not None:     # the peer rows (bench extra)

@@ -70,6 +70,9 @@ class _LazyWeight:
 
     _all = None
 
+    def __getstate__(self):      # shipped (to dask workers) without the rows' weights: a worker reads its blocks'
+        return {k: v for k, v in self.__dict__.items() if k != "_all"}
+
     @property
     def weight(self):
         if self._all is None:
