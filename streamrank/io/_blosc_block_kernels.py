@@ -1,0 +1,178 @@
+"""Numba kernels that decode a blosc chunk one block at a time and check each block while it is in cache.
+
+A streamrank chunk is a blosc (format 2, c-blosc 1.x) frame of about 4 MiB
+cut into blocks of 512 KiB (blosc's own choice for lz4 at level 5): a
+16-byte header (version, compressor version, flags, type size, ``nbytes``,
+``blocksize``, ``cbytes``), one 4-byte offset per block (``bstarts``), then
+each block's compressed bytes.  Decoding the chunk whole and checking it
+afterwards reads 4 MiB back from beyond the 512 KiB L2 cache: the checks ran
+at 15-20 GB/s there instead of the ~70 GB/s they reach in cache (measured,
+``benchmarks/stream_throughput.py`` section 6 and the note of issue 16).
+
+:func:`decode_checked_finite` and :func:`decode_checked_in_range` decode
+block ``j`` with c-blosc's own ``blosc_decompress_ctx`` (one thread) straight
+into its place in the destination and run the value check
+(:mod:`streamrank.io._check_kernels`) on it at once, while it is in L2.
+c-blosc has no call that decodes one block into the caller's buffer
+(``blosc_getitem`` decodes into a scratch block and copies it: measured
+about as slow as checking afterwards), so each block is handed to it as a
+one-block frame: the 20 bytes in front of the block's data (the previous
+block's data in file order, already decoded, or the chunk's own header) are
+saved, overwritten with a header describing that block alone (offset 20,
+``cbytes`` = the rest of the buffer, so c-blosc's bounds checks stay within
+it), and restored right after the call.  The last, shorter block gets
+``blocksize = nbytes`` and the no-split flag (0x10): c-blosc never splits a
+leftover block, so the bytes decode the same.  The frame is the caller's
+writable copy of the chunk file; it is left as it was.
+
+Every kernel returns ``-1`` (decoded, all checked values good), the first
+bad position it met (``>= 0``; other blocks may be left undecoded), ``-2``
+(the frame is not one this kernel splits: memcpy-ed, a single block, block
+offsets out of order by less than 20 bytes or outside the frame...) or
+``-3`` (c-blosc refused a block).  Anything but ``-1`` sends the caller
+(:mod:`streamrank.io._blosc_blocks`) back to the whole-chunk decode and the
+plain check, which give the same result and error messages as before.
+
+``blosc_decompress_ctx`` is called through the symbol
+:data:`DECOMPRESS_SYMBOL`, which :mod:`streamrank.io._blosc_blocks`
+registers (the address of the function in numcodecs' c-blosc) before any of
+these kernels runs; the machine code refers to the name, so it caches.
+"""
+from __future__ import annotations
+
+import numpy as np
+from numba import types
+
+from .._numba import jit
+from ._check_kernels import first_nonfinite, first_out_of_range
+
+__all__ = ["DECOMPRESS_SYMBOL", "block_plan", "decode_checked_finite", "decode_checked_in_range"]
+
+#: name under which c-blosc's ``int blosc_decompress_ctx(const void*, void*, size_t, int)`` is registered
+DECOMPRESS_SYMBOL = "streamrank_blosc_decompress_ctx"
+# pointers passed as intp: the same register on every 64-bit ABI numba targets
+_decompress = types.ExternalFunction(DECOMPRESS_SYMBOL, types.int32(types.intp, types.intp, types.uintp, types.int32))
+
+_HEADER = 16
+_ONE_BLOCK = 20          # header + one block offset
+_MEMCPYED = 0x02
+_FUTURE = 0x08
+_DONT_SPLIT = 0x10
+
+
+@jit
+def _get32(a, o):
+    return np.int64(a[o]) | (np.int64(a[o + 1]) << 8) | (np.int64(a[o + 2]) << 16) | (np.int64(a[o + 3]) << 24)
+
+
+@jit
+def _put32(a, o, v):
+    a[o] = v & 255
+    a[o + 1] = (v >> 8) & 255
+    a[o + 2] = (v >> 16) & 255
+    a[o + 3] = (v >> 24) & 255
+
+
+@jit
+def block_plan(frame, nbytes, itemsize):
+    """``(blocksize, starts, order)`` of a frame of ``nbytes`` decoded bytes, or ``(-2, ...)`` if not split here.
+
+    ``starts[j]``: offset of block ``j``'s data; ``order``: the blocks by
+    offset (the order they are decoded in, so that the 20 bytes in front of
+    each are already decoded).
+    """
+    none = np.empty(0, np.int64)
+    m = frame.shape[0]
+    if m < _HEADER or frame[0] != 2 or (frame[2] & (_MEMCPYED | _FUTURE)) != 0:
+        return -2, none, none
+    if _get32(frame, 4) != nbytes or _get32(frame, 12) != m:
+        return -2, none, none
+    bs = _get32(frame, 8)
+    if bs <= 0 or bs > nbytes or bs % itemsize != 0:
+        return -2, none, none
+    nblocks = (nbytes + bs - 1) // bs
+    first = _HEADER + 4 * nblocks
+    if nblocks < 2 or first > m:
+        return -2, none, none
+    starts = np.empty(nblocks, np.int64)
+    for j in range(nblocks):
+        s = _get32(frame, _HEADER + 4 * j)
+        if s < first or s >= m:
+            return -2, none, none
+        starts[j] = s
+    order = np.arange(nblocks)          # by offset (insertion sort: a few blocks, usually in order already)
+    for k in range(1, nblocks):
+        j = order[k]
+        i = k - 1
+        while i >= 0 and starts[order[i]] > starts[j]:
+            order[i + 1] = order[i]
+            i -= 1
+        order[i + 1] = j
+    for k in range(1, nblocks):
+        if starts[order[k]] - starts[order[k - 1]] < _ONE_BLOCK:
+            return -2, none, none
+    return bs, starts, order
+
+
+@jit
+def _decode_block(frame, head, start, j, bs, nbytes, dest):
+    """Decode block ``j`` (data at ``start``) to ``dest + j * bs`` as a one-block frame; True if c-blosc did."""
+    n = min(bs, nbytes - j * bs)
+    h = start - _ONE_BLOCK
+    saved = frame[h : h + _ONE_BLOCK].copy()
+    for i in range(4):
+        frame[h + i] = head[i]
+    if n < bs:                        # the leftover block: its own block size, never split (as c-blosc decodes it)
+        frame[h + 2] = head[2] | _DONT_SPLIT
+    _put32(frame, h + 4, n)
+    _put32(frame, h + 8, n if n < bs else bs)
+    _put32(frame, h + 12, frame.shape[0] - h)
+    _put32(frame, h + 16, _ONE_BLOCK)
+    got = _decompress(frame.ctypes.data + h, dest + j * bs, n, 1)
+    frame[h : h + _ONE_BLOCK] = saved
+    return got == n
+
+
+@jit
+def decode_checked_finite(frame, a, n_check):
+    """Decode ``frame`` into the float array ``a`` block by block; the first NaN/±inf among ``a[:n_check]``.
+
+    Returns -1 (all good), the first bad position met, -2 or -3 (see the module doc).
+    """
+    bs, starts, order = block_plan(frame, a.nbytes, a.itemsize)
+    if bs < 0:
+        return -2
+    head = frame[:4].copy()
+    per = bs // a.itemsize
+    for k in range(order.shape[0]):
+        j = order[k]
+        if not _decode_block(frame, head, starts[j], j, bs, a.nbytes, a.ctypes.data):
+            return -3
+        lo = j * per
+        hi = min(lo + per, n_check)
+        if hi > lo:
+            i = first_nonfinite(a[lo:hi])
+            if i >= 0:
+                return lo + i
+    return -1
+
+
+@jit
+def decode_checked_in_range(frame, u, n_check, n):
+    """As :func:`decode_checked_finite` for the unsigned view ``u`` of indices: the first ``u[i] >= n``."""
+    bs, starts, order = block_plan(frame, u.nbytes, u.itemsize)
+    if bs < 0:
+        return -2
+    head = frame[:4].copy()
+    per = bs // u.itemsize
+    for k in range(order.shape[0]):
+        j = order[k]
+        if not _decode_block(frame, head, starts[j], j, bs, u.nbytes, u.ctypes.data):
+            return -3
+        lo = j * per
+        hi = min(lo + per, n_check)
+        if hi > lo:
+            i = first_out_of_range(u[lo:hi], n)
+            if i >= 0:
+                return lo + i
+    return -1
