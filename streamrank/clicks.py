@@ -39,14 +39,21 @@ relevance is independent of position, so CTR(k) ∝ p(k).
 Clipping (``clip=τ``): p is replaced by max(p, τ), i.e. weights are capped at
 1/τ — the variance control of Joachims et al. (2017, "propensity clipping"),
 at the price of a bias towards rarely examined positions.
+
+Per-query weights a_g (e.g. how many sessions a logged query stands for):
+:func:`query_weights` gives the row weights w_i = √a_g, so every pair of
+query g weighs a_g; multiply them into IPS row weights to get a_g / p(pos_i)
+per (clicked, unclicked) pair.
 """
 from __future__ import annotations
 
 import numpy as np
 
+from ._qid import qid_repr
 from ._validation import check_qid, group_ptr_from_qid
 
-__all__ = ["propensity_at", "ips_weights", "ips_edges", "estimate_propensity", "position_based_propensity"]
+__all__ = ["propensity_at", "ips_weights", "ips_edges", "estimate_propensity", "position_based_propensity",
+           "query_weights"]
 
 
 def position_based_propensity(n_positions: int, eta: float = 1.0) -> np.ndarray:
@@ -177,3 +184,33 @@ def estimate_propensity(clicks, position, n_positions=None) -> np.ndarray:
     if ctr[0] == 0:
         raise ValueError("no click at rank 1 in the randomized logs: p(k)/p(1) is undefined")
     return np.minimum(ctr / ctr[0], 1.0)   # sampling noise can put a lower rank above rank 1
+
+
+def query_weights(qid, weight) -> np.ndarray:
+    """Row weights (rows,) for per-query weights a_g: w_i = √a_g on the rows of query g.
+
+    The learners' pair weight is w_i w_j (:mod:`streamrank.laplacian`), so
+    every pair of query g then weighs exactly a_g (cost (21) of Pahikkala et
+    al. 2009 scaled by a_g per group) — pass the result as ``sample_weight``.
+    ``weight``: a mapping ``{query id: a_g}`` (every query of ``qid``), or an
+    array with one a_g per query in the order the queries first appear in
+    ``qid`` (the order of the groups).  a_g must be finite and >= 0.
+    """
+    q = np.asarray(qid).reshape(-1)
+    gp, gq = group_ptr_from_qid(check_qid(q, q.shape[0], "qid"), "qid")
+    n_groups = len(gp) - 1
+    if isinstance(weight, dict):
+        missing = [g for g in gq if g not in weight]
+        if missing:
+            raise ValueError(f"weight has no entry for query id {qid_repr(missing[0])} (one a_g per query of qid)")
+        a = np.array([weight[g] for g in gq], dtype=np.float64)
+    else:
+        a = np.asarray(weight, dtype=np.float64).reshape(-1)
+        if a.shape[0] != n_groups:
+            raise ValueError(f"weight has {a.shape[0]} entries; qid has {n_groups} queries (one a_g per query, "
+                             "in the order they first appear)")
+    bad = np.flatnonzero(~np.isfinite(a) | (a < 0))
+    if bad.size:
+        raise ValueError(f"weight of query {qid_repr(gq[int(bad[0])])} is {a[bad[0]]}: query weights must be finite "
+                         "and >= 0")
+    return np.repeat(np.sqrt(a), np.diff(gp))

@@ -1,7 +1,8 @@
 """scikit-learn conventions for every learner: check_estimator, get/set_params, clone, GridSearchCV.
 
 ``check_estimator`` runs on every learner with a ``fit(X, y)`` entry point
-(RankRLS primal and cg, KernelRankRLS dual and sparse).  Checks that pass no
+(RankRLS primal and cg, KernelRankRLS dual and sparse, PairwiseSGDRanker); all
+of them take ``sample_weight``, so scikit-learn's sample-weight checks run too.  Checks that pass no
 ``qid`` are valid: ``qid=None`` is one global group (object ranking).  The
 checks listed in :data:`NOT_APPLICABLE` are expected to fail, each for the
 reason given; every other check must pass.  Learners without ``fit(X, y)``
@@ -63,14 +64,25 @@ NOT_APPLICABLE = {
         "literal scikit-learn message",
 }
 
+_BASIS_WEIGHTS = ("the basis is a uniform sample of the rows: repeating a row changes which rows are drawn, a weight "
+                  "of 2 does not (the weighted objective on a given basis is exact: "
+                  "tests/core/test_sample_weight_contract.py)")
+_SAMPLED_PAIR_WEIGHTS = ("pairs are sampled uniformly and the weight scales the step: a weight of 2 is the same "
+                         "expected objective as a repeated row, not the same random pairs "
+                         "(tests/sgd/test_sgd_pairwise_weights.py checks the weighted steps exactly)")
+
 #: learner-specific additions to NOT_APPLICABLE
 EXTRA = {
     "sparse-kernel": {"check_fit2d_1sample":
                       "sparse RankRLS refuses n_basis larger than the rows ('n_basis=5 exceeds the number of "
-                      "training rows (1)'); the check matches literal phrases"},
+                      "training rows (1)'); the check matches literal phrases",
+                      "check_sample_weight_equivalence_on_dense_data": _BASIS_WEIGHTS,
+                      "check_sample_weight_equivalence_on_sparse_data": _BASIS_WEIGHTS},
     "sgd-pairwise": {"check_fit2d_1sample":
                      "one row has no preference pair; the learner says 'no query group has two different "
-                     "scores; there is no preference pair to sample' instead of the literal phrases matched"},
+                     "scores; there is no preference pair to sample' instead of the literal phrases matched",
+                     "check_sample_weight_equivalence_on_dense_data": _SAMPLED_PAIR_WEIGHTS,
+                     "check_sample_weight_equivalence_on_sparse_data": _SAMPLED_PAIR_WEIGHTS},
     "cg": {"check_fit_score_takes_y":
            "the check calls partial_fit after fit; partial_fit continues the primal statistics, which a "
            "cg fit does not keep, so it raises NotImplementedError saying to refit with solver='primal'"},

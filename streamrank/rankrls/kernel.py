@@ -145,19 +145,17 @@ class KernelRankRLS(BaseRanker):
         return A[:, 0] if self._one_d else A
 
     # -------------------------------------------------------------------- fit
-    def fit(self, X: MatrixLike | BlockSource, y: ArrayLike | None = None, qid: ArrayLike | None = None, *,
-            max_rows: int | None = None, feature_names: Sequence[str] | None = None) -> KernelRankRLS:
+    def fit(self, X: MatrixLike | BlockSource, y: ArrayLike | None = None, qid: ArrayLike | None = None,
+            sample_weight: ArrayLike | None = None, *, max_rows: int | None = None,
+            feature_names: Sequence[str] | None = None) -> KernelRankRLS:
         """Fit from arrays ``(X, y, qid)`` or from a :class:`~streamrank.BlockSource`.
 
-        Row weights (pair weight w_i w_j, as ``RankRLS.fit(sample_weight=)``):
-        pass a weighted source, ``fit(streamrank.io.weighted.with_weights(source, w))``.
-        Sparse RankRLS (``n_basis=r``): K_RM L_w K_MR stays one pass.  The exact
-        dual: ``A = (L_w K + λI)⁻¹ L_w y`` with the weighted Laplacian's root
-        (:class:`~streamrank.rankrls._dual.LaplacianRoot`), so path,
-        leave-query-out and cross-validation keep working (held-out squared
-        loss weighted alike); ``leave_pair_out`` refuses weights.  (No
-        ``sample_weight=`` parameter: scikit-learn's checks would require the
-        randomly sampled basis to treat a weight of 2 like a repeated row.)
+        ``sample_weight``: (rows,) w_i >= 0, pair weight w_i w_j (= fitting
+        ``with_weights(source, w)``; per-query and click weights: :mod:`streamrank.clicks`).
+        Sparse (``n_basis=r``): K_RM L_w K_MR, one pass; the basis is drawn
+        uniformly, not by weight.  Exact dual: ``A = (L_w K + λI)⁻¹ L_w y``
+        (:class:`~streamrank.rankrls._dual.LaplacianRoot`); path, leave-query-out
+        and CV keep working; ``leave_pair_out`` refuses weights.
 
         ``n_basis=None``: the exact dual in memory (a source is read whole).
         ``n_basis=r``: sparse RankRLS, two streaming passes (basis, statistics)
@@ -178,7 +176,11 @@ class KernelRankRLS(BaseRanker):
 
             if y is None:
                 raise ValueError("fit(X, y, qid): y is required when X is an array")
-            source = self._fit_source(X, y, qid, reset=True) if is_table(X) else None
+            source = self._fit_source(X, y, qid, reset=True) if is_table(X) or sample_weight is not None else None
+        if sample_weight is not None:
+            from ..io.weighted import with_weights
+
+            source = with_weights(source, sample_weight)
         for attr in _FITTED_STATE:
             if hasattr(self, attr):
                 delattr(self, attr)

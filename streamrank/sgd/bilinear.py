@@ -76,7 +76,7 @@ from ..normalize import FeatureMoments, Normalizer, check_normalize
 from ._table import MemoryLimitError, SparseW  # noqa: F401 - MemoryLimitError: re-exported
 
 if TYPE_CHECKING:
-    from .._typing import MatrixLike, Seed
+    from .._typing import ArrayLike, MatrixLike, Seed
     from ..io.tuples import TupleSource
 
 __all__ = ["SparseSGDRanker"]
@@ -325,8 +325,13 @@ class SparseSGDRanker(BaseRanker):
             W.maybe_rebase()
             W.fit_capacity()
 
-    def partial_fit(self, Q: MatrixLike, D_pos: MatrixLike, D_neg: MatrixLike) -> SparseSGDRanker:
-        """One SGD step of Algorithm 1 per tuple row; continues t and the shrinkage state."""
+    def partial_fit(self, Q: MatrixLike, D_pos: MatrixLike, D_neg: MatrixLike, *,
+                    sample_weight: ArrayLike | None = None) -> SparseSGDRanker:
+        """One SGD step of Algorithm 1 per tuple row; continues t and the shrinkage state.
+
+        ``sample_weight`` is refused (:func:`_refuse_sample_weight`).
+        """
+        _refuse_sample_weight(sample_weight)
         W = getattr(self, "_W", None)
         if W is None:
             self._params()
@@ -344,7 +349,7 @@ class SparseSGDRanker(BaseRanker):
 
     def fit(self, tuple_source: TupleSource, n_steps: int = 100_000, *, validation: TupleSource | None = None,
             checkpoint_every: int | None = None, batch_size: int = 1024,
-            shuffle_buffer: int = 100_000) -> SparseSGDRanker:
+            shuffle_buffer: int = 100_000, sample_weight: ArrayLike | None = None) -> SparseSGDRanker:
         """Algorithm 1 for ``n_steps`` tuples from ``tuple_source`` (then :meth:`refit` if ``auto_refit``).
 
         ``tuple_source``: anything with ``.batches(batch_size=, shuffle_buffer=,
@@ -353,8 +358,10 @@ class SparseSGDRanker(BaseRanker):
         than tuples make further passes.  ``validation=(Q, D_pos, D_neg)`` and
         ``checkpoint_every=N`` (default with a validation set: ``n_steps // 20``)
         record the tuple error, density and nnz of W every N steps in
-        ``history_`` (also through the refit phase).
+        ``history_`` (also through the refit phase).  ``sample_weight`` is
+        refused (:func:`_refuse_sample_weight`: tuples, not rows).
         """
+        _refuse_sample_weight(sample_weight)
         self._params()
         n_steps = check_int(n_steps, "n_steps", 1)
         checkpoint_every = check_int(checkpoint_every, "checkpoint_every", 1, allow_none=True)
@@ -551,6 +558,23 @@ class SparseSGDRanker(BaseRanker):
                     raise ValueError(f"array {name!r} holds a scale <= 0; scales are > 0")
             self.query_normalizer_ = Normalizer(kind, np.zeros_like(s), s)
             self.item_normalizer_ = Normalizer(kind, np.zeros_like(t), t)
+
+
+def _refuse_sample_weight(sample_weight) -> None:
+    """SparseSGDRanker cannot honour ``sample_weight``: a clear error instead of a silently unweighted fit.
+
+    It learns from (query, item+, item−) tuples, one step each; there are no
+    rows of a query group whose weights w_i w_j would weigh a pair.  To weigh
+    preferences, write a tuple as often as its weight says into the
+    :class:`~streamrank.TupleStore` (or keep it with probability ∝ weight);
+    for row-weighted (e.g. IPS click) data use :class:`PairwiseSGDRanker` or
+    RankRLS, which take ``sample_weight``.
+    """
+    if sample_weight is not None:
+        raise NotImplementedError(
+            "SparseSGDRanker does not take sample_weight: it steps on (query, item+, item-) tuples, not on rows "
+            "of a query group; weigh a preference by how often its tuple is stored, or use PairwiseSGDRanker / "
+            "RankRLS, which take sample_weight=")
 
 
 def _scale_columns(X: sp.csr_matrix, scale: np.ndarray) -> sp.csr_matrix:

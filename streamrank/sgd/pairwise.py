@@ -269,15 +269,18 @@ class PairwiseSGDRanker(BaseRanker):
         return np.random.default_rng(seed)
 
     def partial_fit(self, X: MatrixLike, y: ArrayLike | None = None, qid: ArrayLike | None = None,
-                    n_pairs: int | None = None, *, feature_names: Sequence[str] | None = None) -> PairwiseSGDRanker:
+                    n_pairs: int | None = None, *, sample_weight: ArrayLike | None = None,
+                    feature_names: Sequence[str] | None = None) -> PairwiseSGDRanker:
         """Sample ``n_pairs`` (default: one per row) pairs within the groups of this batch and step.
 
         ``qid=None``: the batch is one group.  Continues t and the shrinkage state.
+        ``sample_weight``: (rows,) row weights of this batch, as in :meth:`fit`.
         """
         from ..io.pairs import pairs_from_groups
+        from ..io.weighted import with_weights
 
         self._params()
-        src = self._fit_source(X, y, qid, reset=getattr(self, "_v", None) is None)
+        src = with_weights(self._fit_source(X, y, qid, reset=getattr(self, "_v", None) is None), sample_weight)
         if src.n_rows == 0:
             raise ValueError("empty batch: X has 0 rows; at least two rows of one group are needed")
         nf = getattr(self, "n_features_in_", None)
@@ -295,23 +298,27 @@ class PairwiseSGDRanker(BaseRanker):
                                                 max_rows=max(src.n_rows, 1)))
         return self
 
-    def fit(self, source: MatrixLike | BlockSource, y: ArrayLike | None = None, qid: ArrayLike | None = None, *,
-            n_pairs: int | None = None, max_rows: int = DEFAULT_BLOCK_ROWS, batch_size: int = 8192,
-            feature_names: Sequence[str] | None = None) -> PairwiseSGDRanker:
+    def fit(self, source: MatrixLike | BlockSource, y: ArrayLike | None = None, qid: ArrayLike | None = None,
+            sample_weight: ArrayLike | None = None, *, n_pairs: int | None = None, max_rows: int = DEFAULT_BLOCK_ROWS,
+            batch_size: int = 8192, feature_names: Sequence[str] | None = None) -> PairwiseSGDRanker:
         """Learn from ``n_pairs`` pairs sampled within the groups of ``source`` (resets).
 
         ``source``: a GroupStore / BlockSource, or ``X`` with ``y`` and ``qid``.
         ``n_pairs=None``: as many pairs as the source has rows.  ``feature_names``:
         names of the columns, kept as ``feature_names_in_`` (default: the store's).
-        Row weights: a weighted source (:func:`streamrank.io.weighted.with_weights`,
-        e.g. ``with_weights(sr.as_source(X, clicks, qid), ips_weights(...))``)
-        weighs pair (i, j) by ``w_i w_j`` (module doc).
+        Row weights: ``sample_weight`` (rows,) w_i >= 0, or a weighted source
+        (:func:`streamrank.io.weighted.with_weights`; the same thing), e.g.
+        ``fit(X, clicks, qid, sample_weight=ips_weights(clicks, position, p))``,
+        weighs pair (i, j) by ``w_i w_j`` (module doc).  Pairs are still sampled
+        uniformly and the weight scales the step, so a weight of 2 is the same
+        objective as a repeated row, not the same random pairs.
         """
         from ..io.pairs import pairs_from_groups
+        from ..io.weighted import with_weights
 
         self._params()
         # a BlockSource passes through (a dask array has .blocks too)
-        src = self._fit_source(source, y, qid, reset=True)
+        src = with_weights(self._fit_source(source, y, qid, reset=True), sample_weight)
         if src.n_rows == 0:
             raise ValueError("empty input: X has 0 rows; at least two rows of one group are needed")
         self._v = None
