@@ -177,16 +177,14 @@ class KernelRankRLS(BaseRanker):
             if y is None:
                 raise ValueError("fit(X, y, qid): y is required when X is an array")
             source = self._fit_source(X, y, qid, reset=True) if is_table(X) or sample_weight is not None else None
-        if sample_weight is not None:
-            from ..io.weighted import with_weights
+        from ..io.weighted import WeightedSource, with_weights
 
+        if sample_weight is not None:
             source = with_weights(source, sample_weight)
         for attr in _FITTED_STATE:
             if hasattr(self, attr):
                 delattr(self, attr)
         self.__dict__.pop("normalizer_", None)
-        from ..io.weighted import WeightedSource
-
         weight = None
         if self.n_basis is None and isinstance(self.basis, str):
             if source is not None:
