@@ -5,12 +5,17 @@ prints no warning.
 What makes it affordable on 2 cold cores:
 
 * the wheel is built offline with this environment's setuptools (``--no-build-isolation --no-index``), once;
-* the fresh venv gets streamrank *only* from the wheel (``pip install --no-deps``); its dependencies are this
-  environment's site-packages, seen through a ``.pth`` file, so nothing is downloaded or unpacked again (which
-  dependencies the wheel declares is checked against them with ``pip check``);
-* the venv lives at a path keyed by the wheel's RECORD (the hash of every file in it) and is reused while the
-  wheel's content is unchanged, so numba's cache (keyed by the installed sources' path) stays warm between runs;
-  a fresh install into a throwaway venv is still made every time by the warnings test.
+* its dependencies are **resolved by pip from the wheel's Requires-Dist**, as ``pip install streamrank-*.whl``
+  resolves them, against a package index made of this environment's installed distributions: a PEP 503 simple
+  index on disk whose links carry PEP 658 metadata (each distribution's own METADATA), so ``pip install
+  --dry-run --report`` resolves from metadata alone and downloads no wheel (~5 s);
+* the venv then holds exactly what pip resolved: streamrank installed from the wheel, and every resolved
+  distribution's installed files (its RECORD) linked in, nothing else; ``pip check`` verifies the result.
+  A dependency missing from pyproject is missing from the venv, and the README commands fail
+  (``test_a_dependency_missing_from_the_wheel_is_missing_from_the_venv`` shows it with a doctored wheel);
+* the venv lives at a path keyed by the wheel's RECORD and the resolved set, and is reused while both are
+  unchanged, so numba's cache (keyed by the installed sources' path) stays warm between runs; a fresh install
+  into a throwaway venv is still made every time by the warnings test.
 
 Each README section runs in its own directory laid out as the section assumes (the MQ2008 slices, a day file,
 ``features.txt``, a TREC run and its judgments); a section with commands that this test does not know is a
@@ -27,7 +32,6 @@ import shlex
 import shutil
 import subprocess
 import sys
-import sysconfig
 import tarfile
 import tempfile
 import time
@@ -69,12 +73,81 @@ def _site_packages(venv: Path) -> Path:
     return venv / "lib" / f"python{sys.version_info.major}.{sys.version_info.minor}" / "site-packages"
 
 
-def _make_venv(venv: Path, whl: Path) -> str:
-    """A venv holding streamrank from ``whl`` only; returns pip's output of the install."""
+#: the extras the README's commands need (it tells users to install them: ``pip install 'streamrank[parquet]'``)
+README_EXTRAS = sorted(set(re.findall(r"streamrank\[([a-z0-9_-]+)\]", README.read_text())))
+
+
+def _installed_index(root: Path) -> str:
+    """A PEP 503 simple index of this environment's installed distributions with PEP 658 metadata: pip
+    resolves against it from each distribution's METADATA and never asks for the (absent) wheel files."""
+    import importlib.metadata as md
+
+    from packaging.tags import sys_tags
+    from packaging.utils import canonicalize_name
+
+    ok = {str(t) for t in sys_tags()}
+    (root / "files").mkdir(parents=True, exist_ok=True)
+    for d in md.distributions():
+        name = d.metadata["Name"]
+        meta = d.read_text("METADATA")
+        if not name or meta is None or canonicalize_name(name) == "streamrank":   # the checkout's editable one
+            continue
+        tags = [ln.split(":", 1)[1].strip() for ln in (d.read_text("WHEEL") or "").splitlines()
+                if ln.startswith("Tag:")] or ["py3-none-any"]
+        tag = next((t for t in tags if t in ok), None)
+        if tag is None:
+            continue
+        fn = f"{re.sub(r'[-_.]+', '_', name)}-{d.version}-{tag}.whl"
+        (root / "files" / f"{fn}.metadata").write_bytes(meta.encode())
+        digest = hashlib.sha256(meta.encode()).hexdigest()
+        page = root / "simple" / canonicalize_name(name)
+        page.mkdir(parents=True, exist_ok=True)
+        (page / "index.html").write_text(f'<html><body><a href="../../files/{fn}" data-dist-info-metadata='
+                                         f'"sha256={digest}" data-core-metadata="sha256={digest}">{fn}</a>'
+                                         "</body></html>\n")
+    return (root / "simple").as_uri()
+
+
+def _resolve(whl: Path, index: str, work: Path) -> dict:
+    """``{name: version}`` pip resolves for ``whl[README_EXTRAS]`` from ``index`` (nothing installed)."""
+    import json
+
+    spec = f"{whl}[{','.join(README_EXTRAS)}]" if README_EXTRAS else str(whl)
+    report = work / "resolution.json"
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PIP_")}
+    r = _run([sys.executable, "-m", "pip", "--isolated", "install", "--dry-run", "--ignore-installed",
+              "--no-cache-dir", "--index-url", index, "--report", str(report), spec], timeout=600, env=env)
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    got = {i["metadata"]["name"]: i["metadata"]["version"] for i in json.loads(report.read_text())["install"]}
+    return {k: v for k, v in got.items() if k.lower() != "streamrank"}
+
+
+@pytest.fixture(scope="module")
+def resolved(wheel, tmp_path_factory):
+    work = tmp_path_factory.mktemp("index")
+    return _resolve(wheel[0], _installed_index(work), work)
+
+
+def _link_distributions(venv: Path, dists: dict) -> None:
+    """Each resolved distribution's installed files (top-level entries of its RECORD) linked into the venv."""
+    import importlib.metadata as md
+
+    site = _site_packages(venv)
+    for name, version in dists.items():
+        d = md.distribution(name)
+        assert d.version == version, (name, d.version, version)
+        assert d.files, f"{name} has no RECORD: cannot tell its files"
+        for top in sorted({f.parts[0] for f in d.files if f.parts[0] not in ("..", "__pycache__")}):
+            src, dst = Path(d.locate_file(top)), site / top
+            if src.exists() and not dst.exists():
+                dst.symlink_to(src, target_is_directory=src.is_dir())
+
+
+def _make_venv(venv: Path, whl: Path, dists: dict) -> str:
+    """A venv holding streamrank from ``whl`` and exactly ``dists``; returns pip's output of the install."""
     r = _run([sys.executable, "-m", "venv", "--without-pip", str(venv)], timeout=300)
     assert r.returncode == 0, r.stderr
-    deps = {sysconfig.get_paths()["purelib"], sysconfig.get_paths()["platlib"]}
-    (_site_packages(venv) / "_streamrank_test_dependencies.pth").write_text("\n".join(sorted(deps)) + "\n")
+    _link_distributions(venv, dists)
     r = _run([sys.executable, "-m", "pip", "--python", str(venv / "bin" / "python"), "install", "--no-deps",
               "--no-index", "--no-cache-dir", str(whl)], timeout=600)
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
@@ -82,12 +155,14 @@ def _make_venv(venv: Path, whl: Path) -> str:
 
 
 @pytest.fixture(scope="module")
-def venv(wheel):
-    """The installed product, at a path keyed by the wheel's content (reused while it is unchanged)."""
+def venv(wheel, resolved):
+    """The installed product, at a path keyed by the wheel's content and its resolved dependencies (reused
+    while they are unchanged)."""
     whl, _ = wheel
     with zipfile.ZipFile(whl) as z:
         record = next(n for n in z.namelist() if n.endswith(".dist-info/RECORD"))
-        key = hashlib.sha256(z.read(record) + sys.executable.encode()).hexdigest()[:16]
+        key = hashlib.sha256(z.read(record) + sys.executable.encode() + repr(sorted(resolved.items())).encode()
+                             ).hexdigest()[:16]
     root = Path(tempfile.gettempdir()) / f"streamrank-wheel-venvs-{os.getuid()}"
     root.mkdir(exist_ok=True)
     for old in root.iterdir():                   # other sessions may use theirs: remove only day-old ones
@@ -98,7 +173,7 @@ def venv(wheel):
         fcntl.flock(lock, fcntl.LOCK_EX)
         if not (venv / "installed").exists():    # absent or half made: (re)make it in place (scripts hold its path)
             shutil.rmtree(venv, ignore_errors=True)
-            _make_venv(venv, whl)
+            _make_venv(venv, whl, resolved)
             (venv / "installed").write_text(whl.name)
     os.utime(venv)
     return venv
@@ -128,12 +203,12 @@ def test_wheel_ships_the_pipelines_recipes_license_and_type_marker(wheel):
     assert "BSD 3-Clause License" in zipfile.ZipFile(whl).read(f"{dist}/licenses/LICENSE").decode()
 
 
-def test_build_and_fresh_install_print_no_warning(wheel, tmp_path):
+def test_build_and_fresh_install_print_no_warning(wheel, resolved, tmp_path):
     """The issue's setuptools license deprecation warning (printed three times by ``pip install``) is gone."""
     whl, build_output = wheel
     assert "Successfully built streamrank" in build_output
     assert _warnings(build_output) == [], build_output
-    install_output = _make_venv(tmp_path / "fresh", whl)
+    install_output = _make_venv(tmp_path / "fresh", whl, resolved)
     assert "Successfully installed streamrank" in install_output
     assert _warnings(install_output) == [], install_output
     py = tmp_path / "fresh" / "bin" / "python"
@@ -143,7 +218,49 @@ def test_build_and_fresh_install_print_no_warning(wheel, tmp_path):
     assert r.returncode == 0 and r.stderr == "", r.stderr
     assert Path(r.stdout.strip()).is_relative_to(tmp_path / "fresh")
     r = _run([sys.executable, "-m", "pip", "--python", str(py), "check"], timeout=300)
-    assert r.returncode == 0, r.stdout + r.stderr  # the wheel's declared dependencies are satisfied
+    assert r.returncode == 0, r.stdout + r.stderr  # what pip resolved satisfies every requirement in the venv
+
+
+def test_the_wheels_requirements_resolve_the_environment(wheel, resolved):
+    """pip's resolution from the wheel's Requires-Dist: the core dependencies and the README's extras, and
+    nothing the wheel does not ask for (the test tools stay out)."""
+    import importlib.metadata as md
+
+    meta = zipfile.ZipFile(wheel[0]).read(next(n for n in zipfile.ZipFile(wheel[0]).namelist()
+                                               if n.endswith(".dist-info/METADATA"))).decode()
+    core = [re.split(r"[<>=!~;\[ ]", ln.split(":", 1)[1].strip())[0] for ln in meta.splitlines()
+            if ln.startswith("Requires-Dist:") and "extra ==" not in ln]
+    names = {n.lower() for n in resolved}
+    assert core and all(c.lower() in names for c in core), (core, sorted(names))
+    assert "parquet" in README_EXTRAS and "pyarrow" in names           # the README's extras are resolved
+    assert not names & {"pytest", "hypothesis", "ruff", "moto", "mkdocs"}  # test/docs tools are not
+    for name, version in resolved.items():                              # the versions this environment has
+        assert md.version(name) == version
+
+
+def test_a_dependency_missing_from_the_wheel_is_missing_from_the_venv(wheel, tmp_path):
+    """A wheel whose metadata forgets zarr (as a pyproject without it would build): pip's resolution leaves
+    zarr out and the venv has no zarr (streamrank's stores cannot work there), while what it declares is in."""
+    whl, _ = wheel
+    bad = tmp_path / "w" / whl.name
+    bad.parent.mkdir()
+    with zipfile.ZipFile(whl) as zin, zipfile.ZipFile(bad, "w", zipfile.ZIP_DEFLATED) as zout:
+        for item in zin.infolist():
+            data = zin.read(item)
+            if item.filename.endswith(".dist-info/METADATA"):
+                lines = data.decode().splitlines(keepends=True)
+                assert any(ln.startswith("Requires-Dist: zarr") for ln in lines)
+                data = "".join(ln for ln in lines if not ln.startswith("Requires-Dist: zarr")).encode()
+            zout.writestr(item, data)
+    dists = _resolve(bad, _installed_index(tmp_path / "index"), tmp_path)
+    assert "zarr" not in {n.lower() for n in dists} and "numpy" in {n.lower() for n in dists}
+    _make_venv(tmp_path / "v", bad, dists)
+    r = _run([str(tmp_path / "v" / "bin" / "python"), "-c", "import zarr"], cwd=tmp_path,
+             env=_env(tmp_path / "v"), timeout=120)
+    assert r.returncode != 0 and "No module named 'zarr'" in r.stderr, r.stderr
+    r = _run([str(tmp_path / "v" / "bin" / "python"), "-c", "import numpy"], cwd=tmp_path,
+             env=_env(tmp_path / "v"), timeout=120)
+    assert r.returncode == 0, r.stderr                                  # what it declares is there
 
 
 # ------------------------------------------------------------------------------------- README commands
