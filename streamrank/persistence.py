@@ -180,8 +180,12 @@ def _sibling(path: Path, kind: str) -> Path:
     return path.with_name(f".{path.name}.{os.getpid()}-{uuid.uuid4().hex}.{kind}")
 
 
-def _writer_alive(leftover: Path) -> bool:
-    """True unless the pid in a leftover's name is certainly dead (unknown names count as alive)."""
+def writer_alive(leftover: Path) -> bool:
+    """True unless the pid in a leftover's name is certainly dead (unknown names count as alive).
+
+    ``leftover`` is named ``.<name>.<pid>-<random>.<kind>`` (an atomic write's temporary file).
+    Package-public: the CLI's and the nightly's atomic writers sweep their leftovers with it too.
+    """
     tag = leftover.name.rsplit(".", 2)[-2]
     pid = tag.split("-", 1)[0]
     if "-" not in tag or not pid.isdigit():
@@ -205,7 +209,7 @@ def _sweep_leftovers(path: Path) -> None:
     """
     for kind in ("partial", "old"):
         for leftover in path.parent.glob(f".{glob.escape(path.name)}.*.{kind}"):
-            if not _writer_alive(leftover):
+            if not writer_alive(leftover):
                 shutil.rmtree(leftover, ignore_errors=True)
 
 

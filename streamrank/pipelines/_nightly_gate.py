@@ -186,7 +186,7 @@ def statistics_gate(learner, store, end, excluded, model, extra, cur_model, cur_
 
 
 def _kernel_folds(arrays, model):
-    from streamrank.rankrls._statistics import RankStatistics
+    from streamrank.rankrls.linear import RankStatistics
 
     return [RankStatistics.from_arrays(arrays, group_weight=model.group_weight, ties=model.ties, prefix=f"fold{f}_")
             for f in range(int(arrays["n_folds"]))]

@@ -122,7 +122,7 @@ def update_kernel(store, base_model, base_dir, seen, alphas, *, folds=DEFAULT_FO
     (the basis is drawn from rows only — no labels — so a held-out row in it leaks nothing).
     Returns (model, selection, model without the held-out groups or None, arrays to save)."""
     from streamrank.pipelines._nightly_views import group_view
-    from streamrank.rankrls._statistics import RankStatistics
+    from streamrank.rankrls.linear import RankStatistics
 
     base_folds = None
     kept = group_view(store, 0, store.n_groups, excluded)       # the store without the excluded days

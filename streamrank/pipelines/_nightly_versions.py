@@ -230,13 +230,13 @@ def _clean_partial(models_dir):
     if remote is not None:
         return remote.clean_partial()
 
-    from streamrank.persistence import _writer_alive
+    from streamrank.persistence import writer_alive
 
     for p in Path(models_dir).glob(".*.partial"):
-        if not _writer_alive(p):
+        if not writer_alive(p):
             shutil.rmtree(p, ignore_errors=True)
     for p in Path(models_dir).glob(f".{POINTER}.*.tmp"):
-        if not _writer_alive(p):
+        if not writer_alive(p):
             p.unlink(missing_ok=True)
 
 

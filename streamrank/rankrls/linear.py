@@ -40,7 +40,7 @@ if TYPE_CHECKING:
     from ..io.blocks import BlockSource
     from .selection import CVResult
 
-__all__ = ["RankRLS", "PRIMAL_MAX_FEATURES", "DEFAULT_ALPHAS"]
+__all__ = ["RankRLS", "RankStatistics", "PRIMAL_MAX_FEATURES", "DEFAULT_ALPHAS"]
 
 PRIMAL_MAX_FEATURES = 4096
 SOLVERS = ("auto", "primal", "cg")
