@@ -102,3 +102,25 @@ def test_one_writer_and_a_moved_pointer_on_s3(tmp_path, s3_server, s3_url, monke
     with pytest.raises(nightly.ModelsLocked, match="moved by another writer"):
         _night(tmp_path, 2, models, so)
     assert RemoteModelsDir(models, so).current_version() == "v0001"
+
+
+def test_a_rejected_day_is_excluded_on_s3_too(tmp_path, s3_server, s3_url):
+    """excluded.json lives in the bucket (one PUT under the run's lease); the next night trains without the
+    rejected day, and --readmit takes it back."""
+    so = s3_server.storage_options
+    models = s3_url + "/excl"
+    _night(tmp_path, 1, models, so)
+    r2 = nightly.run_night(tmp_path / "logs.zarr", [_day(tmp_path, 2)], models, alphas=ALPHAS, tolerance=-5.0,
+                           plot=False, folds=2, out=io.StringIO(), storage_options=so)      # forced rejection
+    assert r2["status"] == "rejected" and r2["excluded"] == [nightly.content_hash(_day(tmp_path, 2))]
+    doc = json.loads(RemoteModelsDir(models, so).remote.read("excluded.json"))
+    assert [r["groups"] for r in doc["excluded"]] == [[12, 24]] and doc["excluded"][0]["version"] == "v0002"
+    r3 = _night(tmp_path, 3, models, so)
+    assert r3["status"] == "promoted" and r3["data"]["new_groups"] == 12 and r3["data"]["excluded"] == [[12, 24]]
+    r4 = nightly.run_night(tmp_path / "logs.zarr", [], models, alphas=ALPHAS, tolerance=1.0, plot=False, folds=2,
+                           out=io.StringIO(), storage_options=so, readmit=[_day(tmp_path, 2)])
+    assert r4["readmitted"] == [nightly.content_hash(_day(tmp_path, 2))]
+    assert r4["mode"] == "full" and "excluded days inside the current model's data changed" in r4["retrain"]
+    s = sr.GroupStore.open(tmp_path / "logs.zarr")
+    ref = sr.RankRLS(alpha=sr.load(models + "/v0004", storage_options=so).alpha, solver="primal").fit(s)
+    np.testing.assert_allclose(sr.load(models + "/v0004", storage_options=so).coef_, ref.coef_, rtol=1e-10)
