@@ -47,6 +47,7 @@ import scipy.sparse as sp
 
 import streamrank as sr
 from streamrank._itertools import with_last
+from streamrank._phases import phase
 
 __all__ = ["content_hash", "iter_day", "read_day", "ingest", "day_entries", "day_base", "day_complete",
            "day_span", "newest_day",
@@ -295,40 +296,42 @@ def _append_day(store, store_path, f, base, bid, log, sparse, chunk_bytes, colum
     chunks = iter_day(f, n_features=store.n_features if store is not None else None,
                       sparse=store.sparse if store is not None else sparse, chunk_bytes=chunk_bytes,
                       columns=columns, feature_names=store.feature_names if store is not None else None)
-    for chunk, last in with_last(chunks):
-        X, y, qid = chunk
-        lines = getattr(chunk, "lines", None)
-        cols = getattr(chunk, "row_cols", None) or {}
-        k = len(y)
-        if same_prefix and r < done:
-            _compare_prefix(store, store_qid, day_r0 + r, X[: done - r], y[: done - r], qid[: done - r])
-        if r + k <= done and not last:
-            r += k
-            continue
-        if r < done:   # the committed part ends inside this chunk (another chunk size before)
-            cut = done - r
-            if cut >= k or qid[cut - 1] == qid[cut]:
-                if same_prefix:
-                    raise _PrefixDiffers()
-                raise ValueError(f"{f}: the store holds {done} rows of this day, which do not end "
-                                 "on a query boundary of the file; was the file changed?")
-            X, y, qid, r = X[cut:], y[cut:], qid[cut:], done
-            lines = None if lines is None else lines[cut:]
-            cols = {c: v[cut:] for c, v in cols.items()}
-        if store is None:
-            store = sr.GroupStore.create(store_path, n_features=X.shape[1], sparse=sp.issparse(X),
-                                         n_outputs=1 if np.ndim(y) == 1 else np.shape(y)[1],
-                                         feature_names=getattr(chunk, "feature_names", None),
-                                         row_columns=tuple(cols), **(opts or {}))
-        if base == bid:
-            batch_id = bid if last else f"{bid}#{r}"
-        else:          # a fixed file completing day `base`: the same batch, and which file completed it
-            batch_id = f"{base}#~{bid}" if last else f"{base}#{r}~{bid}"
-        try:
-            appended += bool(store.append(X, y, qid, batch_id=batch_id, **cols))
-        except ValueError as exc:
-            raise _partial_day_error(exc, f, store, base, qid, lines) from None
-        r += len(y)
+    with phase(f"ingest {Path(f).name}", None, "rows") as ph:   # rows appended (or skipped: committed)
+        for chunk, last in with_last(chunks):
+            X, y, qid = chunk
+            lines = getattr(chunk, "lines", None)
+            cols = getattr(chunk, "row_cols", None) or {}
+            k = len(y)
+            if same_prefix and r < done:
+                _compare_prefix(store, store_qid, day_r0 + r, X[: done - r], y[: done - r], qid[: done - r])
+            if r + k <= done and not last:
+                r += k
+                continue
+            if r < done:   # the committed part ends inside this chunk (another chunk size before)
+                cut = done - r
+                if cut >= k or qid[cut - 1] == qid[cut]:
+                    if same_prefix:
+                        raise _PrefixDiffers()
+                    raise ValueError(f"{f}: the store holds {done} rows of this day, which do not end "
+                                     "on a query boundary of the file; was the file changed?")
+                X, y, qid, r = X[cut:], y[cut:], qid[cut:], done
+                lines = None if lines is None else lines[cut:]
+                cols = {c: v[cut:] for c, v in cols.items()}
+            if store is None:
+                store = sr.GroupStore.create(store_path, n_features=X.shape[1], sparse=sp.issparse(X),
+                                             n_outputs=1 if np.ndim(y) == 1 else np.shape(y)[1],
+                                             feature_names=getattr(chunk, "feature_names", None),
+                                             row_columns=tuple(cols), **(opts or {}))
+            if base == bid:
+                batch_id = bid if last else f"{bid}#{r}"
+            else:          # a fixed file completing day `base`: the same batch, and which file completed it
+                batch_id = f"{base}#~{bid}" if last else f"{base}#{r}~{bid}"
+            try:
+                appended += bool(store.append(X, y, qid, batch_id=batch_id, **cols))
+            except ValueError as exc:
+                raise _partial_day_error(exc, f, store, base, qid, lines) from None
+            r += len(y)
+            ph.update(len(y))
     if store is None:
         raise ValueError(f"{f}: the day holds no rows")
     if same_prefix and r < done:

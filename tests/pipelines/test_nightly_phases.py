@@ -56,6 +56,9 @@ def test_nightly_phases_in_order_with_their_counts(tmp_path, monkeypatch):
              "write the version: done"]
     at = _order(err, names)
     assert at == sorted(at), err
+    # inside the ingest, each day file's rows as they are appended
+    assert "> ingest day2.npz: " in err and "> ingest day3.npz: " in err, err
+    assert err.index("> ingest day2.npz: ") < err.index("> ingest day3.npz: ") < err.index("verify (")
     n_rows = int(err.split("fold statistics of the new groups: 0/")[1].split(" ")[0])
     assert f"fold statistics of the new groups: {n_rows}/{n_rows} rows (100%)" in err
     # the count moves block by block (--max-rows 20), never past 100 %
