@@ -100,13 +100,34 @@ SLOW_FILES = {
 
 
 def pytest_collection_modifyitems(config, items):
-    import pytest
-
     root = _os.path.dirname(__file__)
     for item in items:
         rel = _os.path.relpath(str(item.path), root).replace(_os.sep, "/")
         if rel in SLOW_FILES or item.get_closest_marker("distributed") is not None:
             item.add_marker(pytest.mark.slow)
+
+
+# pytest-xdist with ``--dist loadfile`` (``make test``) keeps the tests of a file on one worker, so module-scoped
+# fixtures (dask clusters, stores built by CLI runs) are made once; xdist hands out the files with the most tests
+# first.  These files' tests share nothing at module scope, and each is big enough to leave one worker busy long
+# after the other has finished: their tests are dealt out one by one, last, and fill the gaps at the end of the run.
+SPREAD_FILES = {"hardening/test_bad_input.py"}
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config, log):
+    if config.getvalue("dist") != "loadfile":
+        return None
+    from xdist.scheduler import LoadFileScheduling
+
+    spread = {f"tests/{name}" for name in SPREAD_FILES}
+
+    class _FileOrTestScheduling(LoadFileScheduling):
+        def _split_scope(self, nodeid):
+            scope = super()._split_scope(nodeid)
+            return nodeid if scope in spread else scope
+
+    return _FileOrTestScheduling(config, log)
 
 
 # CPU seconds of the run, one line before pytest's closing line: the suite's clock on a shared machine is noisy,
