@@ -96,14 +96,21 @@ SLOW_FILES = {
     "hardening/test_security.py", "io/test_store_crash.py", "core/test_start_up.py",
     "pipelines/test_nightly.py", "pipelines/test_nightly_models_dir.py",
     "pipelines/test_nightly_ingest.py", "exporters/test_readme_serving.py",
+    "core/test_numba_cache_lock.py", "cli/test_cli_phases.py", "cli/test_predict_partial.py",   # processes, signals
+    "hardening/test_fuzz_svmlight.py", "hardening/test_fuzz_store_metadata.py",            # long hypothesis runs
+    "hardening/test_property_crashes.py",
 }
+# Tests that use these fixtures start a server or a cluster in its own processes: a real dask LocalCluster
+# (tests/pipelines/conftest.py) or the S3 server on loopback (moto, tests/_s3_server.py).
+SLOW_FIXTURES = {"client", "s3_server"}
 
 
 def pytest_collection_modifyitems(config, items):
     root = _os.path.dirname(__file__)
     for item in items:
         rel = _os.path.relpath(str(item.path), root).replace(_os.sep, "/")
-        if rel in SLOW_FILES or item.get_closest_marker("distributed") is not None:
+        if (rel in SLOW_FILES or item.get_closest_marker("distributed") is not None
+                or SLOW_FIXTURES.intersection(getattr(item, "fixturenames", ()))):
             item.add_marker(pytest.mark.slow)
 
 

@@ -40,6 +40,7 @@ def _same_content(a, b, q_off=0, d_off=0):
     assert (b.Q[q_off:] != a.Q).nnz == 0 and (b.D[d_off:] != a.D).nnz == 0
 
 
+@pytest.mark.slow   # many small pieces: ~4 CPU-s
 def test_tuple_store_copied_in_pieces(tmp_path):
     src = _tuple_source(tmp_path / "src.zarr")
     _run("ingest", src.path, "--store", tmp_path / "dst.zarr", "--format", "zarr", "--max-rows", 7, "-q")

@@ -124,6 +124,7 @@ def test_callable_kernel_is_refused_by_every_format(mq2008, tmp_path):
             sr.export(model, tmp_path / "c.x", format=fmt)
 
 
+@pytest.mark.slow   # one transductive fit and two exports of it: ~10 CPU-s
 def test_transductive_rankrls_onnx_and_json(mq2008, tmp_path):
     Xtr, ytr, qtr, Xte, _, qte = mq2008
     cut = int(np.flatnonzero(qtr != qtr[300])[np.flatnonzero(qtr != qtr[300]) > 300][0])   # a query boundary

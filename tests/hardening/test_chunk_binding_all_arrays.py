@@ -179,6 +179,7 @@ print("done", flush=True)
 """
 
 
+@pytest.mark.slow   # a second process appends
 def test_readers_of_an_older_commit_never_trip_over_a_live_appender(tmp_path):
     """Real processes: the appender rewrites the last chunk of every array again and again; readers opened at
     any earlier commit read their rows without a binding error (the tail binding covers committed rows only)."""

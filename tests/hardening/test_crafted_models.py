@@ -161,6 +161,7 @@ print("ok", flush=True)
 """
 
 
+@pytest.mark.slow   # a child process fuzzing 60 models
 def test_crafted_and_fuzzed_sparse_sgd_models_never_crash(tmp_path):
     """SIGSEGV on main (I_K past S); here every case is refused or scores, in a child process."""
     path, Q, D = _bilinear(tmp_path)

@@ -189,6 +189,7 @@ print("ok")
 """
 
 
+@pytest.mark.slow   # a child process
 def test_learners_on_out_of_range_indices_fail_cleanly_in_a_child_process(tmp_path):
     """What SIGSEGV'd or corrupted the heap on main: a crash here is a failed test, not a dead pytest."""
     proc = subprocess.run([sys.executable, "-c", textwrap.dedent(_CHILD.format(root=str(tmp_path), here=os.path.dirname(__file__)))],

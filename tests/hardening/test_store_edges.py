@@ -146,6 +146,7 @@ print("done", flush=True)
 """
 
 
+@pytest.mark.slow   # a second process appends
 def test_create_overwrite_against_a_live_appender_process_never_breaks_the_store(tmp_path):
     path = tmp_path / "s.zarr"
     sr.GroupStore.create(path, 3)

@@ -253,6 +253,7 @@ from hypothesis import HealthCheck, given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 
 
+@pytest.mark.slow   # 15 hypothesis examples of whole append sequences: ~3 CPU-s
 @settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(seed=st.integers(0, 10_000), sparse=st.booleans(),
        plan=st.lists(st.tuples(st.integers(0, 4), st.integers(0, 5)), min_size=1, max_size=6))

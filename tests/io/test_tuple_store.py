@@ -200,7 +200,11 @@ def _assert_same_batch(x, y):
             assert u.dtype == v.dtype and np.array_equal(u, v), (f, arr)
 
 
-@pytest.mark.parametrize("cache_bytes", [0, 300, 5000])
+# budgets of 0 and 300 bytes re-read every row from its chunk (~3-4 CPU-s each): the quick loop keeps 5000
+_SLOW = pytest.mark.slow
+
+
+@pytest.mark.parametrize("cache_bytes", [pytest.param(0, marks=_SLOW), pytest.param(300, marks=_SLOW), 5000])
 @pytest.mark.parametrize("shuffle_buffer", [0, 50])
 def test_row_cache_batches_equal_whole_matrix_path(tmp_path, cache_bytes, shuffle_buffer):
     ts = _multi_store(tmp_path, np.random.default_rng(5), l_=60)
@@ -252,6 +256,7 @@ def test_row_cache_bad_budget(tmp_path):
             ts.take(0, 3, cache_bytes=bad)
 
 
+@pytest.mark.slow   # ~4 CPU-s of small chunk reads
 def test_row_cache_sees_appends(tmp_path):
     rng = np.random.default_rng(8)
     ts = _multi_store(tmp_path, rng, n_appends=1)

@@ -60,7 +60,7 @@ def _letor(name, max_queries=None, split="test"):
     return np.asarray(ys), np.asarray(qs), np.asarray(docs), np.asarray(feats)
 
 
-@pytest.fixture(scope="module", params=["MQ2008", "OHSUMED"])
+@pytest.fixture(scope="module", params=["MQ2008", pytest.param("OHSUMED", marks=pytest.mark.slow)])  # OHSUMED: ~3 CPU-s more
 def fold(request):
     """Fold 1's test split, and a RankRLS fitted on its validation split (the scores of a real model)."""
     y, qid, docs, X = _letor(request.param)
