@@ -1,6 +1,7 @@
 # The two commands of the README:
 #   make demo   run the main job (synthetic LETOR-like store -> every learner -> metrics table)
 #   make test   run the test suite
+#   make quick  the developer's inner loop: the suite without the tests marked slow (about a minute warm)
 # Both create .venv with python3 if it is missing and install streamrank into it.
 
 PYTHON_BOOT ?= python3
@@ -8,7 +9,7 @@ VENV        ?= .venv
 PY          := $(VENV)/bin/python
 DEMO_ARGS   ?=
 
-.PHONY: demo test venv clean-venv
+.PHONY: demo test quick venv clean-venv
 
 $(PY):
 	$(PYTHON_BOOT) -m venv $(VENV)
@@ -25,13 +26,17 @@ demo: $(VENV)/.installed-test
 
 # pytest exits 5 when it collects no test: report it instead of failing make.
 # -n auto: one pytest-xdist worker per core; --dist loadfile keeps a test file on one worker, so its
-# module-scoped fixtures (dask clusters, stores built by CLI runs) are made once.  The workers share
-# one numba cache (streamrank locks each kernel's cache saves).
+# module-scoped fixtures (dask clusters, stores built by CLI runs) are made once (tests/conftest.py deals
+# the cells of the big independent files out one by one).  The workers share one numba cache (streamrank
+# locks each kernel's cache saves).
 PYTEST_ARGS ?= -n auto --dist loadfile
 test: $(VENV)/.installed-test
 	$(PY) -m ruff check streamrank pipelines data_recipes tests benchmarks examples docs
 	$(PY) -m pytest -q -p no:cacheprovider $(PYTEST_ARGS); rc=$$?; \
 	if [ $$rc -eq 5 ]; then echo "pytest collected no tests"; exit 0; fi; exit $$rc
+
+quick: $(VENV)/.installed-test
+	$(PY) -m pytest -q -p no:cacheprovider -m "not slow" $(PYTEST_ARGS)
 
 clean-venv:
 	rm -rf $(VENV)
