@@ -46,7 +46,7 @@ from numba import types
 from .._numba import jit
 from ._check_kernels import first_nonfinite, first_out_of_range
 
-__all__ = ["DECOMPRESS_SYMBOL", "block_plan", "decode_checked_finite", "decode_checked_in_range"]
+__all__ = ["DECOMPRESS_SYMBOL", "block_size", "block_order", "decode_checked_finite", "decode_checked_in_range"]
 
 #: name under which c-blosc's ``int blosc_decompress_ctx(const void*, void*, size_t, int)`` is registered
 DECOMPRESS_SYMBOL = "streamrank_blosc_decompress_ctx"
@@ -74,34 +74,39 @@ def _put32(a, o, v):
 
 
 @jit
-def block_plan(frame, nbytes, itemsize):
-    """``(blocksize, starts, order)`` of a frame of ``nbytes`` decoded bytes, or ``(-2, ...)`` if not split here.
-
-    ``starts[j]``: offset of block ``j``'s data; ``order``: the blocks by
-    offset (the order they are decoded in, so that the 20 bytes in front of
-    each are already decoded).
-    """
-    none = np.empty(0, np.int64)
+def block_size(frame, nbytes, itemsize):
+    """Block size of a frame of ``nbytes`` decoded bytes that :func:`block_order` may split; -2 if not split here."""
     m = frame.shape[0]
     if m < _HEADER or frame[0] != 2 or (frame[2] & (_MEMCPYED | _FUTURE)) != 0:
-        return -2, none, none
+        return -2
     if _get32(frame, 4) != nbytes or _get32(frame, 12) != m:
-        return -2, none, none
+        return -2
     bs = _get32(frame, 8)
     if bs <= 0 or bs > nbytes or bs % itemsize != 0:
-        return -2, none, none
+        return -2
     nblocks = (nbytes + bs - 1) // bs
+    if nblocks < 2 or _HEADER + 4 * nblocks > m:
+        return -2
+    return bs
+
+
+@jit
+def block_order(frame, starts, order):
+    """Fill ``starts[j]`` (offset of block ``j``'s data) and ``order`` (blocks by offset); False if not split here.
+
+    Blocks are decoded by offset, so that the 20 bytes in front of each are
+    already decoded; offsets must lie after the block table, inside the
+    frame, at least 20 bytes apart.
+    """
+    nblocks = starts.shape[0]
     first = _HEADER + 4 * nblocks
-    if nblocks < 2 or first > m:
-        return -2, none, none
-    starts = np.empty(nblocks, np.int64)
     for j in range(nblocks):
         s = _get32(frame, _HEADER + 4 * j)
-        if s < first or s >= m:
-            return -2, none, none
+        if s < first or s >= frame.shape[0]:
+            return False
         starts[j] = s
-    order = np.arange(nblocks)          # by offset (insertion sort: a few blocks, usually in order already)
-    for k in range(1, nblocks):
+        order[j] = j
+    for k in range(1, nblocks):       # insertion sort: a few blocks, usually in order already
         j = order[k]
         i = k - 1
         while i >= 0 and starts[order[i]] > starts[j]:
@@ -110,26 +115,31 @@ def block_plan(frame, nbytes, itemsize):
         order[i + 1] = j
     for k in range(1, nblocks):
         if starts[order[k]] - starts[order[k - 1]] < _ONE_BLOCK:
-            return -2, none, none
-    return bs, starts, order
+            return False
+    return True
 
 
 @jit
-def _decode_block(frame, head, start, j, bs, nbytes, dest):
+def _decode_block(frame, start, j, bs, nbytes, dest):
     """Decode block ``j`` (data at ``start``) to ``dest + j * bs`` as a one-block frame; True if c-blosc did."""
     n = min(bs, nbytes - j * bs)
     h = start - _ONE_BLOCK
-    saved = frame[h : h + _ONE_BLOCK].copy()
-    for i in range(4):
-        frame[h + i] = head[i]
+    s0, s1, s2, s3, s4 = _get32(frame, h), _get32(frame, h + 4), _get32(frame, h + 8), _get32(frame, h + 12), \
+        _get32(frame, h + 16)
+    head = _get32(frame, 0)           # version, compressor version, flags, type size
     if n < bs:                        # the leftover block: its own block size, never split (as c-blosc decodes it)
-        frame[h + 2] = head[2] | _DONT_SPLIT
+        head |= _DONT_SPLIT << 16
+    _put32(frame, h, head)
     _put32(frame, h + 4, n)
     _put32(frame, h + 8, n if n < bs else bs)
     _put32(frame, h + 12, frame.shape[0] - h)
     _put32(frame, h + 16, _ONE_BLOCK)
     got = _decompress(frame.ctypes.data + h, dest + j * bs, n, 1)
-    frame[h : h + _ONE_BLOCK] = saved
+    _put32(frame, h, s0)
+    _put32(frame, h + 4, s1)
+    _put32(frame, h + 8, s2)
+    _put32(frame, h + 12, s3)
+    _put32(frame, h + 16, s4)
     return got == n
 
 
@@ -139,14 +149,18 @@ def decode_checked_finite(frame, a, n_check):
 
     Returns -1 (all good), the first bad position met, -2 or -3 (see the module doc).
     """
-    bs, starts, order = block_plan(frame, a.nbytes, a.itemsize)
+    bs = block_size(frame, a.nbytes, a.itemsize)
     if bs < 0:
         return -2
-    head = frame[:4].copy()
+    nblocks = (a.nbytes + bs - 1) // bs
+    starts = np.empty(nblocks, np.int64)
+    order = np.empty(nblocks, np.int64)
+    if not block_order(frame, starts, order):
+        return -2
     per = bs // a.itemsize
     for k in range(order.shape[0]):
         j = order[k]
-        if not _decode_block(frame, head, starts[j], j, bs, a.nbytes, a.ctypes.data):
+        if not _decode_block(frame, starts[j], j, bs, a.nbytes, a.ctypes.data):
             return -3
         lo = j * per
         hi = min(lo + per, n_check)
@@ -160,14 +174,18 @@ def decode_checked_finite(frame, a, n_check):
 @jit
 def decode_checked_in_range(frame, u, n_check, n):
     """As :func:`decode_checked_finite` for the unsigned view ``u`` of indices: the first ``u[i] >= n``."""
-    bs, starts, order = block_plan(frame, u.nbytes, u.itemsize)
+    bs = block_size(frame, u.nbytes, u.itemsize)
     if bs < 0:
         return -2
-    head = frame[:4].copy()
+    nblocks = (u.nbytes + bs - 1) // bs
+    starts = np.empty(nblocks, np.int64)
+    order = np.empty(nblocks, np.int64)
+    if not block_order(frame, starts, order):
+        return -2
     per = bs // u.itemsize
     for k in range(order.shape[0]):
         j = order[k]
-        if not _decode_block(frame, head, starts[j], j, bs, u.nbytes, u.ctypes.data):
+        if not _decode_block(frame, starts[j], j, bs, u.nbytes, u.ctypes.data):
             return -3
         lo = j * per
         hi = min(lo + per, n_check)
