@@ -389,7 +389,15 @@ class PairwiseSGDRanker(BaseRanker):
 
 
 def _row_weights(source):
-    """The (rows,) weights of a :class:`~streamrank.io.weighted.WeightedSource` (global row order), or None."""
+    """The (rows,) row weights of ``source`` (its row order), or None when it has none.
+
+    A :class:`~streamrank.io.weighted.WeightedSource` holds them (``.weight``); a view of one that keeps
+    its rows (``source.groups(g0, g1)``: a :class:`~streamrank.io.blocks.GroupRange`) reads them through
+    ``_read_weight`` — before, such a view trained unweighted without a word.
+    """
     from ..io.weighted import WeightedSource
 
-    return source.weight if isinstance(source, WeightedSource) else None
+    if isinstance(source, WeightedSource):
+        return source.weight
+    w = source._read_weight(0, source.n_rows)
+    return None if w is None else np.asarray(w, dtype=np.float64)

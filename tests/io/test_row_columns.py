@@ -297,3 +297,20 @@ def test_columns_on_object_storage(s3_server, s3_url, tmp_path):
     b = sr.RankRLS(alpha=1.0).fit(with_weights(sr.GroupStore.open(tmp_path / "l.zarr"), "weight"), max_rows=20)
     np.testing.assert_array_equal(a.coef_, b.coef_)
     assert pickle.loads(pickle.dumps(with_weights(r, "weight"))).inner.path == url
+
+
+def test_pairwise_sgd_on_a_range_of_a_weighted_store_keeps_the_weights(tmp_path):
+    """``with_weights(store, "weight").groups(g0, g1)`` (tonight's groups): PairwiseSGDRanker samples its pairs
+    with the range's weights (it trained unweighted before, silently)."""
+    data = _log(20, seed=8)
+    X, y, qid, w, click, pos = data
+    _store(tmp_path / "s.zarr", data)
+    src = with_weights(sr.GroupStore.open(tmp_path / "s.zarr"), "weight")
+    gp = src.group_ptr
+    r0, r1 = int(gp[4]), int(gp[15])
+    got = sr.PairwiseSGDRanker(random_state=1).fit(src.groups(4, 15))
+    want = sr.PairwiseSGDRanker(random_state=1).fit(with_weights(as_source(X[r0:r1], y[r0:r1], qid[r0:r1]),
+                                                                 w[r0:r1]))
+    np.testing.assert_allclose(got.coef_, want.coef_, rtol=0, atol=1e-12)
+    plain = sr.PairwiseSGDRanker(random_state=1).fit(as_source(X[r0:r1], y[r0:r1], qid[r0:r1]))
+    assert np.abs(plain.coef_ - got.coef_).max() > 1e-6
