@@ -140,3 +140,41 @@ def test_group_selection_reads_the_selected_groups(days, tmp_path):
         assert view.n_rows == len(y) and view.n_groups == len(groups)
     with pytest.raises(ValueError, match="sorted unique"):
         GroupSelection(s, [3, 2])
+
+
+@pytest.mark.parametrize("learner", ["sparse-kernel", "sgd-pairwise"])
+def test_other_learners_train_without_the_excluded_day(tmp_path, learner):
+    """Sparse kernel: the fold statistics of night 3 skip the rejected night 2, and the model equals a
+    from-scratch fit with its basis on the store without it.  sgd-pairwise: the same partial_fit calls on
+    the kept groups (neither the excluded day nor the held-out queries)."""
+    from pipeline_data import make_day
+
+    from streamrank.pipelines._nightly_views import held_out
+
+    store, models = tmp_path / "s.zarr", tmp_path / "m"
+    params = ({"n_basis": 15, "gamma": 0.05, "random_state": 3} if learner == "sparse-kernel"
+              else {"random_state": 5})
+    paths = []
+    for d in (1, 2, 3):
+        p = tmp_path / f"day{d}.npz"
+        np.savez(p, **dict(zip("X y qid".split(), make_day(d))))
+        paths.append(p)
+    run = dict(learner=learner, learner_params=params, alphas=[0.1, 1.0, 10.0], plot=False, out=io.StringIO())
+    nightly.run_night(store, [paths[0]], models, tolerance=1.0, **run)
+    r2 = nightly.run_night(store, [paths[1]], models, tolerance=-5.0, **run)       # forced rejection
+    assert r2["status"] == "rejected" and r2["excluded"] == [nightly.content_hash(paths[1])]
+    r3 = nightly.run_night(store, [paths[2]], models, tolerance=1.0, **run)
+    assert r3["status"] == "promoted" and r3["data"]["excluded"] == [[12, 24]]
+    s, final = sr.GroupStore.open(store), sr.load(models / "current")
+    if learner == "sparse-kernel":
+        kept = group_view(s, 0, s.n_groups, [(12, 24)])
+        ref = sr.KernelRankRLS(gamma=0.05, alpha=final.alpha, basis=final.basis_).fit(kept)
+        np.testing.assert_allclose(final.dual_coef_, ref.dual_coef_, rtol=1e-7, atol=1e-9)
+        return
+    replay = sr.PairwiseSGDRanker(random_state=5)
+    for g0, g1 in ((0, 12), (24, 36)):
+        for b in s.groups(g0, g1).blocks():
+            rows = ~held_out(b.row_qid(), 0.1)
+            replay.partial_fit(b.X[rows], b.y[rows], b.row_qid()[rows])
+    assert final.t_ == replay.t_
+    np.testing.assert_allclose(final.coef_, replay.coef_, rtol=1e-12, atol=1e-15)
