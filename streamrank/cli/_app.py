@@ -358,12 +358,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--dpi", type=int, default=100)
     _common(p)
     p.set_defaults(func=cmd_plot)
-    for p in sub.choices.values():      # every command that takes a store takes its object-storage options
-        if any(a.dest == "store" for a in p._actions):
+    for p in sub.choices.values():      # every command that takes a store or a model: object-storage options
+        if any(a.dest in ("store", "model") for a in p._actions):
             p.add_argument("--storage-options", metavar="JSON", type=_storage_options, default=None,
-                           help="for a --store at a URL (s3://bucket/prefix/store.zarr): options of its filesystem "
-                                "as a JSON object, e.g. '{\"endpoint_url\": \"http://minio:9000\"}'; without it "
-                                "the usual AWS_* environment variables apply")
+                           help="for a --store or --model at a URL (s3://bucket/prefix/store.zarr): options of its "
+                                "filesystem as a JSON object, e.g. '{\"endpoint_url\": \"http://minio:9000\"}' "
+                                "(one set for both); without it the usual AWS_* environment variables apply")
 
     # listed here for --help; main() hands these to the module's own parser (cli/_delegate.py)
     for name, (_, text) in PIPELINES.items():

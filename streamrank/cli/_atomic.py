@@ -102,7 +102,9 @@ def _check_model_out(out, *, overwrite: bool = True) -> None:
     if is_url(out):
         from .._remote_models import published
 
-        if not overwrite and published(str(out)):
+        from ._stores import STORAGE_OPTIONS
+
+        if not overwrite and published(str(out), STORAGE_OPTIONS):
             raise FileExistsError(f"a model already exists at {out}; pass --overwrite to replace it "
                                   "(or choose another --model)")
         return
@@ -131,10 +133,11 @@ def _save_model(model, out, cli_meta: dict) -> None:
     from .. import persistence
     from ..io._remote import is_url
 
-    if is_url(out):   # object storage: a fresh version published by one PUT (credentials from the environment)
+    if is_url(out):   # object storage: a fresh version published by one PUT (--storage-options, else the env)
         from .._remote_models import save_url
+        from ._stores import STORAGE_OPTIONS
 
-        save_url(model, str(out), None, root_attrs={"cli": _jsonable(cli_meta)})
+        save_url(model, str(out), STORAGE_OPTIONS, root_attrs={"cli": _jsonable(cli_meta)})
         return
     out = Path(out)
     _check_model_out(out)

@@ -15,7 +15,7 @@ def _resolve_pointer(path) -> Path:
     return p
 
 
-#: ``--storage-options`` of the command being run: the filesystem options of a store given as a URL
+#: ``--storage-options`` of the command being run: the filesystem options of a store or model given as a URL
 STORAGE_OPTIONS = None
 
 
@@ -26,7 +26,7 @@ def _is_url(path) -> bool:
 
 
 def url_options(store):
-    """``--storage-options`` for a store at a URL (None for a local store)."""
+    """``--storage-options`` for a store or model at a URL (None for a local one)."""
     return STORAGE_OPTIONS if _is_url(store) else None
 
 
@@ -82,8 +82,9 @@ def _load_model(path, storage_options=None):
     from .. import persistence
     from ..io._remote import is_url
 
-    if is_url(path):   # a model published on object storage (sr.save(model, url)); credentials from the env
-        return persistence.load(str(path), storage_options=storage_options)
+    if is_url(path):   # a model published on object storage (sr.save(model, url)): --storage-options, else env
+        opts = STORAGE_OPTIONS if storage_options is None else storage_options
+        return persistence.load(str(path), storage_options=opts)
     p = Path(path)
     if not p.exists():
         raise FileNotFoundError(f"no model at {p}")

@@ -39,17 +39,18 @@ LEARNERS = ("rankrls", "sparse-kernel", "sgd-bilinear", "sgd-pairwise")
 
 
 def build_estimator(args):
+    normalize = getattr(args, "normalize", None)
     if args.learner == "rankrls":
         return sr.RankRLS(alpha=args.alpha, solver=args.solver, group_weight=args.group_weight,
-                          ties=getattr(args, "ties", "include"))
+                          ties=getattr(args, "ties", "include"), normalize=normalize)
     if args.learner == "sparse-kernel":
         return sr.KernelRankRLS(kernel=args.kernel, gamma=args.gamma, alpha=args.alpha, n_basis=args.n_basis,
                                 group_weight=args.group_weight, ties=getattr(args, "ties", "include"),
-                                random_state=args.seed)
+                                random_state=args.seed, normalize=normalize)
     sgd = {k: v for k, v in (("eta0", args.eta0), ("l1", args.l1)) if v is not None}
     if args.learner == "sgd-bilinear":
-        return sr.SparseSGDRanker(auto_refit=bool(getattr(args, "refit", False)), **sgd)
-    return sr.PairwiseSGDRanker(random_state=args.seed, **sgd)
+        return sr.SparseSGDRanker(auto_refit=bool(getattr(args, "refit", False)), normalize=normalize, **sgd)
+    return sr.PairwiseSGDRanker(random_state=args.seed, normalize=normalize, **sgd)
 
 
 def _tuple_quality(model, store):
@@ -216,6 +217,9 @@ def build_parser():
     p.add_argument("--gamma", type=float, default=1.0, help="sparse-kernel: kernel width")
     p.add_argument("--n-basis", type=int, default=500, help="sparse-kernel: basis rows")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--normalize", choices=("standard", "minmax"), default=None,
+                   help="scale the features (every learner; the moments are reduced on the cluster; sgd-bilinear "
+                        "scales only, no centring): the same model as the local fit with normalize=")
     p.add_argument("--rounds", type=int, default=10, help="sgd: averaging rounds")
     p.add_argument("--steps-per-round", type=int, default=10_000, help="sgd: steps per shard and round")
     p.add_argument("--eta0", type=float, default=None,

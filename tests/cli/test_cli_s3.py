@@ -59,3 +59,32 @@ def test_storage_options_must_be_a_json_object(capsys):
         cli._app.build_parser().parse_args(["fit", "--store", "s3://b/x", "--model", "m", "--learner", "rankrls",
                                             "--storage-options", "[1]"])
     assert "expected a JSON object" in capsys.readouterr().err
+
+
+def test_model_at_a_url_takes_the_storage_options(s3_server, s3_url, tmp_path):
+    """``--storage-options`` reaches a ``--model`` URL too (saving with fit, loading with predict and export),
+    not only a ``--store`` URL: the loopback server's endpoint is in no environment variable here, so only the
+    options can reach it."""
+    import os
+
+    assert "AWS_ENDPOINT_URL" not in os.environ and s3_server.storage_options
+    src = _letor(tmp_path / "day.txt")
+    _main("ingest", src, "--store", tmp_path / "s.zarr", "-q")
+    url = s3_url + "/models/m.zarr"
+    opts = json.dumps(s3_server.storage_options)
+    _main("fit", "--store", tmp_path / "s.zarr", "--model", url, "--storage-options", opts, "--learner", "rankrls",
+          "--alpha", "1", "-q")
+    _main("fit", "--store", tmp_path / "s.zarr", "--model", tmp_path / "m.zarr", "--learner", "rankrls",
+          "--alpha", "1", "-q")
+    remote = sr.load(url, storage_options=s3_server.storage_options)
+    assert np.array_equal(remote.coef_, sr.load(tmp_path / "m.zarr").coef_)
+    rc, _, err = run_cli("fit", "--store", tmp_path / "s.zarr", "--model", url, "--storage-options", opts,
+                         "--learner", "rankrls", "-q")
+    assert rc == 5 and "--overwrite" in err                  # the published model is seen through the options
+    _main("predict", "--model", url, "--storage-options", opts, "--store", tmp_path / "s.zarr",
+          "--out", tmp_path / "a.npy", "-q")
+    _main("predict", "--model", tmp_path / "m.zarr", "--store", tmp_path / "s.zarr", "--out", tmp_path / "b.npy",
+          "-q")
+    np.testing.assert_array_equal(np.load(tmp_path / "a.npy"), np.load(tmp_path / "b.npy"))
+    _main("export", "--model", url, "--storage-options", opts, "--format", "json", "--out", tmp_path / "m.json")
+    assert json.loads((tmp_path / "m.json").read_text())

@@ -80,3 +80,22 @@ def test_distributed_pairwise_sgd_with_normalize(client, store, kind):
     two = srd.fit(sr.PairwiseSGDRanker(eta0=0.05, normalize=kind), store, client, rounds=2, steps_per_round=steps,
                   n_shards=2, max_rows=max_rows)
     np.testing.assert_array_equal(two.normalizer_.scale, dist.normalizer_.scale)
+
+
+def test_cli_distributed_normalize_equals_the_local_fit(client, store, tmp_path):
+    """``streamrank distributed --normalize KIND``: the library's normalize= from the command line (rankrls
+    primal and sparse kernel here), the same model as the local fit."""
+    from streamrank.pipelines import distributed as pdist
+
+    for extra, local in ((["--learner", "rankrls", "--solver", "primal"],
+                          sr.RankRLS(alpha=0.5, solver="primal", normalize="minmax")),
+                         (["--learner", "sparse-kernel", "--n-basis", "12", "--gamma", "0.1", "--seed", "3"],
+                          sr.KernelRankRLS(gamma=0.1, alpha=0.5, n_basis=12, random_state=3, normalize="minmax"))):
+        out = tmp_path / extra[1]
+        assert pdist.main(["--store", str(store.path), "--model", str(out), "--scheduler", client.scheduler.address,
+                           "--alpha", "0.5", "--max-rows", "40", "--normalize", "minmax", "-q", *extra]) == 0
+        model, local = sr.load(out), local.fit(store, max_rows=40)
+        assert model.normalize == "minmax"
+        np.testing.assert_allclose(model.normalizer_.scale, local.normalizer_.scale, rtol=1e-10)
+        X = np.vstack([b.X for b in store.blocks()])
+        np.testing.assert_allclose(model.predict(X), local.predict(X), rtol=1e-8, atol=1e-10)
