@@ -13,7 +13,7 @@
     streamrank plot     --model M --out PNG
     streamrank nightly  --store PATH --new DAYFILE... --models DIR [--learner LEARNER] [--alphas GRID]
     streamrank distributed --store PATH --model OUT [--workers N | --scheduler ADDR] --learner LEARNER
-    streamrank recipe   synthetic|letor|newsgroups|mnist|reuters [options]
+    streamrank recipe   synthetic|letor|clicks|newsgroups|mnist|reuters [options]
 
 Learners: ``rankrls`` (RankRLS, primal statistics), ``cg`` (RankRLS, conjugate
 gradient), ``kernel`` (KernelRankRLS, exact dual), ``sparse-kernel``

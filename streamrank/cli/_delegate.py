@@ -26,6 +26,7 @@ PIPELINES = {
 RECIPE_HELP = {
     "synthetic": "LETOR-like graded groups or planted bilinear tuples, any number of rows",
     "letor": "LETOR / svmlight text (MQ2008, OHSUMED or your own) -> GroupStore or Parquet",
+    "clicks": "simulated position-biased click logs on MQ2008 / OHSUMED -> GroupStore with click/position",
     "newsgroups": "20 Newsgroups -> tf-idf CSR, (q, d+, d-) TupleStore and held-out test tuples",
     "mnist": "MNIST -> normalised pixels and class tuples",
     "reuters": "Reuters-21578 ModApte -> tf-idf, topic relevance columns",
