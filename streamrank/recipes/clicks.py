@@ -3,7 +3,7 @@
 The standard simulation of unbiased learning-to-rank studies (Joachims,
 Swaminathan and Schnabel 2017, WSDM), so that position bias — and its
 correction — is measurable on real relevance labels
-(:mod:`streamrank.datasets.clicks` has the model):
+(``streamrank.datasets.clicks`` has the model):
 
 1. a *logging ranker*: linear RankRLS (alpha 1) fitted on the graded labels
    of ``--log-queries`` randomly drawn queries of the split;
@@ -82,7 +82,7 @@ def logging_scores(X, y, qid, log_queries: int, seed: int) -> np.ndarray:
 
 
 def write_click_store(path, X, log, *, batch_rows: int = 65_536, overwrite: bool = False):
-    """The click log ``log`` (:class:`~streamrank.datasets.clicks.ClickLog`) over the graded rows ``X`` as a
+    """The click log ``log`` (a ``streamrank.datasets.clicks.ClickLog``) over the graded rows ``X`` as a
     new GroupStore: features X[log.row], target and ``click`` column = the clicks, query id = the session,
     ``position`` column; appended in batches of whole sessions.  Returns the store (read mode)."""
     import streamrank as sr
