@@ -16,12 +16,23 @@ renamed, so a reader never sees half a PNG).
 """
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, Any
+
 import json
 import os
 import uuid
 from pathlib import Path
 
 import numpy as np
+
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+
+    from matplotlib.axes import Axes
+    from matplotlib.figure import Figure
+
+    from ._typing import PathLike
+    from .base import BaseRanker
 
 __all__ = ["learning_curve", "regularization_path", "nightly_history", "convergence"]
 
@@ -67,7 +78,8 @@ def _cv_fields(cv):
     return alphas, scores, float(best), str(get("scoring", "score")), greater, get("folds")
 
 
-def regularization_path(cv, path=None, *, ax=None, figsize=(6.4, 4.0), dpi=100, title=None):
+def regularization_path(cv: Any, path: PathLike | None = None, *, ax: Axes | None = None,
+                        figsize: tuple[float, float] = (6.4, 4.0), dpi: int = 100, title: str | None = None) -> Figure:
     """Cross-validation score against λ with the chosen λ marked.
 
     Parameters
@@ -142,7 +154,8 @@ def _read_reports(source):
     return [dict(r) for r in source]
 
 
-def nightly_history(source, path=None, *, metrics=None, figsize=(8.0, 5.0), dpi=100, title=None):
+def nightly_history(source: Any, path: PathLike | None = None, *, metrics: Sequence[str] | None = None,
+                    figsize: tuple[float, float] = (8.0, 5.0), dpi: int = 100, title: str | None = None) -> Figure:
     """Validation metrics and chosen λ of every nightly run.
 
     Parameters
@@ -203,7 +216,8 @@ def nightly_history(source, path=None, *, metrics=None, figsize=(8.0, 5.0), dpi=
     return fig
 
 
-def convergence(curve: dict, path=None, *, figsize=(6.4, 4.0), dpi=100, title=None):
+def convergence(curve: dict, path: PathLike | None = None, *, figsize: tuple[float, float] = (6.4, 4.0), dpi: int = 100,
+                title: str | None = None) -> Figure:
     """A generic convergence curve ``{"x", "y", "xlabel", "ylabel", "log_y"}`` (e.g. CG residuals)."""
     plt = _plt()
     fig, ax = plt.subplots(figsize=figsize, dpi=dpi)
@@ -219,7 +233,8 @@ def convergence(curve: dict, path=None, *, figsize=(6.4, 4.0), dpi=100, title=No
     return fig
 
 
-def learning_curve(model, path=None, *, figsize=(10.0, 4.0), dpi=100, title=None):
+def learning_curve(model: BaseRanker, path: PathLike | None = None, *, figsize: tuple[float, float] = (10.0, 4.0),
+                   dpi: int = 100, title: str | None = None) -> Figure:
     """Test (validation) tuple error and density of W vs iterations; PNG at ``path``.
 
     ``model.history_`` is a list of checkpoints (``fit(..., validation=...,

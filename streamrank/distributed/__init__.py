@@ -44,6 +44,8 @@ cluster plumbing (``_cluster``, ``_retry``), which imports none of them.
 """
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, Any
+
 from .._defaults import DEFAULT_BLOCK_ROWS
 from ..base import SGDLearner, StatisticsLearner
 from ._cg import fit_cg
@@ -52,6 +54,14 @@ from ._kernel import fit_kernel_sparse
 from ._predict import evaluate, predict
 from ._sgd import fit_sgd_rounds as _fit_sgd_rounds
 from ._statistics import fit_from_statistics, statistics
+
+if TYPE_CHECKING:
+    from dask.distributed import Client
+
+    from .._typing import PathLike
+    from ..base import BaseRanker
+    from ..io.blocks import BlockSource
+    from ..io.tuples import TupleSource
 
 __all__ = ["fit", "predict", "evaluate", "statistics", "fit_sgd_rounds", "SourceRef", "get_client", "local_cluster",
            "tree_reduce", "DEFAULT_BLOCK_ROWS", "DEFAULT_SPLIT_EVERY"]
@@ -73,8 +83,9 @@ def _is_statistics_learner(estimator, source):
     return solver_for is None or solver_for(source) == "primal"
 
 
-def fit(estimator, source, client=None, *, max_rows=DEFAULT_BLOCK_ROWS, split_every=DEFAULT_SPLIT_EVERY,
-        storage_options=None, **kwargs):
+def fit(estimator: BaseRanker, source: BlockSource | TupleSource | PathLike, client: Client | str | None = None, *,
+        max_rows: int = DEFAULT_BLOCK_ROWS, split_every: int = DEFAULT_SPLIT_EVERY,
+        storage_options: dict | None = None, **kwargs: Any) -> BaseRanker:
     """Fit ``estimator`` on ``source`` with a dask cluster; same result as ``estimator.fit(source)``.
 
     Parameters
@@ -126,6 +137,7 @@ def fit(estimator, source, client=None, *, max_rows=DEFAULT_BLOCK_ROWS, split_ev
     )
 
 
-def fit_sgd_rounds(estimator, tuple_source, client=None, **kwargs):
+def fit_sgd_rounds(estimator: BaseRanker, tuple_source: TupleSource | BlockSource, client: Client | str | None = None,
+                   **kwargs: Any) -> BaseRanker:
     """Data-parallel SGD rounds with sparse-aware model averaging (see :mod:`streamrank.distributed._sgd`)."""
     return _fit_sgd_rounds(estimator, tuple_source, client, **kwargs)

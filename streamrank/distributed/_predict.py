@@ -1,11 +1,22 @@
 """Prediction and evaluation on a cluster: blocks scored (and evaluated) on the workers."""
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, Any
+
 import numpy as np
 
 from .._defaults import DEFAULT_BLOCK_ROWS
 from ._cluster import DEFAULT_SPLIT_EVERY, _as_source, _ship_source, for_workers, get_client, tree_reduce
 from ._retry import with_retries
+
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+
+    from dask.distributed import Client
+
+    from .._typing import PathLike
+    from ..base import BaseRanker
+    from ..io.blocks import BlockSource
 
 __all__ = ["predict", "evaluate"]
 
@@ -23,7 +34,8 @@ def _predict_rows_task(rows, ref, est, out):
     return r1 - r0
 
 
-def predict(estimator, source, client=None, *, max_rows=DEFAULT_BLOCK_ROWS, out=None):
+def predict(estimator: BaseRanker, source: BlockSource | PathLike, client: Client | str | None = None, *,
+            max_rows: int = DEFAULT_BLOCK_ROWS, out: PathLike | None = None) -> np.ndarray | PathLike:
     """Scores of every row of ``source`` in row order, computed on the workers.
 
     The fitted model is scattered once; each task reads its rows and scores
@@ -119,9 +131,10 @@ def _evaluate_task(plan, ref, est, k, metrics, output, options):
     return ev
 
 
-def evaluate(estimator, source, client=None, *, k=10, metrics=None, gain="exp2", empty="skip", max_grade=4,
-             qrels=None, disagreement_ties="half", max_rows=DEFAULT_BLOCK_ROWS, split_every=DEFAULT_SPLIT_EVERY,
-             output=None) -> dict:
+def evaluate(estimator: BaseRanker, source: BlockSource | PathLike, client: Client | str | None = None, *, k: int = 10,
+             metrics: Sequence[str] | str | None = None, gain: str = "exp2", empty: str = "skip", max_grade: int = 4,
+             qrels: Any = None, disagreement_ties: str = "half", max_rows: int = DEFAULT_BLOCK_ROWS,
+             split_every: int = DEFAULT_SPLIT_EVERY, output: int | None = None) -> dict:
     """Ranking metrics of ``estimator`` on ``source``; blocks are scored and evaluated on the workers.
 
     Same result and options as :func:`streamrank.metrics.evaluate` (``{name:

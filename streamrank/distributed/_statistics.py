@@ -10,12 +10,21 @@ model equals ``estimator.fit(source)`` to floating-point reduction order.
 """
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, Any
+
 import numpy as np
 
 from .._defaults import DEFAULT_BLOCK_ROWS
 from .._phases import phase
 from ._cluster import (DEFAULT_BLOCKS_PER_TASK, DEFAULT_SPLIT_EVERY, _as_source, _blocks_of_task, _chunks, _compact,
                        _params_only, _ship_source, get_client, reset_fitted, tree_reduce)
+
+if TYPE_CHECKING:
+    from dask.distributed import Client
+
+    from .._typing import PathLike
+    from ..base import StatisticsLearner
+    from ..io.blocks import BlockSource
 
 __all__ = ["statistics", "fit_from_statistics", "reduce_counted"]
 
@@ -62,8 +71,9 @@ def _fold_stats_task(plans, ref, est, n_folds):
                                weight=rows_weight(block, rows))
     return [_compact(st) for st in folds]
 
-def statistics(estimator, source, client=None, *, max_rows=DEFAULT_BLOCK_ROWS, split_every=DEFAULT_SPLIT_EVERY,
-               folds=None, blocks_per_task=DEFAULT_BLOCKS_PER_TASK):
+def statistics(estimator: StatisticsLearner, source: BlockSource | PathLike, client: Client | str | None = None, *,
+               max_rows: int = DEFAULT_BLOCK_ROWS, split_every: int = DEFAULT_SPLIT_EVERY, folds: int | None = None,
+               blocks_per_task: int = DEFAULT_BLOCKS_PER_TASK) -> Any:
     """Summed per-block statistics of ``source`` computed on the workers.
 
     Returns the learner's mergeable statistics (``estimator.statistics_of_block``

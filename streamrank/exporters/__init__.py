@@ -20,6 +20,8 @@ formulas: :mod:`.ltr` (taken from the plugins' own parser and scorer classes),
 """
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, Any
+
 import importlib
 import json
 import os
@@ -27,6 +29,12 @@ import tempfile
 from pathlib import Path
 
 from ._describe import CannotExport, ModelDescription, describe
+
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+
+    from .._typing import PathLike
+    from ..base import BaseRanker
 
 __all__ = ["export", "FORMATS", "CannotExport", "describe", "ModelDescription", "require"]
 
@@ -58,8 +66,9 @@ def _write_atomic(path: Path, data: bytes) -> None:
         raise
 
 
-def export(model, path, format: str = "json", *, name: str | None = None, feature_names=None,
-           solr_store: str = "_DEFAULT_", bilinear_graph: str = "auto"):
+def export(model: BaseRanker, path: PathLike, format: str = "json", *, name: str | None = None,
+           feature_names: Sequence[str] | None = None, solr_store: str = "_DEFAULT_",
+           bilinear_graph: str = "auto") -> Any:
     """Write ``model`` to ``path`` in ``format`` (see the table in :mod:`streamrank.exporters`).
 
     Parameters

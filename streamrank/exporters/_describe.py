@@ -16,10 +16,17 @@ Several outputs (RankRLS fitted on a target matrix) make ``weights`` /
 """
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from dataclasses import dataclass, field
 
 import numpy as np
 import scipy.sparse as sp
+
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+
+    from ..base import BaseRanker
 
 __all__ = ["ModelDescription", "describe", "CannotExport"]
 
@@ -62,7 +69,7 @@ def _names(model, n, override, what="feature_names"):
     return names
 
 
-def describe(model, *, feature_names=None) -> ModelDescription:
+def describe(model: BaseRanker, *, feature_names: Sequence[str] | None = None) -> ModelDescription:
     """The :class:`ModelDescription` of a fitted streamrank learner."""
     from ..base import BaseRanker
 

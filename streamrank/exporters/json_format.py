@@ -30,12 +30,17 @@ added within a version.  :func:`read_json_model` reads one back (checking format
 """
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import json
 
 import numpy as np
 import scipy.sparse as sp
 
 from ._describe import ModelDescription
+
+if TYPE_CHECKING:
+    from .._typing import PathLike
 
 __all__ = ["to_json", "JSON_FORMAT_VERSION", "read_json_model"]
 
@@ -87,7 +92,7 @@ def to_json(desc: ModelDescription) -> dict:
     return out
 
 
-def read_json_model(path) -> dict:
+def read_json_model(path: PathLike) -> dict:
     """Read a ``format="json"`` export and check its format name and version."""
     with open(path, encoding="utf-8") as fh:
         doc = json.load(fh)

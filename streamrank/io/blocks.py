@@ -27,12 +27,16 @@ import queue
 import threading
 import warnings
 from dataclasses import dataclass, field
-from typing import Iterator
+from typing import TYPE_CHECKING, Iterator
 
 import numpy as np
 import scipy.sparse as sp
 
 from .._defaults import DEFAULT_BLOCK_ROWS
+
+if TYPE_CHECKING:
+    from .._typing import Seed
+
 
 __all__ = ["Block", "BlockSource", "GroupRange", "OversizedGroupWarning", "WrappedSource"]
 
@@ -186,7 +190,8 @@ class BlockSource:
             self._group_ptr_cache = gp
         return gp
 
-    def plan(self, max_rows: int = DEFAULT_BLOCK_ROWS, *, max_nnz: int | None = None, split_groups: bool = False):
+    def plan(self, max_rows: int = DEFAULT_BLOCK_ROWS, *, max_nnz: int | None = None,
+             split_groups: bool = False) -> list[tuple[int, int, int, int]]:
         """Cut the source into blocks: a list of ``(row0, row1, g0, g1)`` tuples.
 
         Whole groups are packed greedily up to ``max_rows`` rows (and
@@ -252,7 +257,7 @@ class BlockSource:
         self,
         max_rows: int = DEFAULT_BLOCK_ROWS,
         shuffle: bool = False,
-        random_state=None,
+        random_state: Seed = None,
         *,
         max_nnz: int | None = None,
         split_groups: bool = False,

@@ -7,6 +7,8 @@ ranking).
 """
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import numpy as np
 import scipy.sparse as sp
 
@@ -19,6 +21,13 @@ from .._validation import (
     is_dask,
 )
 from .blocks import BlockSource
+
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+    from typing import Any
+
+    from .._typing import ArrayLike, MatrixLike
+
 
 __all__ = ["ArraySource", "DaskSource", "as_source"]
 
@@ -33,7 +42,7 @@ class ArraySource(BlockSource):
     whole input.
     """
 
-    def __init__(self, X, y, qid=None):
+    def __init__(self, X: MatrixLike, y: ArrayLike, qid: ArrayLike | None = None) -> None:
         X = check_X(X, "X")
         n = X.shape[0]
         y = check_y(y, n, "y")
@@ -76,7 +85,7 @@ class DaskSource(BlockSource):
     as each block is computed, naming the global row.
     """
 
-    def __init__(self, X, y, qid=None):
+    def __init__(self, X: Any, y: Any, qid: Any = None) -> None:
         import dask.array as da
 
         if X.ndim != 2:
@@ -135,7 +144,8 @@ class DaskSource(BlockSource):
         return y
 
 
-def table_source(X, y, qid=None, *, feature_order=None) -> ArraySource:
+def table_source(X: Any, y: ArrayLike | str, qid: ArrayLike | str | None = None, *,
+                 feature_order: Sequence[str] | None = None) -> ArraySource:
     """An :class:`ArraySource` over a pandas DataFrame / pyarrow Table, with its column names.
 
     ``y`` and ``qid`` are column names of ``X`` or arrays (:func:`streamrank._tables.split_table`).
@@ -154,7 +164,8 @@ def table_source(X, y, qid=None, *, feature_order=None) -> ArraySource:
     return src
 
 
-def as_source(X, y=None, qid=None) -> BlockSource:
+def as_source(X: MatrixLike | BlockSource | Any, y: ArrayLike | str | None = None,
+              qid: ArrayLike | str | None = None) -> BlockSource:
     """Wrap arrays as a block source with the same contract as a GroupStore.
 
     Parameters

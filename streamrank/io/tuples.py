@@ -26,7 +26,7 @@ ArrayTupleSource(n_tuples=2, n_query_features=2, n_item_features=3)
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Iterator
+from typing import TYPE_CHECKING, Iterator
 
 import numpy as np
 import scipy.sparse as sp
@@ -34,6 +34,10 @@ import scipy.sparse as sp
 from .._validation import check_finite
 from ._row_cache import _check_cache_bytes
 from .group_store import _positive_int
+
+if TYPE_CHECKING:
+    from .._typing import ArrayLike, MatrixLike, Seed
+
 
 __all__ = ["TupleBatch", "TupleSource", "ArrayTupleSource", "as_tuple_source"]
 
@@ -159,7 +163,8 @@ class TupleSource:
         return _TUPLE_CHUNK
 
     @classmethod
-    def from_arrays(cls, Q, D, tuples, magnitudes=None) -> "ArrayTupleSource":
+    def from_arrays(cls, Q: MatrixLike | None, D: MatrixLike | None, tuples: ArrayLike,
+                    magnitudes: ArrayLike | None = None) -> "ArrayTupleSource":
         """An in-memory tuple source with the same :meth:`batches` contract."""
         return ArrayTupleSource(Q, D, tuples, magnitudes)
 
@@ -167,12 +172,12 @@ class TupleSource:
         return self.n_tuples
 
     # ---------------------------------------------------------- public reads
-    def read_tuples(self, t0: int = 0, t1: int | None = None):
+    def read_tuples(self, t0: int = 0, t1: int | None = None) -> tuple[np.ndarray, np.ndarray]:
         """``(tuples (k, 3) int64, magnitude (k,) float64)`` of tuples t0:t1 in file order."""
         t0, t1 = self._range(t0, t1)
         return self._read_tuples(t0, t1)
 
-    def matrices(self):
+    def matrices(self) -> tuple[sp.csr_matrix, sp.csr_matrix]:
         """``(Q, D)``: all query and item vectors as CSR (a store reads them once and caches them)."""
         return self._matrices()
 
@@ -203,7 +208,7 @@ class TupleSource:
             raise IndexError(f"tuple range {t0}:{t1} is outside 0:{n}")
         return t0, t1
 
-    def batches(self, batch_size: int = 1024, shuffle_buffer: int = 100_000, random_state=0,
+    def batches(self, batch_size: int = 1024, shuffle_buffer: int = 100_000, random_state: Seed = 0,
                 *, cache_bytes: int = _CACHE_BYTES) -> Iterator[TupleBatch]:
         """Yield :class:`TupleBatch` objects covering every tuple exactly once.
 
@@ -299,7 +304,8 @@ def _make_batch(Q, D, tup, mag, idx) -> TupleBatch:
 class ArrayTupleSource(TupleSource):
     """Tuples over in-memory ``Q``, ``D`` (CSR or dense) and ``tuples`` arrays."""
 
-    def __init__(self, Q, D, tuples, magnitudes=None):
+    def __init__(self, Q: MatrixLike | None, D: MatrixLike | None, tuples: ArrayLike,
+                 magnitudes: ArrayLike | None = None) -> None:
         Q = _check_csr(Q, "Q", Q.shape[1])
         D = _check_csr(D, "D", D.shape[1])
         t = _check_tuples(tuples)
@@ -321,7 +327,8 @@ class ArrayTupleSource(TupleSource):
                 f"n_item_features={self.n_item_features})")
 
 
-def as_tuple_source(Q, D=None, tuples=None, magnitudes=None) -> TupleSource:
+def as_tuple_source(Q: TupleSource | MatrixLike | None, D: MatrixLike | None = None, tuples: ArrayLike | None = None,
+                    magnitudes: ArrayLike | None = None) -> TupleSource:
     """A :class:`TupleSource` from arrays — or the source itself when given one."""
     if isinstance(Q, TupleSource):
         if D is not None or tuples is not None:
