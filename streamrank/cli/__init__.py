@@ -90,9 +90,17 @@ from ._common import (DEFAULT_MAX_ROWS, EXIT_BUG, EXIT_CODES, EXIT_DATA, EXIT_NO
                       EXIT_OK, EXIT_SIGINT, EXIT_SIGTERM, EXIT_UNSUPPORTED, EXIT_USAGE, EXIT_WRITE, FORMATS,
                       LEARNERS, METRICS, Unsupported, UsageError)
 from ._grid import parse_grid
-from ._progress import progress_reporting
 
 __all__ = ["main", "build_parser", "parse_grid", "EXIT_CODES", "progress_reporting"]
+
+
+def __getattr__(name):
+    # on first use: _progress imports streamrank.io (scipy.sparse), which --help and argument errors must not pay
+    if name == "progress_reporting":
+        from ._progress import progress_reporting
+
+        return progress_reporting
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def _console():  # pragma: no cover - the installed script calls main() and exits
