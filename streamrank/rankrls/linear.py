@@ -263,11 +263,10 @@ class RankRLS(BaseRanker):
             patience: int = 5, feature_names: Sequence[str] | None = None) -> RankRLS:
         """Fit on arrays (numpy, scipy.sparse, dask) or any block source.
 
-        ``sample_weight``: (rows,) weights w_i >= 0 (primal solver); the pair
-        (i, j) of a group counts w_i w_j in the cost (exact, still one pass:
-        the weighted group Laplacian s_g ((Σw) diag(w) - w wᵀ) is diagonal plus
-        rank one, see :mod:`streamrank.laplacian`).  A per-group weight a_g
-        is w_i = √a_g on its rows.  Click logs: :func:`streamrank.clicks.ips_weights`.
+        ``sample_weight``: (rows,) w_i >= 0 (primal and cg, either ``ties``); pair
+        (i, j) of a group counts w_i w_j (exact, one pass: :mod:`streamrank.laplacian`).
+        Per-query weights: :func:`streamrank.clicks.query_weights`; click logs:
+        :func:`streamrank.clicks.ips_weights`.
 
         ``qid=None``: one global group.  ``callback``, ``validation`` and
         ``patience`` are for ``solver="cg"`` (see
