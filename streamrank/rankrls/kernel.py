@@ -190,6 +190,9 @@ class KernelRankRLS(BaseRanker):
             if source is not None:
                 if isinstance(source, WeightedSource):   # global row order = the order _read_all reads
                     weight = np.array(source.weight, dtype=np.float64)
+                else:      # a view of a weighted source (source.groups(a, b)) keeps its rows' weights
+                    w = source._read_weight(0, source.n_rows)
+                    weight = None if w is None else np.array(w, dtype=np.float64)
                 X, y, qid = _read_all(source)
             if self.normalize is not None:   # the dual holds the rows: normalize them once, in memory
                 X = check_X(X, "X")

@@ -314,3 +314,19 @@ def test_pairwise_sgd_on_a_range_of_a_weighted_store_keeps_the_weights(tmp_path)
     np.testing.assert_allclose(got.coef_, want.coef_, rtol=0, atol=1e-12)
     plain = sr.PairwiseSGDRanker(random_state=1).fit(as_source(X[r0:r1], y[r0:r1], qid[r0:r1]))
     assert np.abs(plain.coef_ - got.coef_).max() > 1e-6
+
+
+def test_exact_kernel_on_a_range_of_a_weighted_store_keeps_the_weights(tmp_path):
+    """The exact dual KernelRankRLS on ``with_weights(store, "weight").groups(g0, g1)`` uses the range's weights
+    (it read the rows and dropped the weights before)."""
+    data = _log(20, seed=9)
+    X, y, qid, w, click, pos = data
+    _store(tmp_path / "s.zarr", data)
+    src = with_weights(sr.GroupStore.open(tmp_path / "s.zarr"), "weight")
+    r0, r1 = int(src.group_ptr[3]), int(src.group_ptr[12])
+    got = sr.KernelRankRLS(alpha=1.0, kernel="rbf").fit(src.groups(3, 12))
+    want = sr.KernelRankRLS(alpha=1.0, kernel="rbf").fit(with_weights(as_source(X[r0:r1], y[r0:r1], qid[r0:r1]),
+                                                                      w[r0:r1]))
+    np.testing.assert_allclose(got.dual_coef_, want.dual_coef_, rtol=0, atol=1e-10)
+    plain = sr.KernelRankRLS(alpha=1.0, kernel="rbf").fit(as_source(X[r0:r1], y[r0:r1], qid[r0:r1]))
+    assert np.abs(plain.dual_coef_ - got.dual_coef_).max() > 1e-6
