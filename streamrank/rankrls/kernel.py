@@ -188,11 +188,8 @@ class KernelRankRLS(BaseRanker):
         weight = None
         if self.n_basis is None and isinstance(self.basis, str):
             if source is not None:
-                if isinstance(source, WeightedSource):   # global row order = the order _read_all reads
-                    weight = np.array(source.weight, dtype=np.float64)
-                else:      # a view of a weighted source (source.groups(a, b)) keeps its rows' weights
-                    w = source._read_weight(0, source.n_rows)
-                    weight = None if w is None else np.array(w, dtype=np.float64)
+                weight = (np.array(source.weight, dtype=np.float64) if isinstance(source, WeightedSource)
+                          else source._read_weight(0, source.n_rows))   # rows in _read_all's order; a view keeps them
                 X, y, qid = _read_all(source)
             if self.normalize is not None:   # the dual holds the rows: normalize them once, in memory
                 X = check_X(X, "X")
