@@ -11,8 +11,7 @@ instrumentation point, not a piece of another package's implementation.
 
 Not all of it is done: the imports in ``REMAINING`` still reach into private
 modules of the CLI (exit codes, ingest helpers, the progress display), io
-(object-storage leases), distributed (the SGD round tasks the --compare-single
-replay runs), and one top-level helper (``with_last``).  The test
+(object-storage leases), and one top-level helper (``with_last``).  The test
 pins that list exactly — a new private import fails it, and so does removing
 one without removing it here — so it can only shrink.
 """
@@ -42,8 +41,6 @@ REMAINING = {
     ("_nightly_remote.py", "streamrank.io._lease", "WriterLease"),
     ("_nightly_remote.py", "streamrank.io._lease", "WriterLockHeld"),
     ("_nightly_remote.py", "streamrank.io._lease", "LeaseLost"),
-    ("distributed.py", "streamrank.distributed._sgd", "_refit_round_task"),
-    ("distributed.py", "streamrank.distributed._sgd", "_round_task"),
     ("nightly.py", "streamrank.io._remote", "is_url"),
     # the nightly's progress display (h24a, session 8)
     ("nightly.py", "streamrank.cli._progress", "PhaseReporter"),

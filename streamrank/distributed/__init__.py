@@ -53,6 +53,8 @@ from ._cluster import DEFAULT_SPLIT_EVERY, SourceRef, _as_source, get_client, lo
 from ._kernel import fit_kernel_sparse
 from ._predict import evaluate, predict
 from ._sgd import fit_sgd_rounds as _fit_sgd_rounds
+from ._sgd import refit_round_task, round_task  # noqa: F401  (package-public: one shard's round, run locally
+#                                                   by `streamrank distributed --compare-single`)
 from ._statistics import fit_from_statistics, statistics
 
 if TYPE_CHECKING:

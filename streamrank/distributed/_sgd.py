@@ -110,8 +110,12 @@ def _shard_batches(source, segments, step_batch, cache_bytes):
                 yield Q[t[:, 0]], D[t[:, 1]], D[t[:, 2]]
 
 
-def _round_task(shard, ref, model, n_shards, round_, steps, step_batch, cache_bytes=_CACHE_BYTES):
-    """Shard ``shard``'s ``steps`` steps of Algorithm 1 (``partial_fit``) from the round's model."""
+def round_task(shard, ref, model, n_shards, round_, steps, step_batch, cache_bytes=_CACHE_BYTES):
+    """Shard ``shard``'s ``steps`` steps of Algorithm 1 (``partial_fit``) from the round's model.
+
+    Package-public (``streamrank.distributed.round_task``): ``streamrank distributed --compare-single``
+    runs it locally, shard after shard, to replay the rounds on one machine.
+    """
     source = ref  # a TupleStore arrives as its path and reopens itself (TupleStore.__reduce__)
     m = copy.deepcopy(model)
     for Q, Dp, Dn in _shard_batches(source, _shard_segments(source.n_tuples, shard, n_shards, round_, steps),
@@ -120,7 +124,7 @@ def _round_task(shard, ref, model, n_shards, round_, steps, step_batch, cache_by
     return m
 
 
-def _refit_round_task(shard, ref, model, n_shards, round_, steps, step_batch, cache_bytes=_CACHE_BYTES):
+def refit_round_task(shard, ref, model, n_shards, round_, steps, step_batch, cache_bytes=_CACHE_BYTES):
     """Shard ``shard``'s ``steps`` refit steps (eq. 8: no L1, support of W fixed) from the round's model.
 
     Runs the learner's own public ``refit`` on the shard's tuples in order
@@ -263,7 +267,7 @@ def fit_sgd_rounds(estimator, source, client=None, *, rounds=10, steps_per_round
                     parts = c.map(_pairwise_round_task, range(k), ref=refs[0], model=mf, n_shards=k, round_=r,
                                   steps=n_steps, plan=plan, pure=False)
                 else:
-                    task = _round_task if phase == "sgd" else _refit_round_task
+                    task = round_task if phase == "sgd" else refit_round_task
                     parts = c.map(task, range(k), ref=refs[0], model=mf, n_shards=k, round_=r, steps=n_steps,
                                   step_batch=batch_size, cache_bytes=cache_bytes, pure=False)
                 return c.gather(parts)

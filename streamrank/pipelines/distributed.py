@@ -70,7 +70,7 @@ def _tuple_quality(model, store):
 
 def run_sgd(args, out):
     """Data-parallel SGD rounds; quality against one machine taking the same number of steps."""
-    from streamrank.distributed._sgd import _refit_round_task, _round_task
+    from streamrank.distributed import refit_round_task, round_task
 
     store = sr.TupleStore.open(args.store)
     est = build_estimator(args)
@@ -92,11 +92,11 @@ def run_sgd(args, out):
         t1 = time.perf_counter()
         for r in range(args.rounds):
             for shard in range(k):      # the round task itself, run here shard after shard (bounded reads)
-                single = _round_task(shard, store, single, k, r, steps, 4096)
+                single = round_task(shard, store, single, k, r, steps, 4096)
         if single.auto_refit:
             for r in range(args.rounds):
                 for shard in range(k):
-                    single = _refit_round_task(shard, store, single, k, r, steps, 4096)
+                    single = refit_round_task(shard, store, single, k, r, steps, 4096)
         report["single_seconds"] = time.perf_counter() - t1
         report["single_tuple_error"] = _tuple_quality(single, val)
     line = (f"distributed {args.learner}: {args.rounds} rounds x {k} shards x {steps} steps in "

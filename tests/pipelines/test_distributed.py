@@ -496,7 +496,7 @@ def test_cli_sgd_pairwise(client, store, tmp_path):
 
 def test_sgd_round_reads_tuples_and_rows_in_bounded_pieces(tmp_path):
     """A round task never reads Q/D whole: rows come through a small row cache, same W as whole matrices."""
-    from streamrank.distributed._sgd import _round_task, _shard_segments, _shard_tuples
+    from streamrank.distributed._sgd import round_task, _shard_segments, _shard_tuples
 
     ts, Q, D, tup = _tuple_store(tmp_path / "t.zarr", n_queries=400, n_items=800, n_tuples=2000)
     for n, k, r, steps in [(2000, 2, 3, 700), (7, 2, 5, 9), (2000, 3, 0, 5000)]:
@@ -505,11 +505,11 @@ def test_sgd_round_reads_tuples_and_rows_in_bounded_pieces(tmp_path):
         np.testing.assert_array_equal(ids, _shard_tuples(type("S", (), {"n_tuples": n})(), 1, k, r, steps))
     kw = dict(eta0=0.5, l1=1e-3, shrink_every=10, auto_refit=False)
     fresh = sr.TupleStore.open(ts.path)
-    small = _round_task(1, fresh, sr.SparseSGDRanker(**kw), 2, 1, 1500, 64, cache_bytes=8192)
+    small = round_task(1, fresh, sr.SparseSGDRanker(**kw), 2, 1, 1500, 64, cache_bytes=8192)
     assert fresh._cache is None                                   # Q and D were never read whole
     info = fresh.cache_info()
     assert info is not None and 0 < info["peak_nbytes"] <= 8192 and info["misses"] > 0
-    whole = _round_task(1, ts, sr.SparseSGDRanker(**kw), 2, 1, 1500, 64)   # the fast path (whole matrices)
+    whole = round_task(1, ts, sr.SparseSGDRanker(**kw), 2, 1, 1500, 64)   # the fast path (whole matrices)
     assert small.t_ == whole.t_ == 1500
     np.testing.assert_array_equal(small.W_.toarray(), whole.W_.toarray())
 
@@ -581,11 +581,11 @@ def test_sgd_refit_rounds_two_workers_keep_support_and_quality(client, tmp_path)
     assert set(zip(*dist.W_.nonzero())) == set(zip(*main.W_.nonzero()))
     assert not np.allclose(dist.W_.toarray(), main.W_.toarray())
     # one machine on the same tuples (shard after shard): main phase then refit
-    from streamrank.distributed._sgd import _refit_round_task, _round_task
+    from streamrank.distributed._sgd import refit_round_task, round_task
 
     single = sr.SparseSGDRanker(auto_refit=True, **kw)
     single.init_state(30, 30)
-    for task in (_round_task, _refit_round_task):
+    for task in (round_task, refit_round_task):
         for r in range(3):
             for shard in range(2):
                 single = task(shard, ts, single, 2, r, 500, 128)
