@@ -43,8 +43,8 @@ REMAINING = {
     ("_nightly_remote.py", "streamrank.io._lease", "LeaseLost"),
     ("nightly.py", "streamrank.io._remote", "is_url"),
     # the nightly's progress display (h24a, session 8)
-    ("nightly.py", "streamrank.cli._progress", "PhaseReporter"),
-    ("nightly.py", "streamrank.cli._progress", "Progress"),
+    ("_nightly_cli.py", "streamrank.cli._progress", "PhaseReporter"),
+    ("_nightly_cli.py", "streamrank.cli._progress", "Progress"),
 }
 
 

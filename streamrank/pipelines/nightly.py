@@ -103,7 +103,6 @@ the next run instead of being trained again.
 """
 from __future__ import annotations
 
-import argparse
 import hashlib
 import json
 import sys
@@ -135,10 +134,17 @@ from streamrank.pipelines._nightly_learners import (  # noqa: F401
     validate,
     validate_tuples,
 )
+from streamrank.pipelines._nightly_cli import (  # noqa: F401  (build_parser: public; _parse_alphas: distributed)
+    LEARNERS,
+    _learner_params,
+    _parse_alphas,
+    _with_progress,
+    build_parser,
+)
 from streamrank.pipelines._nightly_gate import line_fraction
 from streamrank.pipelines._nightly_validation import _holdout, _validate_night
 from streamrank.pipelines._nightly_views import spans_minus
-from streamrank.pipelines._nightly_weights import add_weight_options, row_column_names, weighting_of
+from streamrank.pipelines._nightly_weights import row_column_names, weighting_of
 from streamrank.pipelines._nightly_versions import (  # noqa: F401
     KERNEL_STATS,
     LOCK,
@@ -168,9 +174,6 @@ __all__ = ["main", "run_night", "build_parser", "ingest", "ingest_tuples", "read
            "content_hash", "tuple_range", "validate", "switch_current", "current_version", "list_versions",
            "read_version", "prune",
            "summary_line", "POINTER", "META", "KERNEL_STATS", "LOCK", "ModelsDirError", "ModelsLocked"]
-
-LEARNERS = ("rankrls", "sparse-kernel", "sgd-bilinear", "sgd-pairwise")
-
 
 def _run_key(base, total, log, learner, alphas, full, folds, excluded=(), fraction=0.0, weighting=None):
     h = hashlib.sha256(json.dumps({
@@ -434,106 +437,6 @@ def _run_locked(store_path, new_files, models_dir, learner, alphas, full, keep, 
 
 
 # ------------------------------------------------------------------- CLI
-def _parse_alphas(text):
-    """``--alphas GRID``: :func:`streamrank.cli.parse_grid`, the ``streamrank`` command's one grammar."""
-    from streamrank.cli import UsageError, parse_grid
-
-    try:
-        return parse_grid(text)
-    except UsageError as exc:
-        raise argparse.ArgumentTypeError(f"--alphas: {exc}") from None
-
-
-def build_parser():
-    p = argparse.ArgumentParser(prog="streamrank nightly", description=__doc__.split("\n\n")[0],
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--store", required=True, help="GroupStore of all logs so far (created if missing)")
-    p.add_argument("--new", nargs="+", default=[], metavar="DAYFILE",
-                   help="the new day's data: LETOR/svmlight text, .npz with X, y, qid, Parquet (--label, --qid "
-                        "name its columns), or a zarr store (may be left out with --reject / --readmit)")
-    p.add_argument("--reject", action="append", default=[], metavar="DAY",
-                   help="exclude a day (its file, or its sha256: batch id) from training from now on; repeatable")
-    p.add_argument("--readmit", action="append", default=[], metavar="DAY",
-                   help="take an excluded day (rejected by the gate or by hand) back into training; repeatable")
-    p.add_argument("--gate-fraction", type=float, default=None, metavar="F",
-                   help="sgd learners: the fraction of queries never trained on, on which the gate compares the "
-                        "candidate with the current model (default 0.1, fixed for a model line; 0: no gate, "
-                        "progressive validation on the new day decides)")
-    p.add_argument("--label", default="label", metavar="COL", help="Parquet day: the label column (default label)")
-    p.add_argument("--qid", default="qid", metavar="COL",
-                   help="Parquet day: the query id column, integers or strings (default qid)")
-    p.add_argument("--features-from-prefix", default=None, metavar="P",
-                   help="Parquet day: the feature columns are those starting with P (default: all others)")
-    p.add_argument("--models", required=True, metavar="DIR",
-                   help="model directory (versions + current); a URL (s3://bucket/nightly) keeps it on object storage")
-    p.add_argument("--storage-options", type=_parse_storage_options, default=None, metavar="JSON",
-                   help="options of the filesystem of a --models / --store URL as a JSON object (s3: endpoint_url, "
-                        "key, secret, ...); default: the client's environment variables (AWS_ACCESS_KEY_ID, ...)")
-    p.add_argument("--learner", default="rankrls", choices=LEARNERS)
-    p.add_argument("--alphas", type=_parse_alphas, default=None, metavar="GRID",
-                   help="λ grid as for 'streamrank fit': 'a,b,c', 'LO:HI:N' (N log-spaced values) or "
-                        "'B^A:B^C' (integer powers) (default 2^-15 … 2^15)")
-    p.add_argument("--full", action="store_true", help="retrain from scratch on all data")
-    p.add_argument("--keep", type=int, default=None, metavar="N", help="keep only the newest N versions")
-    p.add_argument("--tolerance", type=float, default=0.005, help="allowed NDCG@10 drop for promotion")
-    p.add_argument("--folds", type=int, default=DEFAULT_FOLDS, help="folds (by query) for λ selection")
-    p.add_argument("--validation", default=None, metavar="STORE",
-                   help="fixed validation store (default: hold the newest day out of the candidate)")
-    p.add_argument("--max-rows", type=int, default=DEFAULT_BLOCK_ROWS, help="block budget (rows)")
-    p.add_argument("--verify", action="store_true",
-                   help="re-read every batch of the store against its checksum before training "
-                        "(default: only tonight's new batches)")
-    p.add_argument("--chunk-mb", type=float, default=8.0, help="day file input read per append (MB)")
-    p.add_argument("--no-plot", action="store_true", help="do not write metrics.png")
-    p.add_argument("-v", "--verbose", action="store_true", help="print the traceback of an error")
-    p.add_argument("--progress", action="store_true",
-                   help="report each phase (ingest, verify, statistics, λ selection, validation, gate, version) "
-                        "with its count on stderr even when it is not a terminal (a log: a line every "
-                        "STREAMRANK_PROGRESS_SECONDS); on a terminal they are shown anyway")
-    p.add_argument("-q", "--quiet", action="store_true", help="no progress on stderr, not even on a terminal")
-    p.add_argument("--group-weight", default="pair", choices=("pair", "query", "size"),
-                   help="rankrls: weight of each query's pairs (fixed at the first night)")
-    p.add_argument("--ties", default=None, choices=("include", "exclude"),
-                   help="rankrls: tied pairs (default include; exclude with --ips)")
-    p.add_argument("--normalize", default=None, choices=("standard", "minmax"),
-                   help="scale the features by statistics of the training rows, fitted with the model "
-                        "(rankrls: of all rows, every night; sparse-kernel and sgd-pairwise: of the first night's "
-                        "rows, kept like the basis / the SGD state; sgd-bilinear: scale only, no centring, of the "
-                        "first night's stored query and item vectors)")
-    p.add_argument("--n-basis", type=int, default=500, help="sparse-kernel: basis rows (fixed at the first night)")
-    p.add_argument("--kernel", default="rbf", help="sparse-kernel: kernel name")
-    p.add_argument("--gamma", type=float, default=1.0, help="sparse-kernel: kernel width")
-    add_weight_options(p)
-    p.add_argument("--seed", type=int, default=0,
-                   help="sparse-kernel: seed of the basis reservoir; sgd-pairwise: seed of the pair sampling")
-    return p
-
-
-def _parse_storage_options(text):
-    try:
-        opts = json.loads(text)
-    except ValueError as exc:
-        raise argparse.ArgumentTypeError(f"--storage-options: not JSON: {exc}") from None
-    if not isinstance(opts, dict):
-        raise argparse.ArgumentTypeError(f"--storage-options: a JSON object is needed, got {type(opts).__name__}")
-    return opts
-
-
-def _learner_params(args):
-    norm = {} if getattr(args, "normalize", None) is None else {"normalize": args.normalize}
-    if args.learner == "sparse-kernel":
-        return {"n_basis": args.n_basis, "kernel": args.kernel, "gamma": args.gamma, "random_state": args.seed,
-                **norm}
-    if args.learner == "sgd-pairwise":
-        return {"random_state": args.seed, **norm}
-    if args.learner == "sgd-bilinear":
-        return {"auto_refit": False, **norm} if norm else None
-    if args.learner == "rankrls":
-        ties = args.ties or ("exclude" if getattr(args, "ips", False) else "include")
-        return {"group_weight": args.group_weight, "ties": ties, **norm}
-    return None
-
-
 def main(argv=None) -> int:
     """Run one night; every failure is one line on stderr and an exit code (those of ``streamrank``:
     3 not found, 4 bad data, 5 cannot write — lock held, disk full —, 1 unexpected; ``--verbose``
@@ -555,24 +458,6 @@ def main(argv=None) -> int:
         storage_options=args.storage_options, gate_fraction=args.gate_fraction, reject=args.reject,
         readmit=args.readmit, weighting=weighting)),
         interrupted="interrupted; the store keeps its last commit and current its last promoted version")
-
-
-def _with_progress(args, fn):
-    """Run ``fn`` with the phases of :mod:`streamrank._phases` shown on stderr (``streamrank fit``'s display):
-    on a terminal, or with ``--progress`` (a log); never with ``--quiet``.  Without them stderr holds only
-    the error line of a failure."""
-    from streamrank._phases import reporting
-    from streamrank.cli._progress import PhaseReporter, Progress
-
-    tty = bool(getattr(sys.stderr, "isatty", None) and sys.stderr.isatty())
-    if args.quiet or not (args.progress or tty):
-        return fn()
-    bar = Progress(None, unit="steps", desc="nightly", final_line=False)   # each phase says its own last line
-    try:
-        with reporting(PhaseReporter(bar)):
-            return fn()
-    finally:
-        bar.close()
 
 
 if __name__ == "__main__":
