@@ -59,6 +59,9 @@ def test_nightly_phases_in_order_with_their_counts(tmp_path, monkeypatch):
     # inside the ingest, each day file's rows as they are appended
     assert "> ingest day2.npz: " in err and "> ingest day3.npz: " in err, err
     assert err.index("> ingest day2.npz: ") < err.index("> ingest day3.npz: ") < err.index("verify (")
+    # verify counts tonight's batches: the two new days' and the one before, whose last chunk an append rewrote
+    assert "verify (re-read the new batches against their checksums): 0/3 batches" in err, err
+    assert "verify (re-read the new batches against their checksums): 3/3 batches (100%)" in err, err
     n_rows = int(err.split("fold statistics of the new groups: 0/")[1].split(" ")[0])
     assert f"fold statistics of the new groups: {n_rows}/{n_rows} rows (100%)" in err
     # the count moves block by block (--max-rows 20), never past 100 %
