@@ -8,11 +8,14 @@ numbers are in-sample (``validation.scheme`` says which).
 from __future__ import annotations
 
 import streamrank as sr
+from streamrank._phases import phase
 from streamrank.pipelines._nightly_ingest import newest_day
 from streamrank.pipelines._nightly_learners import validate, validate_tuples
-from streamrank.pipelines._nightly_views import group_view
+from streamrank.pipelines._nightly_views import counted, group_view
 
 __all__ = ["_holdout", "_validate_night"]
+
+_PHASE = "validation (the newest day, or --validation)"
 
 
 def _holdout(log, unit, total, cur_seen, fixed_store):
@@ -66,14 +69,16 @@ def _validate_night(learner, store, log, unit, total, model, held, cur_model, cu
                                else "no data outside the newest day to train a candidate on")
         vsrc, vt = (None if tuples else group_view(store, lo, total, excl)), (store, lo, total)
         cand = held if (honest and not sgd) else model
-    if held is not None and sgd and validation is None:
-        metrics = held
-    elif tuples:
-        metrics = validate_tuples(cand, *vt)
-    else:
-        metrics = validate(cand, vsrc, k=k, max_rows=max_rows)
+    progressive = held is not None and sgd and validation is None     # scored as the model learned
     if tuples:
-        cur_metrics = validate_tuples(cur_model, *vt) if cur_model is not None else None
+        with phase(_PHASE):
+            metrics = held if progressive else validate_tuples(cand, *vt)
+            cur_metrics = validate_tuples(cur_model, *vt) if cur_model is not None else None
         return vdesc, metrics, cur_metrics, "tuple_error", False
-    cur_metrics = validate(cur_model, vsrc, k=k, max_rows=max_rows) if cur_model is not None else None
+    # the phase counts the rows scored: one pass over the slice per model (candidate, current)
+    n_passes = (not progressive) + (cur_model is not None)
+    with phase(_PHASE, vsrc.n_rows * n_passes or None, "rows") as ph:
+        metrics = held if progressive else validate(cand, counted(vsrc, ph), k=k, max_rows=max_rows)
+        cur_metrics = (validate(cur_model, counted(vsrc, ph), k=k, max_rows=max_rows)
+                       if cur_model is not None else None)
     return vdesc, metrics, cur_metrics, f"ndcg@{k}", True

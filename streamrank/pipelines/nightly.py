@@ -380,10 +380,8 @@ def _run_locked(store_path, new_files, models_dir, learner, alphas, full, keep, 
             data = {"rows": [0, store.n_rows], "groups": [0, total], "new_rows": sel["new_rows"],
                     "new_groups": sel["new_groups"]}
         # 3. validate: the promotion decision compares models that have not seen the slice
-        with phase("validation (the newest day, or --validation)"):
-            vdesc, metrics, cur_metrics, mk, higher = _validate_night(
-                learner, store, log, unit, total, model, held, cur_model, cur_seen, h0, validation, k, max_rows,
-                excl)
+        vdesc, metrics, cur_metrics, mk, higher = _validate_night(   # its own phase, counting the rows scored
+            learner, store, log, unit, total, model, held, cur_model, cur_seen, h0, validation, k, max_rows, excl)
         data.update(batches=len(log), last_batch=log[-1]["batch_id"])
         if excl:
             data["excluded"] = [list(e) for e in excl]

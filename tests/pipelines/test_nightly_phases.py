@@ -62,6 +62,11 @@ def test_nightly_phases_in_order_with_their_counts(tmp_path, monkeypatch):
     # verify counts tonight's batches: the two new days' and the one before, whose last chunk an append rewrote
     assert "verify (re-read the new batches against their checksums): 0/3 batches" in err, err
     assert "verify (re-read the new batches against their checksums): 3/3 batches (100%)" in err, err
+    # validation counts the rows scored: the newest day (day 3), once by the candidate trained without it and
+    # once by the current model
+    n_val = 2 * len(make_day(3, n_groups=12)[1])
+    assert f"validation (the newest day, or --validation): 0/{n_val} rows" in err, err
+    assert f"validation (the newest day, or --validation): {n_val}/{n_val} rows (100%)" in err, err
     n_rows = int(err.split("fold statistics of the new groups: 0/")[1].split(" ")[0])
     assert f"fold statistics of the new groups: {n_rows}/{n_rows} rows (100%)" in err
     # the count moves block by block (--max-rows 20), never past 100 %
