@@ -63,6 +63,7 @@ from __future__ import annotations
 import numpy as np
 
 from streamrank import DEFAULT_BLOCK_ROWS
+from streamrank._phases import phase
 
 __all__ = ["history_slice", "history_view", "fold_scorers", "out_of_fold_metrics", "gate", "statistics_gate",
            "sgd_gate", "line_fraction", "DEFAULT_GATE_FRACTION"]
@@ -157,9 +158,15 @@ def gate(learner, store, h, candidate, cand_folds, current, cur_folds, *, k=10, 
     Returns the record kept in ``version.json`` under ``"gate"``: the slice,
     both models' out-of-fold metrics, the metric and the decision.
     """
+    from streamrank.pipelines._nightly_views import counted
+
     src = store.groups(*h) if isinstance(h, tuple) else h
-    cand = out_of_fold_metrics(src, fold_scorers(learner, candidate, cand_folds), k=k, max_rows=max_rows)
-    cur = out_of_fold_metrics(src, fold_scorers(learner, current, cur_folds), k=k, max_rows=max_rows)
+    with phase(f"out-of-fold scores of both models on {src.n_groups:,} history groups", 2 * src.n_rows or None,
+               "rows") as ph:
+        cand = out_of_fold_metrics(counted(src, ph), fold_scorers(learner, candidate, cand_folds), k=k,
+                                   max_rows=max_rows)
+        cur = out_of_fold_metrics(counted(src, ph), fold_scorers(learner, current, cur_folds), k=k,
+                                  max_rows=max_rows)
     mk = f"ndcg@{k}"
     return {"scheme": "history-out-of-fold", "groups": _span(src), "n_groups": int(src.n_groups),
             "rows": int(src.n_rows), "metric": mk, "candidate": cand, "current": cur, "tolerance": float(tolerance),
@@ -242,7 +249,11 @@ def sgd_gate(learner, store, end, excluded, fraction, candidate, current, *, k=1
         src = history_view(store, end, excluded, max_rows, fraction=fraction)
         if src is None:
             return None
-        cand, cur = (validate(m, src, k=k, max_rows=max_rows) for m in (candidate, current))
+        from streamrank.pipelines._nightly_views import counted
+
+        with phase(f"scores of both models on {src.n_groups:,} held-out queries", 2 * src.n_rows or None,
+                   "rows") as ph:
+            cand, cur = (validate(m, counted(src, ph), k=k, max_rows=max_rows) for m in (candidate, current))
         mk = f"ndcg@{k}"
         rec.update(groups=_span(src), n_groups=int(src.n_groups), rows=int(src.n_rows))
         promote = not (cand[mk] < cur[mk] - tolerance)

@@ -67,6 +67,11 @@ def test_nightly_phases_in_order_with_their_counts(tmp_path, monkeypatch):
     n_val = 2 * len(make_day(3, n_groups=12)[1])
     assert f"validation (the newest day, or --validation): 0/{n_val} rows" in err, err
     assert f"validation (the newest day, or --validation): {n_val}/{n_val} rows (100%)" in err, err
+    # inside the gate, the rows of its history slice scored out of fold, once per model
+    gate = nightly.read_version(models, nightly.current_version(models))["gate"]
+    n_gate = 2 * gate["rows"]
+    assert f"> out-of-fold scores of both models on {gate['n_groups']} history groups: {n_gate}/{n_gate} rows (100%)" \
+        in err, err
     n_rows = int(err.split("fold statistics of the new groups: 0/")[1].split(" ")[0])
     assert f"fold statistics of the new groups: {n_rows}/{n_rows} rows (100%)" in err
     # the count moves block by block (--max-rows 20), never past 100 %
