@@ -33,7 +33,6 @@ out (the night trains on what is already in the store).
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 
 from streamrank.pipelines._nightly_ingest import content_hash, day_base, day_entries, day_span
@@ -75,21 +74,9 @@ def _write(models_dir, doc) -> None:
         remote._check_lease()
         remote.remote.write(EXCLUDED, data)
         return
-    d = Path(models_dir)
-    tmp = d / f".{EXCLUDED}.{os.getpid()}.tmp"
-    with open(tmp, "wb") as fh:
-        fh.write(data)
-        fh.flush()
-        os.fsync(fh.fileno())
-    os.replace(tmp, d / EXCLUDED)
-    try:
-        fd = os.open(d, os.O_RDONLY)
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-    except OSError:  # pragma: no cover - platforms without directory fsync
-        pass
+    from streamrank.pipelines._nightly_versions import replace_file
+
+    replace_file(models_dir, EXCLUDED, data)
 
 
 def excluded_spans(doc, unit) -> list[tuple[int, int]]:

@@ -207,13 +207,20 @@ def switch_current(models_dir, version):
     if remote is not None:
         return remote.switch_current(version)
 
+    replace_file(models_dir, POINTER, (version + "\n").encode())
+
+
+def replace_file(models_dir, name, data: bytes) -> None:
+    """Atomically and durably make ``DIR/name`` hold ``data``: a temp file named for this process
+    (:func:`_tmp_name`, so the start-up sweep removes a dead run's leftover), fsync, ``os.replace``, and an
+    fsync of the directory so the rename survives a power cut."""
     d = Path(models_dir)
-    tmp = _tmp_name(d, POINTER, "tmp")
-    with open(tmp, "w") as fh:
-        fh.write(version + "\n")
+    tmp = _tmp_name(d, name, "tmp")
+    with open(tmp, "wb") as fh:
+        fh.write(data)
         fh.flush()
         os.fsync(fh.fileno())
-    os.replace(tmp, d / POINTER)
+    os.replace(tmp, d / name)
     try:  # make the rename durable
         fd = os.open(d, os.O_RDONLY)
         try:
@@ -235,9 +242,10 @@ def _clean_partial(models_dir):
     for p in Path(models_dir).glob(".*.partial"):
         if not writer_alive(p):
             shutil.rmtree(p, ignore_errors=True)
-    for p in Path(models_dir).glob(f".{POINTER}.*.tmp"):
-        if not writer_alive(p):
-            p.unlink(missing_ok=True)
+    for name in (POINTER, "excluded.json"):   # the files written through replace_file
+        for p in Path(models_dir).glob(f".{name}.*.tmp"):
+            if not writer_alive(p):
+                p.unlink(missing_ok=True)
 
 
 def prune(models_dir, keep):

@@ -134,13 +134,16 @@ def test_startup_sweep_keeps_leftovers_of_live_runs(night1, capsys):
         (models / f".v0007.{pid}-0a1b.partial").mkdir()
         (models / f".v0007.{pid}-0a1b.partial" / "x").write_text("half a model")
         (models / f".current.{pid}-0a1b.tmp").write_text("v0007")
+        (models / f".excluded.json.{pid}-0a1b.tmp").write_text("{}")   # a killed --reject's temp file
     (models / ".v0008.0a1b2c.partial").mkdir()       # an unknown writer: kept
     code, out, err = _run(night1, capsys, 2)
     assert code == 0, err
     assert not (models / f".v0007.{dead}-0a1b.partial").exists()
     assert not (models / f".current.{dead}-0a1b.tmp").exists()
+    assert not (models / f".excluded.json.{dead}-0a1b.tmp").exists()
     assert (models / f".v0007.{live}-0a1b.partial" / "x").read_text() == "half a model"
     assert (models / f".current.{live}-0a1b.tmp").exists()
+    assert (models / f".excluded.json.{live}-0a1b.tmp").exists()
     assert (models / ".v0008.0a1b2c.partial").exists()
 
 
