@@ -65,6 +65,7 @@ def _check_run(tmp_path, store_path, q, d):
     assert _run_ids(out) == {(str(a), b) for a, b in zip(q, d, strict=True)}
 
 
+@pytest.mark.slow   # CLI ingests of Parquet and a predict: ~1.5 CPU-s
 def test_parquet_docid_column(rows, tmp_path):
     pa = pytest.importorskip("pyarrow")
     pq = pytest.importorskip("pyarrow.parquet")
@@ -169,6 +170,7 @@ def test_iter_npz_docids_chunks_follow_the_rows(tmp_path):
         list(iter_npz(tmp_path / "short.npz", docids=True))
 
 
+@pytest.mark.slow   # three CLI ingests and a predict: ~2 CPU-s
 def test_zarr_ingest_copies_the_doc_ids(rows, tmp_path):
     X, y, q, d = rows
     src = sr.GroupStore.create(tmp_path / "src.zarr", X.shape[1], docids=True)

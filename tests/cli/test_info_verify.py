@@ -4,11 +4,13 @@ A deleted chunk file reads back as zeros (zarr's fill value), so only the
 checksum in the append log can tell; ``--verify`` is how a cron job asks.
 """
 import numpy as np
+import pytest
 from _cli_inproc import run_cli
 
 import streamrank as sr
 
 
+@pytest.mark.slow   # info and verify on a damaged store, in process: ~4 CPU-s
 def test_info_verify_passes_then_names_the_damaged_batch(tmp_path):
     rng = np.random.default_rng(0)
     path = tmp_path / "s.zarr"

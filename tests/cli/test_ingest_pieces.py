@@ -60,6 +60,7 @@ def test_tuple_store_copied_in_pieces(tmp_path):
     _same_content(src, one)
 
 
+@pytest.mark.slow   # an interrupted copy in many pieces: ~2 CPU-s
 def test_interrupted_copy_resumes_into_a_nonempty_store(tmp_path):
     src = _tuple_source(tmp_path / "src.zarr")
     dst = _tuple_source(tmp_path / "dst.zarr", days=1, seed=9)       # already holds other data

@@ -27,6 +27,7 @@ def _png(path):
     return img.shape[:2]
 
 
+@pytest.mark.slow   # a regularization path fit and a matplotlib render: ~2 CPU-s
 def test_regularization_path_png(tmp_path):
     rng = np.random.default_rng(0)
     X = rng.normal(size=(120, 5))
@@ -67,6 +68,7 @@ def _day(tmp_path, day):
     return path
 
 
+@pytest.mark.slow   # several nightly runs and a matplotlib render: ~2 CPU-s
 def test_nightly_history_png(tmp_path):
     nightly = _nightly()
     models, store = tmp_path / "models", tmp_path / "store.zarr"

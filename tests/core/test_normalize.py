@@ -140,7 +140,7 @@ def test_pairwise_sgd_equals_fit_on_prescaled_features(kind, tmp_path):
 
 
 @pytest.mark.parametrize("kind", ["standard", "minmax"])
-@pytest.mark.parametrize("n_basis", [None, 30])
+@pytest.mark.parametrize("n_basis", [pytest.param(None, marks=pytest.mark.slow), 30])  # dual fit + LQO: ~1.5 CPU-s
 def test_kernel_rankrls_equals_fit_on_prescaled_features(kind, n_basis):
     X, y, q = _data(5)
     X = X[:, :5]                                     # rbf on the constant column is fine, but keep it lean

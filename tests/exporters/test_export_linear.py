@@ -58,9 +58,15 @@ def _served(fmt, path, doc, Xte):
     return ort.InferenceSession(str(path)).run(None, {"X": Xte})[0]
 
 
-@pytest.mark.parametrize("fmt", ["opensearch", "elasticsearch", "solr", "onnx", "json"])
-@pytest.mark.parametrize("kind", list(LEARNERS))
-@pytest.mark.parametrize("norm", [None, "standard", "minmax"])
+_FORMATS = ["opensearch", "elasticsearch", "solr", "onnx", "json"]
+_NORMS = [None, "standard", "minmax"]
+
+
+@pytest.mark.parametrize("norm,kind,fmt", [
+    pytest.param(norm, kind, fmt, id=f"{norm}-{kind}-{fmt}",
+                 # the quick loop keeps 15 of the 45 cells, every pair of format, learner and normalization
+                 marks=() if (a + b + c) % 3 == 0 else pytest.mark.slow)  # the other 30: ~4 CPU-s
+    for a, norm in enumerate(_NORMS) for b, kind in enumerate(LEARNERS) for c, fmt in enumerate(_FORMATS)])
 def test_linear_export_serves_like_predict(fitted, mq2008, tmp_path, fmt, kind, norm):
     model = fitted(kind, norm)
     Xte, qte = mq2008[3], mq2008[5]

@@ -35,7 +35,11 @@ def _onnx_scores(path, **inputs):
     return ort.InferenceSession(str(path)).run(None, {k: np.asarray(v, np.float32) for k, v in inputs.items()})[0]
 
 
-@pytest.mark.parametrize("name", list(KERNELS))
+_SLOW_KERNELS = {"dual-rbf", "dual-poly", "dual-rbf-minmax"}   # dual fits on 600 rows: ~2 CPU-s each
+
+
+@pytest.mark.parametrize("name", [pytest.param(k, marks=pytest.mark.slow) if k in _SLOW_KERNELS else k
+                                  for k in KERNELS])
 def test_kernel_rankrls_onnx_and_json(mq2008, tmp_path, name):
     Xtr, ytr, qtr, Xte, yte, qte = mq2008
     n_train = 600

@@ -229,6 +229,9 @@ class TestZarrDense(_ZarrContract):
 
 class TestZarrCSR(_ZarrContract):
     sparse_input = True
+    # each example writes a CSR store (~4 CPU-s each); the quick loop keeps TestZarrDense's and the checks below
+    test_every_row_once_groups_whole, test_split_groups_pieces_stitch_back = (
+        pytest.mark.slow(t) for t in _property_tests(12))
 
     def test_nnz_budget(self):
         X, y, q = make_data(7, [3, 5, 2, 6, 1, 4], density=0.6)
@@ -250,6 +253,10 @@ class TestScipySparse(TestNumpy):
 
 
 class TestDask(BlockSourceContract):
+    # dask graphs per example (~1 CPU-s); the quick loop keeps TestNumpy's and the checks of the contract
+    test_every_row_once_groups_whole, test_split_groups_pieces_stitch_back = (
+        pytest.mark.slow(t) for t in _property_tests(25))
+
     @contextlib.contextmanager
     def source(self, X, y, qid):
         import dask.array as da

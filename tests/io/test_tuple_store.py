@@ -223,6 +223,7 @@ def test_row_cache_batches_equal_whole_matrix_path(tmp_path, cache_bytes, shuffl
     assert small.cache_info()["peak_nbytes"] <= cache_bytes
 
 
+@pytest.mark.slow   # a store big enough to measure the cache's peak: ~3 CPU-s
 def test_row_cache_memory_bounded_by_budget(tmp_path):
     ts = _multi_store(tmp_path, np.random.default_rng(6), n_appends=4, n_q=150, n_d=250, l_=50)
     ro = sr.TupleStore.open(ts.path)

@@ -154,6 +154,7 @@ def test_truncated_run_takes_ideal_and_recall_from_qrels(fold):
     assert set(_trec(partial, {q0: run[q0], **run})) == {str(q) for q in res.by_qid()}
 
 
+@pytest.mark.slow   # a fit, a run file and the CLI: ~2 CPU-s
 def test_run_file_and_cli_equal_trec_eval(tmp_path, capsys):
     y, qid, docs, X = _letor("MQ2008", max_queries=40)
     s = np.round(_scores("fitted", X, y, qid), 2)            # two decimals: ties the file keeps

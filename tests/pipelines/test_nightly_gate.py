@@ -70,6 +70,7 @@ def _brute_force_oof(store, g0, g1, alpha, n_folds=5):
     return sr.metrics.evaluate(sr.as_source(X[rows], y[rows], row_group[rows]), lambda Z: s[rows], k=10)
 
 
+@pytest.mark.slow   # three nightly runs: ~1.5 CPU-s
 def test_rankrls_gate_promotes_an_improving_day_and_rejects_an_inverted_one(days, tmp_path):
     store, models = tmp_path / "s.zarr", tmp_path / "m"
     _night(store, models, days["first"])

@@ -190,7 +190,8 @@ def _brute_cv(X, y, qid, gp, alphas, k, ties, gw="pair"):
     return held
 
 
-@pytest.mark.parametrize("ties,gw", [("include", "pair"), ("exclude", "query")])
+@pytest.mark.parametrize("ties,gw", [pytest.param("include", "pair", marks=pytest.mark.slow),  # k+1 cg fits: ~2 CPU-s
+                                     ("exclude", "query")])
 def test_cg_kfold_scores_equal_per_fold_retraining(ties, gw, rng):
     X, y, qid, gp = make_groups(rng, n_groups=12, levels=3, min_size=2)
     Xs = sp.csr_matrix(X)
@@ -213,6 +214,7 @@ def test_cg_kfold_scores_equal_per_fold_retraining(ties, gw, rng):
     assert res.best_index == int(np.argmax(want))
 
 
+@pytest.mark.slow   # k cg fits and k retrainings: ~1.5 CPU-s
 def test_cg_kfold_multi_output_with_a_split_group(rng):
     """A group larger than the block budget is split; its fold's model is trained or scored across pieces."""
     X, y, qid, gp = make_groups(rng, n_groups=9, max_size=12, min_size=9, n_outputs=2)

@@ -21,10 +21,16 @@ def _rel(a, b):
     return np.abs(np.asarray(a) - b).max() / max(np.abs(b).max(), 1e-12)
 
 
-@pytest.mark.parametrize("kernel,params", [("rbf", dict(gamma=0.4)), ("linear", {}),
-                                           ("poly", dict(degree=2, coef0=1.0, gamma=0.5))])
-@pytest.mark.parametrize("gw", ["pair", "query", "size"])
-@pytest.mark.parametrize("labels", ["binary", "graded", "few-ties"])
+_KERNELS = [("rbf", dict(gamma=0.4)), ("linear", {}), ("poly", dict(degree=2, coef0=1.0, gamma=0.5))]
+_GWS = ["pair", "query", "size"]
+_LABELS = ["binary", "graded", "few-ties"]
+
+
+@pytest.mark.parametrize("labels,gw,kernel,params", [
+    pytest.param(labels, gw, kernel, params, id=f"{labels}-{gw}-{kernel}",
+                 # the quick loop keeps the diagonal (each kernel, weighting and labelling once): 24 cells ~10 CPU-s
+                 marks=() if a == b == c else pytest.mark.slow)
+    for a, labels in enumerate(_LABELS) for b, gw in enumerate(_GWS) for c, (kernel, params) in enumerate(_KERNELS)])
 def test_leave_pair_out_ties_excluded_equals_retraining(kernel, params, gw, labels, rng):
     n = 13
     X = rng.normal(size=(n, 3))

@@ -40,6 +40,7 @@ def _check_tuple_dir(out, n_train, n_test, n_features):
     return tr, te, ytr, yte
 
 
+@pytest.mark.slow   # vectorises a real newsgroups slice: ~2.5 CPU-s
 def test_newsgroups_slice(tmp_path, recipe, capsys):
     need("20newsgroups/20news-bydate.tar.gz")
     out = tmp_path / "ng"
@@ -79,6 +80,7 @@ def test_mnist_bad_file(tmp_path):
         read_idx(p)
 
 
+@pytest.mark.slow   # a real Reuters slice and a fit: ~1.2 CPU-s
 def test_reuters_slice(tmp_path, recipe, capsys):
     need("reuters21578/reuters21578.tar.gz")
     out = tmp_path / "re"
@@ -103,6 +105,7 @@ def test_reuters_slice(tmp_path, recipe, capsys):
     assert auc.shape == (3,) and auc[0] > 0.9
 
 
+@pytest.mark.slow   # a real Reuters slice: ~1.2 CPU-s
 def test_reuters_train_size(tmp_path):
     need("reuters21578/reuters21578.tar.gz")
     from streamrank.datasets.reuters import load_reuters
