@@ -43,7 +43,8 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[2]
 README = REPO / "README.md"
-pytestmark = pytest.mark.slow
+# Every test here but test_readme_sections_are_known builds the wheel or a venv (pip, minutes) and is marked slow;
+# that one reads the README only, so the quick loop checks that a new README section is known.
 
 #: README sections run in a checkout only (they create .venv/ with make): not commands of the installed product
 CHECKOUT_ONLY = {"The two commands": ["make demo", "make test"]}
@@ -188,6 +189,7 @@ def _env(venv: Path) -> dict:
 
 
 # ----------------------------------------------------------------------------------------- wheel contents
+@pytest.mark.slow   # builds the wheel
 def test_wheel_ships_the_pipelines_recipes_license_and_type_marker(wheel):
     whl, _ = wheel
     names = set(zipfile.ZipFile(whl).namelist())
@@ -203,6 +205,7 @@ def test_wheel_ships_the_pipelines_recipes_license_and_type_marker(wheel):
     assert "BSD 3-Clause License" in zipfile.ZipFile(whl).read(f"{dist}/licenses/LICENSE").decode()
 
 
+@pytest.mark.slow   # builds the wheel and installs it
 def test_build_and_fresh_install_print_no_warning(wheel, resolved, tmp_path):
     """The issue's setuptools license deprecation warning (printed three times by ``pip install``) is gone."""
     whl, build_output = wheel
@@ -221,6 +224,7 @@ def test_build_and_fresh_install_print_no_warning(wheel, resolved, tmp_path):
     assert r.returncode == 0, r.stdout + r.stderr  # what pip resolved satisfies every requirement in the venv
 
 
+@pytest.mark.slow   # pip resolves the wheel's requirements
 def test_the_wheels_requirements_resolve_the_environment(wheel, resolved):
     """pip's resolution from the wheel's Requires-Dist: the core dependencies and the README's extras, and
     nothing the wheel does not ask for (the test tools stay out)."""
@@ -238,6 +242,7 @@ def test_the_wheels_requirements_resolve_the_environment(wheel, resolved):
         assert md.version(name) == version
 
 
+@pytest.mark.slow   # builds a venv
 def test_a_dependency_missing_from_the_wheel_is_missing_from_the_venv(wheel, tmp_path):
     """A wheel whose metadata forgets zarr (as a pyproject without it would build): pip's resolution leaves
     zarr out and the venv has no zarr (streamrank's stores cannot work there), while what it declares is in."""
@@ -366,6 +371,7 @@ def test_readme_sections_are_known():
             assert [" ".join(a) for lang, code in blocks for a in _commands(code)] == CHECKOUT_ONLY[title]
 
 
+@pytest.mark.slow   # every README section in the installed wheel's venv
 @pytest.mark.parametrize("title", list(PREPARE))
 def test_readme_commands_run_as_written_from_the_installed_wheel(venv, tmp_path, title):
     d = tmp_path / "work"                         # outside the repository: nothing of the checkout is importable
@@ -391,6 +397,7 @@ def test_readme_commands_run_as_written_from_the_installed_wheel(venv, tmp_path,
     _check_section(title, d, outputs)
 
 
+@pytest.mark.slow   # the installed wheel's venv
 def test_installed_command_is_the_wheels(venv, tmp_path):
     """``streamrank`` on PATH is the venv's console script and imports the installed copy (not the checkout);
     ``streamrank distributed`` runs as a command (the old script's name shadowed dask's ``distributed``)."""
