@@ -65,6 +65,7 @@ def _fit(store, model, *opts):
     return rc, out, err
 
 
+@pytest.mark.slow   # CLI ingest and fit: ~1.5 s warm
 def test_parquet_columns_by_name_and_ips_fit_equal_the_library(log, tmp_path):
     data, _ = log
     X, click, sess, pos, w = data
@@ -105,6 +106,7 @@ def test_parquet_columns_by_name_and_ips_fit_equal_the_library(log, tmp_path):
     np.testing.assert_allclose(sr.load(tmp_path / "cg.zarr").coef_, want.coef_, rtol=0, atol=1e-7)
 
 
+@pytest.mark.slow   # CLI runs: ~1 s warm
 def test_propensity_estimated_from_a_randomized_store(log, tmp_path):
     data, (Xr, cr, sr_, pr) = log
     X, click, sess, pos, w = data
@@ -121,6 +123,7 @@ def test_propensity_estimated_from_a_randomized_store(log, tmp_path):
     np.testing.assert_allclose(sr.load(tmp_path / "m.zarr").coef_, want.coef_, rtol=0, atol=1e-8)
 
 
+@pytest.mark.slow   # CLI ingests: ~1 s warm
 def test_npz_arrays_and_zarr_copy_keep_the_columns(log, tmp_path):
     data, _ = log
     X, click, sess, pos, w = data

@@ -89,6 +89,7 @@ def test_interrupted_copy_resumes_into_a_nonempty_store(tmp_path):
 
 
 @pytest.mark.parametrize("save", [np.savez, np.savez_compressed])
+@pytest.mark.slow   # CLI ingests per npz kind: ~1.5 s warm
 def test_npz_ingested_by_rows_in_whole_queries(tmp_path, save):
     rng = np.random.default_rng(3)
     qid = np.repeat(np.arange(30), rng.integers(1, 9, 30))

@@ -97,6 +97,7 @@ def test_a_group_store_on_memory_url_appends_and_verifies():
     r._loc.fs.rm(r._loc.root, recursive=True)
 
 
+@pytest.mark.slow   # waits for lease renewals: ~2 s warm
 def test_a_lease_is_renewed_while_held_and_lost_once_taken_over():
     import time
 

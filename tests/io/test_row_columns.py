@@ -191,6 +191,7 @@ def test_a_torn_append_cuts_the_columns_back(tmp_path, monkeypatch):
 
 @settings(max_examples=12, deadline=None)
 @given(max_rows=st.integers(1, 60), sparse=st.booleans())
+@pytest.mark.slow   # several learners fitted twice: ~4 s warm
 def test_weighted_fit_from_the_store_equals_the_in_memory_fit(tmp_path_factory, max_rows, sparse):
     data = _log(25, seed=3)
     X, y, qid, w, click, pos = data
@@ -215,6 +216,7 @@ def test_weighted_fit_from_the_store_equals_the_in_memory_fit(tmp_path_factory, 
 
 @settings(max_examples=10, deadline=None)
 @given(max_rows=st.integers(1, 60), clip=st.sampled_from([None, 0.3]))
+@pytest.mark.slow   # IPS fits from a store and in memory: ~2 s warm
 def test_ips_fit_from_the_store_equals_the_in_memory_ips_fit_and_the_edge_list(tmp_path_factory, max_rows, clip):
     data = _log(25, seed=4)
     X, y, qid, w, click, pos = data

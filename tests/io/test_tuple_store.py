@@ -206,6 +206,7 @@ _SLOW = pytest.mark.slow
 
 @pytest.mark.parametrize("cache_bytes", [pytest.param(0, marks=_SLOW), pytest.param(300, marks=_SLOW), 5000])
 @pytest.mark.parametrize("shuffle_buffer", [0, 50])
+@pytest.mark.slow   # row-cache passes per budget: ~2 s warm
 def test_row_cache_batches_equal_whole_matrix_path(tmp_path, cache_bytes, shuffle_buffer):
     ts = _multi_store(tmp_path, np.random.default_rng(5), l_=60)
     whole = sr.TupleStore.open(ts.path)

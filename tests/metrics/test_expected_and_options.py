@@ -38,6 +38,7 @@ def test_expected_value_equals_exhaustive_average_over_tie_orders(n, seed, level
         np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-15, equal_nan=True, err_msg=name)
 
 
+@pytest.mark.slow   # Monte Carlo draws: ~1.3 s warm
 def test_monte_carlo_on_a_real_query_with_heavy_ties():
     """One MQ2008 query (its labels), scores on three levels: the closed form sits within 4 standard errors
     of the mean over 2,000 random tie orders, for every metric."""

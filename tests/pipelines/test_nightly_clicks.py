@@ -60,6 +60,7 @@ def _version(models):
     return sr.load(models / cur), json.loads((models / cur / "version.json").read_text())
 
 
+@pytest.mark.slow   # three nightly runs and a fit: ~2 s warm
 def test_three_ips_nights_equal_a_from_scratch_ips_fit(days, tmp_path, capsys):
     store, models = tmp_path / "clicks.zarr", tmp_path / "models"
     for day in days:
@@ -104,6 +105,7 @@ def test_usage_errors_before_anything_is_written(days, tmp_path, capsys, extra, 
     assert not (tmp_path / "s.zarr").exists()
 
 
+@pytest.mark.slow   # nightly runs: ~1 s warm
 def test_npz_and_store_days_bring_their_columns(days, tmp_path):
     """Night 1 an .npz day (arrays named by --click-column ...), night 2 a store day (its own columns): the
     store keeps every column in step, and the model equals the from-scratch IPS fit."""

@@ -51,6 +51,7 @@ def _report(models):
     return json.loads(sorted((models / "reports").glob("*.json"))[-1].read_text())
 
 
+@pytest.mark.slow   # several nightly runs: ~2 s warm
 def test_a_rejected_day_is_excluded_and_the_next_good_night_is_promoted(days, tmp_path):
     store, models = tmp_path / "s.zarr", tmp_path / "m"
     for day in ("first", "more"):
@@ -92,6 +93,7 @@ def test_a_rejected_day_is_excluded_and_the_next_good_night_is_promoted(days, tm
     assert {r["day"] for r in doc["excluded"]} == {inv, nightly.content_hash(days["other"])}   # rejected again
 
 
+@pytest.mark.slow   # several nightly runs: ~2 s warm
 def test_rejecting_a_trained_day_by_hand_retrains_without_it(days, tmp_path):
     store, models = tmp_path / "s.zarr", tmp_path / "m"
     for day in ("first", "more"):

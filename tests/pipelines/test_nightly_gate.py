@@ -120,6 +120,7 @@ def _npz(tmp, d):
     return p
 
 
+@pytest.mark.slow   # nightly runs: ~1 s warm
 def test_a_new_learner_starts_a_new_model_line(tmp_path):
     store, models = tmp_path / "logs.zarr", tmp_path / "models"
     run = dict(alphas=[0.25, 1.0, 4.0], tolerance=1.0, plot=False)

@@ -29,6 +29,7 @@ def _night(store, models, day, **kw):
                              **kw)
 
 
+@pytest.mark.slow   # nightly runs: ~1.3 s warm
 def test_rankrls_candidate_without_the_newest_day_decides_and_the_refit_is_promoted(tmp_path):
     store, models = tmp_path / "logs.zarr", tmp_path / "models"
     r1 = _night(store, models, _npz(tmp_path, 1))
@@ -58,6 +59,7 @@ def test_rankrls_candidate_without_the_newest_day_decides_and_the_refit_is_promo
     np.testing.assert_allclose(final.coef_, ref.coef_, rtol=1e-8, atol=1e-12)
 
 
+@pytest.mark.slow   # nightly runs: ~1 s warm
 def test_rejected_candidate_is_judged_on_the_newest_day_only(tmp_path):
     store, models = tmp_path / "logs.zarr", tmp_path / "models"
     _night(store, models, _npz(tmp_path, 1))
@@ -89,6 +91,7 @@ def test_sparse_kernel_holdout_candidate(tmp_path):
     assert meta["metrics"]["ndcg@10"] == pytest.approx(want, rel=1e-8)
 
 
+@pytest.mark.slow   # nightly runs: ~1 s warm
 def test_sgd_progressive_validation_on_the_newest_day(tmp_path):
     store, models = tmp_path / "t.zarr", tmp_path / "models"
     run = dict(learner="sgd-bilinear", tolerance=1.0, plot=False, gate_fraction=0)   # every tuple trained on
@@ -121,6 +124,7 @@ def test_pairwise_progressive_validation(tmp_path):
     assert meta["metrics"]["ndcg@10"] == pytest.approx(ev.result()["ndcg@10"].value, rel=1e-12)
 
 
+@pytest.mark.slow   # nightly runs: ~1 s warm
 def test_sgd_fixed_validation_tuple_store(tmp_path):
     val = tmp_path / "val.zarr"
     nightly.ingest_tuples(val, [make_tuple_day(tmp_path, 9)])

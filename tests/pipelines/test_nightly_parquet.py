@@ -29,6 +29,7 @@ def _parquet_day(tmp, d, *, names=None):
     return path, X, y, qid
 
 
+@pytest.mark.slow   # nightly runs from Parquet: ~1 s warm
 def test_nightly_takes_parquet_days_with_recurring_string_queries(tmp_path, capsys):
     store, models = tmp_path / "logs.zarr", tmp_path / "models"
     p1, X1, y1, q1 = _parquet_day(tmp_path, 1)

@@ -41,6 +41,7 @@ def _order(err, names):
     return at
 
 
+@pytest.mark.slow   # a whole nightly run: ~1 s warm
 def test_nightly_phases_in_order_with_their_counts(tmp_path, monkeypatch):
     monkeypatch.setenv("STREAMRANK_PROGRESS_SECONDS", "0")
     store, models = tmp_path / "s.zarr", tmp_path / "m"
@@ -90,6 +91,7 @@ def test_nightly_phases_in_order_with_their_counts(tmp_path, monkeypatch):
 
 
 @pytest.mark.skipif(not SCRIPT.exists() or not hasattr(os, "fork"), reason="needs the console script and fork")
+@pytest.mark.slow   # interrupts a nightly run and waits for it: ~7 s warm
 def test_ctrl_c_during_a_nightly_phase_stops_within_seconds_and_promotes_nothing(tmp_path):
     store, models = tmp_path / "s.zarr", tmp_path / "m"
     assert _main("--store", store, "--new", _day(tmp_path, 1), "--models", models, "--alphas", "1", "--no-plot",

@@ -48,6 +48,7 @@ def _main(store, models, day, learner, *args):
 
 
 @pytest.mark.parametrize("learner", ["sgd-pairwise", "sgd-bilinear"])
+@pytest.mark.slow   # nightly runs per learner: ~2 s warm
 def test_sgd_gate_rejects_an_inverted_day_and_promotes_a_good_one(days, tmp_path, learner):
     kind = "tuples" if learner == "sgd-bilinear" else "text"
     for night in ("good", "inverted"):
@@ -92,6 +93,7 @@ def test_sgd_gate_rejects_an_inverted_day_and_promotes_a_good_one(days, tmp_path
             assert meta["validation"]["scheme"] == "progressive"
 
 
+@pytest.mark.slow   # nightly runs: ~1.3 s warm
 def test_held_out_queries_are_never_trained_on(tmp_path):
     """Default --gate-fraction 0.1: the model equals the same partial_fit calls on the kept queries only."""
     store, models = tmp_path / "g.zarr", tmp_path / "gm"

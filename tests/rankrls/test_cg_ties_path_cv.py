@@ -90,6 +90,7 @@ def test_split_group_operator_diagonal_and_loss_exact(gw, cache_mode, rng):
 @settings(max_examples=25, deadline=None)
 @given(max_rows=st.integers(1, 45), seed=st.integers(0, 1000), levels=st.sampled_from([0, 2, 4]),
        gw=st.sampled_from(["pair", "query", "size"]))
+@pytest.mark.slow   # a hypothesis search over block budgets: ~1 s warm
 def test_split_ties_exclude_any_block_budget(max_rows, seed, levels, gw):
     rng = np.random.default_rng(seed)
     X = rng.normal(size=(36, 3))

@@ -285,6 +285,7 @@ def test_persistence_and_partial_fit_after_load(tmp_path, rng):
         np.testing.assert_allclose(a.G, b.G, rtol=1e-12, atol=1e-12)
 
 
+@pytest.mark.slow   # dask graphs: ~1 s warm
 def test_dask_in_dask_out(rng):
     da = pytest.importorskip("dask.array")
     X, y, qid, gp = make_groups(rng, n_groups=8)

@@ -164,6 +164,7 @@ def test_block_cuttings_give_the_same_model(max_rows, seed, global_group):
     assert _rel(cut.dual_coef_, A) < 1e-8
 
 
+@pytest.mark.slow   # many reservoir draws: ~2 s warm
 def test_reservoir_is_uniform_enough():
     # each of 20 rows should be picked with probability 5/20 over seeds
     X = np.arange(20, dtype=float)[:, None]

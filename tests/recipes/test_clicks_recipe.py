@@ -26,6 +26,7 @@ def _read(store):
             np.concatenate([b.row_qid() for b in blocks]), store.read_column("click"), store.read_column("position"))
 
 
+@pytest.mark.slow   # simulates a click log and trains: ~2 s warm
 def test_click_store_is_the_simulated_log_and_trains_by_ips(tmp_path, recipe, capsys):
     from streamrank.clicks import estimate_propensity, ips_weights
     from streamrank.datasets.clicks import simulate_clicks
@@ -87,6 +88,7 @@ def test_recipe_through_the_cli_and_its_refusals(tmp_path, capsys):
 
 
 @pytest.mark.parametrize("batch_rows", [1, 37])
+@pytest.mark.slow   # simulated click logs: ~1 s warm
 def test_batches_hold_whole_sessions(tmp_path, recipe, batch_rows):
     """Appends cut only between sessions, whatever --batch-rows (a session is one query group of the store)."""
     from streamrank.datasets.clicks import simulate_clicks

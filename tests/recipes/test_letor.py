@@ -51,6 +51,7 @@ def test_mq2008_slice_matches_sklearn(tmp_path, recipe, capsys):
     assert qn[-1] != qid[-1]
 
 
+@pytest.mark.slow   # real LETOR archives: ~2 s warm
 def test_any_tar_member_and_null_values(tmp_path, recipe):
     archive = need("letor/OHSUMED_LETOR3.tar.gz")
     rec = recipe("letor")

@@ -91,6 +91,7 @@ def test_planted_bilinear_tuples_are_ordered_by_W():
     assert len(data.train) == 2000
 
 
+@pytest.mark.slow   # builds the synthetic stores: ~1.3 s warm
 def test_stores_and_recipe(tmp_path, capsys):
     store = syn.write_letor_like_store(tmp_path / "g.zarr", 1234, 6, chunk_rows=300, random_state=2)
     X, y, q = syn.make_letor_like(1234, 6, random_state=2)
