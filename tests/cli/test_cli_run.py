@@ -51,6 +51,7 @@ def data(tmp_path_factory):
     return d
 
 
+@pytest.mark.slow   # CLI ingest, fit and predict: ~1.4 s warm
 def test_ingest_keeps_the_letor_doc_ids(data):
     store = sr.GroupStore.open(data / "test.zarr")
     assert store.has_docids and len(store.batches) > 1

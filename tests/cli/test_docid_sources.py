@@ -123,6 +123,7 @@ def test_parquet_docid_column_types_and_refusals(tmp_path):
                        batch_id="again")
 
 
+@pytest.mark.slow   # CLI ingests and a predict: ~1 s warm
 def test_npz_docid_array(rows, tmp_path):
     X, y, q, d = rows
     np.savez_compressed(tmp_path / "day.npz", X=X, y=y, qid=q, docid=np.array(d))

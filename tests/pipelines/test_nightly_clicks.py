@@ -82,6 +82,7 @@ def test_three_ips_nights_equal_a_from_scratch_ips_fit(days, tmp_path, capsys):
     assert rc != 0 and "run once with --full" in capsys.readouterr().err
 
 
+@pytest.mark.slow   # nightly runs: ~1 s warm
 def test_a_weights_night_equals_the_weighted_fit(days, tmp_path):
     store, models = tmp_path / "w.zarr", tmp_path / "models"
     for day in days[:2]:

@@ -27,6 +27,7 @@ def _sklearn_rows(archive, member, n):
     return load_svmlight_file(io.BytesIO(head), n_features=46, query_id=True)
 
 
+@pytest.mark.slow   # a real MQ2008 slice against sklearn: ~1 s warm
 def test_mq2008_slice_matches_sklearn(tmp_path, recipe, capsys):
     archive = need("letor/MQ2008_QueryLevelNorm.tar.gz")
     rec = recipe("letor")

@@ -110,6 +110,7 @@ def _peak_fit(X, y, qid, **kw):
         tracemalloc.stop()
 
 
+@pytest.mark.slow   # memory measured over many steps: ~0.7 s warm
 def test_pairwise_memory_does_not_grow_with_one_group():
     rng = np.random.default_rng(0)
     n = 120_000
