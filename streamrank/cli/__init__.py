@@ -89,9 +89,9 @@ from ._atomic import _replace_dir, _save_model  # noqa: F401
 from ._common import (DEFAULT_MAX_ROWS, EXIT_BUG, EXIT_CODES, EXIT_DATA, EXIT_NOT_FOUND,  # noqa: F401
                       EXIT_OK, EXIT_SIGINT, EXIT_SIGTERM, EXIT_UNSUPPORTED, EXIT_USAGE, EXIT_WRITE, FORMATS,
                       LEARNERS, METRICS, Unsupported, UsageError)
-from ._grid import parse_grid
+from ._grid import parse_grid, parse_storage_options
 
-__all__ = ["main", "build_parser", "parse_grid", "EXIT_CODES", "progress_reporting"]
+__all__ = ["main", "build_parser", "parse_grid", "parse_storage_options", "EXIT_CODES", "progress_reporting"]
 
 
 def __getattr__(name):

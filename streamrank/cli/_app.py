@@ -15,7 +15,7 @@ from ._common import (DEFAULT_MAX_ROWS, EXIT_BUG, EXIT_CODES, EXIT_DATA, EXIT_NO
 from ._evaluate import cmd_evaluate, cmd_predict
 from ._export import cmd_export
 from ._fit import cmd_cv, cmd_fit
-from ._grid import _folds_type, _grid_type, _positive_float
+from ._grid import _folds_type, _grid_type, _positive_float, parse_storage_options
 from ._fit_weights import add_weight_args
 from ._info import cmd_info
 from ._row_columns import add_column_args
@@ -360,7 +360,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_plot)
     for p in sub.choices.values():      # every command that takes a store or a model: object-storage options
         if any(a.dest in ("store", "model") for a in p._actions):
-            p.add_argument("--storage-options", metavar="JSON", type=_storage_options, default=None,
+            p.add_argument("--storage-options", metavar="JSON", type=parse_storage_options, default=None,
                            help="for a --store or --model at a URL (s3://bucket/prefix/store.zarr): options of its "
                                 "filesystem as a JSON object, e.g. '{\"endpoint_url\": \"http://minio:9000\"}' "
                                 "(one set for both); without it the usual AWS_* environment variables apply")
@@ -370,18 +370,6 @@ def build_parser() -> argparse.ArgumentParser:
         sub.add_parser(name, help=text, add_help=False)
     sub.add_parser("recipe", help="write a store from a dataset: " + ", ".join(RECIPE_HELP), add_help=False)
     return top
-
-
-def _storage_options(text: str) -> dict:
-    import json
-
-    try:
-        opts = json.loads(text)
-    except ValueError as exc:
-        raise argparse.ArgumentTypeError(f"not JSON ({exc})") from None
-    if not isinstance(opts, dict):
-        raise argparse.ArgumentTypeError(f"expected a JSON object, got {type(opts).__name__}")
-    return opts
 
 
 def _version():

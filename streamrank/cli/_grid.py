@@ -1,4 +1,5 @@
-"""Argument types of the command line: the λ GRID syntax (``parse_grid``), folds, positive numbers."""
+"""Argument types of the command line: the λ GRID syntax (``parse_grid``), folds, positive numbers,
+``--storage-options JSON`` (``parse_storage_options``)."""
 from __future__ import annotations
 
 import argparse
@@ -124,3 +125,17 @@ def _positive_float(text):
     if not (math.isfinite(v) and v > 0):
         raise argparse.ArgumentTypeError(f"expected a number > 0, got {text!r}")
     return v
+
+
+def parse_storage_options(text: str) -> dict:
+    """``--storage-options JSON``: a JSON object of fsspec options (argparse type of every command with a
+    store or model URL, the ``streamrank`` command's and the pipelines' alike)."""
+    import json
+
+    try:
+        opts = json.loads(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(f"not JSON ({exc})") from None
+    if not isinstance(opts, dict):
+        raise argparse.ArgumentTypeError(f"expected a JSON object, got {type(opts).__name__}")
+    return opts

@@ -11,7 +11,6 @@ phases on stderr (on a terminal or with ``--progress``, never with ``-q``).
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 
 from streamrank.pipelines._nightly_learners import DEFAULT_BLOCK_ROWS, DEFAULT_FOLDS
@@ -61,7 +60,7 @@ def build_parser():
                    help="Parquet day: the feature columns are those starting with P (default: all others)")
     p.add_argument("--models", required=True, metavar="DIR",
                    help="model directory (versions + current); a URL (s3://bucket/nightly) keeps it on object storage")
-    p.add_argument("--storage-options", type=_parse_storage_options, default=None, metavar="JSON",
+    p.add_argument("--storage-options", type=_storage_options, default=None, metavar="JSON",
                    help="options of the filesystem of a --models / --store URL as a JSON object (s3: endpoint_url, "
                         "key, secret, ...); default: the client's environment variables (AWS_ACCESS_KEY_ID, ...)")
     p.add_argument("--learner", default="rankrls", choices=LEARNERS)
@@ -104,16 +103,6 @@ def build_parser():
     return p
 
 
-def _parse_storage_options(text):
-    try:
-        opts = json.loads(text)
-    except ValueError as exc:
-        raise argparse.ArgumentTypeError(f"--storage-options: not JSON: {exc}") from None
-    if not isinstance(opts, dict):
-        raise argparse.ArgumentTypeError(f"--storage-options: a JSON object is needed, got {type(opts).__name__}")
-    return opts
-
-
 def _learner_params(args):
     norm = {} if getattr(args, "normalize", None) is None else {"normalize": args.normalize}
     if args.learner == "sparse-kernel":
@@ -145,3 +134,10 @@ def _with_progress(args, fn):
             return fn()
     finally:
         bar.close()
+
+
+def _storage_options(text):
+    """``--storage-options JSON``: the ``streamrank`` command's own parser (imported on use)."""
+    from streamrank.cli import parse_storage_options
+
+    return parse_storage_options(text)

@@ -385,3 +385,15 @@ def test_nightly_rankrls_selection_equals_brute_force_kfold(tmp_path, ties):
     want = (loss / pairs).mean(axis=1)
     np.testing.assert_allclose(sel["cv_squared"], want, rtol=1e-8)
     assert sel["alpha"] == alphas[int(np.argmin(want))] == model.alpha == model.best_alpha_
+
+
+@pytest.mark.parametrize("text, message", [("{not json", "not JSON"), ("[1, 2]", "expected a JSON object, got list")])
+def test_storage_options_parse_like_the_streamrank_command(text, message, capsys):
+    """--storage-options goes through streamrank.cli.parse_storage_options, as every other command's does."""
+    argv = ["--store", "s.zarr", "--models", "m", "--new", "d.txt", "--storage-options", text]
+    with pytest.raises(SystemExit) as exc:
+        nightly.build_parser().parse_args(argv)
+    assert exc.value.code == 2
+    assert f"argument --storage-options: {message}" in capsys.readouterr().err
+    args = nightly.build_parser().parse_args(argv[:-1] + ['{"anon": true}'])
+    assert args.storage_options == {"anon": True}
