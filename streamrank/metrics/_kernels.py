@@ -32,9 +32,57 @@ __all__ = ["trec_rank_groups", "ndcg_groups", "err_groups", "average_precision_g
 
 
 @jit
+def _stable_order(a, lo, hi, direction):
+    """Positions of ``a[lo:hi]`` sorted stably: ``np.argsort(direction * a[lo:hi], kind="stable")``.
+
+    A bottom-up merge sort of indices (O(n log n), merges of runs of width 1,
+    2, 4, ...).  ``direction`` 1.0: increasing; -1.0: decreasing (the order of
+    ``np.argsort(-a[lo:hi], kind="stable")``); equal values keep their input
+    order, NaN goes last either way, as in numpy.  ``direction`` is a float
+    and only chooses the comparison (the values are never multiplied, so
+    uint64 keys stay exact): a literal bool flag would compile one variant
+    per value.  It stands in for numba's ``np.argsort``/``np.sort``: their
+    generic implementations took ~5 CPU-s to compile cold for an
+    ``evaluate``, this takes under one, and the permutation is the same (a
+    stable sort's result is unique).  No ``np.arange`` either: one library
+    function less to compile.
+    """
+    n = hi - lo
+    src = np.empty(n, dtype=np.int64)
+    for t in range(n):
+        src[t] = t
+    dst = np.empty(n, dtype=np.int64)
+    width = 1
+    while width < n:
+        start = 0
+        while start < n:
+            mid = min(start + width, n)
+            end = min(start + 2 * width, n)
+            i = start
+            j = mid
+            for o in range(start, end):
+                take_right = j < end and i >= mid
+                if j < end and i < mid:
+                    left = a[lo + src[i]]
+                    right = a[lo + src[j]]
+                    before = left < right if direction < 0.0 else right < left
+                    take_right = before or (left != left and right == right)   # NaN last
+                if take_right:
+                    dst[o] = src[j]
+                    j += 1
+                else:
+                    dst[o] = src[i]
+                    i += 1
+            start += 2 * width
+        src, dst = dst, src
+        width *= 2
+    return src
+
+
+@jit
 def _order_desc(s, lo, hi):
     """Rows lo:hi in decreasing score (stable; equal scores stay together)."""
-    return np.argsort(-s[lo:hi], kind="mergesort")
+    return _stable_order(s, lo, hi, -1.0)
 
 
 @jit
@@ -79,13 +127,14 @@ def ndcg_groups(y, s, gp, iy, igp, ks, exp2, out):
     for g in range(n_groups):
         lo = gp[g]
         n = gp[g + 1] - lo
-        ideal = -np.sort(-iy[igp[g]:igp[g + 1]])
+        ilo = igp[g]
+        ideal = _order_desc(iy, ilo, igp[g + 1])   # the labels in decreasing order: iy[ilo + ideal[p]]
         ni = ideal.shape[0]
         for j in range(nk):
             kk = _cut(ks[j], ni)
             idcg = 0.0
             for p in range(kk):
-                idcg += _gain(ideal[p], exp2) * disc[p]
+                idcg += _gain(iy[ilo + ideal[p]], exp2) * disc[p]
             out[g, j] = idcg               # keep the ideal until the DCG is known
         dcg = np.zeros(nk)
         if n > 0:
@@ -321,7 +370,7 @@ def trec_rank_groups(s, words, gp, out):
         for j in range(n_words - 1, -1, -1):
             for t in range(n):
                 key[t] = ~words[lo + order[t], j]          # descending id
-            order = order[np.argsort(key, kind="mergesort")]
+            order = order[_stable_order(key, 0, n, 1.0)]
         for t in range(1, n):
             same = True
             for j in range(n_words):
@@ -333,7 +382,7 @@ def trec_rank_groups(s, words, gp, out):
         sk = np.empty(n)
         for t in range(n):
             sk[t] = -s[lo + order[t]]
-        order = order[np.argsort(sk, kind="mergesort")]
+        order = order[_stable_order(sk, 0, n, 1.0)]
         for t in range(n):
             out[lo + order[t]] = float(n - t)
     return -1
@@ -373,7 +422,7 @@ def cindex_group(y, s, lo, hi):
         return 0, 0, 0
     ss = s[lo:hi]
     ys = y[lo:hi]
-    order_s = np.argsort(ss, kind="mergesort")
+    order_s = _stable_order(s, lo, hi, 1.0)
     rank = np.empty(n, dtype=np.int64)
     r = 0
     for t in range(n):
@@ -381,7 +430,7 @@ def cindex_group(y, s, lo, hi):
             r += 1
         rank[order_s[t]] = r
     tree = np.zeros(r + 2, dtype=np.int64)
-    order_y = np.argsort(ys, kind="mergesort")
+    order_y = _stable_order(y, lo, hi, 1.0)
     inserted = 0
     disc = 0
     ties = 0
@@ -426,7 +475,7 @@ def auc_counts(y, s):
     (Mann-Whitney U with mid-ranks).  Returns float64 wrong, int64 pairs.
     """
     n = s.shape[0]
-    order = np.argsort(s, kind="mergesort")
+    order = _stable_order(s, 0, n, 1.0)
     n_pos = 0
     for i in range(n):
         if y[i] > 0:

@@ -156,3 +156,22 @@ def test_ndcg_with_negative_labels_never_exceeds_one():
         out = _ndcg(yy, ss, np.array([0, n], dtype=np.int64), int(rng.integers(0, 6)))
         assert np.isnan(out[0]) or out[0] <= 1.0 + 1e-12
     _check(y, s, gp, 3)
+
+
+@pytest.mark.parametrize("direction", [1.0, -1.0])
+def test_stable_order_is_numpys_stable_argsort(direction):
+    """The kernels' own merge sort gives numpy's stable permutation: ties, NaN last, -0.0 == 0.0, empty, odd sizes."""
+    rng = np.random.default_rng(5)
+    for n in (0, 1, 2, 3, 7, 16, 33, 100, 1025):
+        for case in range(6):
+            a = rng.integers(0, 4, n).astype(np.float64) if case % 2 else rng.standard_normal(n)
+            if case >= 2 and n:
+                a[rng.random(n) < 0.25] = -0.0 if case == 2 else np.nan
+            if case == 5 and n:
+                a[rng.random(n) < 0.25] = np.inf * rng.choice([-1.0, 1.0])
+            padded = np.concatenate((rng.standard_normal(3), a, rng.standard_normal(2)))
+            got = K._stable_order(padded, 3, 3 + n, direction)
+            want = np.argsort(-a if direction < 0 else a, kind="stable")
+            np.testing.assert_array_equal(got, want)
+    words = rng.integers(0, 3, 50).astype(np.uint64)
+    np.testing.assert_array_equal(K._stable_order(words, 0, 50, direction), np.argsort(words if direction > 0 else ~words, kind="stable"))
