@@ -70,6 +70,10 @@ Exit codes
        stopped when run again: committed chunks are skipped by batch id)
 =====  ==================================================================
 
+In Python the codes are the constants ``streamrank.cli.EXIT_OK`` ... ``EXIT_SIGTERM``
+(``EXIT_CODES`` says each in words) and :func:`exit_code` maps an exception to its code: the
+pipelines end with the same codes through them.
+
 Modules
 -------
 ``_app`` parser, ``main``, error -> exit code; ``_grid`` the GRID syntax
@@ -88,10 +92,12 @@ from ._app import build_parser, main
 from ._atomic import _replace_dir, _save_model  # noqa: F401
 from ._common import (DEFAULT_MAX_ROWS, EXIT_BUG, EXIT_CODES, EXIT_DATA, EXIT_NOT_FOUND,  # noqa: F401
                       EXIT_OK, EXIT_SIGINT, EXIT_SIGTERM, EXIT_UNSUPPORTED, EXIT_USAGE, EXIT_WRITE, FORMATS,
-                      LEARNERS, METRICS, Unsupported, UsageError)
+                      LEARNERS, METRICS, Unsupported, UsageError, exit_code)
 from ._grid import parse_grid, parse_storage_options
 
-__all__ = ["main", "build_parser", "parse_grid", "parse_storage_options", "EXIT_CODES", "progress_reporting"]
+__all__ = ["main", "build_parser", "parse_grid", "parse_storage_options", "progress_reporting", "exit_code",
+           "EXIT_CODES", "EXIT_OK", "EXIT_BUG", "EXIT_USAGE", "EXIT_NOT_FOUND", "EXIT_DATA", "EXIT_WRITE",
+           "EXIT_UNSUPPORTED", "EXIT_SIGINT", "EXIT_SIGTERM"]
 
 
 def __getattr__(name):

@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import argparse
-import errno
 import logging
 import signal
 import sys
@@ -10,8 +9,7 @@ import traceback
 
 from ._delegate import PIPELINES, RECIPE_HELP, is_delegated, run_delegated
 from ._common import (DEFAULT_MAX_ROWS, EXIT_BUG, EXIT_CODES, EXIT_DATA, EXIT_NOT_FOUND, EXIT_SIGINT,
-                      EXIT_SIGTERM, EXIT_UNSUPPORTED, EXIT_USAGE, EXIT_WRITE, FORMATS, LEARNERS, Unsupported,
-                      UsageError, _Terminated, log)
+                      EXIT_SIGTERM, EXIT_USAGE, FORMATS, LEARNERS, _Terminated, exit_code, log)
 from ._evaluate import cmd_evaluate, cmd_predict
 from ._export import cmd_export
 from ._fit import cmd_cv, cmd_fit
@@ -379,26 +377,6 @@ def _version():
 
 
 # --------------------------------------------------------------------- main
-def _exit_code(exc) -> int:
-    # StoreFormatError and ModelFormatError are ValueErrors (exit 4 below): importing their modules here
-    # would only make a usage error pay for scipy.sparse
-    if isinstance(exc, UsageError):
-        return EXIT_USAGE
-    if isinstance(exc, Unsupported) or isinstance(exc, NotImplementedError) or isinstance(exc, MemoryError):
-        return EXIT_UNSUPPORTED
-    if isinstance(exc, FileNotFoundError):
-        return EXIT_NOT_FOUND
-    if isinstance(exc, (FileExistsError, PermissionError, IsADirectoryError)):
-        return EXIT_WRITE
-    if isinstance(exc, RuntimeError) and "one writer at a time" in str(exc):
-        return EXIT_WRITE
-    if isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EDQUOT, errno.EROFS):
-        return EXIT_WRITE  # disk full / read-only: the data is fine, the output cannot be written
-    if isinstance(exc, (ValueError, TypeError, KeyError, OSError)):
-        return EXIT_DATA
-    return EXIT_BUG
-
-
 def _setup_logging(args):
     level = logging.ERROR if args.quiet else (logging.DEBUG if args.verbose else logging.INFO)
     handler = logging.StreamHandler(sys.stderr)
@@ -478,7 +456,7 @@ def _run(args) -> int:
               file=sys.stderr, flush=True)
         return EXIT_SIGTERM
     except Exception as exc:  # noqa: BLE001 - every error becomes one line and an exit code
-        code = _exit_code(exc)
+        code = exit_code(exc)
         if args.verbose:
             traceback.print_exc(file=sys.stderr)
         msg = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__

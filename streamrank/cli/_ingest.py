@@ -67,27 +67,11 @@ def _default_batch_id(src, member, extra="") -> str:
     return f"{Path(src).name}{':' + member if member else ''}@" + hashlib.sha256(key.encode()).hexdigest()[:12]
 
 
-def _offending_row(store, qid) -> int:
-    """First row of a chunk whose query is already in the store or recurs later in the chunk (else 0)."""
-    qid = np.asarray(qid)
-    if not len(qid):
-        return 0
-    starts = np.flatnonzero(np.r_[True, qid[1:] != qid[:-1]])
-    runs = qid[starts]
-    bad = np.isin(runs, np.asarray(store.qid))
-    _, first, count = np.unique(runs, return_index=True, return_counts=True)
-    again = np.zeros(len(runs), dtype=bool)
-    seen = np.zeros(len(runs), dtype=bool)
-    seen[first[count > 1]] = True          # first run of a repeated qid: its later runs are the problem
-    again[np.isin(runs, runs[seen])] = True
-    again[first] = False
-    hit = np.flatnonzero(bad | again)
-    return int(starts[hit[0]]) if hit.size else 0
-
-
 def _partial_commit_error(exc, name, store, qid, lines, counts, base_id, default_id):
     """The append error of a chunk, saying what this run committed before it and how to resume."""
-    row = _offending_row(store, qid)
+    from ..io.groups import offending_row
+
+    row = offending_row(store, qid)
     where = f" (line {int(lines[row])})" if lines is not None and len(lines) > row else ""
     exc = _rows_as_lines(exc, lines)
     if not counts["batches"]:
@@ -334,6 +318,7 @@ def _npz_keeps_docids(args, src) -> bool:
 
 
 def _ingest_zarr(args, src, counts):
+    from ..io.tuple_copy import copy_tuple_store
     from ..io.tuple_store import TupleStore
 
     kind = _kind_of(src)
@@ -385,71 +370,6 @@ def _ingest_zarr(args, src, counts):
     with _progress(args, source.n_tuples, unit="tuples", desc=f"ingest {Path(src).name}") as bar:
         copy_tuple_store(source, target, args.batch_id or f"{Path(src).name}@{tag}", counts,
                          rows_per_append=args.max_rows, progress=bar.update)
-
-
-TUPLES_PER_ROW_BUDGET = 8   # a tuple append carries up to 8 x --max-rows tuples (24 B each)
-
-
-def copy_tuple_store(source, target, base_id, counts, *, rows_per_append=65_536, progress=None):
-    """Append every batch of the TupleStore ``source`` to ``target`` in bounded pieces.
-
-    Source batch i becomes appends ``{base_id}#{i}.{j}``: first its ``Q`` and
-    ``D`` rows, ``rows_per_append`` at a time, then its tuples,
-    ``8 * rows_per_append`` at a time (``rows="global"``, translated by the
-    target's row counts where the copy began), the first tuple piece riding
-    on the last row piece — a batch that fits is one append.  Memory is one
-    piece, whatever the size of the source.  Each append is atomic and
-    idempotent by its id: a killed copy leaves the target at its last
-    committed piece and a rerun skips the committed pieces (the offsets come
-    from the logged start of piece ``#0.0``) and completes the copy.
-    """
-    import scipy.sparse as sp
-
-    P = max(1, int(rows_per_append))
-    T = P * TUPLES_PER_ROW_BUDGET
-    first = next((e for e in target.log if e.get("batch_id") == f"{base_id}#0.0"), None)
-    if first is not None:
-        off_q, off_d = first["q_rows"][0], first["d_rows"][0]
-    else:
-        off_q, off_d = target.n_queries, target.n_items
-    shift = np.array([off_q, off_d, off_d], dtype=np.int64)
-    present = {e.get("batch_id") for e in target.log}
-
-    def rows(side, r0, r1, nf):
-        if r1 <= r0:
-            return None
-        ip, ind, dat = source._read_piece(side, r0, r1)
-        return sp.csr_matrix((dat, ind, ip), shape=(r1 - r0, nf))
-
-    for i, e in enumerate(source.log):
-        (q0, q1), (d0, d1), (l0, l1) = e["q_rows"], e["d_rows"], e["tuples"]
-        n_row = max(-(-(q1 - q0) // P), -(-(d1 - d0) // P), 1)
-        n_tup = max(-(-(l1 - l0) // T), 1)
-        appended = False
-        for j in range(n_row + n_tup - 1):
-            k = j - (n_row - 1)
-            bid = f"{base_id}#{i}.{j}"
-            if bid in present:   # committed by an earlier (maybe killed) copy: not even read again
-                n = max(0, min(l0 + (k + 1) * T, l1) - (l0 + k * T)) if k >= 0 else 0
-                counts["skipped_tuples"] += n
-                if progress is not None:
-                    progress(n)
-                continue
-            Q = rows("Q", q0 + j * P, min(q0 + (j + 1) * P, q1), source.n_query_features)
-            D = rows("D", d0 + j * P, min(d0 + (j + 1) * P, d1), source.n_item_features)
-            if k >= 0:
-                t0, t1 = l0 + k * T, min(l0 + (k + 1) * T, l1)
-                tup, mag = source.read_tuples(t0, t1)
-                tup = tup + shift
-            else:
-                t0 = t1 = l0
-                tup, mag = np.zeros((0, 3), np.int64), np.zeros(0)
-            done = target.append(Q, D, tup, magnitudes=mag, batch_id=bid, rows="global")
-            appended |= bool(done)
-            counts["tuples" if done else "skipped_tuples"] += t1 - t0
-            if progress is not None:
-                progress(t1 - t0)
-        counts["batches" if appended else "skipped"] += 1
 
 
 def cmd_ingest(args) -> int:

@@ -1,1 +1,59 @@
-"""Stores and block sources: zarr group/tuple stores, numpy/scipy/dask wrappers."""
+"""Stores and block sources: zarr group/tuple stores, numpy/scipy/dask wrappers.
+
+The stores and sources live in their own modules (:mod:`streamrank.io.group_store`,
+:mod:`streamrank.io.tuple_store`, :mod:`streamrank.io.sources`, ...; the common ones are also
+``streamrank.GroupStore`` etc.).  This package itself names the building blocks a pipeline written
+on top of the stores needs (the nightly pipeline uses exactly these), imported on first use so that
+``import streamrank.io`` stays free:
+
+Object storage (a store, or a models directory, at ``s3://...``; ``gs://``, ``az://``)
+    :func:`is_url` tells a URL from a local path (``file://`` is local).  :class:`Remote` is one
+    prefix on an fsspec filesystem with the conditional writes (``If-None-Match: *``, ``If-Match:
+    ETAG``) that stand in for rename and ``flock``; a condition that does not hold raises
+    :class:`PreconditionFailed`.
+One writer at a time on object storage
+    :class:`WriterLease` holds ``<prefix>/.streamrank.lock`` (a context manager: acquire, renew
+    in a thread, release); a live holder makes ``acquire`` raise :class:`WriterLockHeld`, and
+    ``check()`` raises :class:`LeaseLost` once the lease was taken over.  The protocol and its
+    limits are in :mod:`streamrank.io._lease`.
+Ingesting in chunks
+    :func:`with_last` pairs each chunk of a reader (:func:`~streamrank.io.npz.iter_npz`,
+    :func:`~streamrank.io.svmlight.iter_svmlight`, :func:`~streamrank.io.parquet.iter_parquet`) with
+    whether it is the last one, so the final append can carry the batch id that marks a file
+    complete.  :func:`~streamrank.io.groups.offending_row` names the row an append's query-id
+    check refused; :func:`~streamrank.io.tuple_copy.copy_tuple_store` copies a tuple store into
+    another in bounded, resumable pieces.
+
+>>> from streamrank.io import is_url
+>>> is_url("s3://bucket/store"), is_url("file:///data/store"), is_url("data/store")
+(True, False, False)
+"""
+from __future__ import annotations
+
+#: public name -> the module that defines it (imported on first use: fsspec, threads, sockets)
+_HOMES = {
+    "is_url": "streamrank.io._remote",
+    "Remote": "streamrank.io._remote",
+    "PreconditionFailed": "streamrank.io._remote",
+    "WriterLease": "streamrank.io._lease",
+    "WriterLockHeld": "streamrank.io._lease",
+    "LeaseLost": "streamrank.io._lease",
+    "with_last": "streamrank._itertools",
+}
+
+__all__ = ["LeaseLost", "PreconditionFailed", "Remote", "WriterLease", "WriterLockHeld", "is_url", "with_last"]
+
+
+def __getattr__(name):
+    home = _HOMES.get(name)
+    if home is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    import importlib
+
+    value = getattr(importlib.import_module(home), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__():
+    return sorted(set(globals()) | set(_HOMES))

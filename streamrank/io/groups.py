@@ -55,7 +55,7 @@ from __future__ import annotations
 import numpy as np
 
 __all__ = ["GROUP_IDENTITIES", "SCAN_PIECE", "batch_of", "check_group_identity", "scope_ranges",
-           "scan_for_keys", "qid_kind_of"]
+           "scan_for_keys", "qid_kind_of", "offending_row"]
 
 GROUP_IDENTITIES = ("batch", "global")
 #: committed keys read per step of the duplicate check (1M int64 = 8 MiB)
@@ -120,3 +120,32 @@ def qid_kind_of(group_qid: np.ndarray, store_kind, path) -> str:
         raise TypeError(f"the store at {path} holds {store_kind} query ids; got {kind} ids "
                         f"(e.g. {q[0]!r}); a store keeps one kind")
     return kind
+
+
+def offending_row(store, qid) -> int:
+    """The row of a refused chunk to name in the error: the first row of a run of ``qid`` (a chunk's
+    query ids, in row order) whose id is already in ``store.qid``, or that repeats an earlier run of
+    the chunk (a query's rows must be contiguous); 0 if neither (the error is about something else).
+
+    An ingest that reports a line number (``streamrank ingest``, the nightly pipeline) calls this
+    after ``store.append`` refused the chunk, to point at the line of that row.
+
+    >>> class Store:  # anything with the committed group ids as ``qid``
+    ...     qid = [7]
+    >>> offending_row(Store(), [1, 1, 2, 1]), offending_row(Store(), [1, 7, 7]), offending_row(Store(), [1, 2])
+    (3, 1, 0)
+    """
+    qid = np.asarray(qid)
+    if not len(qid):
+        return 0
+    starts = np.flatnonzero(np.r_[True, qid[1:] != qid[:-1]])
+    runs = qid[starts]
+    bad = np.isin(runs, np.asarray(store.qid))
+    _, first, count = np.unique(runs, return_index=True, return_counts=True)
+    again = np.zeros(len(runs), dtype=bool)
+    seen = np.zeros(len(runs), dtype=bool)
+    seen[first[count > 1]] = True          # first run of a repeated qid: its later runs are the problem
+    again[np.isin(runs, runs[seen])] = True
+    again[first] = False
+    hit = np.flatnonzero(bad | again)
+    return int(starts[hit[0]]) if hit.size else 0

@@ -2,7 +2,7 @@
 
 ``run_main(prog, verbose, fn)`` calls ``fn()``; an exception becomes
 ``<prog>: error: <first line of the message>`` on stderr and the exit code of
-:func:`streamrank.cli._app._exit_code` (3 not found, 4 bad data, 5 cannot
+:func:`streamrank.cli.exit_code` (3 not found, 4 bad data, 5 cannot
 write — lock held, disk full —, 6 unsupported or out of memory, 1
 unexpected); ``verbose`` adds the traceback, Ctrl-C exits 130.
 """
@@ -15,8 +15,7 @@ __all__ = ["run_main"]
 
 
 def run_main(prog, verbose, fn, *, interrupted="interrupted") -> int:
-    from streamrank.cli._app import _exit_code
-    from streamrank.cli._common import EXIT_BUG, EXIT_SIGINT
+    from streamrank.cli import EXIT_BUG, EXIT_SIGINT, exit_code
 
     try:
         fn()
@@ -24,7 +23,7 @@ def run_main(prog, verbose, fn, *, interrupted="interrupted") -> int:
         print(f"{prog}: {interrupted}", file=sys.stderr, flush=True)
         return EXIT_SIGINT
     except Exception as exc:  # noqa: BLE001 - every failure: one line and an exit code
-        code = _exit_code(exc)
+        code = exit_code(exc)
         if verbose:
             traceback.print_exc(file=sys.stderr)
         text = str(exc.args[0]) if isinstance(exc, KeyError) and exc.args else str(exc)

@@ -122,18 +122,13 @@ def _with_progress(args, fn):
     """Run ``fn`` with the phases of :mod:`streamrank._phases` shown on stderr (``streamrank fit``'s display):
     on a terminal, or with ``--progress`` (a log); never with ``--quiet``.  Without them stderr holds only
     the error line of a failure."""
-    from streamrank._phases import reporting
-    from streamrank.cli._progress import PhaseReporter, Progress
+    from streamrank.cli import progress_reporting
 
     tty = bool(getattr(sys.stderr, "isatty", None) and sys.stderr.isatty())
     if args.quiet or not (args.progress or tty):
         return fn()
-    bar = Progress(None, unit="steps", desc="nightly", final_line=False)   # each phase says its own last line
-    try:
-        with reporting(PhaseReporter(bar)):
-            return fn()
-    finally:
-        bar.close()
+    with progress_reporting("nightly"):     # each phase says its own last line
+        return fn()
 
 
 def _storage_options(text):

@@ -32,7 +32,7 @@ one) plus the largest query, whatever the size of the day.
 
 Tuple days (``--learner sgd-bilinear``): an ``.npz`` of ``Q``, ``D``,
 ``tuples`` is one append (read whole; ``Q``/``D`` of one day); a TupleStore
-day is copied piece by piece (:func:`streamrank.cli._ingest.copy_tuple_store`,
+day is copied piece by piece (:func:`streamrank.io.tuple_copy.copy_tuple_store`,
 ids ``"sha256:<hex>#<batch>.<piece>"``), resumable the same way.
 """
 from __future__ import annotations
@@ -46,8 +46,8 @@ import numpy as np
 import scipy.sparse as sp
 
 import streamrank as sr
-from streamrank._itertools import with_last
 from streamrank._phases import phase
+from streamrank.io import with_last
 
 __all__ = ["content_hash", "iter_day", "read_day", "ingest", "day_entries", "day_base", "day_complete",
            "day_span", "newest_day",
@@ -220,7 +220,7 @@ def newest_day(log):
 
 def _store_at(store_path, storage_options=None):
     """``(location, exists?, open/create keyword arguments)`` of a store path or URL (object storage)."""
-    from streamrank.io._remote import Remote, is_url
+    from streamrank.io import Remote, is_url
 
     if is_url(store_path):
         url = str(store_path)
@@ -369,9 +369,9 @@ def _compare_prefix(store, store_qid, r0, X, y, qid):
 
 def _partial_day_error(exc, f, store, bid, qid, lines):
     """The append error of a day's chunk, naming the line and what of the day is already committed."""
-    from streamrank.cli._ingest import _offending_row
+    from streamrank.io.groups import offending_row
 
-    row = _offending_row(store, qid)
+    row = offending_row(store, qid)
     where = f" (line {int(lines[row])})" if lines is not None and len(lines) > row else ""
     entries = day_entries(store.batches, bid)
     if not entries:
@@ -405,7 +405,7 @@ def read_tuple_day(path):
 
 def ingest_tuples(store_path, files, storage_options=None):
     """Append each tuple day to a TupleStore (created from the first); idempotent by content hash."""
-    from streamrank.cli._ingest import copy_tuple_store
+    from streamrank.io.tuple_copy import copy_tuple_store
 
     store_path, exists, opts = _store_at(store_path, storage_options)    # a directory or a URL
     store = sr.TupleStore.open(store_path, mode="a", **opts) if exists else None

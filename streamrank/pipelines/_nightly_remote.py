@@ -17,7 +17,7 @@ instead of rename and ``flock``:
   ``sr.load(DIR + "/current")`` sees the old or the new model, never a mix,
   and a run whose lease was taken over cannot move the pointer any more.
 * **One writer**: a run holds the lease ``DIR/.streamrank.lock``
-  (:class:`streamrank.io._lease.WriterLease`: created with ``If-None-Match``,
+  (:class:`streamrank.io.WriterLease`: created with ``If-None-Match``,
   renewed while the run lives, taken over only after it expired); a second
   run fails at once with :class:`~streamrank.pipelines._nightly_versions.ModelsLocked`.
   The lease is checked again before every write; a run whose lease was
@@ -38,7 +38,7 @@ import json
 import numpy as np
 
 import streamrank as sr
-from streamrank.io._remote import PreconditionFailed, Remote, is_url
+from streamrank.io import PreconditionFailed, Remote, is_url
 
 __all__ = ["RemoteModelsDir", "as_models_dir"]
 
@@ -87,7 +87,7 @@ class RemoteModelsDir:
     def lock(self):
         """The run's lease on ``DIR/.streamrank.lock``; :class:`ModelsLocked` if another run holds it."""
         from streamrank.pipelines._nightly_versions import ModelsLocked
-        from streamrank.io._lease import WriterLease, WriterLockHeld
+        from streamrank.io import WriterLease, WriterLockHeld
 
         try:
             lease = WriterLease(self.remote, what="written by a nightly run").acquire()
@@ -170,7 +170,7 @@ class RemoteModelsDir:
 
     def _check_lease(self):
         """Refuse to write once this run's lease was taken over (it expired while the run was stalled)."""
-        from streamrank.io._lease import LeaseLost
+        from streamrank.io import LeaseLost
 
         if self._lease is not None:
             try:

@@ -112,7 +112,7 @@ import numpy as np
 
 import streamrank as sr
 from streamrank._phases import phase
-from streamrank.io._remote import is_url
+from streamrank.io import is_url
 from streamrank.pipelines._nightly_ingest import (  # noqa: F401
     content_hash,
     ingest,

@@ -9,7 +9,7 @@ import scipy.sparse as sp
 from _cli_inproc import run_cli
 
 import streamrank as sr
-from streamrank.cli._ingest import copy_tuple_store
+from streamrank.io.tuple_copy import copy_tuple_store
 
 
 def _run(*args):
