@@ -21,6 +21,17 @@ load average, then the counts.
   Besides wall and CPU seconds the row gives the slowest worker's CPU
   seconds: about the wall time on an idle machine.
 
+Warm commands are timed the way a user runs them, ``python -m streamrank.cli``
+(the console script's path: the command runs in a forked child that ends
+without interpreter teardown).  Beside them, the **floor** of any command that
+runs a numba kernel: a process that imports numba and calls one cached
+kernel (numba's one-time set-up on the first dispatch imports scipy.linalg and
+installs its registries).  Then **where the CPU goes**: one instrumented
+in-process run per command charges every CPU second to exactly one category —
+imports by package family, numba's set-up, each numba cache load (with how
+many and the milliseconds each), opening stores and models, the garbage
+collector, the interpreter's teardown, and the rest ("work").
+
 Each command row also says what the process did, counted exactly: numba
 signatures compiled in the process (cache misses) and loaded from the cache
 (hits), modules imported, and which heavy dependencies were imported.  The
@@ -58,9 +69,98 @@ HEAVY = ("numba", "zarr", "dask", "distributed", "scipy.sparse", "scipy.linalg",
          "streamrank.rankrls.linear", "streamrank.rankrls.kernel", "streamrank.sgd.bilinear")
 
 # Runs one command (``cli ARGS`` or ``code SOURCE``) in this fresh process and writes what it did to a JSON file.
+# With BREAKDOWN = True it also charges every CPU second of the process to exactly one category (exclusive
+# accounting on a stack): each import to the package family it belongs to (a module imported while a heavy family
+# is being imported counts to that family: asyncio under zarr is zarr's), numba's one-time initialisation (the
+# target context's registries, on the first kernel dispatch), each numba cache load (index read, unpickle, link),
+# opening stores and models, the garbage collector's passes, and the rest ("work": parsing, reading, computing).
 PROBE = r"""
-import json, sys
+import json, sys, time
+T_START = time.process_time()
 out, kind, args = sys.argv[1], sys.argv[2], sys.argv[3:]
+acc, cnt, each, stack = {}, {}, {}, [["work", T_START]]
+def _enter(cat):
+    now = time.process_time()
+    top = stack[-1]
+    acc[top[0]] = acc.get(top[0], 0.0) + now - top[1]
+    stack.append([cat, now])
+    cnt[cat] = cnt.get(cat, 0) + 1
+def _leave():
+    now = time.process_time()
+    cat, t = stack.pop()
+    acc[cat] = acc.get(cat, 0.0) + now - t
+    stack[-1][1] = now
+    return now - t
+if BREAKDOWN:
+    import gc, importlib._bootstrap as _bs
+    FAMILIES = (("numba", "numba"), ("llvmlite", "numba"), ("zarr", "zarr"), ("numcodecs", "zarr"),
+                ("fsspec", "zarr"), ("dask", "dask"), ("distributed", "distributed"), ("tqdm", "tqdm"),
+                ("matplotlib", "matplotlib"), ("pyarrow", "pyarrow"), ("pandas", "pandas"),
+                ("scipy.sparse", "scipy.sparse"), ("scipy.linalg", "scipy.linalg"), ("scipy", "scipy"),
+                ("numpy", "numpy"), ("streamrank", "streamrank"))
+    def _family(name):
+        for root, fam in FAMILIES:
+            if name == root or name.startswith(root + "."):
+                return fam
+        return None
+    _find_and_load = _bs._find_and_load
+    def _timed_find_and_load(name, import_):
+        if name in sys.modules:
+            return _find_and_load(name, import_)
+        top = stack[-1][0]
+        fam = _family(name)
+        inherits = top == "numba init" or top.startswith("import ") and top not in (
+            "import streamrank", "import numpy", "import stdlib+other")
+        if fam == "numba" and top == "numba init":
+            cat = "numba init"                     # numba's lazy imports on its first dispatch
+        elif fam in (None, "numpy") and inherits:  # what a heavy family pulls in is its cost
+            cat = top
+        else:
+            cat = "import " + (fam or "stdlib+other")
+        _enter(cat)
+        try:
+            return _find_and_load(name, import_)
+        finally:
+            _leave()
+    _bs._find_and_load = _timed_find_and_load
+    def _gc(phase, info):
+        if phase == "start":
+            _enter("gc")
+        else:
+            _leave()
+    gc.callbacks.append(_gc)
+    def _wrap(owner, attr, cat, record=False):
+        fn = getattr(owner, attr)
+        def timed(*a, **k):
+            _enter(cat)
+            try:
+                return fn(*a, **k)
+            finally:
+                dt = _leave()
+                if record:
+                    each.setdefault(cat, []).append(dt)
+        setattr(owner, attr, timed)
+    def _patch(module):                            # once the module is imported, whoever imports it
+        name = module.__name__
+        if name == "numba.core.base":
+            _wrap(module.BaseContext, "refresh", "numba init")
+        elif name == "numba.core.caching":
+            _wrap(module.Cache, "_load_overload", "numba cache load", record=True)
+        elif name == "numba.core.dispatcher":
+            _wrap(module.Dispatcher, "compile", "numba compile")
+        elif name == "streamrank.io.group_store":
+            _wrap(module.GroupStore, "_load", "open store/model")
+        elif name == "streamrank.persistence":
+            _wrap(module, "load", "open store/model")
+    WATCH = {"numba.core.base", "numba.core.caching", "numba.core.dispatcher", "streamrank.io.group_store",
+             "streamrank.persistence"}
+    _load_unlocked = _bs._load_unlocked
+    def _patched_load_unlocked(spec):
+        module = _load_unlocked(spec)
+        if spec.name in WATCH:
+            _patch(module)
+        return module
+    _bs._load_unlocked = _patched_load_unlocked
 rc = 0
 try:
     if kind == "cli":
@@ -71,6 +171,8 @@ try:
 except SystemExit as exc:
     rc = exc.code or 0
 finally:
+    t_end = time.process_time()
+    acc["work"] = acc.get("work", 0.0) + t_end - stack[0][1] if len(stack) == 1 else acc.get("work", 0.0)
     heavy = [m for m in HEAVY if m in sys.modules]
     n_modules = len(sys.modules)
     kernels = {}
@@ -85,8 +187,28 @@ finally:
                     kernels[name + "." + attr] = [len(obj.signatures), sum(st.cache_hits.values()),
                                                   sum(st.cache_misses.values())]
     with open(out, "w") as f:
-        json.dump({"rc": rc, "heavy": heavy, "n_modules": n_modules, "kernels": kernels}, f)
+        json.dump({"rc": rc, "heavy": heavy, "n_modules": n_modules, "kernels": kernels, "t_start": T_START,
+                   "t_end": t_end, "acc": acc, "count": cnt, "each": each}, f)
 sys.exit(rc)
+"""
+
+
+# The floor of any command that runs a numba kernel: python, numpy, numba's import, and numba's one-time set-up on
+# the first dispatch (its registries, which import scipy.linalg: numba.np.arraymath checks for BLAS), then one
+# cached kernel.  A file, not -c: numba caches only functions whose source file it can find.
+FLOOR_MODULE = """import numba
+import numpy as np
+
+
+@numba.njit(cache=True)
+def total(x):
+    s = 0.0
+    for v in x:
+        s += v
+    return s
+
+
+total(np.ones(3))
 """
 
 
@@ -133,9 +255,9 @@ def run(cmd, *, env, cwd, probe=None):
     return wall, cpu, report
 
 
-def probe_cmd(work, name, kind, args):
+def probe_cmd(work, name, kind, args, breakdown=False):
     out = work / f"probe-{name}.json"
-    code = PROBE.replace("HEAVY", repr(HEAVY))
+    code = PROBE.replace("HEAVY", repr(HEAVY)).replace("BREAKDOWN", repr(breakdown))
     return [sys.executable, "-c", code, str(out), kind, *map(str, args)], out
 
 
@@ -215,6 +337,25 @@ def _row(name, wall, cpu, base, report=None, load=None):
     return ratio
 
 
+def _breakdown(reports):
+    """Where each warm command's CPU goes (one instrumented in-process run each; see PROBE)."""
+    names = list(reports)
+    cats = sorted({c for _, rep in reports.values() for c in rep["acc"]},
+                  key=lambda c: (c == "work", -max(rep["acc"].get(c, 0.0) for _, rep in reports.values())))
+    print(f"\nwhere the CPU goes, warm (ms; one instrumented in-process run per command, load {_load():.1f})")
+    print(f"{'':<34s}" + "".join(f"{n[:12]:>13s}" for n in names))
+    rows = [("python start-up", [rep["t_start"] for _, rep in reports.values()])]
+    rows += [(c, [rep["acc"].get(c, 0.0) for _, rep in reports.values()]) for c in cats]
+    rows += [("= in the process", [rep["t_end"] for _, rep in reports.values()]),
+             ("teardown (the console child skips it)", [cpu - rep["t_end"] for cpu, rep in reports.values()]),
+             ("= CPU of the process", [cpu for cpu, _ in reports.values()])]
+    for label, vals in rows:
+        print(f"{label[:34]:<34s}" + "".join(f"{v * 1000:13.0f}" for v in vals))
+    loads = [rep["each"].get("numba cache load", []) for _, rep in reports.values()]
+    print(f"{'numba cache loads (n, ms each)':<34s}" + "".join(
+        f"{f'{len(v)} x {1000 * statistics.median(v):.0f}' if v else '0':>13s}" for v in loads))
+
+
 def _header(title):
     print(f"\n{title}")
     print(f"{'':<28s} {'wall s':>7s} {'cpu s':>7s} {'/base':>7s} {'cpu/b':>7s} {'load':>5s}  "
@@ -279,22 +420,45 @@ def _run(args, scratch, repeat, cold):
         for c in [cli] + [s for _, s in setup]:
             run(probe_cmd(scratch, "fill", "cli", c)[0], env=env, cwd=scratch)
     base = baseline()
-    figures = {}
-    for r in range(repeat):  # each repeat ingests into new stores, then fits and evaluates them
+    # the warm figures are timed as the user runs a command: the console script's path (python -m streamrank.cli),
+    # which runs the command in a forked child that ends with os._exit (no interpreter teardown); then one
+    # instrumented in-process run of each gives the counts and where the CPU goes.  --smoke (a test of this
+    # script) takes its figures from the instrumented runs and skips the floor: half the processes.
+    floors = []
+    if not args.smoke:
+        floor_file = scratch / "floor_probe.py"
+        floor_file.write_text(FLOOR_MODULE)
+        run([sys.executable, str(floor_file)], env=env, cwd=scratch)     # fills the floor kernel's cache entry
+        floors = [run([sys.executable, str(floor_file)], env=env, cwd=scratch) for _ in range(repeat)]
+    figures, reports = {}, {}
+    for r in range(0 if args.smoke else repeat):  # each repeat ingests into new stores, then fits and evaluates
         for name, cli, setup in commands(paths, scratch, f"warm{r}"):
             load = _load()
-            cmd, out = probe_cmd(scratch, "warm", "cli", cli)
-            wall, cpu, rep = run(cmd, env=env, cwd=scratch, probe=out)
-            figures.setdefault(name, []).append((wall, cpu, load, rep))
+            wall, cpu, _ = run([sys.executable, "-m", "streamrank.cli", *map(str, cli)], env=env, cwd=scratch)
+            figures.setdefault(name, []).append((wall, cpu, load))
             for _, scli in setup:
                 run(probe_cmd(scratch, "setup", "cli", scli)[0], env=env, cwd=scratch)
-    _header(f"warm numba cache (median of {repeat})")
+    for name, cli, setup in commands(paths, scratch, "breakdown"):
+        load = _load()
+        cmd, out = probe_cmd(scratch, "breakdown", "cli", cli, breakdown=True)
+        wall, cpu, rep = run(cmd, env=env, cwd=scratch, probe=out)
+        reports[name] = (cpu, rep)
+        if args.smoke:
+            figures[name] = [(wall, cpu, load)]
+        for _, scli in setup:
+            run(probe_cmd(scratch, "setup", "cli", scli)[0], env=env, cwd=scratch)
+    _header(f"warm numba cache (median of {repeat}; "
+            f"{'in process, instrumented' if args.smoke else 'the console path: python -m streamrank.cli'})")
     _row('baseline "import numpy, scipy"', base[0], base[1], base, load=_load())
+    if floors:
+        _row("floor: numba + 1 cached kernel", statistics.median(f[0] for f in floors),
+             statistics.median(f[1] for f in floors), base, load=_load())
     for name, runs in figures.items():
         wall, cpu, load = (statistics.median(r[i] for r in runs) for i in range(3))
-        ratio = _row(name, wall, cpu, base, runs[-1][3], load)
+        ratio = _row(name, wall, cpu, base, reports[name][1], load)
         if not (wall <= 1.0 or ratio <= 2.0):
             failures.append(f"warm {name} {wall:.2f} s = {ratio:.1f}x baseline")
+    _breakdown(reports)
 
     # ---------------------------------------------------------------- suite
     if args.suite or args.suite_cold:

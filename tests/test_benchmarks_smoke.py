@@ -183,6 +183,10 @@ def test_cold_start_smoke(tmp_path, capsys):
     cols = help_row.split()  # name, wall, cpu, ratio, cpu ratio, load, compiled, cached, modules, heavy imports
     assert cols[6:8] == ["0", "0"]  # --help neither compiles nor loads a numba kernel
     assert "numba" not in cols[9] and "zarr" not in cols[9]
+    table = out.split("where the CPU goes")[1]          # the breakdown: one line per category, a column a command
+    rows = {line[:34].strip(): line[34:].split() for line in table.splitlines()[2:] if line[:34].strip()}
+    assert rows["import numba"][0] == "0" and int(rows["import numba"][1]) > 0    # --help: none; ingest: some
+    assert rows["numba cache loads (n, ms each)"][0] == "0"
 
 
 def test_object_store_smoke(s3_server, capsys):
