@@ -24,6 +24,7 @@ __all__ = [
     "check_choice",
     "check_tuples",
     "iter_tuple_steps",
+    "kernel_csr",
 ]
 
 
@@ -73,6 +74,22 @@ def _canonical_csr(X):
         X = X.copy()
         X.sum_duplicates()
     return X
+
+
+def kernel_csr(X):
+    """``(indptr, indices, data)`` of a checked CSR as the kernels take them: int64, int64, float64.
+
+    Every array C-contiguous and writeable (a copy only when the dtype or a
+    read-only flag asks for one: O(nnz) per batch).  numba compiles one
+    machine-code variant per combination of dtypes and read-only flags of its
+    nine CSR arguments (Q, D+, D-), and each variant of ``sgd_steps`` took
+    20-146 s to compile under load; with this one variant serves float32,
+    float64, integer and read-only input alike.  Exact: the SGD kernels read
+    every value through ``np.float64(x)`` and every index as an integer, so the
+    float64 / int64 copies give the same steps bit for bit.
+    """
+    return (np.require(X.indptr, np.int64, ["C", "W"]), np.require(X.indices, np.int64, ["C", "W"]),
+            np.require(X.data, np.float64, ["C", "W"]))
 
 
 def check_tuples(Q, D_pos, D_neg, n_query_features=None, n_item_features=None):

@@ -17,6 +17,7 @@ import scipy.sparse as sp
 
 from .._state_checks import state_array, state_int
 from . import _sparse_w_kernels as K_
+from ._base import kernel_csr
 
 __all__ = ["SparseW", "MemoryLimitError", "POOL_ENTRY_BYTES"]
 
@@ -217,7 +218,7 @@ class SparseW:
         out = np.zeros(Q.shape[0], dtype=np.float64)
         dense = np.zeros(self.n_cols, dtype=np.float64)
         K_.score_rows(self.meta, self.pc, self.pv, self.S, int(self.istate[K_.I_K]),
-                      Q.indptr, Q.indices, Q.data, D.indptr, D.indices, D.data, dense, out)
+                      *kernel_csr(Q), *kernel_csr(D), dense, out)
         return out
 
     # ----------------------------------------------------------- persistence

@@ -70,6 +70,7 @@ from ._base import (
     check_nonneg,
     check_tuples,
     iter_tuple_steps,
+    kernel_csr,
 )
 from ..metrics import tuple_error
 from ..normalize import FeatureMoments, Normalizer, check_normalize
@@ -127,6 +128,16 @@ class SparseSGDRanker(BaseRanker):
         row records; the running threshold sums (8 bytes per ``shrink_every``
         steps, reset every 2**19 sweeps) come on top.  None (default): half
         the machine's physical memory.
+
+    Input dtypes
+    ------------
+    Q, D_pos, D_neg (and predict's Q, D) may be CSR or dense, float32,
+    float64 or integer, read-only or not.  The steps compute in float64 (every
+    value is read as ``float64(x)``, exact for float32 and for integers up to
+    2**53), so the kernels get float64 values and int64 indices, copied once
+    per batch where needed (:func:`~streamrank.sgd._base.kernel_csr`): one
+    compiled kernel serves every input, and the model is the same bit for bit
+    whatever the input dtype.
 
     Attributes
     ----------
@@ -299,15 +310,14 @@ class SparseSGDRanker(BaseRanker):
         lpos = np.empty(self._undo_log_size, dtype=np.int64)
         lval = np.empty(self._undo_log_size, dtype=np.float64)
         dense, slot, mask = W.workspace()
+        q, dp, dn = kernel_csr(Q), kernel_csr(Dp), kernel_csr(Dn)   # one compiled variant (see kernel_csr)
         lazy = bool(self._lazy) and not refit
         r = 0
         stalls = 0
         while r < n:
             W.reserve_sweeps(n - r, p["T"])
             r_next = K_.sgd_steps(
-                W.meta, W.pc, W.pv, W.S, W.istate, W.fstate,
-                Q.indptr, Q.indices, Q.data, Dp.indptr, Dp.indices, Dp.data,
-                Dn.indptr, Dn.indices, Dn.data,
+                W.meta, W.pc, W.pv, W.S, W.istate, W.fstate, *q, *dp, *dn,
                 r, n, p["eta0"], p["lr"], 0.0 if refit else p["l1"], p["T"],
                 lazy, refit, dj, dx, dense, slot, mask, hit, W.free, lpos, lval, kept)
             if r_next < n:  # the pool (or the undo log) is full: repack and grow it
