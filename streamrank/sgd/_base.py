@@ -25,6 +25,7 @@ __all__ = [
     "check_tuples",
     "iter_tuple_steps",
     "kernel_csr",
+    "kernel_dense_pair",
 ]
 
 
@@ -90,6 +91,18 @@ def kernel_csr(X):
     """
     return (np.require(X.indptr, np.int64, ["C", "W"]), np.require(X.indices, np.int64, ["C", "W"]),
             np.require(X.data, np.float64, ["C", "W"]))
+
+
+def kernel_dense_pair(Xp, Xn):
+    """Dense row-aligned (Xp, Xn) of ``check_X`` as the dense kernels take them: one float dtype, writeable.
+
+    float32 pairs stay float32 (no doubled copy of a store's block), a mixed
+    pair becomes float64, read-only arrays a writeable copy: two compiled
+    variants instead of one per dtype/read-only combination.  Exact: the
+    kernels read ``float64(x)``.
+    """
+    dtype = Xp.dtype if Xp.dtype == Xn.dtype else np.float64
+    return np.require(Xp, dtype, ["C", "W"]), np.require(Xn, dtype, ["C", "W"])
 
 
 def check_tuples(Q, D_pos, D_neg, n_query_features=None, n_item_features=None):

@@ -68,7 +68,8 @@ from ..base import BaseRanker, NotFittedError
 from ..persistence import register_model
 from . import _pairwise_kernels as PK
 from ..normalize import FeatureMoments, check_normalize
-from ._base import _canonical_csr, check_choice, check_eta0, check_int, check_nonneg
+from ._base import (_canonical_csr, check_choice, check_eta0, check_int, check_nonneg, kernel_csr,
+                    kernel_dense_pair)
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -209,6 +210,11 @@ class PairwiseSGDRanker(BaseRanker):
 
         Dense float32/float64 pairs run the dense kernel directly; sparse input
         (or a dense/sparse mix) runs the CSR kernel -- the results are identical.
+        The steps compute in float64 (each difference ``float64(x+) -
+        float64(x-)``), so the kernels compile one variant for CSR input
+        (int64 indices, float64 values: :func:`~streamrank.sgd._base.kernel_csr`)
+        and two for dense (float32 or float64 pairs, a mixed pair as float64,
+        read-only as a writeable copy: ``kernel_dense_pair``); all exact.
         ``pair_weight``: (pairs,) finite weights >= 0; pair r's gradient is
         multiplied by it (a weight 0 still advances the clock, the decay and
         the L1 penalty: it is a step of the weighted objective).
@@ -235,6 +241,7 @@ class PairwiseSGDRanker(BaseRanker):
         args = (p["eta0"], p["lr"], p["l1"], p["l2"], p["T"], p["loss"], p["l1_rule"])
         if not sp.issparse(Xp) and not sp.issparse(Xn):
             # dense twin: same steps bit for bit, without building CSR (check_X: C-contiguous float32/64)
+            Xp, Xn = kernel_dense_pair(Xp, Xn)
             dj = np.empty(max(Xp.shape[1], 1), dtype=np.int64)
             dx = np.empty(max(Xp.shape[1], 1), dtype=np.float64)
             if pw is None:
@@ -248,11 +255,11 @@ class PairwiseSGDRanker(BaseRanker):
         dj = np.empty(max(nd, 1), dtype=np.int64)
         dx = np.empty(max(nd, 1), dtype=np.float64)
         if pw is None:
-            PK.pairwise_steps(self._v, self._fstate, self._istate, self._q,
-                              Xp.indptr, Xp.indices, Xp.data, Xn.indptr, Xn.indices, Xn.data, *args, dj, dx)
+            PK.pairwise_steps(self._v, self._fstate, self._istate, self._q, *kernel_csr(Xp), *kernel_csr(Xn),
+                              *args, dj, dx)
         else:
-            PK.pairwise_steps_weighted(self._v, self._fstate, self._istate, self._q, Xp.indptr, Xp.indices, Xp.data,
-                                       Xn.indptr, Xn.indices, Xn.data, pw, *args, dj, dx)
+            PK.pairwise_steps_weighted(self._v, self._fstate, self._istate, self._q, *kernel_csr(Xp),
+                                       *kernel_csr(Xn), pw, *args, dj, dx)
         return self
 
     def _step_pairs(self, src, batches):
