@@ -41,6 +41,7 @@ import numpy as np
 from .._defaults import DEFAULT_BLOCK_ROWS
 from ..rankrls import _split_groups as _sg
 from ..rankrls import cg as _cg
+from ..rankrls._group_weights import weight_totals
 from ._cluster import DEFAULT_SPLIT_EVERY, _ship_source, get_client, reset_fitted, tree_reduce
 from ._retry import with_retries
 
@@ -89,14 +90,14 @@ def _product_task(plan, ref, V, n_outputs, group_weight, ties, table=None):
     """One block's ``X_Bᵀ (L U)_B`` (U = X_B V, or Y_B when V is None) and its open groups.
 
     A row-weighted source's pieces of split groups take their group's weight W_g from the source's
-    in-memory weights (:func:`streamrank.rankrls._split_groups.weight_totals`), as locally.
+    weights, read in pieces (:func:`streamrank.rankrls._group_weights.weight_totals`), as locally.
     """
     src = ref.open()
     block = src.read_block(*plan)
     Y = _sg._block_Y(block, n_outputs)
     U = Y if V is None else np.asarray(block.X @ V, dtype=np.float64)
     opens = _sg._Open(group_weight)
-    wtot = _sg.weight_totals(src) if block.weight is not None else None
+    wtot = weight_totals(src, None) if block.weight is not None else None
     LU, closes = _sg._block_apply(block, U, Y, group_weight, ties, opens, table, weight_total=wtot)
     Z = _sg._xtu(block.X, LU)
     for s, S, t in closes:
@@ -129,7 +130,7 @@ def _diagonal_task(plan, ref, group_weight, ties, n_outputs, table=None, moments
     src = ref.open()
     block = src.read_block(*plan)
     opens = _sg._Open(group_weight)
-    wtot = _sg.weight_totals(src) if block.weight is not None else None
+    wtot = weight_totals(src, None) if block.weight is not None else None
     d, closes = _cg.block_diagonal(block, group_weight, ties, table, n_outputs, opens, weight_total=wtot)
     for s, S, _ in closes:
         d -= s * S ** 2

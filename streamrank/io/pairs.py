@@ -68,6 +68,10 @@ class PairBatch:
         Query id of each pair.
     y_diff : float64 ndarray (k,)
         ``y[preferred] - y[other]`` (> 0).
+    pair_weight : float64 ndarray (k,) or None
+        ``w[preferred] * w[other]`` on a row-weighted source
+        (:mod:`streamrank.io.weighted`), from the weights of the rows read
+        for the batch (never the whole weight column); None unweighted.
     """
 
     X_pos: object
@@ -75,6 +79,7 @@ class PairBatch:
     rows: np.ndarray
     qid: np.ndarray
     y_diff: np.ndarray
+    pair_weight: np.ndarray | None = None
 
     def __len__(self):
         return len(self.rows)
@@ -337,6 +342,7 @@ def _sampled_split_group(src, g, pieces, left, rng, max_rows, batch_size, output
         rank = np.concatenate((rank_i, rank_j))
         rows = _rows_of_ranks(src, pieces, vals, cls, rank, output)
         X = _gather_rows(src, pieces, rows)
+        w = _gather_weights(src, pieces, rows)
         i, j = rows[:k], rows[k:]
         yi, yj = vals[a], vals[b]
         for s0 in range(0, k, batch_size):
@@ -346,7 +352,8 @@ def _sampled_split_group(src, g, pieces, left, rng, max_rows, batch_size, output
                 p = p[rng.permutation(len(p))]
             yield PairBatch(X_pos=X[p], X_neg=X[k + p],
                             rows=np.stack((i[p], j[p]), axis=1).astype(np.int64),
-                            qid=np.full(len(p), qid, dtype=np.int64), y_diff=(yi[p] - yj[p]).astype(np.float64))
+                            qid=np.full(len(p), qid, dtype=np.int64), y_diff=(yi[p] - yj[p]).astype(np.float64),
+                            pair_weight=None if w is None else w[p] * w[k + p])
 
 
 def _rows_of_ranks(src, pieces, vals, cls, rank, output):
@@ -395,6 +402,22 @@ def _gather_rows(src, pieces, rows):
     return out
 
 
+def _gather_weights(src, pieces, rows):
+    """``w[rows]`` of a row-weighted source (None unweighted), one piece's weights at a time."""
+    out = None
+    for r0, r1 in pieces:
+        hit = np.flatnonzero((rows >= r0) & (rows < r1))
+        if not len(hit):
+            continue
+        w = src._read_weight(r0, r1)
+        if w is None:
+            return None
+        if out is None:
+            out = np.empty(len(rows), dtype=np.float64)
+        out[hit] = np.asarray(w, dtype=np.float64)[rows[hit] - r0]
+    return out
+
+
 def _block_counts(y, gp, left, rng):
     """This block's share of Multinomial(N, uniform over the E eligible queries), drawn sequentially.
 
@@ -420,13 +443,16 @@ def _block_counts(y, gp, left, rng):
 def _emit(block, y, pieces, batch_size, rng):
     buf_i, buf_j, buf_g, n = [], [], [], 0
 
+    w = None if block.weight is None else np.asarray(block.weight, dtype=np.float64)
+
     def flush(i, j, g):
         if rng is not None:
             p = rng.permutation(len(i))
             i, j, g = i[p], j[p], g[p]
         return PairBatch(X_pos=_take(block.X, i), X_neg=_take(block.X, j),
                          rows=np.stack((i + block.start, j + block.start), axis=1).astype(np.int64),
-                         qid=_ids(block.qid, g), y_diff=(y[i] - y[j]).astype(np.float64))
+                         qid=_ids(block.qid, g), y_diff=(y[i] - y[j]).astype(np.float64),
+                         pair_weight=None if w is None else w[i] * w[j])
 
     for i, j, g in pieces:
         while len(i):

@@ -15,9 +15,14 @@ read with each block instead of held in memory: ``with_weights(store,
 ``click`` column, weights 1 / p(position) on clicked rows and 1 elsewhere —
 :func:`streamrank.clicks.ips_weights` block by block).  Weights are opt-in,
 as ``sample_weight`` is in scikit-learn: a store with a ``weight`` column
-trains unweighted unless asked.  Learners that need every weight at once
-(the exact dual KernelRankRLS, PairwiseSGDRanker's pair sampler, split
-groups' totals) read the whole column through ``.weight`` (8 bytes a row).
+trains unweighted unless asked.  Weights are read with the rows that use
+them, so memory stays O(block) whatever the row count: PairwiseSGDRanker's
+pairs carry ``PairBatch.pair_weight`` from the block they were drawn from,
+and cg's groups cut across blocks get their whole-group weight W_g from one
+streamed pass (:mod:`streamrank.rankrls._group_weights`).  Only the exact
+dual KernelRankRLS reads the whole column (``.weight``, 8 bytes a row): it
+holds every row and the m × m kernel anyway (32·m² bytes), so the weights
+add nothing to its order of memory.
 """
 from __future__ import annotations
 
@@ -36,6 +41,10 @@ __all__ = ["WeightedSource", "ColumnWeightedSource", "IPSWeightedSource", "with_
 
 class WeightedSource(WrappedSource):
     """The blocks of ``source`` with per-row weights ``weight`` (rows,) attached as ``Block.weight``."""
+
+    #: a source whose ``_read_weight`` gives its rows' weights in its own group numbering (what cg's
+    #: split-group totals look for under views and proxies: :mod:`streamrank.rankrls._group_weights`)
+    row_weighted = True
 
     def __init__(self, source: BlockSource, weight, name: str = "sample_weight"):
         super().__init__(source)
@@ -66,7 +75,7 @@ def _needs_columns(source, names, what):
 
 
 class _LazyWeight:
-    """``.weight``: every row's weight, read on first use (learners that need them all at once)."""
+    """``.weight``: every row's weight, read on first use (the exact kernel dual, which holds every row)."""
 
     _all = None
 

@@ -30,7 +30,7 @@ group, ties="include": ``L_g = s_g (W_g diag(w) − w wᵀ)`` with
 to rank with pairwise regularized least-squares") with the edge weights of
 (20)/(22) replaced by w_i w_j.  The open sums become ``S_g = Σ_p X_pᵀ w_p``
 and ``t_g = Σ_p w_pᵀ u_p``; the row-local part ``s_g W_g w_i u_i`` needs the
-whole group's weight W_g (:func:`weight_totals`, from the in-memory weights).
+whole group's weight W_g (:func:`~streamrank.rankrls._group_weights.weight_totals`: read in pieces).
 
 Row weights with ``ties="exclude"``: the pairs inside a tie class c (rows of
 equal target) get weight 0.  The tied pairs of c alone form the weighted
@@ -451,31 +451,6 @@ def _piece_classes(block, Y, table, outs):
     return {int(o): table.rows(block, Y, int(o)) for o in np.unique(outs)}
 
 
-def weight_totals(source):
-    """``W(gid) = Σ_{i in g} w_i`` of a row-weighted source (its global weights), or None without weights.
-
-    A piece of a split group needs its whole group's weight W_g for the row-local part
-    ``s_g W_g w_i u_i`` of the weighted Laplacian ``L_g = s_g (W_g diag(w) − w wᵀ)``
-    (:mod:`streamrank.laplacian`); the weights are in memory
-    (:class:`~streamrank.io.weighted.WeightedSource`), so W_g costs no pass.
-    Looks through views that keep the base source's group numbering (``.source``: cg CV folds;
-    ``.inner``: wrapped sources).
-    """
-    base = source
-    while getattr(base, "weight", None) is None and \
-            (getattr(base, "source", None) is not None or getattr(base, "inner", None) is not None):
-        base = base.source if getattr(base, "source", None) is not None else base.inner
-    w = getattr(base, "weight", None)
-    if w is None:
-        return None
-    cw = np.concatenate(([0.0], np.cumsum(np.asarray(w, dtype=np.float64))))
-    gp = np.asarray(base.group_ptr, dtype=np.int64)
-
-    def total(gid):
-        return float(cw[gp[gid + 1]] - cw[gp[gid]])
-    return total
-
-
 def _weighted_piece(block, group_weight, ties, weight_total, what="row weights", ties_table=None):
     """``(s_g, W_g, w)`` of a piece of a split group with row weights; no totals (or no tie table) raise."""
     size = int(block.group_size[0])
@@ -499,7 +474,7 @@ def _block_apply(block, U, Y, group_weight, ties, opens, ties_table=None, weight
     sums go to ``opens`` (``opens.tie_done`` lists completed groups).
     Row weights on a piece: ``(L U)_i = s_g (W_g w_i u_i − w_i t_g)``
     with ``t_g = Σ_{j in g} w_j u_j`` over all pieces, so the open sums are
-    ``S_g = Σ_p X_pᵀ w_p`` and ``t_g`` (``weight_total``: :func:`weight_totals`);
+    ``S_g = Σ_p X_pᵀ w_p`` and ``t_g`` (``weight_total``: :func:`~streamrank.rankrls._group_weights.weight_totals`);
     ties="exclude" subtracts ``s_g W_{c(i)} w_i u_i`` and keeps the class sums
     of ``w∘u`` (module doc).
     """

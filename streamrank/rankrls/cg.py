@@ -44,8 +44,8 @@ from ._split_groups import (
     _xtu,
     deferred_piece,
     finish_classes,
-    weight_totals,
 )
+from ._group_weights import weight_totals
 from ._gram import _id_sums, _indicator
 
 __all__ = ["RankingOperator", "TieTable", "laplacian_pass", "gram_diagonal", "solve_cg", "validation_loss",
@@ -53,7 +53,7 @@ __all__ = ["RankingOperator", "TieTable", "laplacian_pass", "gram_diagonal", "so
 
 
 def laplacian_pass(source, V=None, *, group_weight="pair", ties="include", max_rows=DEFAULT_BLOCK_ROWS, ties_table=None,
-                   split_sums=None):
+                   split_sums=None, weight_total=None):
     """One pass: ``Xᵀ L X V`` for V (n, k), or ``Xᵀ L Y`` when V is None.  Returns (n, k) float64.
 
     ``ties_table``: the :class:`TieTable` of ``source`` at ``max_rows``
@@ -62,6 +62,9 @@ def laplacian_pass(source, V=None, *, group_weight="pair", ties="include", max_r
     ``max_rows`` (:class:`RankingOperator` does): the feature sums ``S_g`` of
     split groups, recorded by the first pass (up to :data:`~streamrank.rankrls._split_groups.TIE_CACHE_ENTRIES`
     numbers) so that later passes skip one column sum per piece.
+    ``weight_total``: the split groups' weights W_g of a row-weighted source
+    (:func:`~streamrank.rankrls._group_weights.weight_totals`, kept between
+    passes by :class:`RankingOperator`; read here when omitted).
     """
     n, v = source.n_features, source.n_outputs
     k = v if V is None else V.shape[1]
@@ -69,7 +72,7 @@ def laplacian_pass(source, V=None, *, group_weight="pair", ties="include", max_r
     Z = np.zeros((n, k))
     opens = _Open(group_weight, split_sums, _split_groups.TIE_CACHE_ENTRIES)
     deferred = {}
-    wtot = weight_totals(source)
+    wtot = weight_total if weight_total is not None else weight_totals(source, max_rows)
     for block in source.blocks(max_rows=max_rows, split_groups=True):
         Y = _block_Y(block, v)
         U = Y if V is None else np.asarray(block.X @ V, dtype=np.float64)
@@ -169,7 +172,7 @@ def gram_diagonal(source, *, group_weight="pair", ties="include", max_rows=DEFAU
     table = _ties_table(source, ties, max_rows, ties_table)
     diag = np.zeros(n)
     opens = _Open(group_weight)
-    wtot = weight_totals(source)
+    wtot = weight_totals(source, max_rows)
     for block in source.blocks(max_rows=max_rows, split_groups=True):
         if moments is not None:
             moments.update(block.X)
@@ -235,6 +238,7 @@ class RankingOperator(_PassOperator):
         self._table = None
         self._table_built = False
         self._split_sums = {}
+        self._weight_total = weight_totals(source, max_rows)     # W_g of split groups, read once when asked
 
     def ties_table(self):
         """The :class:`TieTable` of the split groups (ties="exclude"), or None."""
@@ -250,7 +254,8 @@ class RankingOperator(_PassOperator):
         if table is not None and not table.cached:
             self.n_passes += 1          # the second sweep over the split groups' pieces
         return laplacian_pass(self.source, V, group_weight=self.group_weight, ties=self.ties,
-                              max_rows=self.max_rows, ties_table=table, split_sums=self._split_sums)
+                              max_rows=self.max_rows, ties_table=table, split_sums=self._split_sums,
+                              weight_total=self._weight_total)
 
     def gram_diagonal(self, moments=None):
         """diag(XᵀLX), one pass (not counted: :func:`solve_cg` counts it); ``moments`` updated on the way."""
@@ -298,7 +303,7 @@ def validation_loss(source, W, *, group_weight="pair", ties="include", max_rows=
     tot = np.zeros(k)
     opens = {}
     csums = {}
-    wtot = weight_totals(source)
+    wtot = weight_totals(source, max_rows)
     for block in source.blocks(max_rows=max_rows, split_groups=True):
         Y = _block_Y(block, v)
         outs = _col_outputs(k, v) if ties == "exclude" else None

@@ -262,12 +262,12 @@ class PairwiseSGDRanker(BaseRanker):
                                        *kernel_csr(Xn), pw, *args, dj, dx)
         return self
 
-    def _step_pairs(self, src, batches):
-        """Step on every PairBatch; on a weighted source pair (i, j) weighs w_i w_j (module doc)."""
-        w = _row_weights(src)
+    def _step_pairs(self, batches):
+        """Step on every PairBatch; on a weighted source pair (i, j) weighs w_i w_j (module doc), the
+        batch's ``pair_weight``: read with the rows of the batch, so a store's weight column is never
+        held whole (memory O(block), as for X)."""
         for b in batches:
-            pw = None if w is None else w[b.rows[:, 0]] * w[b.rows[:, 1]]
-            self.partial_fit_pairs(b.X_pos, b.X_neg, pair_weight=pw)
+            self.partial_fit_pairs(b.X_pos, b.X_neg, pair_weight=b.pair_weight)
 
     def _seed(self):
         base = 0 if self.random_state is None else int(self.random_state)
@@ -301,7 +301,7 @@ class PairwiseSGDRanker(BaseRanker):
         n_pairs = src.n_rows if n_pairs is None else check_int(n_pairs, "n_pairs", 0)
         if n_pairs == 0:
             return self
-        self._step_pairs(src, pairs_from_groups(src, n_pairs, random_state=self._seed(), shuffle=True,
+        self._step_pairs(pairs_from_groups(src, n_pairs, random_state=self._seed(), shuffle=True,
                                                 max_rows=max(src.n_rows, 1)))
         return self
 
@@ -334,7 +334,7 @@ class PairwiseSGDRanker(BaseRanker):
         self._fit_normalizer(src, max_rows)
         n_pairs = src.n_rows if n_pairs is None else check_int(n_pairs, "n_pairs", 0)
         if n_pairs:
-            self._step_pairs(src, pairs_from_groups(src, n_pairs, random_state=self._seed(), shuffle=True,
+            self._step_pairs(pairs_from_groups(src, n_pairs, random_state=self._seed(), shuffle=True,
                                                     max_rows=max_rows, batch_size=batch_size))
         return self
 
@@ -394,17 +394,3 @@ class PairwiseSGDRanker(BaseRanker):
             self.l1_rule = "window"
         self._calls = calls
 
-
-def _row_weights(source):
-    """The (rows,) row weights of ``source`` (its row order), or None when it has none.
-
-    A :class:`~streamrank.io.weighted.WeightedSource` holds them (``.weight``); a view of one that keeps
-    its rows (``source.groups(g0, g1)``: a :class:`~streamrank.io.blocks.GroupRange`) reads them through
-    ``_read_weight`` — before, such a view trained unweighted without a word.
-    """
-    from ..io.weighted import WeightedSource
-
-    if isinstance(source, WeightedSource):
-        return source.weight
-    w = source._read_weight(0, source.n_rows)
-    return None if w is None else np.asarray(w, dtype=np.float64)
