@@ -48,6 +48,45 @@ def test_help_and_usage_errors_import_no_learner_and_no_heavy_dependency(argv):
                                                  "streamrank.pipelines", "streamrank.recipes.", "streamrank.metrics"))]
 
 
+#: what none of the everyday commands (ingest, fit --learner rankrls, evaluate) may import: they are used by the
+#: distributed pipelines, progress bars, plots and Parquet/ONNX input/output only
+NOT_ON_THE_EVERYDAY_PATH = ("dask", "distributed", "tqdm", "matplotlib", "pyarrow", "pandas", "onnx",
+                            "streamrank.distributed", "streamrank.plot", "streamrank.exporters",
+                            "streamrank.pipelines", "streamrank.recipes", "streamrank.sgd")
+
+
+def test_ingest_fit_evaluate_import_only_what_they_use(tmp_path):
+    """The warm path of the three everyday commands (issue 22), run for real in one fresh interpreter.
+
+    ``NUMBA_DISABLE_JIT`` keeps it cheap (no compile on a cold cache); the
+    imports are the same, numba included.  The learner ``fit`` uses is the
+    only learner imported, and ``evaluate`` loads only the model's.
+    """
+    rng = np.random.default_rng(1)
+    for part, n_groups in (("train", 4), ("test", 2)):
+        lines = [f"{int(rng.integers(0, 3))} qid:{q} " + " ".join(f"{j}:{rng.normal():.4f}" for j in range(1, 5))
+                 for q in range(1, n_groups + 1) for _ in range(5)]
+        (tmp_path / f"{part}.txt").write_text("\n".join(lines) + "\n")
+    commands = [["ingest", "train.txt", "--store", "train.zarr", "-q"],
+                ["ingest", "test.txt", "--store", "test.zarr", "-q"],
+                ["fit", "--store", "train.zarr", "--model", "m.zarr", "--learner", "rankrls", "-q"],
+                ["evaluate", "--model", "m.zarr", "--store", "test.zarr", "-q"]]
+    code = ("import contextlib, io, os\nfrom streamrank.cli import main\n"
+            f"os.chdir({str(tmp_path)!r})\n"
+            f"for argv in {commands!r}:\n"
+            "    with contextlib.redirect_stdout(io.StringIO()):\n"
+            "        assert main(argv) == 0, argv\n")
+    env = dict(__import__("os").environ, NUMBA_DISABLE_JIT="1")
+    probe = code + "\nimport json, sys\nprint('\\nMODULES=' + json.dumps(sorted(sys.modules)))\n"
+    res = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, env=env)
+    assert res.returncode == 0, res.stderr
+    mods = set(json.loads(res.stdout.rsplit("MODULES=", 1)[1]))
+    assert "numba" in mods and "streamrank.metrics" in mods            # the commands did run
+    unexpected = sorted(m for m in mods if m.startswith(NOT_ON_THE_EVERYDAY_PATH))
+    assert not unexpected, unexpected
+    assert [m for m in LEARNERS if m in mods] == ["streamrank.rankrls.linear"]
+
+
 def test_import_streamrank_is_cheap():
     mods = _modules_after("import streamrank")
     assert not [m for m in HEAVY if m in mods]
