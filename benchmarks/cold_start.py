@@ -163,9 +163,12 @@ if BREAKDOWN:
     _bs._load_unlocked = _patched_load_unlocked
 rc = 0
 try:
-    if kind == "cli":
+    if kind == "cli":                              # the console script's path, in this process (no fork)
+        import os
+        os.environ["STREAMRANK_NO_FORK"] = "1"
+        sys.argv = ["streamrank", *args]
         from streamrank.cli import main
-        rc = main(args)
+        rc = main()
     else:
         exec(compile(args[0], "<readme>", "exec"), {"__name__": "__main__"})
 except SystemExit as exc:

@@ -423,12 +423,17 @@ def main(argv=None) -> int:
     from ._supervise import can_supervise, supervised
 
     if console and can_supervise():           # the console script: Ctrl-C stops even native code (_supervise)
-        return supervised(lambda: _run(args), args.command)
-    return _run(args)
+        return supervised(lambda: _run(args, console=True), args.command)
+    return _run(args, console=console)
 
 
-def _run(args) -> int:
-    """Run the parsed command: logging, signals, one-line errors and exit codes."""
+def _run(args, console: bool = False) -> int:
+    """Run the parsed command: logging, signals, one-line errors and exit codes.
+
+    ``console``: this process is the console script's (or its supervised
+    child), which owns the garbage collector: the command's heavy imports
+    run with it paused (:mod:`streamrank.cli._preload`).
+    """
     import warnings
 
     saved_log = (list(log.handlers), log.level, log.propagate)
@@ -446,6 +451,10 @@ def _run(args) -> int:
             if not args.verbose:
                 warnings.simplefilter("ignore", category=RuntimeWarning)
             warnings.showwarning = _show_warning(args)
+            if console:
+                from ._preload import PRELOAD, preload_paused
+
+                preload_paused(PRELOAD.get(args.command, ()))
             return int(args.func(args) or 0)
     except KeyboardInterrupt:
         print(f"streamrank {args.command}: interrupted; nothing half-written was left (stores keep their "

@@ -85,6 +85,39 @@ def test_ingest_fit_evaluate_import_only_what_they_use(tmp_path):
     unexpected = sorted(m for m in mods if m.startswith(NOT_ON_THE_EVERYDAY_PATH))
     assert not unexpected, unexpected
     assert [m for m in LEARNERS if m in mods] == ["streamrank.rankrls.linear"]
+    from streamrank.cli._preload import PRELOAD
+
+    for command in ("ingest", "fit", "evaluate"):     # the console preloads only what these import anyway
+        assert set(PRELOAD[command]) <= mods
+
+
+def test_preload_pauses_the_collector_and_freezes_what_it_imported():
+    code = ("import gc, sys\nfrom streamrank.cli._preload import preload_paused\n"
+            "gc.collect()\nbefore = gc.get_freeze_count()\n"
+            "preload_paused(['zarr', 'no_such_module_for_streamrank'])\n"   # a failing import is the command's
+            "assert gc.isenabled() and 'zarr' in sys.modules\n"
+            "assert gc.get_freeze_count() > before + 10000, (before, gc.get_freeze_count())\n"
+            "gc.disable()\npreload_paused(['json'])\nassert not gc.isenabled()\n")   # a paused collector stays so
+    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert res.returncode == 0, res.stderr
+
+
+def test_only_the_console_path_preloads(monkeypatch, tmp_path):
+    """``main()`` of the console script preloads (it owns the process); ``main([...])`` of a caller never does."""
+    from streamrank.cli import _preload, main
+
+    calls = []
+    monkeypatch.setattr(_preload, "preload_paused", calls.append)
+    monkeypatch.setenv("STREAMRANK_NO_FORK", "1")            # the console path, without the fork
+    argv = ["fit", "--store", str(tmp_path / "none.zarr"), "--model", str(tmp_path / "m.zarr"),
+            "--learner", "rankrls", "-q"]
+    assert main(argv) != 0 and calls == []                   # in process: no store there, and no preload
+    monkeypatch.setattr(sys, "argv", ["streamrank", *argv])
+    assert main() != 0
+    assert calls == [_preload.PRELOAD["fit"]]
+    monkeypatch.setattr(sys, "argv", ["streamrank", "info", str(tmp_path / "none.zarr")])
+    main()
+    assert calls == [_preload.PRELOAD["fit"], ()]           # a command without a preload list
 
 
 def test_import_streamrank_is_cheap():
