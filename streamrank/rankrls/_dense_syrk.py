@@ -172,6 +172,7 @@ class DenseSyrk:
     def _scale_and_syrk(self, Phi, Y, sx, sy, gp, center, T, acc, in_place, fill=None):
         """Scaled (and centred) rows into the SYRK accumulator: in the workspace where Φ already is (or is
         computed by ``fill`` chunk by chunk), else chunked."""
+        Y = _kernel_array(Y)
         if in_place:
             n = self.n_features
             if Phi.strides[0] == 8 and Phi.shape[0] > 1:
@@ -194,11 +195,23 @@ class DenseSyrk:
         target = max(1, _CHUNK_BYTES // (8 * (self.n_features + self.n_outputs)))
         if rows <= 2 * target:
             A = self._buffer(rows, "C")
-            _sk.fill_scaled(Phi, Y, sx, sy, gp, center, A, T)
+            _sk.fill_scaled(_kernel_array(Phi), Y, sx, sy, gp, center, A, T)
             _syrk(1.0, A, acc)
             return
         for g0, g1 in group_chunks(gp, target):       # a large group is one chunk
             a, b = int(gp[g0]), int(gp[g1])
             A = self._buffer(b - a, "C")
-            _sk.fill_scaled(Phi[a:b], Y[a:b], sx[a:b], sy[a:b], gp[g0:g1 + 1] - a, center[g0:g1], A, T[g0:g1])
+            _sk.fill_scaled(_kernel_array(Phi[a:b]), Y[a:b], sx[a:b], sy[a:b], gp[g0:g1 + 1] - a, center[g0:g1],
+                            A, T[g0:g1])
             _syrk(1.0, A, acc)
+
+
+def _kernel_array(a):
+    """``a`` C-contiguous and writeable for the scaling kernels: a copy only of a read-only or strided block.
+
+    numba compiles one variant of a kernel per layout and read-only flag of
+    each argument; a user's read-only (memory-mapped) or Fortran-ordered Φ
+    or y would each compile ``fill_scaled`` again.  The kernels only read
+    these arrays, entry by entry, so the copy gives the same numbers.
+    """
+    return np.require(a, None, ["C", "W"])
