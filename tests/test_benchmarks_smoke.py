@@ -196,3 +196,18 @@ def test_object_store_smoke(s3_server, capsys):
     out = capsys.readouterr().out
     assert "FAILED" not in out, out
     assert "16 in flight" in out and "requests per batch" in out
+
+
+@pytest.mark.slow      # about 2 CPU-s: writes two stores and reads every block three ways
+def test_stream_throughput_read_checks_smoke(tmp_path, capsys):
+    """Section 6 of stream_throughput.py (the cost of the read checks; its --smoke runs sections 1-5 too) on a
+    dense and a CSR store of a full chunk and a tail: prints the two figures of issue 16's 5 % target."""
+    mod = _load("stream_throughput")
+    for sparse, rows, features in ((False, 110_000, 10), (True, 12_000, 1000)):
+        path = str(tmp_path / f"s{int(sparse)}.zarr")
+        mod.write_store(path, rows, features, sparse=sparse)
+        mod.bench_read_checks(path, 40_000, 1, label="6")
+    out = capsys.readouterr().out
+    assert out.count("CPU of checked / unchecked blocks, paired per block:") == 2, out
+    assert out.count("extra CPU of decode+check over decode, per chunk:") == 2, out
+    assert "checks fused into the block-wise decode" in out, out

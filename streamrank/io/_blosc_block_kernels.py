@@ -9,8 +9,7 @@ afterwards reads 4 MiB back from beyond the 512 KiB L2 cache: the checks ran
 at 15-20 GB/s there instead of the ~70 GB/s they reach in cache (measured,
 ``benchmarks/stream_throughput.py`` section 6 and the note of issue 16).
 
-:func:`decode_checked_finite` and :func:`decode_checked_in_range` decode
-block ``j`` with c-blosc's own ``blosc_decompress_ctx`` (one thread) straight
+The kernels decode block ``j`` with c-blosc's own ``blosc_decompress_ctx`` (one thread a call) straight
 into its place in the destination and run the value check
 (:mod:`streamrank.io._check_kernels`) on it at once, while it is in L2.
 c-blosc has no call that decodes one block into the caller's buffer
@@ -25,13 +24,24 @@ it), and restored right after the call.  The last, shorter block gets
 leftover block, so the bytes decode the same.  The frame is the caller's
 writable copy of the chunk file; it is left as it was.
 
+:func:`block_plan` reads the block table once; :func:`decode_blocks_finite`
+and :func:`decode_blocks_in_range` decode and check a run ``order[k0:k1]``
+of the blocks (by offset), so that several threads can share a chunk
+(:mod:`streamrank.io._blosc_blocks` runs them on as many threads as
+numcodecs would decode the chunk with): two runs may be decoded at once as
+long as no block of one is the block right after one of the other, whose
+last 20 bytes it borrows.  :func:`decode_checked_finite` and
+:func:`decode_checked_in_range` are the whole frame on the calling thread.
+
 Every kernel returns ``-1`` (decoded, all checked values good), the first
 bad position it met (``>= 0``; other blocks may be left undecoded), ``-2``
 (the frame is not one this kernel splits: memcpy-ed, a single block, block
 offsets out of order by less than 20 bytes or outside the frame...) or
 ``-3`` (c-blosc refused a block).  Anything but ``-1`` sends the caller
 (:mod:`streamrank.io._blosc_blocks`) back to the whole-chunk decode and the
-plain check, which give the same result and error messages as before.
+plain check, which give the same result and error messages as before.  The
+run kernels trust their plan: call them only with what :func:`block_plan`
+returned for the same frame and a block size ``> 0``.
 
 ``blosc_decompress_ctx`` is called through the symbol
 :data:`DECOMPRESS_SYMBOL`, which :mod:`streamrank.io._blosc_blocks`
@@ -46,7 +56,8 @@ from numba import types
 from .._numba import jit
 from ._check_kernels import first_nonfinite, first_out_of_range
 
-__all__ = ["DECOMPRESS_SYMBOL", "block_size", "block_order", "decode_checked_finite", "decode_checked_in_range"]
+__all__ = ["DECOMPRESS_SYMBOL", "block_size", "block_order", "block_plan", "decode_blocks_finite",
+           "decode_blocks_in_range", "decode_checked_finite", "decode_checked_in_range"]
 
 #: name under which c-blosc's ``int blosc_decompress_ctx(const void*, void*, size_t, int)`` is registered
 DECOMPRESS_SYMBOL = "streamrank_blosc_decompress_ctx"
@@ -144,21 +155,35 @@ def _decode_block(frame, start, j, bs, nbytes, dest):
 
 
 @jit
-def decode_checked_finite(frame, a, n_check):
-    """Decode ``frame`` into the float array ``a`` block by block; the first NaN/±inf among ``a[:n_check]``.
+def block_plan(frame, nbytes, itemsize):
+    """``(block size, starts, order)`` of a frame of ``nbytes`` decoded bytes; block size -2 if not split here.
 
-    Returns -1 (all good), the first bad position met, -2 or -3 (see the module doc).
+    ``starts[j]``: offset of block ``j``'s data; ``order``: blocks by offset
+    (:func:`block_order`).  Decode blocks in this order: :func:`decode_blocks_finite`,
+    :func:`decode_blocks_in_range`, given ``order[k0:k1]``.
     """
-    bs = block_size(frame, a.nbytes, a.itemsize)
-    if bs < 0:
-        return -2
-    nblocks = (a.nbytes + bs - 1) // bs
+    bs = block_size(frame, nbytes, itemsize)
+    nblocks = (nbytes + bs - 1) // bs if bs > 0 else 0
     starts = np.empty(nblocks, np.int64)
     order = np.empty(nblocks, np.int64)
-    if not block_order(frame, starts, order):
-        return -2
+    if bs > 0 and not block_order(frame, starts, order):
+        bs = -2
+    return bs, starts, order
+
+
+@jit
+def decode_blocks_finite(frame, a, n_check, bs, starts, order, k0, k1):
+    """Decode blocks ``order[k0:k1]`` of ``frame`` into the float array ``a``; the first NaN/±inf among ``a[:n_check]``.
+
+    Returns -1 (all good), the first bad position met or -3 (see the module
+    doc).  Two calls may run at once (``nogil``) on the same frame when no
+    block of one lies right after a block of the other in ``order``: a
+    block's one-block header overwrites the 20 bytes in front of its data
+    (the end of the block before it), so a block and the one before it must
+    not be decoded at the same time (:mod:`streamrank.io._blosc_blocks`).
+    """
     per = bs // a.itemsize
-    for k in range(order.shape[0]):
+    for k in range(k0, k1):
         j = order[k]
         if not _decode_block(frame, starts[j], j, bs, a.nbytes, a.ctypes.data):
             return -3
@@ -172,18 +197,10 @@ def decode_checked_finite(frame, a, n_check):
 
 
 @jit
-def decode_checked_in_range(frame, u, n_check, n):
-    """As :func:`decode_checked_finite` for the unsigned view ``u`` of indices: the first ``u[i] >= n``."""
-    bs = block_size(frame, u.nbytes, u.itemsize)
-    if bs < 0:
-        return -2
-    nblocks = (u.nbytes + bs - 1) // bs
-    starts = np.empty(nblocks, np.int64)
-    order = np.empty(nblocks, np.int64)
-    if not block_order(frame, starts, order):
-        return -2
+def decode_blocks_in_range(frame, u, n_check, n, bs, starts, order, k0, k1):
+    """As :func:`decode_blocks_finite` for the unsigned view ``u`` of indices: the first ``u[i] >= n``."""
     per = bs // u.itemsize
-    for k in range(order.shape[0]):
+    for k in range(k0, k1):
         j = order[k]
         if not _decode_block(frame, starts[j], j, bs, u.nbytes, u.ctypes.data):
             return -3
@@ -194,3 +211,22 @@ def decode_checked_in_range(frame, u, n_check, n):
             if i >= 0:
                 return lo + i
     return -1
+
+
+def decode_checked_finite(frame, a, n_check):
+    """Decode all of ``frame`` into the float array ``a`` on this thread; the first NaN/±inf among ``a[:n_check]``.
+
+    Returns -1 (all good), the first bad position met, -2 or -3 (see the module doc).
+    """
+    bs, starts, order = block_plan(frame, a.nbytes, a.itemsize)
+    if bs < 0:
+        return -2
+    return decode_blocks_finite(frame, a, n_check, bs, starts, order, 0, order.shape[0])
+
+
+def decode_checked_in_range(frame, u, n_check, n):
+    """As :func:`decode_checked_finite` for the unsigned view ``u`` of indices: the first ``u[i] >= n``."""
+    bs, starts, order = block_plan(frame, u.nbytes, u.itemsize)
+    if bs < 0:
+        return -2
+    return decode_blocks_in_range(frame, u, n_check, n, bs, starts, order, 0, order.shape[0])

@@ -10,14 +10,27 @@ one, shuffled), that the block-wise decode gives exactly what
 build, a numcodecs without c-blosc 1.x — :func:`decode_checked` answers
 ``None`` and the caller decodes the chunk whole and checks it afterwards, as
 before: slower by the checks' cache misses, never different.
+
+A chunk's blocks are decoded on as many threads as numcodecs'
+``blosc.decompress`` would decode the whole chunk with (``blosc.use_threads``
+and ``blosc.get_nthreads()``: by default both cores from the main thread,
+one from any other thread, such as the prefetching reader's), so that a
+checked read uses the same parallelism as an unchecked one: this thread and
+daemon helper threads each take a run of consecutive blocks (:func:`_run`).
+:data:`MAX_THREADS` caps that count.
 """
 from __future__ import annotations
 
+import os
 import threading
 
 import numpy as np
 
-__all__ = ["available", "decode_checked"]
+__all__ = ["MAX_THREADS", "available", "decode_checked"]
+
+#: at most this many threads decode one chunk's blocks (None: as many as numcodecs' ``blosc.decompress``
+#: would use for the whole chunk, see :func:`_run`; 1: this thread only)
+MAX_THREADS = None
 
 _state: dict = {}
 _lock = threading.Lock()
@@ -77,6 +90,108 @@ def available() -> bool:
     return _kernels() is not None
 
 
+class _Helper:
+    """A daemon thread that runs one kernel call at a time for :func:`_run` (the kernels release the GIL)."""
+
+    def __init__(self):
+        self._go = threading.Lock()
+        self._go.acquire()
+        self._done = threading.Lock()
+        self._done.acquire()
+        self._job = self._result = None
+        threading.Thread(target=self._serve, name="streamrank-blosc-block", daemon=True).start()
+
+    def _serve(self):
+        while True:
+            self._go.acquire()
+            fn, args = self._job
+            try:
+                self._result = fn(*args)
+            except BaseException as exc:      # handed to the caller
+                self._result = exc
+            self._job = None
+            self._done.release()
+
+    def start(self, fn, args):
+        self._job = (fn, args)
+        self._go.release()
+
+    def wait(self):
+        """The call's answer, or the exception it raised (returned, not raised)."""
+        self._done.acquire()
+        r, self._result = self._result, None
+        return r
+
+
+_helpers: list = []
+_helpers_lock = threading.Lock()      # held by the one call that uses the helpers
+
+
+def _forget_helpers():
+    """In a forked child the helper threads are gone: start new ones when needed."""
+    global _helpers_lock
+    _helpers.clear()
+    _helpers_lock = threading.Lock()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_forget_helpers)
+
+
+def _numcodecs_threads() -> int:
+    """Threads numcodecs' ``blosc.decompress`` would decode a chunk with, called from here (1: no threads)."""
+    from numcodecs import blosc
+
+    use = getattr(blosc, "_get_use_threads", None)
+    if use is not None:
+        threaded = use()
+    else:                                 # pragma: no cover - numcodecs' rule: threads from the main thread only
+        threaded = blosc.use_threads if blosc.use_threads in (True, False) else \
+            threading.current_thread() is threading.main_thread()
+    return max(1, int(blosc.get_nthreads())) if threaded else 1
+
+
+def _run(fn, args, nblocks: int) -> int:
+    """``fn(*args, k0, k1)`` over blocks ``0..nblocks`` by offset, on as many threads as numcodecs would use.
+
+    The blocks are cut into ``T`` runs of consecutive blocks (at least 2
+    each), decoded at once, one per thread, except the last block of each
+    run but the final one: the first block of the next run overwrites that
+    block's last 20 bytes while it is decoded (:mod:`._blosc_block_kernels`),
+    so these ``T - 1`` blocks are decoded afterwards, on this thread.
+    Returns -1 if every call did, else the first other answer.
+    """
+    t = min(_numcodecs_threads(), nblocks // 2, MAX_THREADS or nblocks)
+    if t < 2 or not _helpers_lock.acquire(blocking=False):
+        return fn(*args, 0, nblocks)
+    try:
+        while len(_helpers) < t - 1:
+            _helpers.append(_Helper())
+        cuts = [nblocks * i // t for i in range(t + 1)]
+        for i in range(1, t):
+            _helpers[i - 1].start(fn, args + (cuts[i], cuts[i + 1] - (1 if i < t - 1 else 0)))
+        results = []
+        try:
+            results.append(fn(*args, 0, cuts[1] - 1))
+        finally:
+            try:
+                for i in range(1, t):     # never go on while a helper still writes into the frame
+                    results.append(_helpers[i - 1].wait())
+            except BaseException:         # interrupted while waiting: these helpers may still be busy
+                _helpers.clear()
+                raise
+        for r in results:
+            if isinstance(r, BaseException):
+                raise r
+        for i in range(1, t):
+            if results[0] != -1:
+                break
+            results[0] = fn(*args, cuts[i] - 1, cuts[i])
+        return next((r for r in results if r != -1), -1)
+    finally:
+        _helpers_lock.release()
+
+
 def decode_checked(frame: np.ndarray, out: np.ndarray, kind: str, limit: int, n_check: int) -> bool | None:
     """Decode the blosc ``frame`` (a writable uint8 copy of a chunk) into ``out`` and check ``out[:n_check]``.
 
@@ -86,16 +201,20 @@ def decode_checked(frame: np.ndarray, out: np.ndarray, kind: str, limit: int, n_
     when the caller must decode the chunk whole and run its plain check
     (no block-wise decode here, a frame this does not split, a block c-blosc
     refused, or a bad value: the plain path names it exactly as before).
+    The blocks are decoded on as many threads as numcodecs' ``blosc.decompress``
+    would use for the whole chunk (:func:`_run`).
     """
     kernels = _kernels()
     if kernels is None or not frame.flags.writeable or not out.flags.c_contiguous:
         return None
     flat = out.reshape(-1)
     if kind == "finite" and flat.dtype.kind == "f":
-        r = kernels.decode_checked_finite(frame, flat, int(n_check))
+        fn, head = kernels.decode_blocks_finite, (flat, int(n_check))
     elif kind == "range" and flat.dtype.kind == "i":
-        r = kernels.decode_checked_in_range(frame, flat.view(f"u{flat.dtype.itemsize}"), int(n_check),
-                                            int(limit))
+        fn, head = kernels.decode_blocks_in_range, (flat.view(f"u{flat.dtype.itemsize}"), int(n_check), int(limit))
     else:
         return None
-    return True if r == -1 else None
+    bs, starts, order = kernels.block_plan(frame, flat.nbytes, flat.itemsize)
+    if bs < 0:
+        return None
+    return True if _run(fn, (frame, *head, bs, starts, order), order.shape[0]) == -1 else None

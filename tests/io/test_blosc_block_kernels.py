@@ -199,3 +199,81 @@ def test_store_chunks_are_decoded_block_wise_and_bad_values_named_as_before(tmp_
     with pytest.raises(StoreFormatError, match=r"'X'.*inf.*row 30001"):
         for _ in sr.GroupStore.open(tmp_path / "s").blocks(max_rows=25_000, prefetch=False):
             pass
+
+
+# --------------------------------------------------- blocks decoded on several threads (numcodecs' count)
+@pytest.fixture
+def threads(monkeypatch):
+    """Set how many threads numcodecs would decode with (the block-wise decode follows it)."""
+    def use(n):
+        monkeypatch.setattr(B, "_numcodecs_threads", lambda: n)
+    return use
+
+
+def test_the_thread_count_is_numcodecs_own(monkeypatch):
+    monkeypatch.setattr(blosc, "use_threads", False)
+    assert B._numcodecs_threads() == 1
+    monkeypatch.setattr(blosc, "use_threads", True)
+    assert B._numcodecs_threads() == blosc.get_nthreads()
+    got = []
+    t = __import__("threading").Thread(target=lambda: got.append(B._numcodecs_threads()))
+    monkeypatch.setattr(blosc, "use_threads", None)     # numcodecs: threads from the main thread only
+    t.start()
+    t.join()
+    assert got == [1] and B._numcodecs_threads() == blosc.get_nthreads()
+
+
+@pytest.mark.parametrize("n_threads", [2, 3, 8])
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("size", [65_536 * 5 + 1, 100_003, 131_072 - 7])
+def test_threaded_decode_equals_numcodecs_and_leaves_the_frame_as_it_was(threads, n_threads, dtype, size):
+    threads(n_threads)
+    rng = np.random.default_rng(size)
+    a = (rng.standard_normal(size) * 3).astype(dtype)
+    a[: size // 3] = np.round(a[: size // 3])
+    frame = frame_of(a, blocksize_items=1 << 11)
+    assert blocks_of(frame) >= 4
+    before = frame.copy()
+    out = np.full_like(a, 7)
+    assert B.decode_checked(frame, out, "finite", 0, size) is True
+    np.testing.assert_array_equal(frame, before)
+    np.testing.assert_array_equal(out, ref_decode(before, a))
+
+
+@pytest.mark.parametrize("n_threads", [2, 3])
+@pytest.mark.parametrize("block", ["first", "run_end", "run_start", "last"])
+def test_threaded_decode_finds_a_bad_value_in_any_block(threads, n_threads, block):
+    """A NaN / an index n in the first block, the last block of a run (decoded after the others), the first
+    block of a run, the last block: reported (None: the caller names it), the frame left as it was."""
+    threads(n_threads)
+    a = np.linspace(-5, 5, 100_003).astype(np.float32)
+    idx = np.arange(100_003, dtype=np.int32) % 1000
+    per = int.from_bytes(frame_of(a, blocksize_items=1 << 11)[8:12].tobytes(), "little") // 4
+    nb = -(-a.size // per)
+    t = min(n_threads, nb // 2)
+    cut = nb * 1 // t                                   # first block of the second run
+    pos = {"first": 3, "run_end": (cut - 1) * per + 5, "run_start": cut * per + 5, "last": a.size - 1}[block]
+    a[pos] = np.nan
+    idx[pos] = 1000
+    for arr, kind in ((a, "finite"), (idx, "range")):
+        frame = frame_of(arr, blocksize_items=1 << 11)
+        before = frame.copy()
+        assert B.decode_checked(frame, np.empty_like(arr), kind, 1000, arr.size) is None
+        np.testing.assert_array_equal(frame, before)
+        out = np.empty_like(arr)                        # outside the checked values: decoded, nothing reported
+        assert B.decode_checked(frame, out, kind, 1000, pos) is True
+        np.testing.assert_array_equal(out[:pos], arr[:pos])
+
+
+def test_threaded_decode_hands_back_a_block_c_blosc_refuses(threads):
+    threads(2)
+    a = np.linspace(0, 1, 100_003).astype(np.float32)
+    frame = frame_of(a, blocksize_items=1 << 11)
+    nb = blocks_of(frame)
+    j = nb - 1                                          # a block of the helper thread's run
+    start = int.from_bytes(frame[16 + 4 * j : 20 + 4 * j].tobytes(), "little")
+    frame[start : start + 4] = np.frombuffer(np.int32(-5).tobytes(), np.uint8)
+    kept = frame.copy()
+    assert B.decode_checked(frame, np.empty_like(a), "finite", 0, a.size) is None
+    np.testing.assert_array_equal(frame, kept)
+    assert B.decode_checked(frame_of(a, blocksize_items=1 << 11), np.empty_like(a), "finite", 0, a.size) is True
