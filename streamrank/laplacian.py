@@ -191,6 +191,9 @@ def apply_laplacian(U, group_ptr, *, y=None, group_weight: str = "pair", ties: s
     gp = _check_ptr(group_ptr, U2.shape[0])
     if U2.dtype not in (np.float32, np.float64):
         U2 = U2.astype(np.float64)
+    # C-contiguous and writeable: numba compiles a kernel once per layout and read-only flag, and the
+    # kernels read U entry by entry (a copy of a read-only or strided U gives the same numbers)
+    U2 = np.require(U2, None, ["C", "W"])
     sizes = np.diff(gp) if group_size is None else np.asarray(group_size, dtype=np.int64)
     scale = group_weights(sizes, group_weight)
     if weight is not None:
