@@ -198,9 +198,18 @@ sys.exit(rc)
 
 # The floor of any command that runs a numba kernel: python, numpy, numba's import, and numba's one-time set-up on
 # the first dispatch (its registries, which import scipy.linalg: numba.np.arraymath checks for BLAS), then one
-# cached kernel.  A file, not -c: numba caches only functions whose source file it can find.
-FLOOR_MODULE = """import numba
-import numpy as np
+# cached kernel -- on the console path's terms: imports with the collector paused (cli/_preload.py) and no
+# interpreter teardown (the supervised child ends with os._exit).  A file, not -c: numba caches only functions
+# whose source file it can find.
+FLOOR_MODULE = """import gc
+import os
+
+gc.disable()
+import numba  # noqa: E402
+import numpy as np  # noqa: E402
+
+gc.freeze()
+gc.enable()
 
 
 @numba.njit(cache=True)
@@ -212,6 +221,7 @@ def total(x):
 
 
 total(np.ones(3))
+os._exit(0)
 """
 
 
