@@ -315,46 +315,30 @@ def validation_loss(source, W, *, group_weight="pair", ties="include", max_rows=
                                  ties=ties, group_size=block.group_size)
             tot += (R * LR).sum(axis=0)
             continue
-        if getattr(block, "weight", None) is not None:   # rᵀL_g r = s_g (W_g Σ w_i r_i² − (Σ w_i r_i)²)
-            s_w, W_g, w = _weighted_piece(block, group_weight, ties, wtot, ties_table=table)
-            gid = int(block.group_start)
+        # a piece of a split group: rᵀL_g r = s_g (W_g Σ w_i r_i² − (Σ w_i r_i)²); unweighted w ≡ 1, W_g = n_g
+        # (wR is R itself and W_g the int n_g there: the same products as an unweighted formula, bit for bit)
+        size, gid = int(block.group_size[0]), int(block.group_start)
+        if getattr(block, "weight", None) is not None:
+            s, W_g, w = _weighted_piece(block, group_weight, ties, wtot, ties_table=table)
             wR = w[:, None] * R
-            d = np.full((block.n_rows, k), s_w * W_g)
-            if ties == "exclude":          # − s_g W_c(i) w_i r_i², + s_g (w_cᵀ r)² per class (module doc)
+        else:
+            s, W_g, w = float(group_weights(np.array([size]), group_weight)[0]), size, None
+            wR = R
+        d = np.full((block.n_rows, k), s * W_g)
+        if ties == "exclude":          # − s_g W_c(i) w_i r_i², + s_g (w_cᵀ r)² per class (module doc)
+            if w is not None:
                 table._piece_weight(block)
-                cls = _piece_classes(block, Y, table, outs)
-                Ts = csums.setdefault(gid, [np.zeros(table.n_tied(gid, int(o))) for o in outs])
-                for j, o in enumerate(outs):
-                    c, Wc = cls[int(o)]
-                    d[:, j] -= s_w * Wc
-                    r = c >= 0
-                    Ts[j] += np.bincount(c[r], weights=wR[r, j], minlength=len(Ts[j]))
-            tot += (d * wR * R).sum(axis=0)
-            st = opens.setdefault(gid, [0, 0.0])
-            st[0] += block.n_rows
-            st[1] = st[1] + wR.sum(axis=0)
-            if st[0] == int(block.group_size[0]):
-                tot -= s_w * st[1] ** 2
-                del opens[gid]
-                for j, T in enumerate(csums.pop(gid, ())):
-                    tot[j] += s_w * float(T @ T)
-            continue
-        size = int(block.group_size[0])
-        gid = int(block.group_start)
-        s = float(group_weights(np.array([size]), group_weight)[0])
-        d = np.full((block.n_rows, k), s * size)
-        if ties == "exclude":
             cls = _piece_classes(block, Y, table, outs)
             Ts = csums.setdefault(gid, [np.zeros(table.n_tied(gid, int(o))) for o in outs])
             for j, o in enumerate(outs):
-                c, nc = cls[int(o)]
-                d[:, j] -= s * nc
+                c, Wc = cls[int(o)]    # W_c, or n_c unweighted
+                d[:, j] -= s * Wc
                 r = c >= 0
-                Ts[j] += np.bincount(c[r], weights=R[r, j], minlength=len(Ts[j]))
-        tot += (d * R * R).sum(axis=0)
+                Ts[j] += np.bincount(c[r], weights=wR[r, j], minlength=len(Ts[j]))
+        tot += (d * wR * R).sum(axis=0)
         st = opens.setdefault(gid, [0, 0.0])
         st[0] += block.n_rows
-        st[1] = st[1] + R.sum(axis=0)
+        st[1] = st[1] + wR.sum(axis=0)
         if st[0] == size:
             tot -= s * st[1] ** 2
             del opens[gid]
