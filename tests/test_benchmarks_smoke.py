@@ -211,3 +211,9 @@ def test_stream_throughput_read_checks_smoke(tmp_path, capsys):
     assert out.count("CPU of checked / unchecked blocks, paired per block:") == 2, out
     assert out.count("extra CPU of decode+check over decode, per chunk:") == 2, out
     assert "checks fused into the block-wise decode" in out, out
+
+
+@pytest.mark.slow                                   # four stores and eight traced fits (~20 s wall)
+def test_weight_memory_smoke(tmp_path, capsys):
+    out = _run("weight_memory", ["--smoke", "--work-dir", str(tmp_path)], capsys)
+    assert "PairwiseSGDRanker" in out and "RankRLS cg (split groups)" in out and "extra B/row" in out, out
