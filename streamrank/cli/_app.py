@@ -20,6 +20,7 @@ from ._row_columns import add_column_args
 from ._ingest import cmd_ingest
 from ._options import Given, GivenTrue
 from ._plot import cmd_plot
+from ._warmup import add_parser as add_warmup_parser
 
 
 EXAMPLES = {
@@ -356,6 +357,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--dpi", type=int, default=100)
     _common(p)
     p.set_defaults(func=cmd_plot)
+    add_warmup_parser(sub, _common)
     for p in sub.choices.values():      # every command that takes a store or a model: object-storage options
         if any(a.dest in ("store", "model") for a in p._actions):
             p.add_argument("--storage-options", metavar="JSON", type=parse_storage_options, default=None,
