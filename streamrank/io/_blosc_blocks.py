@@ -13,11 +13,13 @@ before: slower by the checks' cache misses, never different.
 
 A chunk's blocks are decoded on as many threads as numcodecs'
 ``blosc.decompress`` would decode the whole chunk with (``blosc.use_threads``
-and ``blosc.get_nthreads()``: by default both cores from the main thread,
-one from any other thread, such as the prefetching reader's), so that a
-checked read uses the same parallelism as an unchecked one: this thread and
-daemon helper threads each take a run of consecutive blocks (:func:`_run`).
-:data:`MAX_THREADS` caps that count.
+and ``blosc.get_nthreads()``), so that a checked read uses the same
+parallelism as an unchecked one: this thread and daemon helper threads each
+take a run of consecutive blocks (:func:`_run`).  That is one thread unless
+the user turns blosc's threads back on: zarr sets
+``numcodecs.blosc.use_threads = False`` when it is imported (and numcodecs
+itself uses threads only from the main thread).  :data:`MAX_THREADS` caps
+the count.
 """
 from __future__ import annotations
 
