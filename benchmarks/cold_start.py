@@ -378,6 +378,9 @@ def _header(title):
 def _run(args, scratch, repeat, cold):
     env = dict(os.environ)
     env.pop("NUMBA_DISABLE_JIT", None)
+    # an installed package has its bytecode compiled (pip writes it): let the first pass write streamrank's, not
+    # compile ~80 modules from source in every timed process
+    env.pop("PYTHONDONTWRITEBYTECODE", None)
     env["STREAMRANK_PROGRESS_SECONDS"] = "3600"
     warm_cache = env.get("NUMBA_CACHE_DIR")
     if not Path(args.letor).exists():
