@@ -29,7 +29,7 @@ ROLE = re.compile(r":(?:py:)?(?P<role>class|func|meth|mod|attr|data|exc|obj|cons
 #: first components of names that belong to other projects (shown as code, not checked)
 EXTERNAL = {"numpy", "np", "scipy", "sp", "dask", "distributed", "zarr", "pandas", "pd", "pyarrow", "sklearn",
             "fsspec", "s3fs", "onnx", "onnxruntime", "matplotlib", "numba", "tqdm", "griffe", "mkdocs", "os", "io",
-            "sys", "pathlib", "typing", "collections", "contextlib", "concurrent", "threading", "logging",
+            "sys", "gc", "pathlib", "typing", "collections", "contextlib", "concurrent", "threading", "logging",
             "tempfile", "json", "gzip", "tarfile", "signal", "subprocess", "argparse", "dataclasses", "abc",
             "float", "int", "str", "bytes", "bool", "dict", "list", "tuple", "set", "object", "None", "True",
             "False", "Exception", "ValueError", "TypeError", "KeyError", "RuntimeError", "OSError",
