@@ -32,6 +32,7 @@ with ``GroupKFold`` on ``groups=qid`` so that a query is never cut::
 """
 from __future__ import annotations
 
+import importlib.util
 import warnings
 
 import numpy as np
@@ -39,9 +40,17 @@ import pytest
 
 import streamrank as sr
 
-sklearn = pytest.importorskip("sklearn")
-from sklearn.base import clone  # noqa: E402
-from sklearn.utils.estimator_checks import check_estimator  # noqa: E402
+# scikit-learn is imported by the tests that use it, not at collection: every pytest(-xdist) process collects
+# this module, and sklearn.utils.estimator_checks costs about 3 CPU-s to import (only the slow
+# test_check_estimator needs it)
+pytestmark = pytest.mark.skipif(importlib.util.find_spec("sklearn") is None, reason="scikit-learn is not installed")
+
+
+def clone(est):
+    """sklearn.base.clone, imported on first use."""
+    from sklearn.base import clone as sklearn_clone
+
+    return sklearn_clone(est)
 
 #: check name -> why it does not apply to streamrank's rankers
 NOT_APPLICABLE = {
@@ -109,6 +118,8 @@ LEARNERS = _learners()
 @pytest.mark.slow
 @pytest.mark.parametrize("name,est", LEARNERS, ids=[n for n, _ in LEARNERS])
 def test_check_estimator(name, est):
+    from sklearn.utils.estimator_checks import check_estimator
+
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         expected = {**NOT_APPLICABLE, **EXTRA.get(name, {})}
@@ -187,6 +198,7 @@ def _ndcg(y_true, y_pred, qid):
 @pytest.mark.parametrize("est", [sr.RankRLS(), sr.KernelRankRLS(kernel="linear")],
                          ids=["RankRLS", "KernelRankRLS"])
 def test_gridsearchcv_routes_qid(est):
+    import sklearn
     from sklearn.metrics import make_scorer
     from sklearn.model_selection import GridSearchCV, GroupKFold
 
@@ -216,6 +228,7 @@ def test_gridsearchcv_routes_qid(est):
 
 def test_gridsearchcv_legacy_fit_params():
     """Without metadata routing, scikit-learn passes qid to fit as a fit parameter, cut to the fold."""
+    import sklearn
     from sklearn.model_selection import GridSearchCV, GroupKFold
 
     X, y, qid = _data()

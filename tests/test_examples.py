@@ -40,7 +40,12 @@ def test_every_example_is_tested_and_listed():
     assert all(f"`{name}`" in listed for name in CHECKS)
 
 
-@pytest.mark.parametrize("name", [n if n != "distributed_fit.py" else pytest.param(n, marks=pytest.mark.distributed)
+# distributed_fit.py starts a cluster; nightly.py is three nightly runs (3.3 s wall under load 11, like the slow
+# tests of tests/pipelines): the quick loop keeps the others
+_EXAMPLE_MARKS = {"distributed_fit.py": pytest.mark.distributed, "nightly.py": pytest.mark.slow}
+
+
+@pytest.mark.parametrize("name", [pytest.param(n, marks=_EXAMPLE_MARKS[n]) if n in _EXAMPLE_MARKS else n
                                   for n in CHECKS])
 def test_example_runs(name, tmp_path, capsys):
     ns = runpy.run_path(str(EXAMPLES / name), run_name="example")   # not "__main__": main(workdir) is called here

@@ -7,6 +7,7 @@ check looks at module-level imports (what runs at ``import`` time).
 from __future__ import annotations
 
 import ast
+import functools
 from pathlib import Path
 
 import pytest
@@ -46,8 +47,14 @@ def _floor(name: str):
     return None if best is None else best[1]
 
 
-def _imports(path: Path):
-    """(imported module, at module level?) for every import of ``path`` inside the package."""
+@functools.cache
+def _imports(path: Path) -> tuple:
+    """(imported module, at module level?) for every import of ``path`` inside the package (parsed once per run:
+    the two checks below read the same imports; about 1 CPU-s each to parse the package)."""
+    return tuple(_parse_imports(path))
+
+
+def _parse_imports(path: Path):
     name = _module_name(path)
     package = name if path.name == "__init__.py" else name.rpartition(".")[0]
     tree = ast.parse(path.read_text(encoding="utf-8"))

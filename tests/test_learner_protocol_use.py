@@ -16,6 +16,7 @@ import pickle
 from pathlib import Path
 
 import numpy as np
+import pytest
 
 import streamrank as sr
 
@@ -66,6 +67,7 @@ def uses_of(names: set[str], path: Path, root: Path = ROOT) -> list[str]:
     return found
 
 
+@pytest.mark.slow   # parses the learner and io modules to check the scan itself: 4.4 s wall under load 11
 def test_the_scan_finds_the_learners_private_names(tmp_path):
     """The collected names include those distributed used to drop by name, and a use is found (the scan can fail)."""
     names = learner_private_names()

@@ -1,9 +1,11 @@
 """The README's Python example runs as written."""
 import os
 
-import numpy as np
 import re
 from pathlib import Path
+
+import numpy as np
+import pytest
 
 README = Path(__file__).resolve().parents[1] / "README.md"
 
@@ -22,11 +24,10 @@ def test_readme_python_example_runs(tmp_path, capsys):
     assert 0.5 < ndcg <= 1.0
 
 
+@pytest.mark.slow   # pyarrow, a table written and ingested through the CLI: 2.0 s wall under load 11
 def test_readme_parquet_lines_run_as_written(tmp_path, capsys):
     """The Parquet section: its Python block, then its shell lines exactly as written (issue 18)."""
     import shlex
-
-    import pytest
 
     pytest.importorskip("pyarrow")
     from streamrank.cli import main
@@ -64,8 +65,6 @@ def test_readme_click_log_lines_run_as_written(tmp_path, capsys):
     """The click-log section (issue 23): its Python block, then its shell lines exactly as written; the model
     equals the library's IPS fit on the same rows."""
     import shlex
-
-    import pytest
 
     pytest.importorskip("pyarrow")
     import streamrank as sr

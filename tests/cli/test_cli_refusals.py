@@ -157,6 +157,7 @@ def mq_slice(tmp_path_factory):
     return d
 
 
+@pytest.mark.slow   # CLI fit, evaluate and predict on a LETOR file: 2.2 s wall under load 11
 def test_evaluate_and_predict_a_letor_file_directly(mq_slice):
     d = mq_slice
     rc, want, _ = main("evaluate", "--model", d / "m.zarr", "--store", d / "test.zarr", "--json")

@@ -47,6 +47,7 @@ def mq(tmp_path_factory):
     return d
 
 
+@pytest.mark.slow   # CLI fit and predict on a LETOR file: 3.2 s wall under load 11
 def test_run_from_a_letor_file_names_documents_by_their_docid_comments(mq):
     d = mq
     assert main("predict", "--model", d / "m.zarr", "--store", d / "test.zarr", "--run", d / "store.trec",

@@ -104,6 +104,7 @@ def test_ingest_bad_sources(tmp_path, case):
         assert s.n_rows == 20
 
 
+@pytest.mark.slow   # several CLI fits and predicts: 2.6 s wall under load 11
 def test_cli_model_and_store_mismatches(tmp_path):
     store3, store4 = tmp_path / "s3.zarr", tmp_path / "s4.zarr"
     assert _run(["ingest", str(_npz(tmp_path, "a.npz", **_arrays(nf=3))), "--store", str(store3)])[0] == 0

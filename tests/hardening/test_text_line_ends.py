@@ -5,7 +5,6 @@ import io
 
 import numpy as np
 import pytest
-from sklearn.datasets import load_svmlight_file
 
 from streamrank.io.svmlight import DEFAULT_MAX_FEATURES, iter_svmlight, read_svmlight
 
@@ -13,6 +12,8 @@ LINES = [f"{i % 3} qid:{1 + i // 4} 1:{i}.5 3:{-i} 5:0.25 # doc {i}" for i in ra
 
 
 def _expected():
+    from sklearn.datasets import load_svmlight_file   # the reference; imported here, not at collection (~2 CPU-s)
+
     text = ("\n".join(LINES) + "\n").encode()
     X, y, q = load_svmlight_file(io.BytesIO(text), n_features=5, query_id=True)
     return X.toarray(), y, q

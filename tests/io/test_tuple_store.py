@@ -74,6 +74,7 @@ def test_reproducible_and_seed_dependent(tmp_path):
     assert len(src) == 200 and as_tuple_source(src) is src
 
 
+@pytest.mark.slow   # 25 hypothesis stores: 3.1 s wall under load 11
 @settings(max_examples=25, deadline=None)
 @given(l_=st.integers(0, 300), batch=st.integers(1, 40), buf=st.integers(0, 120), seed=st.integers(0, 10))
 def test_every_tuple_exactly_once(l_, batch, buf, seed):

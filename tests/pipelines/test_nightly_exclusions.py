@@ -122,6 +122,7 @@ def test_rejecting_a_trained_day_by_hand_retrains_without_it(days, tmp_path):
     assert "--new DAYFILE... is required" in err.getvalue()
 
 
+@pytest.mark.slow   # the MQ2008 days and an ingest: 7.8 s wall under load 11
 def test_group_selection_reads_the_selected_groups(days, tmp_path):
     """GroupSelection = the same rows, labels, query ids as the groups picked one by one (a span read and
     run-by-run reads), for every block budget."""
@@ -144,6 +145,7 @@ def test_group_selection_reads_the_selected_groups(days, tmp_path):
         GroupSelection(s, [3, 2])
 
 
+@pytest.mark.slow   # three nightly runs per learner: 1.7-2.3 s wall under load 11
 @pytest.mark.parametrize("learner", ["sparse-kernel", "sgd-pairwise"])
 def test_other_learners_train_without_the_excluded_day(tmp_path, learner):
     """Sparse kernel: the fold statistics of night 3 skip the rejected night 2, and the model equals a

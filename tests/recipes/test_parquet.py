@@ -51,6 +51,7 @@ def mq(tmp_path_factory):
                 member=member)
 
 
+@pytest.mark.slow   # the module's MQ2008 parquet files: 9.9 s wall under load 11 (~3 CPU-s)
 def test_parquet_files_have_string_qids_and_split_queries(mq):
     t = pq.read_table(mq["parts"])
     assert t.schema.field("qid").type == pa.string()
@@ -63,6 +64,7 @@ def test_parquet_files_have_string_qids_and_split_queries(mq):
     assert second.read_row_group(0).column("qid")[0].as_py() == last_q
 
 
+@pytest.mark.slow   # ingests of a table and of the LETOR text: 3.1 s wall under load 11
 def test_ingest_parquet_equals_letor_text_to_1e_10(mq):
     store_path = mq["tmp"] / "pq.zarr"
     out = _run("ingest", mq["parts"], "--store", store_path, "--label", "label", "--qid", "qid",
@@ -86,6 +88,7 @@ def test_ingest_parquet_equals_letor_text_to_1e_10(mq):
     assert "ingested 0 rows" in again and sr.GroupStore.open(store_path).n_rows == store.n_rows
 
 
+@pytest.mark.slow   # two fits on MQ2008 tables: 0.9 s wall under load 11, and the module's fixture
 def test_fit_from_pandas_parquet_equals_letor_text(mq):
     df = pd.read_parquet(mq["parts"])
     a = sr.RankRLS(alpha=0.5).fit(df.drop(columns=["qid", "label"]), df["label"], qid=df["qid"].to_numpy())
@@ -104,6 +107,7 @@ def test_fit_from_pandas_parquet_equals_letor_text(mq):
     np.testing.assert_allclose(c.predict(t.drop_columns(["qid", "label"])), c.predict(mq["X"]), rtol=1e-12)
 
 
+@pytest.mark.slow   # the recipe CLI and an append: 2.2 s wall under load 11
 def test_recipe_cli_and_store_append_of_a_table(mq, recipe, tmp_path):
     rec = recipe("letor")
     out = tmp_path / "one.parquet"

@@ -126,6 +126,7 @@ def test_pairwise_memory_does_not_grow_with_one_group():
     assert giant < 1.3 * half + (256 << 10), (giant, half)
 
 
+@pytest.mark.slow   # a CLI ingest and fit: 2.0 s wall under load 11
 def test_cli_fit_sgd_bilinear_memory_bound_is_one_line_exit_6(tmp_path, capsys):
     from streamrank.cli import main
 
