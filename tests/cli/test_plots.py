@@ -1,6 +1,7 @@
 """sr.plot.regularization_path and sr.plot.nightly_history write non-empty PNGs of the expected size."""
 from __future__ import annotations
 
+import importlib.util
 import io
 import json
 from pathlib import Path
@@ -12,7 +13,8 @@ from _cli_inproc import run_cli
 
 import streamrank as sr
 
-pytest.importorskip("matplotlib")
+# skipped without matplotlib, which is not imported at collection (~0.5 CPU-s in every pytest process)
+pytestmark = pytest.mark.skipif(importlib.util.find_spec("matplotlib") is None, reason="needs matplotlib")
 ROOT = Path(__file__).resolve().parents[2]
 
 
@@ -101,6 +103,7 @@ def test_nightly_history_png(tmp_path):
     assert 0 < ev["metrics"]["ndcg@10"] <= 1
 
 
+@pytest.mark.slow   # nightly runs and plots (matplotlib): 5.5 s wall under load 13
 def test_nightly_history_errors(tmp_path):
     with pytest.raises(FileNotFoundError):
         sr.plot.nightly_history(tmp_path / "nothing")

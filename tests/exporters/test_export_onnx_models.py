@@ -6,6 +6,7 @@ on sparse tuples, through both of its graphs (dense W and the gather graph).
 """
 from __future__ import annotations
 
+import importlib.util
 import json
 
 import numpy as np
@@ -17,7 +18,8 @@ from ltr_scorers import score_json_model
 import streamrank as sr
 from streamrank.exporters import CannotExport
 
-ort = pytest.importorskip("onnxruntime")
+# skipped without onnxruntime, which is imported by the tests, not at collection (~0.3 CPU-s in every process)
+pytestmark = pytest.mark.skipif(importlib.util.find_spec("onnxruntime") is None, reason="needs onnxruntime")
 
 KERNELS = {
     "dual-rbf": dict(kernel="rbf", gamma=0.05),
@@ -32,6 +34,8 @@ KERNELS = {
 
 
 def _onnx_scores(path, **inputs):
+    import onnxruntime as ort
+
     return ort.InferenceSession(str(path)).run(None, {k: np.asarray(v, np.float32) for k, v in inputs.items()})[0]
 
 

@@ -50,7 +50,9 @@ def _tuples(path):
     return store, sr.TupleStore.open, append, content
 
 
-@pytest.mark.parametrize("make", [_group, _tuples], ids=["GroupStore", "TupleStore"])
+# the same transaction (io/_append_transaction.py) for both stores: the quick loop keeps the GroupStore's
+# (the TupleStore's: 1.1-2.2 s wall under load 13)
+@pytest.mark.parametrize("make", [_group, pytest.param(_tuples, marks=pytest.mark.slow)], ids=["GroupStore", "TupleStore"])
 def test_a_writer_dying_before_the_commit_leaves_the_last_commit(tmp_path, monkeypatch, caplog, make):
     store, open_, append, content = make(tmp_path / "s.zarr")
     assert append(store, 0) is True

@@ -184,6 +184,7 @@ def test_one_query_over_many_chunks_and_bom():
     assert [len(c.y) for c in chunks] == [500]
 
 
+@pytest.mark.slow   # a benchmark's smoke run, like tests/test_benchmarks_smoke.py: 1.7 s wall under load 13
 def test_letor_parse_benchmark_smoke(capsys):
     import importlib.util
     import pathlib
