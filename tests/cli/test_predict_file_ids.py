@@ -63,6 +63,7 @@ def test_run_from_a_letor_file_names_documents_by_their_docid_comments(mq):
     assert ids == set(comments)
 
 
+@pytest.mark.slow   # the module's MQ2008 CLI fit, then predict: 3.7 s wall under load 15
 def test_rows_without_a_docid_comment_are_named_by_their_row(mq, tmp_path):
     d = mq
     lines = (d / "test.txt").read_text().splitlines(keepends=True)
@@ -89,6 +90,7 @@ def test_rows_without_a_docid_comment_are_named_by_their_row(mq, tmp_path):
     assert len(score["mixed"]) == len(lines)
 
 
+@pytest.mark.slow   # the module's MQ2008 CLI fit, a parquet table, predict: 3.0 s wall under load 15
 def test_parquet_without_a_label_is_predicted_and_names_rows_by_the_docid_column(mq, tmp_path):
     pa = pytest.importorskip("pyarrow")
     import pyarrow.parquet as pq
