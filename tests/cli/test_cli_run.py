@@ -72,6 +72,9 @@ def _parse_run(path):
     return rows
 
 
+# the module's fixture ingests and fits MQ2008 through the CLI (12 s wall under load 16 with the first test):
+# the quick loop leaves out every test that needs it and keeps the doc-id checks of the store below
+@pytest.mark.slow
 @pytest.mark.parametrize("which", ["test", "plain"])
 def test_predict_run_is_a_trec_run_of_the_scores(data, tmp_path, which):
     out = tmp_path / "run.trec"
@@ -101,6 +104,7 @@ def test_predict_run_is_a_trec_run_of_the_scores(data, tmp_path, which):
     assert seen_q == list(store.qid)
 
 
+@pytest.mark.slow   # the module's CLI fit (see above)
 def test_run_needs_an_output_and_refuses_tuple_models(data, tmp_path):
     rc, _, err = run("predict", "--model", data / "m.zarr", "--store", data / "test.zarr")
     assert rc == 2 and "--run" in err
