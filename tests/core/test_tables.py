@@ -3,9 +3,11 @@ import numpy as np
 import pytest
 
 import streamrank as sr
+from _lazy_modules import LazyModule, needs
 
-pd = pytest.importorskip("pandas")
-pa = pytest.importorskip("pyarrow")
+pd = LazyModule("pandas")           # imported by the first test that uses it, not at collection
+pa = LazyModule("pyarrow")
+pytestmark = needs("pandas", "pyarrow")
 
 
 def _data(seed=0, m=60, n=4):

@@ -16,11 +16,12 @@ import streamrank as sr
 from streamrank.datasets._paths import data_path
 from streamrank.io.weighted import ips_weighted, with_weights
 from streamrank.pipelines import nightly
+from _lazy_modules import LazyModule, needs
 
 ARCHIVE = data_path("letor", "MQ2008_QueryLevelNorm.tar.gz")
-pytestmark = pytest.mark.skipif(not ARCHIVE.exists(), reason="MQ2008 archive not available")
-pa = pytest.importorskip("pyarrow")
-pq = pytest.importorskip("pyarrow.parquet")
+pytestmark = [pytest.mark.skipif(not ARCHIVE.exists(), reason="MQ2008 archive not available"), needs("pyarrow")]
+pa = LazyModule("pyarrow")          # imported by the first test that uses it, not at collection
+pq = LazyModule("pyarrow.parquet")
 GRID = "0.01,1,100"
 
 

@@ -9,9 +9,11 @@ import pytest
 
 import streamrank as sr
 from pipeline_data import make_day
+from _lazy_modules import LazyModule, needs
 
-pa = pytest.importorskip("pyarrow")
-pq = pytest.importorskip("pyarrow.parquet")
+pa = LazyModule("pyarrow")          # imported by the first test that uses it, not at collection
+pq = LazyModule("pyarrow.parquet")
+pytestmark = needs("pyarrow")
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))

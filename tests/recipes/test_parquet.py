@@ -15,10 +15,12 @@ from _cli_inproc import run_cli
 import streamrank as sr
 from streamrank.datasets import letor
 from recipes_testdata import need
+from _lazy_modules import LazyModule, needs
 
-pa = pytest.importorskip("pyarrow")
-pq = pytest.importorskip("pyarrow.parquet")
-pd = pytest.importorskip("pandas")
+pa = LazyModule("pyarrow")          # imported by the first test that uses it, not at collection
+pq = LazyModule("pyarrow.parquet")
+pd = LazyModule("pandas")
+pytestmark = needs("pyarrow", "pandas")
 
 LIMIT = 2500   # rows of MQ2008 fold 1 train (whole queries): ~60 queries
 

@@ -14,7 +14,6 @@ import warnings
 import numpy as np
 import pytest
 import scipy.sparse as sp
-from scipy.stats import chisquare
 
 import streamrank as sr
 from streamrank.io.pairs import pairs_from_groups
@@ -85,6 +84,8 @@ def test_split_group_pairs_are_uniform_over_preference_pairs(sparse):
             counts.update(map(tuple, b.rows.tolist()))
     pairs = [(i, j) for i in range(12) for j in range(12) if Y12[i] > Y12[j]]
     assert set(counts) == set(pairs) and sum(counts.values()) == 60_000
+    from scipy.stats import chisquare   # here, not at collection: scipy.stats costs ~0.5 CPU-s to import
+
     assert chisquare([counts[p] for p in pairs]).pvalue > 1e-3
 
 
