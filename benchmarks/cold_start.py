@@ -350,6 +350,13 @@ def _row(name, wall, cpu, base, report=None, load=None):
     return ratio
 
 
+def _compiled(report):
+    """Under a cold row: the kernels the process compiled, each with its number of signatures (x2: two)."""
+    names = sorted((k.replace("streamrank.", ""), v[2]) for k, v in report["kernels"].items() if v[2])
+    if names:
+        print(f"{'':<4s}compiled: " + ", ".join(n + (f" x{m}" if m > 1 else "") for n, m in names), flush=True)
+
+
 def _breakdown(reports):
     """Where each warm command's CPU goes (one instrumented in-process run each; see PROBE)."""
     names = list(reports)
@@ -413,6 +420,7 @@ def _run(args, scratch, repeat, cold):
             wall, cpu, rep = run(cmd, env=cold_env, cwd=scratch, probe=out)
             total += wall
             _row(name, wall, cpu, base, rep, load)
+            _compiled(rep)
             for sname, scli in setup:  # the test store for evaluate: not part of the four
                 run(probe_cmd(scratch, "setup", "cli", scli)[0], env=cold_env, cwd=scratch)
         print(f"{'the four together':<28s} {total:7.2f}   goal <= 8 s: {'met' if total <= 8 else 'NOT MET'}")
@@ -423,6 +431,7 @@ def _run(args, scratch, repeat, cold):
         cmd, out = probe_cmd(scratch, "readme", "code", [readme_snippet()])
         wall, cpu, rep = run(cmd, env=readme_env, cwd=scratch, probe=out)
         _row("README ten lines", wall, cpu, base, rep, load)
+        _compiled(rep)
         print(f"{'':<28s} goal <= 5 s: {'met' if wall <= 5 else 'NOT MET'}")
         if wall > 5:
             failures.append(f"cold README {wall:.1f} s")
