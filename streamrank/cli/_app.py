@@ -454,9 +454,9 @@ def _run(args, console: bool = False) -> int:
                 warnings.simplefilter("ignore", category=RuntimeWarning)
             warnings.showwarning = _show_warning(args)
             if console:
-                from ._preload import PRELOAD, preload_paused
+                from ._preload import preload_for
 
-                preload_paused(PRELOAD.get(args.command, ()))
+                preload_for(args)
             return int(args.func(args) or 0)
     except KeyboardInterrupt:
         print(f"streamrank {args.command}: interrupted; nothing half-written was left (stores keep their "

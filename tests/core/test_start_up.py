@@ -104,20 +104,27 @@ def test_preload_pauses_the_collector_and_freezes_what_it_imported():
 
 def test_only_the_console_path_preloads(monkeypatch, tmp_path):
     """``main()`` of the console script preloads (it owns the process); ``main([...])`` of a caller never does."""
-    from streamrank.cli import _preload, main
+    from streamrank.cli import EXIT_NOT_FOUND, _preload, main
 
     calls = []
     monkeypatch.setattr(_preload, "preload_paused", calls.append)
     monkeypatch.setenv("STREAMRANK_NO_FORK", "1")            # the console path, without the fork
-    argv = ["fit", "--store", str(tmp_path / "none.zarr"), "--model", str(tmp_path / "m.zarr"),
+    (tmp_path / "empty.zarr").mkdir()                       # exists, but is no store: the command fails later
+    argv = ["fit", "--store", str(tmp_path / "empty.zarr"), "--model", str(tmp_path / "m.zarr"),
             "--learner", "rankrls", "-q"]
-    assert main(argv) != 0 and calls == []                   # in process: no store there, and no preload
+    assert main(argv) != 0 and calls == []                   # in process: no preload
     monkeypatch.setattr(sys, "argv", ["streamrank", *argv])
     assert main() != 0
     assert calls == [_preload.PRELOAD["fit"]]
-    monkeypatch.setattr(sys, "argv", ["streamrank", "info", str(tmp_path / "none.zarr")])
+    monkeypatch.setattr(sys, "argv", ["streamrank", "info", str(tmp_path / "empty.zarr")])
     main()
     assert calls == [_preload.PRELOAD["fit"], ()]           # a command without a preload list
+    for argv in (["fit", "--store", str(tmp_path / "none.zarr"), "--model", str(tmp_path / "m.zarr"),
+                  "--learner", "rankrls"],
+                 ["evaluate", "--model", str(tmp_path / "none.zarr"), "--store", str(tmp_path / "empty.zarr")]):
+        monkeypatch.setattr(sys, "argv", ["streamrank", *argv])
+        assert main() == EXIT_NOT_FOUND                      # a mistyped input: its error at once, no preload
+    assert len(calls) == 2
 
 
 def test_import_streamrank_is_cheap():
