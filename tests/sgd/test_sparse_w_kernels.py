@@ -8,6 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from streamrank.sgd import _sparse_w_kernels as K
+from streamrank.sgd._base import kernel_csr
 from streamrank.sgd._sparse_row_kernels import merge_diff
 from streamrank.sgd._table import SparseW
 
@@ -256,8 +257,7 @@ def test_score_rows_matches_dense_formula_and_leaves_workspace_zero():
     D = sp.random(20, 17, density=0.3, random_state=rng, format="csr")
     dense = np.zeros(17)
     out = np.zeros(20)
-    K.score_rows(t.meta, t.pc, t.pv, t.S, 0, Q.indptr, Q.indices, Q.data, D.indptr, D.indices, D.data,
-                 dense, out)
+    K.score_rows(t.meta, t.pc, t.pv, t.S, 0, *kernel_csr(Q), *kernel_csr(D), dense, out)
     np.testing.assert_allclose(out, np.einsum("ri,ij,rj->r", Q.toarray(), W.toarray(), D.toarray()),
                                atol=1e-14)
     assert not dense.any()
@@ -288,8 +288,9 @@ def _steps(W, Q, P, N, eta0=1.0, l1=0.01, T=3, lazy=True, refit=False, log=4096)
     while r < n:
         W.reserve_sweeps(n - r, T)
         t_before = int(W.istate[K.I_T])
-        r_next = K.sgd_steps(W.meta, W.pc, W.pv, W.S, W.istate, W.fstate, Q.indptr, Q.indices, Q.data,
-                             P.indptr, P.indices, P.data, N.indptr, N.indices, N.data, r, n, eta0,
+        # the arrays as SparseSGDRanker hands them over (kernel_csr): the suite compiles one variant
+        r_next = K.sgd_steps(W.meta, W.pc, W.pv, W.S, W.istate, W.fstate, *kernel_csr(Q),
+                             *kernel_csr(P), *kernel_csr(N), r, n, eta0,
                              K.LR_INVSQRT, l1, T, lazy, refit, dj, dx, dense, slot, mask, hit, W.free,
                              lpos, lval, kept)
         calls += 1
