@@ -80,12 +80,6 @@ def _stable_order(a, lo, hi, direction):
 
 
 @jit
-def _order_desc(s, lo, hi):
-    """Rows lo:hi in decreasing score (stable; equal scores stay together)."""
-    return _stable_order(s, lo, hi, -1.0)
-
-
-@jit
 def _run_end(s, lo, order, a, n):
     """End of the run of scores tied with position ``a`` of ``order``."""
     sa = s[lo + order[a]]
@@ -128,7 +122,7 @@ def ndcg_groups(y, s, gp, iy, igp, ks, exp2, out):
         lo = gp[g]
         n = gp[g + 1] - lo
         ilo = igp[g]
-        ideal = _order_desc(iy, ilo, igp[g + 1])   # the labels in decreasing order: iy[ilo + ideal[p]]
+        ideal = _stable_order(iy, ilo, igp[g + 1], -1.0)   # labels decreasing: iy[ilo + ideal[p]]
         ni = ideal.shape[0]
         for j in range(nk):
             kk = _cut(ks[j], ni)
@@ -138,7 +132,7 @@ def ndcg_groups(y, s, gp, iy, igp, ks, exp2, out):
             out[g, j] = idcg               # keep the ideal until the DCG is known
         dcg = np.zeros(nk)
         if n > 0:
-            order = _order_desc(s, lo, lo + n)
+            order = _stable_order(s, lo, lo + n, -1.0)   # decreasing score, ties in row order
             a = np.int64(0)  # not the literal 0: _run_end compiles for int64 only
             while a < n:
                 b = _run_end(s, lo, order, a, n)
@@ -185,7 +179,7 @@ def err_groups(y, s, gp, ks, exp2, max_grade, out):
         for j in range(nk):
             kmax = max(kmax, _cut(ks[j], n))
         at = np.zeros(kmax)               # expected contribution of each position
-        order = _order_desc(s, lo, lo + n)
+        order = _stable_order(s, lo, lo + n, -1.0)   # decreasing score, ties in row order
         before = 1.0                      # probability the user reaches the run
         a = np.int64(0)  # not the literal 0: _run_end compiles for int64 only
         while a < kmax:
@@ -249,7 +243,7 @@ def average_precision_groups(y, s, gp, n_rel, ks, out):
         for j in range(nk):
             kmax = max(kmax, _cut(ks[j], n))
         at = np.zeros(kmax)
-        order = _order_desc(s, lo, lo + n)
+        order = _stable_order(s, lo, lo + n, -1.0)   # decreasing score, ties in row order
         c = 0
         a = np.int64(0)  # not the literal 0: _run_end compiles for int64 only
         while a < kmax:
@@ -290,7 +284,7 @@ def hits_groups(y, s, gp, ks, out):
             out[g, j] = 0.0
         if n == 0:
             continue
-        order = _order_desc(s, lo, lo + n)
+        order = _stable_order(s, lo, lo + n, -1.0)   # decreasing score, ties in row order
         a = np.int64(0)  # not the literal 0: _run_end compiles for int64 only
         while a < n:
             b = _run_end(s, lo, order, a, n)
@@ -324,7 +318,7 @@ def reciprocal_rank_groups(y, s, gp, ks, out):
             out[g, j] = np.nan
         if n == 0:
             continue
-        order = _order_desc(s, lo, lo + n)
+        order = _stable_order(s, lo, lo + n, -1.0)   # decreasing score, ties in row order
         a = np.int64(0)  # not the literal 0: _run_end compiles for int64 only
         while a < n:
             b = _run_end(s, lo, order, a, n)
