@@ -51,6 +51,9 @@ CHECKOUT_ONLY = {"The two commands": ["make demo", "make test"]}
 
 
 def _run(argv, **kw):
+    # no checkout on PYTHONPATH (a developer's or a test runner's): pip would take it for an installed streamrank
+    # and skip the wheel's install ("already installed with the same version"), and the venv would import it
+    kw.setdefault("env", {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONHOME")})
     return subprocess.run(argv, capture_output=True, text=True, **kw)
 
 
@@ -174,7 +177,8 @@ def venv(wheel, resolved):
         fcntl.flock(lock, fcntl.LOCK_EX)
         if not (venv / "installed").exists():    # absent or half made: (re)make it in place (scripts hold its path)
             shutil.rmtree(venv, ignore_errors=True)
-            _make_venv(venv, whl, resolved)
+            out = _make_venv(venv, whl, resolved)
+            assert "Successfully installed streamrank" in out, out   # else a venv without it would be kept a day
             (venv / "installed").write_text(whl.name)
     os.utime(venv)
     return venv
