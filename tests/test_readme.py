@@ -61,6 +61,7 @@ def test_readme_parquet_lines_run_as_written(tmp_path, capsys):
     assert listed == [f"f_{j}" for j in top]
 
 
+@pytest.mark.slow   # a click log ingested and fitted through the CLI: 2.2 s wall under load 15
 def test_readme_click_log_lines_run_as_written(tmp_path, capsys):
     """The click-log section (issue 23): its Python block, then its shell lines exactly as written; the model
     equals the library's IPS fit on the same rows."""

@@ -119,6 +119,7 @@ def test_old_stores_without_identity_attribute_are_global(tmp_path):
         old.append(*_day([2]), batch_id="b")
 
 
+@pytest.mark.slow   # CLI info and an ingest copy: 2.2 s wall under load 15
 def test_info_shows_identity_and_ingest_copy_keeps_batches(tmp_path, capsys):
     from streamrank import cli
 

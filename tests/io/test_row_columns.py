@@ -301,6 +301,7 @@ def test_columns_on_object_storage(s3_server, s3_url, tmp_path):
     assert pickle.loads(pickle.dumps(with_weights(r, "weight"))).inner.path == url
 
 
+@pytest.mark.slow   # SGD fits on a store and on arrays: 2.1 s wall under load 15
 def test_pairwise_sgd_on_a_range_of_a_weighted_store_keeps_the_weights(tmp_path):
     """``with_weights(store, "weight").groups(g0, g1)`` (tonight's groups): PairwiseSGDRanker samples its pairs
     with the range's weights (it trained unweighted before, silently)."""
