@@ -53,6 +53,7 @@ def test_newsgroups_slice(tmp_path, recipe, capsys):
     assert (out / "classes.txt").read_text().split()[0] == "alt.atheism"
 
 
+@pytest.mark.slow   # a real-dataset recipe, like the others here: 1.4 s wall under load 7
 def test_mnist_slice(tmp_path, recipe):
     need("mnist/train-images-idx3-ubyte.gz")
     from streamrank.datasets.mnist import read_idx
