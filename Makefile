@@ -30,16 +30,23 @@ demo: $(VENV)/.installed-test
 # the cells of the big independent files out one by one).  The workers share one numba cache (streamrank
 # locks each kernel's cache saves).
 PYTEST_ARGS ?= -n auto --dist loadfile
+# The test processes' environment:
+# - bytecode is written even where the environment says not to (PYTHONDONTWRITEBYTECODE, set on some CI
+#   machines): every pytest(-xdist) process and every CLI subprocess a test starts imports streamrank and the
+#   test modules, and compiling them from source costs each worker about 5 CPU-s more per run (collection:
+#   10-12 CPU-s instead of 5.5);
+# - one BLAS thread per process: the xdist workers already take every core, and OpenBLAS's own threads on top
+#   only wait for each other (tests/rankrls quick: 30.0 instead of 31.7-33.7 CPU-s, 23-33 instead of 32-41 s
+#   wall at load 5).  Set OPENBLAS_NUM_THREADS yourself to override it.
+OPENBLAS_NUM_THREADS ?= 1
+TEST_ENV = PYTHONDONTWRITEBYTECODE= OPENBLAS_NUM_THREADS=$(OPENBLAS_NUM_THREADS)
 test: $(VENV)/.installed-test
 	$(PY) -m ruff check streamrank pipelines data_recipes tests benchmarks examples docs
-	$(PY) -m pytest -q -p no:cacheprovider $(PYTEST_ARGS); rc=$$?; \
+	$(TEST_ENV) $(PY) -m pytest -q -p no:cacheprovider $(PYTEST_ARGS); rc=$$?; \
 	if [ $$rc -eq 5 ]; then echo "pytest collected no tests"; exit 0; fi; exit $$rc
 
-# The inner loop writes bytecode even where the environment says not to (PYTHONDONTWRITEBYTECODE, set on some CI
-# machines): every pytest(-xdist) process imports all the test modules, and compiling them and streamrank from
-# source costs each worker about 5 CPU-s more per run (collection: 10-12 CPU-s instead of 5.5).
 quick: $(VENV)/.installed-test
-	PYTHONDONTWRITEBYTECODE= $(PY) -m pytest -q -p no:cacheprovider -m "not slow" $(PYTEST_ARGS)
+	$(TEST_ENV) $(PY) -m pytest -q -p no:cacheprovider -m "not slow" $(PYTEST_ARGS)
 
 clean-venv:
 	rm -rf $(VENV)
