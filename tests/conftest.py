@@ -103,14 +103,52 @@ SLOW_FILES = {
 # Tests that use these fixtures start a server or a cluster in its own processes: a real dask LocalCluster
 # (tests/pipelines/conftest.py) or the S3 server on loopback (moto, tests/_s3_server.py).
 SLOW_FIXTURES = {"client", "s3_server"}
+# Single quick-loop tests of about 0.4 s or more on an idle machine (wall on a warm cache, 2 workers, 2026-11-27,
+# lead's per-test profile of `make quick`), each beside a quick test of the same module that covers the same path
+# on less data or fewer cells.  An id without "[" marks every cell of the test.
+SLOW_TESTS = {
+    "rankrls/test_rankrls_linear.py::test_two_step_contract_and_clone": "2.3 s",
+    "sgd/test_sgd_bilinear.py::test_params_and_refit_name": "1.8 s",
+    "io/test_source_contract.py::TestDask::test_shuffle_is_reproducible_permutation": "1.5 s; zarr sources keep it",
+    "io/test_chunk_files.py::test_row_reader_with_the_decoder_equals_zarr": "0.9 s",
+    "io/test_row_columns.py::test_columns_round_trip_are_verified_and_reopen": "0.85 s",
+    "cli/test_cli_refusals.py::test_evaluate_a_parquet_file_directly_matches_the_store": "0.7 s",
+    "cli/test_cli_refusals.py::test_plot_suggests_only_options_the_learner_takes": "0.6 s",
+    "io/test_group_store.py::test_store_factory_fixture": "0.7 s",
+    "io/test_group_store.py::test_shipped_to_workers_by_path_and_commit": "0.65 s",
+    "io/test_group_store.py::test_roundtrip_several_batches[3-True]": "0.6 s; the other cells stay",
+    "io/test_group_store.py::test_reader_keeps_only_group_ptr_in_memory": "0.4 s",
+    "rankrls/test_cg_ties_path_cv.py::test_cg_kfold_multi_output_ties_excluded_equals_retraining_and_primal": "0.6 s",
+    "core/test_normalize.py::test_cg_cross_validation_with_normalize_equals_prescaled[ndcg@5-minmax]": "0.55 s",
+    "core/test_normalize.py::test_cg_cross_validation_with_normalize_equals_prescaled[ndcg@5-standard]": "0.55 s",
+    "core/test_normalize.py::test_cg_cross_validation_with_normalize_equals_prescaled[squared-minmax]": "0.5 s",
+    "io/test_row_chunks.py::test_any_cutting_equals_the_zarr_slice_and_decodes_each_chunk_once": "0.55 s",
+    "recipes/test_parquet.py::test_parquet_errors_are_clear": "0.55 s",
+    "rankrls/test_cg_weighted_ties_exclude.py::test_weighted_exclude_cg_cross_validation_equals_primal": "0.5 s",
+    "rankrls/test_cg_weighted_split.py::test_weighted_cg_cross_validation_with_split_groups_equals_primal": "0.5 s",
+    "io/test_tuple_store.py::test_torn_tail_repair_and_format": "0.5 s",
+    "rankrls/test_sparse_rankrls.py::test_block_cuttings_give_the_same_model": "0.5 s",
+    "hardening/test_bad_input_cli.py::test_nightly_bad_day_leaves_store_and_model": "0.5 s (a nightly run)",
+    "test_persistence_all.py::test_roundtrip_identical_predictions[RankRLS-primal+folds]": "0.5 s",
+    "rankrls/test_sample_weight.py::test_weighted_split_groups_any_cutting_any_order": "0.5 s",
+    "io/test_row_columns.py::test_sgd_pairwise_and_dual_kernel_take_the_store_weights": "0.45 s",
+    "io/test_weights_read_per_block.py::test_cg_split_groups_read_weights_per_block_and_equal_the_in_memory_fit[exclude]":
+        "0.4 s; the include cell stays",
+    "pipelines/test_nightly_holdout.py::test_pairwise_progressive_validation": "0.4 s",
+    "pipelines/test_nightly_holdout.py::test_sparse_kernel_holdout_candidate": "0.4 s",
+    "io/test_chunk_files.py::test_group_store_blocks_are_the_same_either_way[True]": "0.4 s",
+    "hardening/test_chunk_binding.py::test_appends_across_chunk_boundaries_keep_reading": "0.4 s",
+}
 
 
 def pytest_collection_modifyitems(config, items):
     root = _os.path.dirname(__file__)
     for item in items:
         rel = _os.path.relpath(str(item.path), root).replace(_os.sep, "/")
+        test_id = rel + "::" + item.nodeid.split("::", 1)[1] if "::" in item.nodeid else rel
         if (rel in SLOW_FILES or item.get_closest_marker("distributed") is not None
-                or SLOW_FIXTURES.intersection(getattr(item, "fixturenames", ()))):
+                or SLOW_FIXTURES.intersection(getattr(item, "fixturenames", ()))
+                or test_id in SLOW_TESTS or test_id.split("[", 1)[0] in SLOW_TESTS):
             item.add_marker(pytest.mark.slow)
 
 
