@@ -104,8 +104,8 @@ SLOW_FILES = {
 # (tests/pipelines/conftest.py) or the S3 server on loopback (moto, tests/_s3_server.py).
 SLOW_FIXTURES = {"client", "s3_server"}
 # Single quick-loop tests of about 0.4 s or more on an idle machine (wall on a warm cache, 2 workers, 2026-11-27,
-# lead's per-test profile of `make quick`), each beside a quick test of the same module that covers the same path
-# on less data or fewer cells.  An id without "[" marks every cell of the test.
+# lead's per-test profile of `make quick`), each in a module whose other tests stay in the quick loop (for a
+# parametrized test, its other cells do).  An id without "[" marks every cell of the test.
 SLOW_TESTS = {
     "rankrls/test_rankrls_linear.py::test_two_step_contract_and_clone": "2.3 s",
     "sgd/test_sgd_bilinear.py::test_params_and_refit_name": "1.8 s",
