@@ -27,6 +27,8 @@ import time
 
 import numpy as np
 
+from ._common import UsageError
+
 __all__ = ["PARTS", "add_parser", "cmd_warmup", "run_part", "serve"]
 
 
@@ -303,10 +305,10 @@ def _in_workers(names: list[str], jobs: int):
 
 
 def cmd_warmup(args) -> int:
+    if args.jobs is not None and args.jobs < 1:     # a bad option: exit 2, as for every command
+        raise UsageError(f"--jobs must be at least 1, got {args.jobs}")
     names = sorted(args.parts or PARTS, key=lambda n: -PARTS[n][1])
     jobs = min(len(names), args.jobs if args.jobs is not None else (os.cpu_count() or 1))
-    if jobs < 1:
-        raise ValueError(f"--jobs must be at least 1, got {args.jobs}")
     t0 = time.perf_counter()
     results = (_run_counted(n) for n in names) if jobs == 1 else _in_workers(names, jobs)
     failed = []
