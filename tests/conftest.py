@@ -71,6 +71,32 @@ def s3_url(s3_server):
     """``s3://<a new empty bucket>`` on :func:`s3_server` (pass ``s3_server.storage_options``)."""
     return s3_server.new_bucket()
 
+# Run once in the fork server before it forks anything: RankRLS from arrays and from a store, evaluated, so its
+# children find these kernels loaded (a forked child that fits a model starts in 5 ms, not 0.7-0.9 s of loading
+# numba's cached kernels).  Only serial kernels: no numba thread pool exists at fork.
+_FORK_WARM_UP = """
+import tempfile, numpy as np, streamrank as sr
+X = np.random.default_rng(0).normal(size=(40, 3)); q = np.repeat(np.arange(4), 10)
+sr.RankRLS(alpha=1.0).fit(X, X[:, 0], q)
+with tempfile.TemporaryDirectory() as d:
+    s = sr.GroupStore.create(d + "/s.zarr", 3)
+    s.append(X.astype(np.float32), X[:, 0].round(), q, batch_id="w")
+    s = sr.GroupStore.open(d + "/s.zarr")
+    sr.metrics.evaluate(s, sr.RankRLS(alpha=1.0).fit(s), k=5)
+"""
+
+
+@pytest.fixture(scope="session")
+def fork_server():
+    """Real child processes forked from one pre-imported Python (tests/_forked.py): the crash, kill and race
+    tests pay numpy's, numba's, zarr's and streamrank's imports once per test process, not once per child."""
+    from _forked import ForkServer
+
+    server = ForkServer(warm_up=_FORK_WARM_UP)
+    yield server
+    server.stop()
+
+
 # Hypothesis: CI runs a fixed set of examples (derandomized) so a submission's
 # result does not depend on the draw; locally examples stay random to explore.
 import os as _os

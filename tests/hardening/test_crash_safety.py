@@ -38,11 +38,12 @@ from streamrank.persistence import ModelFormatError
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def _spawn(code, *args, env=None):
+def _spawn(fork_server, code, *args, env=None):
+    """``python child.py *args`` as a real process, forked from the pre-imported fork server (tests/_forked.py)."""
     script = Path(args[0]).parent / f"child_{abs(hash(code)) % 10**8}.py"
     script.write_text(textwrap.dedent(code).replace("{root}", repr(str(ROOT))))
-    return subprocess.Popen([sys.executable, str(script), *map(str, args)], stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, env=env)
+    return fork_server.popen([str(script), *map(str, args)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                             env=env)
 
 
 def _kill_after(proc, delay):
@@ -77,14 +78,14 @@ while True:
 """
 
 
-def test_model_save_killed_at_random_moments_leaves_a_loadable_model(tmp_path):
+def test_model_save_killed_at_random_moments_leaves_a_loadable_model(tmp_path, fork_server):
     X = np.random.default_rng(0).normal(size=(200, 40))
     y, q = X[:, 0], np.repeat(np.arange(20), 10)
     coefs = [sr.RankRLS(alpha=a).fit(X, y, q).coef_ for a in (1.0, 100.0)]
     path = tmp_path / "model"
     rng = np.random.default_rng(3)
     for delay in rng.uniform(0.05, 0.6, size=5):
-        proc = _spawn(SAVER, path)
+        proc = _spawn(fork_server, SAVER, path)
         assert proc.stdout.readline().strip() == "ready"
         _kill_after(proc, float(delay))
         m = sr.load(path)  # never absent, never half-written
@@ -109,8 +110,8 @@ sr.save(sr.RankRLS(alpha=5.0).fit(X, X[:, 0], q), sys.argv[1])
 """
 
 
-def test_model_save_killed_between_the_two_renames_still_loads(tmp_path):
-    proc = _spawn(FALLBACK, tmp_path / "model")
+def test_model_save_killed_between_the_two_renames_still_loads(tmp_path, fork_server):
+    proc = _spawn(fork_server, FALLBACK, tmp_path / "model")
     proc.wait(timeout=120)
     assert proc.returncode == -signal.SIGKILL, proc.stderr.read()
     assert not (tmp_path / "model").exists()
@@ -130,10 +131,9 @@ def _nightly_argv(store, models, day):
             "--models", str(models), "--alphas", "2^-2:2^2", "--tolerance", "1.0", "--no-plot"]
 
 
-def _nightly(store, models, day):
+def _nightly(fork_server, store, models, day):
     t = time.perf_counter()
-    out = subprocess.run([sys.executable, *_nightly_argv(store, models, day)], capture_output=True, text=True,
-                         timeout=300)
+    out = fork_server.run(_nightly_argv(store, models, day), timeout=300)
     assert out.returncode == 0, out.stderr[-2000:]
     return time.perf_counter() - t
 
@@ -152,22 +152,24 @@ def _check_after_kill(store, models, days_done, prev_version):
         assert nightly.read_version(models, cur)["data"]["groups"][1] == s.n_groups
 
 
-def test_nightly_killed_at_random_moments_completes_exactly_once(tmp_path):
+def test_nightly_killed_at_random_moments_completes_exactly_once(tmp_path, fork_server):
+    """Real night processes (forked from the pre-imported fork server, so the swept moments fall in the night's
+    work rather than in Python's start-up), killed with SIGKILL."""
     sys.path.insert(0, str(ROOT))
     from streamrank.pipelines import nightly
 
     store, models = tmp_path / "logs.zarr", tmp_path / "models"
     days = [_write_day(tmp_path, d) for d in (1, 2)]
-    t_night = _nightly(store, models, days[0])
+    t_night = _nightly(fork_server, store, models, days[0])
     v1 = nightly.current_version(models)
     rng = np.random.default_rng(11)
     for delay in rng.uniform(0.15, 0.95, size=3) * t_night:
-        proc = subprocess.Popen([sys.executable, *_nightly_argv(store, models, days[1])],
-                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        proc = fork_server.popen(_nightly_argv(store, models, days[1]), stdout=subprocess.DEVNULL,
+                                 stderr=subprocess.DEVNULL)
         _kill_after(proc, float(delay))
         _check_after_kill(store, models, 1, v1)
-    _nightly(store, models, days[1])                          # the next run completes the work
-    _nightly(store, models, days[1])                          # and a repeat changes nothing
+    _nightly(fork_server, store, models, days[1])             # the next run completes the work
+    _nightly(fork_server, store, models, days[1])             # and a repeat changes nothing
     s = sr.GroupStore.open(store)
     assert s.verify() == 2 and s.n_groups == 24
     versions = nightly.list_versions(models)
@@ -371,9 +373,9 @@ def test_cli_ingest_on_a_full_disk_exits_cannot_write(small_disk, tmp_path):
     assert s.verify() == len(s.batches)
 
 
-def test_next_save_removes_what_killed_saves_left(tmp_path):
+def test_next_save_removes_what_killed_saves_left(tmp_path, fork_server):
     """A save killed between its renames leaves an ``.old`` copy; the next good save sweeps it away."""
-    proc = _spawn(FALLBACK, tmp_path / "model")
+    proc = _spawn(fork_server, FALLBACK, tmp_path / "model")
     proc.wait(timeout=120)
     assert proc.returncode == -signal.SIGKILL
     left = [p.name for p in tmp_path.iterdir() if p.is_dir() and p.name != "model"]

@@ -69,13 +69,14 @@ def _load_data_module(tmp_path):
         sys.path.remove(str(tmp_path))
 
 
-def _run_child(tmp_path, path, sparse, first, last, kill_after=None):
+def _run_child(fork_server, tmp_path, path, sparse, first, last, kill_after=None):
+    """The writer as a real process (forked from the pre-imported fork server, tests/_forked.py)."""
     root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     script = tmp_path / "child.py"
     script.write_text(CHILD.format(root=root))
     env = dict(os.environ, PYTHONPATH=str(tmp_path))
-    proc = subprocess.Popen([sys.executable, str(script), str(path), "1" if sparse else "0",
-                             str(first), str(last)], stdout=subprocess.PIPE, env=env, text=True)
+    proc = fork_server.popen([str(script), str(path), "1" if sparse else "0", str(first), str(last)],
+                             stdout=subprocess.PIPE, env=env)
     assert proc.stdout.readline().strip() == "ready"
     if kill_after is None:
         out = proc.communicate(timeout=120)[0]
@@ -122,7 +123,7 @@ def _torn(path, k_rows):
 
 @pytest.mark.slow
 @pytest.mark.parametrize("sparse", [False, True])
-def test_sigkill_mid_append(tmp_path, sparse):
+def test_sigkill_mid_append(tmp_path, sparse, fork_server):
     data = _load_data_module(tmp_path)
     path = str(tmp_path / "store.zarr")
     n_features = 64 if sparse else 24
@@ -131,7 +132,7 @@ def test_sigkill_mid_append(tmp_path, sparse):
     killed_mid = 0
     delays = rng.uniform(0.05, 0.4, size=1 if sparse else 3)  # several kills; fewer for CSR
     for delay in delays:
-        _run_child(tmp_path, path, sparse, 0, 10_000, kill_after=float(delay))
+        _run_child(fork_server, tmp_path, path, sparse, 0, 10_000, kill_after=float(delay))
         k = _check_prefix(path, data, sparse)
         killed_mid += _torn(path, sr.GroupStore.open(path).n_rows)
         # the next append repairs the torn tail, re-running committed ids is a no-op
@@ -144,7 +145,7 @@ def test_sigkill_mid_append(tmp_path, sparse):
         return
     # a clean, complete re-run of an overlapping range in a separate process is idempotent
     k = sr.GroupStore.open(path).n_groups // 40
-    _run_child(tmp_path, path, sparse, 0, k + 1)
+    _run_child(fork_server, tmp_path, path, sparse, 0, k + 1)
     assert _check_prefix(path, data, sparse) == k + 1
     # not asserted (timing-dependent), but recorded: how often the kill tore an append
     print(f"kills that left a torn tail: {killed_mid} of {len(delays)}")
@@ -175,7 +176,7 @@ TUPLE_CHILD = textwrap.dedent(
 
 
 @pytest.mark.slow
-def test_sigkill_mid_tuple_append(tmp_path):
+def test_sigkill_mid_tuple_append(tmp_path, fork_server):
     root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     script = tmp_path / "tuple_child.py"
     script.write_text(TUPLE_CHILD.format(root=root))
@@ -190,7 +191,7 @@ def test_sigkill_mid_tuple_append(tmp_path):
         sys.path.remove(str(tmp_path))
     path = str(tmp_path / "t.zarr")
     sr.TupleStore.create(path, 50, 60)
-    proc = subprocess.Popen([sys.executable, str(script), path, "0", "10000"], stdout=subprocess.PIPE, text=True)
+    proc = fork_server.popen([str(script), path, "0", "10000"], stdout=subprocess.PIPE)
     assert proc.stdout.readline().strip() == "ready"
     time.sleep(float(np.random.default_rng(11).uniform(0.1, 0.4)))
     proc.send_signal(signal.SIGKILL)
