@@ -15,7 +15,14 @@ What makes it affordable on 2 cold cores:
   (``test_a_dependency_missing_from_the_wheel_is_missing_from_the_venv`` shows it with a doctored wheel);
 * the venv lives at a path keyed by the wheel's RECORD and the resolved set, and is reused while both are
   unchanged, so numba's cache (keyed by the installed sources' path) stays warm between runs; a fresh install
-  into a throwaway venv is still made every time by the warnings test.
+  into a throwaway venv is still made every time by the warnings test;
+* with ``NUMBA_CACHE_DIR`` set (CI), the installed package's cache folders in it are this checkout's: numba
+  stamps each entry with the sha256 of its source file, so the installed copy of a kernel loads what the rest
+  of the suite compiled from the identical source (and the suite loads what the README commands compiled),
+  instead of compiling every kernel a second time (~20 CPU-s on a cold cache).  A source that differs is
+  compiled anew, as numba does for a changed file.  The commands' outputs do not depend on whether a kernel
+  was loaded or compiled; compiling into an empty cache is tested in tests/core/test_start_up.py and by
+  ``streamrank warmup``'s test.
 
 Each README section runs in its own directory laid out as the section assumes (the MQ2008 slices, a day file,
 ``features.txt``, a TREC run and its judgments); a section with commands that this test does not know is a
@@ -181,7 +188,33 @@ def venv(wheel, resolved):
             assert "Successfully installed streamrank" in out, out   # else a venv without it would be kept a day
             (venv / "installed").write_text(whl.name)
     os.utime(venv)
+    _share_numba_cache(venv)
     return venv
+
+
+def _share_numba_cache(venv: Path) -> None:
+    """Point the installed streamrank's folders of ``NUMBA_CACHE_DIR`` at this checkout's (module doc)."""
+    cache = os.environ.get("NUMBA_CACHE_DIR")
+    if not cache:                                # each copy caches beside its own sources, as a user's does
+        return
+    try:
+        from numba.core.caching import UserProvidedCacheLocator
+    except ImportError:                          # another numba: each copy keeps its own entries
+        return
+    import streamrank
+
+    here = Path(os.path.abspath(streamrank.__file__)).parent
+    there = _site_packages(venv) / "streamrank"
+    for d in [there, *sorted(p for p in there.rglob("*") if p.is_dir() and p.name != "__pycache__")]:
+        src, dst = (Path(cache) / UserProvidedCacheLocator.get_suitable_cache_subpath(str(root / "k.py"))
+                    for root in (here / d.relative_to(there), d))
+        if not (here / d.relative_to(there)).is_dir() or dst.exists() or dst.is_symlink():
+            continue                             # not a checkout folder, or already shared (or filled) here
+        src.mkdir(parents=True, exist_ok=True)
+        try:
+            dst.symlink_to(src, target_is_directory=True)
+        except FileExistsError:                  # made meanwhile by another process: it keeps its own
+            pass
 
 
 def _env(venv: Path) -> dict:
