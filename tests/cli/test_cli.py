@@ -69,7 +69,8 @@ def data(tmp_path_factory):
     d = tmp_path_factory.mktemp("cli")
     p = ok(run("ingest", TRAIN, "--store", d / "train.zarr", "--limit", 500))
     assert "ingested" in p.stdout and "46 features" in p.stdout
-    ok(run("ingest", TEST, "--store", d / "test.zarr", "--limit", 300, "--chunk-mb", 0.05, "-q"))
+    # the same command in this process (it just ran as a console script): the store is what is tested
+    ok(inproc("ingest", TEST, "--store", d / "test.zarr", "--limit", 300, "--chunk-mb", 0.05, "-q"))
     return d
 
 
@@ -244,7 +245,7 @@ def test_sgd_bilinear_on_tuple_store(tmp_path):
     t = np.column_stack([rng.integers(0, 40, 500), rng.integers(0, 60, 500), rng.integers(0, 60, 500)])
     ts = sr.TupleStore.create(tmp_path / "src.zarr", 16, 16)
     ts.append(Q, D, t, batch_id="day-1")
-    ok(run("ingest", tmp_path / "src.zarr", "--store", tmp_path / "tuples.zarr", "--format", "zarr", "-q"))
+    ok(inproc("ingest", tmp_path / "src.zarr", "--store", tmp_path / "tuples.zarr", "--format", "zarr", "-q"))
     assert sr.TupleStore.open(tmp_path / "tuples.zarr").n_tuples == 500
     info = json.loads(ok(inproc("info", tmp_path / "tuples.zarr", "--json")).stdout)
     assert info["kind"] == "tuple" and info["tuples"] == 500 and info["query_features"] == 16
@@ -446,7 +447,8 @@ def test_sigint_during_fit_leaves_no_model(data, rankrls_model, tmp_path):
 
 
 def test_sigint_during_ingest_then_resume(tmp_path):
-    argv = ["ingest", TRAIN, "--limit", 1500, "--chunk-mb", 0.03]
+    # ~15 chunks of 0.03 MB, 0.2 s each in the killed run: the signal comes after 3, with ~12 (2.4 s) to go
+    argv = ["ingest", TRAIN, "--limit", 800, "--chunk-mb", 0.03]
     rc, err = _interrupt_after_progress(argv + ["--store", tmp_path / "s.zarr"], {"_STREAMRANK_TEST_SLEEP": "0.2"},
                                         lines=3)
     assert rc == 130, err
