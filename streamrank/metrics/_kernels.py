@@ -9,6 +9,13 @@ so each kernel compiles once.  Cut-offs come as an int64 array ``ks``
 ``ks[j]``.  The plain-numpy references the tests compare against are in
 ``tests/reference/metrics_reference.py``.
 
+Compile cost: every separately jitted helper and every numba library
+implementation a kernel calls (``np.zeros``, ``min``/``max``, slice
+assignment) is a compile unit of its own, ~0.1-0.4 s each on a cold cache.
+So the kernels write their small steps (the cut-off, the gain, the end of a
+run of ties, the Fenwick tree's walks) inline, allocate only with
+``np.empty`` and zero by loops; only :func:`_stable_order` is shared.
+
 Ties in the scores: every kernel returns the *expected* value under a
 uniformly random order of the items tied in ``s`` (McSherry & Najork, ECIR
 2008), computed in closed form per run of tied items.  A run occupying the
@@ -56,8 +63,10 @@ def _stable_order(a, lo, hi, direction):
     while width < n:
         start = 0
         while start < n:
-            mid = min(start + width, n)
-            end = min(start + 2 * width, n)
+            mid = start + width
+            mid = mid if mid < n else n
+            end = start + 2 * width
+            end = end if end < n else n
             i = start
             j = mid
             for o in range(start, end):
@@ -80,27 +89,6 @@ def _stable_order(a, lo, hi, direction):
 
 
 @jit
-def _run_end(s, lo, order, a, n):
-    """End of the run of scores tied with position ``a`` of ``order``."""
-    sa = s[lo + order[a]]
-    b = a + 1
-    while b < n and s[lo + order[b]] == sa:
-        b += 1
-    return b
-
-
-@jit
-def _cut(k, n):
-    """Positions that count for cut-off ``k`` (0: all) in a list of ``n``."""
-    return n if (k <= 0 or k > n) else k
-
-
-@jit
-def _gain(v, exp2):
-    return 2.0 ** v - 1.0 if exp2 else v
-
-
-@jit
 def ndcg_groups(y, s, gp, iy, igp, ks, exp2, out):
     """Expected NDCG@k of every group.
 
@@ -114,10 +102,14 @@ def ndcg_groups(y, s, gp, iy, igp, ks, exp2, out):
     nk = ks.shape[0]
     max_n = 1
     for g in range(n_groups):
-        max_n = max(max_n, gp[g + 1] - gp[g], igp[g + 1] - igp[g])
+        m = gp[g + 1] - gp[g]
+        mi = igp[g + 1] - igp[g]
+        max_n = m if m > max_n else max_n
+        max_n = mi if mi > max_n else max_n
     disc = np.empty(max_n)
     for p in range(max_n):
         disc[p] = 1.0 / np.log2(p + 2.0)
+    dcg = np.empty(nk)
     for g in range(n_groups):
         lo = gp[g]
         n = gp[g + 1] - lo
@@ -125,24 +117,31 @@ def ndcg_groups(y, s, gp, iy, igp, ks, exp2, out):
         ideal = _stable_order(iy, ilo, igp[g + 1], -1.0)   # labels decreasing: iy[ilo + ideal[p]]
         ni = ideal.shape[0]
         for j in range(nk):
-            kk = _cut(ks[j], ni)
+            kk = ks[j]
+            kk = ni if (kk <= 0 or kk > ni) else kk
             idcg = 0.0
             for p in range(kk):
-                idcg += _gain(iy[ilo + ideal[p]], exp2) * disc[p]
+                v = iy[ilo + ideal[p]]
+                idcg += (2.0 ** v - 1.0 if exp2 else v) * disc[p]
             out[g, j] = idcg               # keep the ideal until the DCG is known
-        dcg = np.zeros(nk)
+            dcg[j] = 0.0
         if n > 0:
             order = _stable_order(s, lo, lo + n, -1.0)   # decreasing score, ties in row order
-            a = np.int64(0)  # not the literal 0: _run_end compiles for int64 only
+            a = np.int64(0)
             while a < n:
-                b = _run_end(s, lo, order, a, n)
+                sa = s[lo + order[a]]
+                b = a + 1
+                while b < n and s[lo + order[b]] == sa:
+                    b += 1
                 gain = 0.0
                 for t in range(a, b):
-                    gain += _gain(y[lo + order[t]], exp2)
+                    v = y[lo + order[t]]
+                    gain += 2.0 ** v - 1.0 if exp2 else v
                 for j in range(nk):
-                    kk = _cut(ks[j], n)
+                    kk = ks[j]
+                    kk = n if (kk <= 0 or kk > n) else kk
                     dsum = 0.0
-                    for p in range(a, min(b, kk)):
+                    for p in range(a, b if b < kk else kk):
                         dsum += disc[p]
                     dcg[j] += gain * dsum / (b - a)
                 a = b
@@ -177,32 +176,41 @@ def err_groups(y, s, gp, ks, exp2, max_grade, out):
             continue
         kmax = 0
         for j in range(nk):
-            kmax = max(kmax, _cut(ks[j], n))
-        at = np.zeros(kmax)               # expected contribution of each position
+            kk = ks[j]
+            kk = n if (kk <= 0 or kk > n) else kk
+            kmax = kk if kk > kmax else kmax
+        at = np.empty(kmax)               # expected contribution of each position
+        for p in range(kmax):
+            at[p] = 0.0
         order = _stable_order(s, lo, lo + n, -1.0)   # decreasing score, ties in row order
         before = 1.0                      # probability the user reaches the run
-        a = np.int64(0)  # not the literal 0: _run_end compiles for int64 only
+        a = np.int64(0)
         while a < kmax:
-            b = _run_end(s, lo, order, a, n)
+            sa = s[lo + order[a]]
+            b = a + 1
+            while b < n and s[lo + order[b]] == sa:
+                b += 1
             m = b - a
             R = np.empty(m)
             for t in range(m):
                 v = y[lo + order[a + t]]
                 R[t] = (2.0 ** v - 1.0) / 2.0 ** max_grade if exp2 else v / max_grade
-            top = min(m - 1, kmax - 1 - a)   # largest offset that still counts
+            top = kmax - 1 - a
+            top = m - 1 if m - 1 < top else top   # largest offset that still counts
             mean_prod = np.empty(top + 1)
             for i in range(m):
                 if R[i] == 0.0:
                     continue
                 # mean over t-subsets of the other items of prod(1 - R), t <= top
-                mean_prod[:] = 0.0
+                for t in range(1, top + 1):
+                    mean_prod[t] = 0.0
                 mean_prod[0] = 1.0
                 c = 0
                 for o in range(m):
                     if o == i:
                         continue
                     x = 1.0 - R[o]
-                    for t in range(min(c + 1, top), 0, -1):
+                    for t in range(c + 1 if c + 1 < top else top, 0, -1):
                         mean_prod[t] = ((c + 1 - t) * mean_prod[t] + t * x * mean_prod[t - 1]) / (c + 1)
                     c += 1
                 for t in range(top + 1):
@@ -211,7 +219,8 @@ def err_groups(y, s, gp, ks, exp2, max_grade, out):
                 before *= 1.0 - R[t]
             a = b
         for j in range(nk):
-            kk = _cut(ks[j], n)
+            kk = ks[j]
+            kk = n if (kk <= 0 or kk > n) else kk
             total = 0.0
             for p in range(kk):
                 total += at[p]
@@ -241,26 +250,34 @@ def average_precision_groups(y, s, gp, n_rel, ks, out):
             continue
         kmax = 0
         for j in range(nk):
-            kmax = max(kmax, _cut(ks[j], n))
-        at = np.zeros(kmax)
+            kk = ks[j]
+            kk = n if (kk <= 0 or kk > n) else kk
+            kmax = kk if kk > kmax else kmax
+        at = np.empty(kmax)
+        for p in range(kmax):
+            at[p] = 0.0
         order = _stable_order(s, lo, lo + n, -1.0)   # decreasing score, ties in row order
         c = 0
-        a = np.int64(0)  # not the literal 0: _run_end compiles for int64 only
+        a = np.int64(0)
         while a < kmax:
-            b = _run_end(s, lo, order, a, n)
+            sa = s[lo + order[a]]
+            b = a + 1
+            while b < n and s[lo + order[b]] == sa:
+                b += 1
             m = b - a
             r = 0
             for t in range(a, b):
                 if y[lo + order[t]] > 0:
                     r += 1
             if r > 0:
-                for t in range(min(m, kmax - a)):
+                for t in range(m if m < kmax - a else kmax - a):
                     above = c + 1.0 + (t * (r - 1.0) / (m - 1.0) if m > 1 else 0.0)
                     at[a + t] += r / m * above / (a + t + 1.0)
             c += r
             a = b
         for j in range(nk):
-            kk = _cut(ks[j], n)
+            kk = ks[j]
+            kk = n if (kk <= 0 or kk > n) else kk
             total = 0.0
             for p in range(kk):
                 total += at[p]
@@ -285,18 +302,22 @@ def hits_groups(y, s, gp, ks, out):
         if n == 0:
             continue
         order = _stable_order(s, lo, lo + n, -1.0)   # decreasing score, ties in row order
-        a = np.int64(0)  # not the literal 0: _run_end compiles for int64 only
+        a = np.int64(0)
         while a < n:
-            b = _run_end(s, lo, order, a, n)
+            sa = s[lo + order[a]]
+            b = a + 1
+            while b < n and s[lo + order[b]] == sa:
+                b += 1
             r = 0
             for t in range(a, b):
                 if y[lo + order[t]] > 0:
                     r += 1
             if r > 0:
                 for j in range(nk):
-                    kk = _cut(ks[j], n)
+                    kk = ks[j]
+                    kk = n if (kk <= 0 or kk > n) else kk
                     if a < kk:
-                        out[g, j] += r * (min(b, kk) - a) / (b - a)
+                        out[g, j] += r * ((b if b < kk else kk) - a) / (b - a)
             a = b
 
 
@@ -319,9 +340,12 @@ def reciprocal_rank_groups(y, s, gp, ks, out):
         if n == 0:
             continue
         order = _stable_order(s, lo, lo + n, -1.0)   # decreasing score, ties in row order
-        a = np.int64(0)  # not the literal 0: _run_end compiles for int64 only
+        a = np.int64(0)
         while a < n:
-            b = _run_end(s, lo, order, a, n)
+            sa = s[lo + order[a]]
+            b = a + 1
+            while b < n and s[lo + order[b]] == sa:
+                b += 1
             m = b - a
             r = 0
             for t in range(a, b):
@@ -329,7 +353,8 @@ def reciprocal_rank_groups(y, s, gp, ks, out):
                     r += 1
             if r > 0:
                 for j in range(nk):
-                    kk = _cut(ks[j], n)
+                    kk = ks[j]
+                    kk = n if (kk <= 0 or kk > n) else kk
                     none_yet = 1.0
                     total = 0.0
                     for t in range(m - r + 1):
@@ -383,25 +408,6 @@ def trec_rank_groups(s, words, gp, out):
 
 
 @jit
-def _fenwick_prefix(tree, i):
-    """Sum of counts at ranks 0..i-1."""
-    total = 0
-    while i > 0:
-        total += tree[i]
-        i -= i & (-i)
-    return total
-
-
-@jit
-def _fenwick_add(tree, i):
-    i += 1
-    m = tree.shape[0]
-    while i < m:
-        tree[i] += 1
-        i += i & (-i)
-
-
-@jit
 def cindex_group(y, s, lo, hi):
     """(discordant, score_ties, ordered_pairs) of rows lo:hi, O(n log n).
 
@@ -423,7 +429,10 @@ def cindex_group(y, s, lo, hi):
         if t > 0 and ss[order_s[t]] != ss[order_s[t - 1]]:
             r += 1
         rank[order_s[t]] = r
-    tree = np.zeros(r + 2, dtype=np.int64)
+    tree = np.empty(r + 2, dtype=np.int64)
+    for v in range(r + 2):
+        tree[v] = 0
+    m = r + 2
     order_y = _stable_order(y, lo, hi, 1.0)
     inserted = 0
     disc = 0
@@ -437,13 +446,24 @@ def cindex_group(y, s, lo, hi):
             u += 1
         for v in range(t, u):
             ri = rank[order_y[v]]
-            less = _fenwick_prefix(tree, ri)
-            leq = _fenwick_prefix(tree, ri + 1)
+            less = 0                       # Fenwick prefix sum: counts at ranks 0..ri-1
+            i = ri
+            while i > 0:
+                less += tree[i]
+                i -= i & (-i)
+            leq = 0                        # ... and at ranks 0..ri
+            i = ri + 1
+            while i > 0:
+                leq += tree[i]
+                i -= i & (-i)
             ties += leq - less
             disc += inserted - leq
         pairs += inserted * (u - t)
         for v in range(t, u):
-            _fenwick_add(tree, rank[order_y[v]])
+            i = rank[order_y[v]] + 1       # Fenwick add 1 at its rank
+            while i < m:
+                tree[i] += 1
+                i += i & (-i)
         inserted += u - t
         t = u
     return disc, ties, pairs
