@@ -23,6 +23,8 @@ are reported to the caller, which re-parses those tokens exactly.
 """
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from .._numba import jit
@@ -62,12 +64,6 @@ def count_lines_colons(buf):
 
 
 @jit
-def _is_end(c):
-    # space, tab, \r, \n, '#'
-    return c == 32 or c == 9 or c == 13 or c == 10 or c == 35
-
-
-@jit
 def _parse_number(buf, i, n, pow10):
     """Parse a decimal float starting at i; returns (value, next_i, ok, exact).
 
@@ -82,25 +78,25 @@ def _parse_number(buf, i, n, pow10):
     nd = 0          # significant digits stored
     exp10 = 0
     any_digit = False
-    while i < n and 48 <= buf[i] <= 57:
+    dot = False     # one loop over the digits before and after the '.'
+    while i < n:
+        d = np.int64(buf[i]) - 48
+        if d == -2 and not dot:  # '.'
+            dot = True
+            i += 1
+            continue
+        if d < 0 or d > 9:
+            break
         any_digit = True
         if nd < 19:
-            if mant != 0 or buf[i] != 48:
-                mant = mant * np.uint64(10) + np.uint64(buf[i] - 48)
+            if mant != 0 or d != 0:
+                mant = mant * np.uint64(10) + np.uint64(d)
                 nd += 1
-        else:
+            if dot:
+                exp10 -= 1
+        elif not dot:
             exp10 += 1
         i += 1
-    if i < n and buf[i] == 46:  # '.'
-        i += 1
-        while i < n and 48 <= buf[i] <= 57:
-            any_digit = True
-            if nd < 19:
-                if mant != 0 or buf[i] != 48:
-                    mant = mant * np.uint64(10) + np.uint64(buf[i] - 48)
-                    nd += 1
-                exp10 -= 1
-            i += 1
     if not any_digit:
         return 0.0, i, False, True
     if i < n and (buf[i] == 101 or buf[i] == 69):  # e E
@@ -117,40 +113,35 @@ def _parse_number(buf, i, n, pow10):
                 e = e * 10 + (buf[i] - 48)
             i += 1
         exp10 += -e if eneg else e
-    if i < n and not _is_end(buf[i]):
-        return 0.0, i, False, True
+    if i < n:
+        c = buf[i]
+        if not (c == 32 or c == 9 or c == 13 or c == 10 or c == 35):   # space, tab, \r, \n, '#'
+            return 0.0, i, False, True
     exact = mant == 0 or (nd < 19 and mant <= np.uint64(9007199254740992) and -22 <= exp10 <= 22)
     v = float(mant)
     if mant == 0:
         v = 0.0
-    elif exp10 >= 0:
-        if exp10 <= 22:
-            v = v * pow10[exp10]
-        else:
-            v = v * 10.0 ** exp10
+    elif -22 <= exp10 <= 22:
+        v = v * pow10[exp10] if exp10 >= 0 else v / pow10[-exp10]
     else:
-        if exp10 >= -22:
-            v = v / pow10[-exp10]
+        # 10^x for x > 22, as numba computes float ** int (binary powering; pow() beyond 2^16), written
+        # out here: numba compiles its own float ** int as a separate unit.  e < -22: m * 10^e in two
+        # steps, to avoid underflow of 10^e.
+        x = exp10 if exp10 > 0 else -exp10 - 22
+        p10 = 1.0
+        if x > 0x10000:
+            p10 = math.pow(10.0, float(x))
         else:
-            # m * 10^e with e < -22: two steps to avoid underflow of 10^e
-            v = (v / pow10[22]) / 10.0 ** (-exp10 - 22)
+            base = 10.0
+            while x != 0:
+                if x & 1:
+                    p10 *= base
+                x >>= 1
+                base *= base
+        v = v * p10 if exp10 > 0 else (v / pow10[22]) / p10
     if v - v != 0.0:  # inf (overflow)
         return 0.0, i, False, True
     return (-v if neg else v), i, True, exact
-
-
-@jit
-def _parse_int(buf, i, n):
-    """Parse a non-negative decimal integer; returns (value, next_i, ok)."""
-    v = 0
-    start = i
-    while i < n and 48 <= buf[i] <= 57:
-        if i - start < 18:
-            v = v * 10 + (buf[i] - 48)
-        else:
-            return 0, i, False
-        i += 1
-    return v, i, i > start
 
 
 @jit
@@ -194,6 +185,8 @@ def parse_svmlight(buf, zero_based, max_index, max_abs, null_value, has_null, qi
     offset = 0 if zero_based else 1
     n_slow = 0
     cap_slow = slow.shape[0]
+    status = 0      # an error breaks out of the loops with its code and byte offset: one return
+    pos = -1
     while i < n:
         # skip leading blanks
         while i < n and (buf[i] == 32 or buf[i] == 9):
@@ -202,7 +195,9 @@ def parse_svmlight(buf, zero_based, max_index, max_abs, null_value, has_null, qi
             break
         c = buf[i]
         if c == 13 and i + 1 < n and buf[i + 1] != 10:  # a bare CR, then more of the line
-            return 11, row, nnz, line, line, i, qid_mode, max_col, n_slow
+            status = 11
+            pos = i
+            break
         if c == 10 or c == 13 or c == 35:  # empty line or comment line
             while i < n and buf[i] != 10:
                 i += 1
@@ -213,7 +208,9 @@ def parse_svmlight(buf, zero_based, max_index, max_abs, null_value, has_null, qi
         start = i
         lab, i, ok, exact = _parse_number(buf, i, n, pow10)
         if not ok:
-            return 1, row, nnz, line, line, i, qid_mode, max_col, n_slow
+            status = 1
+            pos = i
+            break
         labels[row] = lab
         row_lines[row] = line
         if not exact:
@@ -232,46 +229,82 @@ def parse_svmlight(buf, zero_based, max_index, max_abs, null_value, has_null, qi
                 i += 1
             if i >= n or buf[i] == 10 or buf[i] == 13 or buf[i] == 35:
                 break
-            if first and buf[i] == 113:  # 'q'
-                if i + 4 <= n and buf[i + 1] == 105 and buf[i + 2] == 100 and buf[i + 3] == 58:
-                    q, i, ok = _parse_int(buf, i + 4, n)
-                    if not ok or (i < n and not _is_end(buf[i])):
-                        return 2, row, nnz, line, line, i, qid_mode, max_col, n_slow
-                    qids[row] = q
-                    has_q = 1
-                    first = False
-                    continue
-                return 2, row, nnz, line, line, i, qid_mode, max_col, n_slow
+            is_q = first and buf[i] == 113  # 'q'
+            if is_q:
+                if not (i + 4 <= n and buf[i + 1] == 105 and buf[i + 2] == 100 and buf[i + 3] == 58):
+                    status = 2
+                    pos = i
+                    break
+                i += 4
             first = False
-            idx, i, ok = _parse_int(buf, i, n)
+            # the qid or the feature index: a non-negative decimal integer of at most 18 digits
+            start = i
+            idx = 0
+            ok = True
+            while i < n:
+                d = np.int64(buf[i]) - 48
+                if d < 0 or d > 9:
+                    break
+                if i - start >= 18:
+                    ok = False
+                    break
+                idx = idx * 10 + d
+                i += 1
+            ok = ok and i > start
+            if is_q:
+                e = buf[i] if i < n else np.uint8(32)
+                if not ok or not (e == 32 or e == 9 or e == 13 or e == 10 or e == 35):   # an end: blank, \r, \n, '#'
+                    status = 2
+                    pos = i
+                    break
+                qids[row] = idx
+                has_q = 1
+                continue
             if not ok:
-                return 3, row, nnz, line, line, i, qid_mode, max_col, n_slow
+                status = 3
+                pos = i
+                break
             if i >= n or buf[i] != 58:
-                return 9, row, nnz, line, line, i, qid_mode, max_col, n_slow
+                status = 9
+                pos = i
+                break
             i += 1
             col = idx - offset
             # columns are stored in int32 (CSR indices): a larger one would wrap around
             if col < 0 or col > 2147483646 or (max_index >= 0 and col > max_index):
-                return 6, row, nnz, line, line, i, qid_mode, max_col, n_slow
+                status = 6
+                pos = i
+                break
             if col <= prev:
-                return 5, row, nnz, line, line, i, qid_mode, max_col, n_slow
+                status = 5
+                pos = i
+                break
             prev = col
             if i < n and buf[i] == 78:  # 'N' -> NULL
+                e = buf[i + 4] if i + 4 < n else np.uint8(32)
                 if i + 4 <= n and buf[i + 1] == 85 and buf[i + 2] == 76 and buf[i + 3] == 76 and (
-                        i + 4 == n or _is_end(buf[i + 4])):
+                        e == 32 or e == 9 or e == 13 or e == 10 or e == 35):
                     if not has_null:
-                        return 8, row, nnz, line, line, i, qid_mode, max_col, n_slow
+                        status = 8
+                        pos = i
+                        break
                     v = null_value
                     i += 4
                 else:
-                    return 4, row, nnz, line, line, i, qid_mode, max_col, n_slow
+                    status = 4
+                    pos = i
+                    break
             else:
                 start = i
                 v, i, ok, exact = _parse_number(buf, i, n, pow10)
                 if not ok:
-                    return 4, row, nnz, line, line, i, qid_mode, max_col, n_slow
+                    status = 4
+                    pos = i
+                    break
                 if abs(v) > max_abs:
-                    return 10, row, nnz, line, line, start, qid_mode, max_col, n_slow
+                    status = 10
+                    pos = start
+                    break
                 if not exact and v != 0.0:
                     if n_slow < cap_slow:
                         slow[n_slow, 0] = 1
@@ -285,12 +318,18 @@ def parse_svmlight(buf, zero_based, max_index, max_abs, null_value, has_null, qi
                 nnz += 1
             if col > max_col:
                 max_col = col
+        if status != 0:
+            break
         if i + 1 < n and buf[i] == 13 and buf[i + 1] != 10:  # a bare CR would hide the rest of the line
-            return 11, row, nnz, line, line, i, qid_mode, max_col, n_slow
+            status = 11
+            pos = i
+            break
         if qid_mode == -1:
             qid_mode = has_q
         elif qid_mode != has_q:
-            return 7, row, nnz, line, line, i, qid_mode, max_col, n_slow
+            status = 7
+            pos = i
+            break
         row += 1
         indptr[row] = nnz
         # skip comment and the end of line
@@ -298,7 +337,7 @@ def parse_svmlight(buf, zero_based, max_index, max_abs, null_value, has_null, qi
             i += 1
         i += 1
         line += 1
-    return 0, row, nnz, line, -1, -1, qid_mode, max_col, n_slow
+    return status, row, nnz, line, line if status != 0 else -1, pos, qid_mode, max_col, n_slow
 
 
 @jit
