@@ -8,7 +8,9 @@ that no ``append`` would have let in.  Unchecked, these read past buffers in
 native code (a SIGSEGV, heap corruption, or silently wrong scores).
 
 Every function here is one pass over what was just read (O(block), no
-allocation; the loops are in :mod:`streamrank.io._check_kernels`) and raises
+allocation; the loops are in :mod:`streamrank.io._check_kernels`, and arrays
+shorter than :data:`NUMPY_BELOW` are checked by numpy, so that a small store
+or a model's labels need no kernel compiled) and raises
 :class:`~streamrank.io.schema.StoreFormatError` naming the store, the array
 and the rows concerned.  The cost is measured by
 ``benchmarks/stream_throughput.py`` (section "read checks").
@@ -38,6 +40,36 @@ __all__ = ["CHECK_READS", "BadEntry", "check_offsets", "check_indices", "check_f
 
 #: check every block read from a store (False: only for measuring the cost of the checks)
 CHECK_READS = True
+
+#: Arrays shorter than this are checked by numpy, longer ones by the kernels.  Each kernel compiles once
+#: per dtype, ~0.2-0.35 s on a cold cache, while numpy finds the first bad position of 64k entries in
+#: tens of microseconds: a model's labels, a store's group offsets and small blocks need no kernel.
+NUMPY_BELOW = 1 << 16
+
+
+def first_nonfinite(a) -> int:
+    """:func:`~streamrank.io._check_kernels.first_nonfinite` of the 1-D float array ``a`` (numpy when short)."""
+    if a.shape[0] < NUMPY_BELOW:
+        bad = ~np.isfinite(a)
+        return int(bad.argmax()) if bad.any() else -1
+    return int(K.first_nonfinite(a))
+
+
+def first_bad_offset(a, lo: int, hi: int) -> int:
+    """:func:`~streamrank.io._check_kernels.first_bad_offset` of int64 offsets ``a`` (numpy when short).
+
+    The first ``i`` with ``a[0] < lo`` (i = 0), ``a[i] > hi`` or ``a[i] < a[i-1]``; -1 if none.  (An entry
+    below ``lo`` after a good ``a[0]`` is also below its predecessor, so the kernel checks ``lo`` once.)
+    """
+    n = a.shape[0]
+    if n >= NUMPY_BELOW:
+        return int(K.first_bad_offset(a, np.int64(lo), np.int64(hi)))
+    if n == 0:
+        return -1
+    bad = a > hi
+    bad[0] |= a[0] < lo
+    bad[1:] |= a[1:] < a[:-1]
+    return int(bad.argmax()) if bad.any() else -1
 
 
 class BadEntry(StoreFormatError):
@@ -81,7 +113,7 @@ def entries_check(store, array: str, n_cols: int | None = None, what: str = "n_f
             if i >= 0:
                 raise BadEntry(store, array, first + i, f"is {int(a[i])}, outside [0, {what}={n_cols})")
         else:
-            i = int(K.first_nonfinite(a))
+            i = first_nonfinite(a)
             if i >= 0:
                 raise BadEntry(store, array, first + i, f"holds {float(a[i])}; streamrank never stores NaN or "
                                                         "infinity (append refuses them)")
@@ -112,7 +144,7 @@ def check_offsets(a, lo: int, hi: int, *, store, array: str, first: int) -> None
     if not CHECK_READS:
         return
     a = np.ascontiguousarray(a, dtype=np.int64)
-    i = int(K.first_bad_offset(a, np.int64(lo), np.int64(hi)))
+    i = first_bad_offset(a, lo, hi)
     if i >= 0:
         prev = f", after {int(a[i - 1])}" if i else ""
         raise _corrupt(store, array, f"entries {first}:{first + len(a)} must lie in {lo}..{hi} without "
@@ -139,7 +171,7 @@ def check_finite_rows(a, *, store, array: str, first_row: int, indptr=None, firs
     if not CHECK_READS or a.size == 0 or a.dtype.kind != "f":
         return
     flat = a.reshape(-1) if a.flags.c_contiguous else np.ascontiguousarray(a).reshape(-1)
-    i = int(K.first_nonfinite(flat))
+    i = first_nonfinite(flat)
     if i < 0:
         return
     if indptr is not None:

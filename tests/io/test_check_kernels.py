@@ -102,3 +102,28 @@ def test_kernels_match_references_on_random_data():
         if n and rng.random() < 0.7:
             x[rng.integers(0, x.size, 3)] = rng.choice([np.nan, np.inf, -np.inf])
         assert K.first_nonfinite(x) == ref_first_nonfinite(x)
+
+
+# ------------------------------------------- the callers' numpy path for short arrays
+def test_read_checks_numpy_path_matches_kernels_and_references():
+    """``_read_checks`` checks arrays shorter than NUMPY_BELOW with numpy (no kernel compiled): same answers."""
+    from streamrank.io import _read_checks as R
+    edges = [([], 0, 0), ([0], 0, 0), ([0, 3, 2, 7], 0, 7), ([-1, 0], 0, 5), ([0, 6], 0, 5), ([3], 4, 9),
+             ([5, 4], 0, 5), ([9, 9], 4, 9), ([0, 2**62, 3], 0, 2**63 - 1), ([-(2**63), 0], -(2**63), 0)]
+    for a, lo, hi in edges:
+        a = np.asarray(a, dtype=np.int64)
+        assert R.first_bad_offset(a, lo, hi) == K.first_bad_offset(a, np.int64(lo), np.int64(hi)) \
+            == ref_first_bad_offset(a, lo, hi)
+    rng = np.random.default_rng(1)
+    for n in [0, 1, 2, 7, 300, R.NUMPY_BELOW - 1, R.NUMPY_BELOW, R.NUMPY_BELOW + 5]:
+        for _ in range(4):
+            a = np.cumsum(rng.integers(0, 3, n)).astype(np.int64)
+            if n and rng.random() < 0.75:
+                a[rng.integers(0, n)] += int(rng.choice([-5, 10**6]))
+            lo, hi = int(rng.integers(-1, 2)), int(a.max(initial=0)) - int(rng.integers(0, 2))
+            assert R.first_bad_offset(a, lo, hi) == ref_first_bad_offset(a, lo, hi)
+            for dtype in (np.float32, np.float64):
+                x = rng.normal(size=n).astype(dtype)
+                if n and rng.random() < 0.75:
+                    x[rng.integers(0, n, 2)] = rng.choice([np.nan, np.inf, -np.inf])
+                assert R.first_nonfinite(x) == K.first_nonfinite(x) == ref_first_nonfinite(x)
