@@ -1,5 +1,11 @@
 """The ``streamrank`` command line, driven as a user would: real subprocesses on a MQ2008 slice.
 
+The subprocesses are ``python -m streamrank.cli`` (what the console script runs: ``cli.main()``, supervised)
+forked from one pre-imported Python (the ``fork_server`` fixture, tests/_forked.py): real processes with their
+own exit codes, pipes and signals (the Ctrl-C tests interrupt them), without paying numpy's, numba's, zarr's
+and streamrank's imports again for each (~1.3 CPU-s a command).  The installed console script itself is run
+by tests/packaging/test_wheel.py, the tty test below and tests/cli/test_cli_phases.py.
+
 One train / test store is ingested per module (from the LETOR 4.0 archive in
 ``../shared/data/letor`` beside the checkout, read straight from the tar.gz) and reused.  Every
 result printed or written by the CLI is compared with the same computation
@@ -38,12 +44,27 @@ def _cmd():
     return [str(SCRIPT)] if SCRIPT.exists() else [sys.executable, "-m", "streamrank.cli"]
 
 
+_FORKS = []   # the fork server of this module's tests (see the module doc)
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _forks(fork_server):
+    _FORKS.append(fork_server)
+    yield
+    _FORKS.clear()
+
+
+def _forked_cli(args, env, **kw):
+    """``python -m streamrank.cli ARGS`` as a process forked from the fork server."""
+    return ["-m", "streamrank.cli", *[str(a) for a in args]], dict(env=env, **kw)
+
+
 def run(*args, env=None, cwd=None, timeout=300):
     e = dict(os.environ)
     e.pop("STREAMRANK_PROGRESS_SECONDS", None)
     e.update(env or {})
-    return subprocess.run(_cmd() + [str(a) for a in args], capture_output=True, text=True, env=e, cwd=cwd,
-                          timeout=timeout)
+    argv, kw = _forked_cli(args, e, cwd=cwd)
+    return _FORKS[0].run(argv, timeout=timeout, **kw)
 
 
 class _Done:
@@ -407,8 +428,8 @@ def test_grid_syntax():
 def _interrupt_after_progress(argv, env, lines=2, timeout=120, sig=signal.SIGINT):
     """Start the CLI, wait for ``lines`` progress lines on stderr, send ``sig``; return (rc, stderr)."""
     e = dict(os.environ, STREAMRANK_PROGRESS_SECONDS="0", **env)
-    proc = subprocess.Popen(_cmd() + [str(a) for a in argv], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True, env=e)
+    args, kw = _forked_cli(argv, e)
+    proc = _FORKS[0].popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, **kw)
     seen = []
     t0 = time.monotonic()
     try:
