@@ -154,10 +154,11 @@ def test_ctrl_c_inside_the_eigendecomposition_stops_within_seconds(tmp_path):
     assert sorted(p.name for p in tmp_path.iterdir()) == ["s.zarr"]                    # no model, no leftovers
 
 
-def _interrupt_when_ready(code, check=None):
-    """Run ``python -c code``; once it prints its first line, (``check(proc)`` and) send SIGINT and wait.
+def _interrupt_when_ready(forks, code, check=None):
+    """Run ``python -c code`` (a real process forked from the pre-imported fork server, tests/_forked.py); once
+    it prints its first line, (``check(proc)`` and) send SIGINT and wait.
     Returns ``(proc, first line, seconds from the signal to the exit, stderr)``."""
-    proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = forks.popen(["-c", code], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     try:
         first_line = proc.stdout.readline().strip()
         if check is not None:
@@ -175,7 +176,7 @@ def _interrupt_when_ready(code, check=None):
 
 
 @pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork")
-def test_a_child_that_ignores_ctrl_c_is_killed_after_the_grace():
+def test_a_child_that_ignores_ctrl_c_is_killed_after_the_grace(fork_server):
     """The kill path, deterministically: the command's process blocks SIGINT (as a long native call that
     never returns to Python does) and would sleep 60 s; the supervisor stops it about 1 s after Ctrl-C."""
     code = ("import signal, sys, time\n"
@@ -186,14 +187,14 @@ def test_a_child_that_ignores_ctrl_c_is_killed_after_the_grace():
             "    time.sleep(60)\n"
             "    return 0\n"
             "sys.exit(supervised(run, 'fit'))\n")
-    proc, first_line, took, err = _interrupt_when_ready(code)
+    proc, first_line, took, err = _interrupt_when_ready(fork_server, code)
     assert first_line == "ready"
     assert proc.returncode == 130 and 0.9 < took < 3, (took, err)
     assert "stopped inside native code after 1 s" in err and "nothing half-written" in err
 
 
 @pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork")
-def test_delegated_commands_are_supervised_with_the_processes_they_started():
+def test_delegated_commands_are_supervised_with_the_processes_they_started(fork_server):
     """`streamrank nightly|distributed|recipe` run under the same supervisor: a command stuck in native code
     (SIGINT blocked) and the process it started (as a LocalCluster starts its workers) are both gone about
     1 s after Ctrl-C.  Without supervision the script would sleep 60 s; killing only the child would leave
@@ -216,7 +217,7 @@ def test_delegated_commands_are_supervised_with_the_processes_they_started():
     def in_a_child(proc):
         assert psutil.Process(proc.pid).children(), "the delegated command did not run in a child"
 
-    proc, first_line, took, err = _interrupt_when_ready(code, check=in_a_child)
+    proc, first_line, took, err = _interrupt_when_ready(fork_server, code, check=in_a_child)
     worker = int(first_line)
     assert proc.returncode == 130 and 0.9 < took < 3, (took, err)
     assert "streamrank nightly: interrupted" in err

@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import os
 import signal
-import subprocess
-import sys
 import textwrap
 
 import numpy as np
@@ -33,7 +31,7 @@ KILLED = textwrap.dedent("""
 """)
 
 
-def test_killed_predict_partial_is_swept_by_the_next_run(tmp_path):
+def test_killed_predict_partial_is_swept_by_the_next_run(tmp_path, fork_server):
     rng = np.random.default_rng(0)
     X = rng.normal(size=(400, 5))
     y = X @ np.arange(5.0)
@@ -46,7 +44,8 @@ def test_killed_predict_partial_is_swept_by_the_next_run(tmp_path):
             "--out", str(out), "--max-rows", "100", "-q"]
     script = tmp_path / "killed.py"
     script.write_text(KILLED)
-    proc = subprocess.run([sys.executable, str(script), *argv], capture_output=True, text=True, timeout=300)
+    # a real process, SIGKILLed mid-write: forked from the pre-imported fork server (tests/_forked.py)
+    proc = fork_server.run([str(script), *argv], timeout=300)
     assert proc.returncode == -signal.SIGKILL, proc.stderr
     left = list(tmp_path.glob(".scores.*.partial.npy"))
     assert len(left) == 1 and left[0].stat().st_size >= 400 * 8 and not out.exists()
