@@ -13,7 +13,6 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import sys
 import textwrap
 
 import numpy as np
@@ -183,15 +182,15 @@ print("done", flush=True)
 
 
 @pytest.mark.slow   # a second process appends
-def test_readers_of_an_older_commit_never_trip_over_a_live_appender(tmp_path):
+def test_readers_of_an_older_commit_never_trip_over_a_live_appender(tmp_path, fork_server):
     """Real processes: the appender rewrites the last chunk of every array again and again; readers opened at
     any earlier commit read their rows without a binding error (the tail binding covers committed rows only)."""
     path = tmp_path / "s.zarr"
     rng = np.random.default_rng(0)
     s = sr.GroupStore.create(path, 4, chunk_rows=CHUNK)
     s.append(rng.normal(size=(700, 4)), rng.normal(size=700), np.repeat(np.arange(70), 10), batch_id="start")
-    proc = subprocess.Popen([sys.executable, "-c", textwrap.dedent(_APPENDER), str(path), "60"],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = fork_server.popen(["-c", textwrap.dedent(_APPENDER), str(path), "60"],   # a real process, forked
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE)        # (tests/_forked.py)
     reads = 0
     try:
         while proc.poll() is None or reads < 3:

@@ -11,8 +11,6 @@ over model files run in a child process: a signal is a failed test.
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 import textwrap
 
 import numpy as np
@@ -162,13 +160,13 @@ print("ok", flush=True)
 
 
 @pytest.mark.slow   # a child process fuzzing 60 models
-def test_crafted_and_fuzzed_sparse_sgd_models_never_crash(tmp_path):
+def test_crafted_and_fuzzed_sparse_sgd_models_never_crash(tmp_path, fork_server):
     """SIGSEGV on main (I_K past S); here every case is refused or scores, in a child process."""
     path, Q, D = _bilinear(tmp_path)
     sp.save_npz(tmp_path / "Q.npz", Q)
     sp.save_npz(tmp_path / "D.npz", D)
-    proc = subprocess.run([sys.executable, "-c", textwrap.dedent(_CHILD), str(path), str(tmp_path / "Q.npz"),
-                           str(tmp_path / "D.npz"), "60"], capture_output=True, text=True, timeout=600)
+    proc = fork_server.run(["-c", textwrap.dedent(_CHILD), str(path), str(tmp_path / "Q.npz"),   # a real process,
+                            str(tmp_path / "D.npz"), "60"], timeout=600)                  # forked (tests/_forked.py)
     last = proc.stdout.strip().split("\n")[-1:]
     assert proc.returncode == 0, f"child exited {proc.returncode} after {last}:\n{proc.stderr[-3000:]}"
     assert last == ["ok"]

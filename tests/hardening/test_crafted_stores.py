@@ -12,8 +12,6 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
 import textwrap
 
 import numpy as np
@@ -197,9 +195,10 @@ print("ok")
 
 
 @pytest.mark.slow   # a child process
-def test_learners_on_out_of_range_indices_fail_cleanly_in_a_child_process(tmp_path):
+def test_learners_on_out_of_range_indices_fail_cleanly_in_a_child_process(tmp_path, fork_server):
     """What SIGSEGV'd or corrupted the heap on main: a crash here is a failed test, not a dead pytest."""
-    proc = subprocess.run([sys.executable, "-c", textwrap.dedent(_CHILD.format(root=str(tmp_path), here=os.path.dirname(__file__)))],
-                          capture_output=True, text=True, timeout=300)
+    # a real process (forked from the pre-imported fork server, tests/_forked.py): a crash kills only it
+    proc = fork_server.run(["-c", textwrap.dedent(_CHILD.format(root=str(tmp_path), here=os.path.dirname(__file__)))],
+                           timeout=300)
     assert proc.returncode == 0, f"child exited {proc.returncode}:\n{proc.stdout}\n{proc.stderr[-3000:]}"
     assert proc.stdout.strip().endswith("ok")

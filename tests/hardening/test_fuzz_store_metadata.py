@@ -10,8 +10,6 @@ signal (what out-of-range indices did on main) is a failed test.
 """
 from __future__ import annotations
 
-import subprocess
-import sys
 import textwrap
 
 _CHILD = """
@@ -76,9 +74,9 @@ print("ok", flush=True)
 """
 
 
-def test_store_metadata_fuzz_gives_clear_errors_or_the_data_never_a_crash(tmp_path):
-    proc = subprocess.run([sys.executable, "-c", textwrap.dedent(_CHILD), str(tmp_path), "80"],
-                          capture_output=True, text=True, timeout=900)
+def test_store_metadata_fuzz_gives_clear_errors_or_the_data_never_a_crash(tmp_path, fork_server):
+    # a real process (forked from the pre-imported fork server, tests/_forked.py): a crash kills only it
+    proc = fork_server.run(["-c", textwrap.dedent(_CHILD), str(tmp_path), "80"], timeout=900)
     last = proc.stdout.strip().split("\n")[-1:]
     assert proc.returncode == 0, f"child exited {proc.returncode} after {last}:\n{proc.stderr[-3000:]}"
     assert last == ["ok"]

@@ -19,8 +19,6 @@ import os
 import pickle
 import re
 import socket
-import subprocess
-import sys
 import threading
 from pathlib import Path
 
@@ -146,19 +144,21 @@ def _letor(path, n_queries=4):
                 fh.write(f"{rng.integers(0, 3)} qid:{q} " + " ".join(f"{j + 1}:{rng.normal():.4f}" for j in range(4)) + "\n")
 
 
-def test_cli_takes_shell_metacharacters_in_paths_literally(tmp_path):
+def test_cli_takes_shell_metacharacters_in_paths_literally(tmp_path, fork_server):
+    """Real ``python -m streamrank.cli`` processes (forked from the pre-imported fork server, tests/_forked.py),
+    given argv lists: no shell anywhere between the argument and the file it names."""
     sentinel = tmp_path / "PWNED"       # what a shell would create (the commands run in tmp_path)
     weird = tmp_path / "day $(touch PWNED); `touch PWNED` | x.txt"
     _letor(weird)
     store = tmp_path / "store;touch PWNED.zarr"
     model = tmp_path / "model && touch PWNED"
-    cli = [sys.executable, "-m", "streamrank.cli"]
+    cli = ["-m", "streamrank.cli"]
     env = dict(os.environ, PYTHONPATH=str(ROOT))
     for argv in (["ingest", str(weird), "--store", str(store), "--format", "letor", "--quiet"],
                  ["fit", "--store", str(store), "--model", str(model), "--learner", "rankrls", "--quiet"],
                  ["info", str(model)],
                  ["ingest", str(tmp_path / "missing $(touch PWNED)"), "--store", str(store), "--quiet"]):
-        r = subprocess.run([*cli, *argv], env=env, cwd=tmp_path, capture_output=True, text=True, timeout=300)
+        r = fork_server.run([*cli, *argv], env=env, cwd=tmp_path, timeout=300)
         assert r.returncode in (0, 3), r.stderr
     assert sr.GroupStore.open(store).n_rows == 20 and sr.load(model).coef_.shape == (4,)
     assert not sentinel.exists()
@@ -210,20 +210,22 @@ print("ok")
 """
 
 
-def test_no_scheduler_is_contacted_unless_given(tmp_path):
+def test_no_scheduler_is_contacted_unless_given(tmp_path, fork_server):
+    """Real processes (forked from the fork server, which never imports dask: the child's dask reads the
+    scheduler address from its environment as a fresh interpreter would)."""
     lst = _Listener()
     try:
         env = dict(os.environ, DASK_SCHEDULER_ADDRESS=lst.address, DASK_DISTRIBUTED__SCHEDULER_ADDRESS=lst.address,
                    PYTHONPATH=str(ROOT))
         script = tmp_path / "child.py"
         script.write_text(CHILD.format(root=str(ROOT)))
-        r = subprocess.run([sys.executable, str(script)], env=env, capture_output=True, text=True, timeout=300)
+        r = fork_server.run([str(script)], env=env, timeout=300)
         assert r.returncode == 0 and "ok" in r.stdout, r.stderr[-2000:]
         day = tmp_path / "day.txt"
         _letor(day)
-        r = subprocess.run([sys.executable, "-m", "streamrank.pipelines.nightly", "--store", str(tmp_path / "s.zarr"),
-                            "--new", str(day), "--models", str(tmp_path / "m"), "--alphas", "1,10", "--no-plot"],
-                           env=env, capture_output=True, text=True, timeout=300)
+        r = fork_server.run(["-m", "streamrank.pipelines.nightly", "--store", str(tmp_path / "s.zarr"),
+                             "--new", str(day), "--models", str(tmp_path / "m"), "--alphas", "1,10", "--no-plot"],
+                            env=env, timeout=300)
         assert r.returncode == 0, r.stderr[-2000:]
         assert lst.connections == 0
     finally:

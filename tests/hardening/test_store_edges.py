@@ -14,7 +14,6 @@ import json
 import os
 import shutil
 import subprocess
-import sys
 import textwrap
 import time
 
@@ -147,11 +146,11 @@ print("done", flush=True)
 
 
 @pytest.mark.slow   # a second process appends
-def test_create_overwrite_against_a_live_appender_process_never_breaks_the_store(tmp_path):
+def test_create_overwrite_against_a_live_appender_process_never_breaks_the_store(tmp_path, fork_server):
     path = tmp_path / "s.zarr"
     sr.GroupStore.create(path, 3)
-    child = subprocess.Popen([sys.executable, "-c", textwrap.dedent(_APPENDER), str(path), "6"],
-                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    child = fork_server.popen(["-c", textwrap.dedent(_APPENDER), str(path), "6"],   # a real process, forked
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE)        # (tests/_forked.py)
     created = locked = 0
     rng = np.random.default_rng(1)
     try:

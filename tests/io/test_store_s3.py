@@ -11,8 +11,6 @@ import json
 import os
 import pickle
 import signal
-import subprocess
-import sys
 import textwrap
 import threading
 import time
@@ -188,15 +186,15 @@ _KILLED_WRITER = textwrap.dedent('''
 
 
 @pytest.mark.slow      # a real writer process, killed
-def test_a_writer_killed_mid_append_then_a_new_writer_resumes_exactly_once(s3_server, s3_url, tmp_path):
+def test_a_writer_killed_mid_append_then_a_new_writer_resumes_exactly_once(s3_server, s3_url, tmp_path, fork_server):
     X, y, q = _data()
     so = s3_server.storage_options
     url = s3_url + "/kill.zarr"
     s = sr.GroupStore.create(url, 4, storage_options=so, chunk_rows=128)
     assert s.append(X[:140], y[:140], q[:140], batch_id="day-0")
     flag = tmp_path / "in-append"
-    proc = subprocess.Popen([sys.executable, "-c", _KILLED_WRITER, url, str(flag)],
-                            env={**os.environ, **s3_server.env})
+    proc = fork_server.popen(["-c", _KILLED_WRITER, url, str(flag)],      # a real process, forked from the
+                             env={**os.environ, **s3_server.env})          # fork server (tests/_forked.py)
     try:
         t0 = time.monotonic()
         while not flag.exists():

@@ -68,15 +68,16 @@ def _night(store, models, day, *extra):
     return rep
 
 
-def _killed_night(tmp, store, models, day, where):
+def _killed_night(fork_server, tmp, store, models, day, where):
+    """A night in a real process (forked from the pre-imported fork server, tests/_forked.py) that SIGKILLs
+    itself at ``where``."""
     script = tmp / "child.py"
     script.write_text(CHILD.format(root=str(ROOT)))
-    proc = subprocess.run([sys.executable, str(script), where, *_argv(store, models, day)],
-                          capture_output=True, text=True, timeout=300)
+    proc = fork_server.run([str(script), where, *_argv(store, models, day)], timeout=300)
     assert proc.returncode == -signal.SIGKILL, proc.stderr
 
 
-def test_six_nights_with_duplicate_and_killed_runs(tmp_path):
+def test_six_nights_with_duplicate_and_killed_runs(tmp_path, fork_server):
     store, models = tmp_path / "logs.zarr", tmp_path / "models"
     days = {d: _day_file(tmp_path, d, "text" if d == 6 else "npz") for d in range(1, 7)}
 
@@ -93,7 +94,7 @@ def test_six_nights_with_duplicate_and_killed_runs(tmp_path):
     assert sr.GroupStore.open(store).n_rows == rows and len(nightly.list_versions(models)) == 2
 
     # night 3 killed in the middle of ingest: store and models at their previous state
-    _killed_night(tmp_path, store, models, days[3], "ingest")
+    _killed_night(fork_server, tmp_path, store, models, days[3], "ingest")
     import zarr
     assert zarr.open_group(str(store), mode="r")["y"].shape[0] > rows   # a torn tail was left
     s = sr.GroupStore.open(store)
@@ -104,7 +105,7 @@ def test_six_nights_with_duplicate_and_killed_runs(tmp_path):
     assert sr.GroupStore.open(store).verify() == 3
 
     # night 4 killed during promotion: version written, pointer not switched
-    _killed_night(tmp_path, store, models, days[4], "promote")
+    _killed_night(fork_server, tmp_path, store, models, days[4], "promote")
     assert nightly.current_version(models) == r3["version"]
     assert len(nightly.list_versions(models)) == 4
     r4 = _night(store, models, days[4])

@@ -3,7 +3,6 @@ from __future__ import annotations
 
 import io
 import signal
-import subprocess
 import sys
 import textwrap
 from pathlib import Path
@@ -83,7 +82,7 @@ def test_day_read_in_chunks_of_whole_groups(tmp_path, kind):
     assert not again["appended"] and len(sr.GroupStore.open(tmp_path / "s.zarr").batches) == len(chunks)
 
 
-def test_killed_chunked_ingest_resumes_with_another_chunk_size(tmp_path):
+def test_killed_chunked_ingest_resumes_with_another_chunk_size(tmp_path, fork_server):
     store, models = tmp_path / "logs.zarr", tmp_path / "models"
     day1 = tmp_path / "d1.npz"
     np.savez(day1, **dict(zip("X y qid".split(), _big_day(1))))
@@ -93,8 +92,8 @@ def test_killed_chunked_ingest_resumes_with_another_chunk_size(tmp_path):
     assert nightly.main(argv + ["--new", str(day1)]) == 0
     script = tmp_path / "child.py"
     script.write_text(CHILD.format(root=str(ROOT)))
-    proc = subprocess.run([sys.executable, str(script), *argv, "--new", str(day2), "--chunk-mb", "0.002"],
-                          capture_output=True, text=True, timeout=300)
+    proc = fork_server.run([str(script), *argv, "--new", str(day2), "--chunk-mb", "0.002"],   # a real process,
+                           timeout=300)                                                # forked (tests/_forked.py)
     assert proc.returncode == -signal.SIGKILL, proc.stderr
     s = sr.GroupStore.open(store)
     h = nightly.content_hash(day2)

@@ -183,12 +183,13 @@ RACER = textwrap.dedent("""
 
 
 @pytest.mark.slow
-def test_two_real_overlapping_nights_never_break_current(tmp_path):
+def test_two_real_overlapping_nights_never_break_current(tmp_path, fork_server):
     """Two nightly processes on one models directory, the second started 0 … 0.6 s after the first.
 
     Never both "promoted", ``current`` always names a complete loadable version, and a loser that
     overlapped gets the one-line lock error (exit 5).  (Was: both promoted, ``current`` pointing at a
-    version the other run's start-up sweep had deleted.)
+    version the other run's start-up sweep had deleted.)  Real processes, forked from the pre-imported fork
+    server (tests/_forked.py).
     """
     script = tmp_path / "racer.py"
     script.write_text(RACER.format(root=str(ROOT)))
@@ -197,8 +198,8 @@ def test_two_real_overlapping_nights_never_break_current(tmp_path):
         run = tmp_path / f"r{i}"
         run.mkdir()
         argv = _argv(run)
-        procs = [subprocess.Popen([sys.executable, str(script), *argv], stdin=subprocess.PIPE,
-                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for _ in range(2)]
+        procs = [fork_server.popen([str(script), *argv], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                   stderr=subprocess.PIPE) for _ in range(2)]
         for p in procs:
             assert p.stdout.readline().strip() == "ready", p.stderr.read()
         t0 = time.time() + 0.05
@@ -252,25 +253,26 @@ def _bad_line_day(tmp_path):
     return day, good
 
 
-def _night(tmp_path, day, *extra):
-    """The night as the scheduler runs it: a real process."""
+def _night(fork_server, tmp_path, day, *extra):
+    """The night as the scheduler runs it: a real process (``python -m streamrank.pipelines.nightly``, forked
+    from the pre-imported fork server, tests/_forked.py)."""
     argv = _argv(tmp_path)
     argv[argv.index("--new") + 1] = str(day)
-    return subprocess.run([sys.executable, "-m", "streamrank.pipelines.nightly", *argv, "--chunk-mb", "0.0004",
-                           *extra], capture_output=True, text=True, timeout=600)
+    return fork_server.run(["-m", "streamrank.pipelines.nightly", *argv, "--chunk-mb", "0.0004", *extra],
+                           timeout=600)
 
 
-def test_fixing_the_bad_line_and_rerunning_the_night_resumes_exactly_once(tmp_path):
+def test_fixing_the_bad_line_and_rerunning_the_night_resumes_exactly_once(tmp_path, fork_server):
     """Issue 16: "re-run after fixing line N resumes" -- the fixed file (another content hash) continues the
     committed rows of the day; a second re-run appends nothing; the store equals the fixed file read whole."""
     from streamrank.io.svmlight import read_svmlight
 
     day, good = _bad_line_day(tmp_path)
-    first = _night(tmp_path, day)
+    first = _night(fork_server, tmp_path, day)
     assert first.returncode == 4 and "re-run the same night" in first.stderr, first.stderr
     n = sr.GroupStore.open(tmp_path / "logs.zarr").n_rows
     day.write_text("\n".join(good) + "\n")                   # the user fixes line 31
-    second = _night(tmp_path, day)
+    second = _night(fork_server, tmp_path, day)
     assert second.returncode == 0, second.stderr[-3000:]
     store = sr.GroupStore.open(tmp_path / "logs.zarr")
     X, y, qid = read_svmlight(str(day), n_features=6, dense=True)
@@ -286,7 +288,7 @@ def test_fixing_the_bad_line_and_rerunning_the_night_resumes_exactly_once(tmp_pa
     assert sum(e["rows"][1] - e["rows"][0] for e in store.batches if "~" not in e["batch_id"]) == n
     assert store.verify() == len(ids)
     assert nightly.current_version(tmp_path / "models") is not None
-    third = _night(tmp_path, day)                               # the same night once more: nothing appended
+    third = _night(fork_server, tmp_path, day)                               # the same night once more: nothing appended
     assert third.returncode == 0, third.stderr[-3000:]
     again = sr.GroupStore.open(tmp_path / "logs.zarr")
     assert again.n_rows == 40 and [e["batch_id"] for e in again.batches] == ids
