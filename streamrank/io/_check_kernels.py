@@ -106,7 +106,8 @@ def first_nonfinite(a):
     step = 4096
     zero = a.dtype.type(0)
     for s in range(0, n, step):
-        e = min(n, s + step)
+        e = s + step
+        e = e if e < n else n      # not min(): numba compiles its min() as a unit of its own
         acc = zero
         for i in range(s, e):
             acc += a[i] * zero
