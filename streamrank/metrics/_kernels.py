@@ -407,9 +407,20 @@ def trec_rank_groups(s, words, gp, out):
     return -1
 
 
-@jit
 def cindex_group(y, s, lo, hi):
-    """(discordant, score_ties, ordered_pairs) of rows lo:hi, O(n log n).
+    """(discordant, score_ties, ordered_pairs) of rows lo:hi: :func:`cindex_groups` of one group.
+
+    A Python function, not a kernel of its own: an ``evaluate`` compiles
+    only :func:`cindex_groups`.
+    """
+    out = np.zeros((3, 1), dtype=np.int64)
+    cindex_groups(y, s, np.array([lo, hi], dtype=np.int64), out[0], out[1], out[2])
+    return int(out[0, 0]), int(out[1, 0]), int(out[2, 0])
+
+
+@jit
+def cindex_groups(y, s, gp, disc, ties, pairs):
+    """Per-group discordant pairs, score-tied pairs and ordered pairs (int64 outputs), O(n log n) a group.
 
     Ordered pairs are (i, j) with y_i < y_j; discordant when s_i > s_j; tied
     when s_i == s_j.  Items are inserted into a Fenwick tree over the dense
@@ -417,67 +428,65 @@ def cindex_group(y, s, lo, hi):
     every item counts the already inserted (strictly lower label) items with
     a smaller, equal and larger score.
     """
-    n = hi - lo
-    if n < 2:
-        return 0, 0, 0
-    ss = s[lo:hi]
-    ys = y[lo:hi]
-    order_s = _stable_order(s, lo, hi, 1.0)
-    rank = np.empty(n, dtype=np.int64)
-    r = 0
-    for t in range(n):
-        if t > 0 and ss[order_s[t]] != ss[order_s[t - 1]]:
-            r += 1
-        rank[order_s[t]] = r
-    tree = np.empty(r + 2, dtype=np.int64)
-    for v in range(r + 2):
-        tree[v] = 0
-    m = r + 2
-    order_y = _stable_order(y, lo, hi, 1.0)
-    inserted = 0
-    disc = 0
-    ties = 0
-    pairs = 0
-    t = 0
-    while t < n:
-        u = t + 1
-        yt = ys[order_y[t]]
-        while u < n and ys[order_y[u]] == yt:
-            u += 1
-        for v in range(t, u):
-            ri = rank[order_y[v]]
-            less = 0                       # Fenwick prefix sum: counts at ranks 0..ri-1
-            i = ri
-            while i > 0:
-                less += tree[i]
-                i -= i & (-i)
-            leq = 0                        # ... and at ranks 0..ri
-            i = ri + 1
-            while i > 0:
-                leq += tree[i]
-                i -= i & (-i)
-            ties += leq - less
-            disc += inserted - leq
-        pairs += inserted * (u - t)
-        for v in range(t, u):
-            i = rank[order_y[v]] + 1       # Fenwick add 1 at its rank
-            while i < m:
-                tree[i] += 1
-                i += i & (-i)
-        inserted += u - t
-        t = u
-    return disc, ties, pairs
-
-
-@jit
-def cindex_groups(y, s, gp, disc, ties, pairs):
-    """Per-group discordant pairs, score-tied pairs and ordered pairs (int64 outputs)."""
     n_groups = gp.shape[0] - 1
     for g in range(n_groups):
-        d, t, p = cindex_group(y, s, gp[g], gp[g + 1])
-        disc[g] = d
-        ties[g] = t
-        pairs[g] = p
+        lo = gp[g]
+        hi = gp[g + 1]
+        n = hi - lo
+        if n < 2:
+            disc[g] = 0
+            ties[g] = 0
+            pairs[g] = 0
+            continue
+        ss = s[lo:hi]
+        ys = y[lo:hi]
+        order_s = _stable_order(s, lo, hi, 1.0)
+        rank = np.empty(n, dtype=np.int64)
+        r = 0
+        for t in range(n):
+            if t > 0 and ss[order_s[t]] != ss[order_s[t - 1]]:
+                r += 1
+            rank[order_s[t]] = r
+        tree = np.empty(r + 2, dtype=np.int64)
+        for v in range(r + 2):
+            tree[v] = 0
+        m = r + 2
+        order_y = _stable_order(y, lo, hi, 1.0)
+        inserted = 0
+        n_disc = 0
+        n_ties = 0
+        n_pairs = 0
+        t = 0
+        while t < n:
+            u = t + 1
+            yt = ys[order_y[t]]
+            while u < n and ys[order_y[u]] == yt:
+                u += 1
+            for v in range(t, u):
+                ri = rank[order_y[v]]
+                less = 0                       # Fenwick prefix sum: counts at ranks 0..ri-1
+                i = ri
+                while i > 0:
+                    less += tree[i]
+                    i -= i & (-i)
+                leq = 0                        # ... and at ranks 0..ri
+                i = ri + 1
+                while i > 0:
+                    leq += tree[i]
+                    i -= i & (-i)
+                n_ties += leq - less
+                n_disc += inserted - leq
+            n_pairs += inserted * (u - t)
+            for v in range(t, u):
+                i = rank[order_y[v]] + 1       # Fenwick add 1 at its rank
+                while i < m:
+                    tree[i] += 1
+                    i += i & (-i)
+            inserted += u - t
+            t = u
+        disc[g] = n_disc
+        ties[g] = n_ties
+        pairs[g] = n_pairs
 
 
 @jit
