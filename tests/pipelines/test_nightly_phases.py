@@ -91,13 +91,15 @@ def test_nightly_phases_in_order_with_their_counts(tmp_path, monkeypatch):
 
 
 @pytest.mark.skipif(not SCRIPT.exists() or not hasattr(os, "fork"), reason="needs the console script and fork")
-@pytest.mark.slow   # interrupts a nightly run and waits for it: ~7 s warm
+@pytest.mark.slow   # interrupts a nightly run and waits for it: ~3 s warm
 def test_ctrl_c_during_a_nightly_phase_stops_within_seconds_and_promotes_nothing(tmp_path):
     store, models = tmp_path / "s.zarr", tmp_path / "m"
     assert _main("--store", store, "--new", _day(tmp_path, 1), "--models", models, "--alphas", "1", "--no-plot",
                  "-q")[0] == 0
-    # each progress update sleeps (test hook), so the statistics phase of night 2 lasts ~minutes
-    env = dict(os.environ, STREAMRANK_PROGRESS_SECONDS="0", _STREAMRANK_TEST_SLEEP="1")
+    # each progress update sleeps (test hook), so the statistics phase of night 2 lasts ~8 s more after the
+    # line we wait for (40 updates of 10 rows, 0.2 s each), well past the 3 s the interrupted run may take;
+    # 1 s a sleep spent ~6 s in the ingest and verify phases before it
+    env = dict(os.environ, STREAMRANK_PROGRESS_SECONDS="0", _STREAMRANK_TEST_SLEEP="0.2")
     proc = subprocess.Popen([str(SCRIPT), "nightly", "--store", str(store), "--new", str(_day(tmp_path, 2, 60)),
                              "--models", str(models), "--alphas", "1", "--no-plot", "--max-rows", "10", "--progress"],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
