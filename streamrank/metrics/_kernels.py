@@ -14,7 +14,7 @@ implementation a kernel calls (``np.zeros``, ``min``/``max``, slice
 assignment) is a compile unit of its own, ~0.1-0.4 s each on a cold cache.
 So the kernels write their small steps (the cut-off, the gain, the end of a
 run of ties, the Fenwick tree's walks) inline, allocate only with
-``np.empty`` and zero by loops; only :func:`_stable_order` is shared.
+``np.empty`` and zero by loops; only :func:`_stable_order_into` is shared.
 
 Ties in the scores: every kernel returns the *expected* value under a
 uniformly random order of the items tied in ``s`` (McSherry & Najork, ECIR
@@ -38,8 +38,13 @@ __all__ = ["trec_rank_groups", "ndcg_groups", "err_groups", "average_precision_g
            "reciprocal_rank_groups", "cindex_group", "cindex_groups", "auc_counts"]
 
 
-@jit
 def _stable_order(a, lo, hi, direction):
+    """:func:`_stable_order_into` with its own scratch (for Python callers and the tests)."""
+    return _stable_order_into(a, lo, hi, direction, np.empty(2 * (hi - lo), dtype=np.int64)).copy()
+
+
+@jit
+def _stable_order_into(a, lo, hi, direction, work):
     """Positions of ``a[lo:hi]`` sorted stably: ``np.argsort(direction * a[lo:hi], kind="stable")``.
 
     A bottom-up merge sort of indices (O(n log n), merges of runs of width 1,
@@ -52,13 +57,16 @@ def _stable_order(a, lo, hi, direction):
     generic implementations took ~5 CPU-s to compile cold for an
     ``evaluate``, this takes under one, and the permutation is the same (a
     stable sort's result is unique).  No ``np.arange`` either: one library
-    function less to compile.
+    function less to compile.  ``work`` (int64, at least ``2 (hi - lo)``
+    entries) is the caller's scratch, so that a kernel that allocates nothing
+    else (:func:`_ndcg_groups`) compiles no ``np.empty``; the result is a view
+    of it.
     """
     n = hi - lo
-    src = np.empty(n, dtype=np.int64)
+    src = work[:n]
     for t in range(n):
         src[t] = t
-    dst = np.empty(n, dtype=np.int64)
+    dst = work[n:2 * n]
     width = 1
     while width < n:
         start = 0
@@ -88,7 +96,6 @@ def _stable_order(a, lo, hi, direction):
     return src
 
 
-@jit
 def ndcg_groups(y, s, gp, iy, igp, ks, exp2, out):
     """Expected NDCG@k of every group.
 
@@ -98,23 +105,26 @@ def ndcg_groups(y, s, gp, iy, igp, ks, exp2, out):
     igp[g+1]]`` (the group's own rows, or the judged documents of its query
     when qrels are given).  NaN when the ideal DCG@k is <= 0.
     """
+    max_n = max(1, int(np.max(np.diff(gp), initial=0)), int(np.max(np.diff(igp), initial=0)))
+    _ndcg_groups(y, s, gp, iy, igp, ks, exp2, out, np.empty(max_n), np.empty(ks.shape[0]),
+                 np.empty(2 * max_n, dtype=np.int64))
+
+
+@jit
+def _ndcg_groups(y, s, gp, iy, igp, ks, exp2, out, disc, dcg, work):
+    """:func:`ndcg_groups` with the caller's scratch: ``disc`` (float64, the largest group or judged list,
+    at least 1), ``dcg`` (float64, ``len(ks)``) and ``work`` (int64, twice ``len(disc)``).  It allocates
+    nothing, so it compiles no ``np.empty``.
+    """
     n_groups = gp.shape[0] - 1
     nk = ks.shape[0]
-    max_n = 1
-    for g in range(n_groups):
-        m = gp[g + 1] - gp[g]
-        mi = igp[g + 1] - igp[g]
-        max_n = m if m > max_n else max_n
-        max_n = mi if mi > max_n else max_n
-    disc = np.empty(max_n)
-    for p in range(max_n):
+    for p in range(disc.shape[0]):
         disc[p] = 1.0 / np.log2(p + 2.0)
-    dcg = np.empty(nk)
     for g in range(n_groups):
         lo = gp[g]
         n = gp[g + 1] - lo
         ilo = igp[g]
-        ideal = _stable_order(iy, ilo, igp[g + 1], -1.0)   # labels decreasing: iy[ilo + ideal[p]]
+        ideal = _stable_order_into(iy, ilo, igp[g + 1], -1.0, work)   # labels decreasing: iy[ilo + ideal[p]]
         ni = ideal.shape[0]
         for j in range(nk):
             kk = ks[j]
@@ -126,7 +136,7 @@ def ndcg_groups(y, s, gp, iy, igp, ks, exp2, out):
             out[g, j] = idcg               # keep the ideal until the DCG is known
             dcg[j] = 0.0
         if n > 0:
-            order = _stable_order(s, lo, lo + n, -1.0)   # decreasing score, ties in row order
+            order = _stable_order_into(s, lo, lo + n, -1.0, work)   # decreasing score, ties in row order
             a = np.int64(0)
             while a < n:
                 sa = s[lo + order[a]]
@@ -182,7 +192,7 @@ def err_groups(y, s, gp, ks, exp2, max_grade, out):
         at = np.empty(kmax)               # expected contribution of each position
         for p in range(kmax):
             at[p] = 0.0
-        order = _stable_order(s, lo, lo + n, -1.0)   # decreasing score, ties in row order
+        order = _stable_order_into(s, lo, lo + n, -1.0, np.empty(2 * n, dtype=np.int64))   # decreasing score
         before = 1.0                      # probability the user reaches the run
         a = np.int64(0)
         while a < kmax:
@@ -256,7 +266,7 @@ def average_precision_groups(y, s, gp, n_rel, ks, out):
         at = np.empty(kmax)
         for p in range(kmax):
             at[p] = 0.0
-        order = _stable_order(s, lo, lo + n, -1.0)   # decreasing score, ties in row order
+        order = _stable_order_into(s, lo, lo + n, -1.0, np.empty(2 * n, dtype=np.int64))   # decreasing score
         c = 0
         a = np.int64(0)
         while a < kmax:
@@ -301,7 +311,7 @@ def hits_groups(y, s, gp, ks, out):
             out[g, j] = 0.0
         if n == 0:
             continue
-        order = _stable_order(s, lo, lo + n, -1.0)   # decreasing score, ties in row order
+        order = _stable_order_into(s, lo, lo + n, -1.0, np.empty(2 * n, dtype=np.int64))   # decreasing score
         a = np.int64(0)
         while a < n:
             sa = s[lo + order[a]]
@@ -339,7 +349,7 @@ def reciprocal_rank_groups(y, s, gp, ks, out):
             out[g, j] = np.nan
         if n == 0:
             continue
-        order = _stable_order(s, lo, lo + n, -1.0)   # decreasing score, ties in row order
+        order = _stable_order_into(s, lo, lo + n, -1.0, np.empty(2 * n, dtype=np.int64))   # decreasing score
         a = np.int64(0)
         while a < n:
             sa = s[lo + order[a]]
@@ -389,7 +399,7 @@ def trec_rank_groups(s, words, gp, out):
         for j in range(n_words - 1, -1, -1):
             for t in range(n):
                 key[t] = ~words[lo + order[t], j]          # descending id
-            order = order[_stable_order(key, 0, n, 1.0)]
+            order = order[_stable_order_into(key, 0, n, 1.0, np.empty(2 * n, dtype=np.int64))]
         for t in range(1, n):
             same = True
             for j in range(n_words):
@@ -401,7 +411,7 @@ def trec_rank_groups(s, words, gp, out):
         sk = np.empty(n)
         for t in range(n):
             sk[t] = -s[lo + order[t]]
-        order = order[_stable_order(sk, 0, n, 1.0)]
+        order = order[_stable_order_into(sk, 0, n, 1.0, np.empty(2 * n, dtype=np.int64))]
         for t in range(n):
             out[lo + order[t]] = float(n - t)
     return -1
@@ -440,7 +450,7 @@ def cindex_groups(y, s, gp, disc, ties, pairs):
             continue
         ss = s[lo:hi]
         ys = y[lo:hi]
-        order_s = _stable_order(s, lo, hi, 1.0)
+        order_s = _stable_order_into(s, lo, hi, 1.0, np.empty(2 * n, dtype=np.int64))
         rank = np.empty(n, dtype=np.int64)
         r = 0
         for t in range(n):
@@ -451,7 +461,7 @@ def cindex_groups(y, s, gp, disc, ties, pairs):
         for v in range(r + 2):
             tree[v] = 0
         m = r + 2
-        order_y = _stable_order(y, lo, hi, 1.0)
+        order_y = _stable_order_into(y, lo, hi, 1.0, np.empty(2 * n, dtype=np.int64))
         inserted = 0
         n_disc = 0
         n_ties = 0
@@ -498,7 +508,7 @@ def auc_counts(y, s):
     (Mann-Whitney U with mid-ranks).  Returns float64 wrong, int64 pairs.
     """
     n = s.shape[0]
-    order = _stable_order(s, 0, n, 1.0)
+    order = _stable_order_into(s, 0, n, 1.0, np.empty(2 * n, dtype=np.int64))
     n_pos = 0
     for i in range(n):
         if y[i] > 0:
