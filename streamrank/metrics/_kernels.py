@@ -237,7 +237,6 @@ def err_groups(y, s, gp, ks, exp2, max_grade, out):
             out[g, j] = total
 
 
-@jit
 def average_precision_groups(y, s, gp, n_rel, ks, out):
     """Expected average precision AP@k of every group (McSherry & Najork 2008).
 
@@ -249,6 +248,14 @@ def average_precision_groups(y, s, gp, n_rel, ks, out):
     (m - 1)`` relevant items at or above it on average.  NaN if
     ``n_rel[g] == 0``.
     """
+    max_n = max(1, int(np.max(np.diff(gp), initial=0)))
+    _average_precision_groups(y, s, gp, n_rel, ks, out, np.empty(max_n), np.empty(2 * max_n, dtype=np.int64))
+
+
+@jit
+def _average_precision_groups(y, s, gp, n_rel, ks, out, at, work):
+    """:func:`average_precision_groups` with the caller's scratch, ``at`` (float64) and ``work`` (int64) of
+    at least the largest group and twice that: it allocates nothing, so it compiles no ``np.empty``."""
     n_groups = gp.shape[0] - 1
     nk = ks.shape[0]
     for g in range(n_groups):
@@ -263,10 +270,9 @@ def average_precision_groups(y, s, gp, n_rel, ks, out):
             kk = ks[j]
             kk = n if (kk <= 0 or kk > n) else kk
             kmax = kk if kk > kmax else kmax
-        at = np.empty(kmax)
         for p in range(kmax):
             at[p] = 0.0
-        order = _stable_order_into(s, lo, lo + n, -1.0, np.empty(2 * n, dtype=np.int64))   # decreasing score
+        order = _stable_order_into(s, lo, lo + n, -1.0, work)   # decreasing score, ties in row order
         c = 0
         a = np.int64(0)
         while a < kmax:
@@ -428,7 +434,6 @@ def cindex_group(y, s, lo, hi):
     return int(out[0, 0]), int(out[1, 0]), int(out[2, 0])
 
 
-@jit
 def cindex_groups(y, s, gp, disc, ties, pairs):
     """Per-group discordant pairs, score-tied pairs and ordered pairs (int64 outputs), O(n log n) a group.
 
@@ -438,6 +443,14 @@ def cindex_groups(y, s, gp, disc, ties, pairs):
     every item counts the already inserted (strictly lower label) items with
     a smaller, equal and larger score.
     """
+    max_n = max(1, int(np.max(np.diff(gp), initial=0)))
+    _cindex_groups(y, s, gp, disc, ties, pairs, np.empty(4 * max_n + 1, dtype=np.int64))
+
+
+@jit
+def _cindex_groups(y, s, gp, disc, ties, pairs, work):
+    """:func:`cindex_groups` with the caller's int64 scratch (4 x the largest group + 1: the sort's
+    buffers, the ranks and the Fenwick tree): it allocates nothing, so it compiles no ``np.empty``."""
     n_groups = gp.shape[0] - 1
     for g in range(n_groups):
         lo = gp[g]
@@ -450,18 +463,18 @@ def cindex_groups(y, s, gp, disc, ties, pairs):
             continue
         ss = s[lo:hi]
         ys = y[lo:hi]
-        order_s = _stable_order_into(s, lo, hi, 1.0, np.empty(2 * n, dtype=np.int64))
-        rank = np.empty(n, dtype=np.int64)
+        order_s = _stable_order_into(s, lo, hi, 1.0, work)
+        rank = work[2 * n:3 * n]
         r = 0
         for t in range(n):
             if t > 0 and ss[order_s[t]] != ss[order_s[t - 1]]:
                 r += 1
             rank[order_s[t]] = r
-        tree = np.empty(r + 2, dtype=np.int64)
+        tree = work[3 * n:3 * n + r + 2]    # r + 2 <= n + 1
         for v in range(r + 2):
             tree[v] = 0
         m = r + 2
-        order_y = _stable_order_into(y, lo, hi, 1.0, np.empty(2 * n, dtype=np.int64))
+        order_y = _stable_order_into(y, lo, hi, 1.0, work)   # order_s is done
         inserted = 0
         n_disc = 0
         n_ties = 0
