@@ -1,7 +1,11 @@
 """Numba kernels of the ranking metrics, one query group at a time.
 
 Only jitted functions of arrays and scalars live here (see
-:mod:`streamrank._numba`).  The boundary (:mod:`streamrank.metrics._checks`)
+:mod:`streamrank._numba`), and for :func:`ndcg_groups`,
+:func:`average_precision_groups`, :func:`cindex_groups` (and
+:func:`cindex_group`, :func:`_stable_order`) a thin Python function of the
+same signature that allocates the kernel's scratch and calls it (see
+"Compile cost" below).  The boundary (:mod:`streamrank.metrics._checks`)
 hands every kernel C-contiguous, writeable float64 labels ``y`` and scores
 ``s`` and int64 group offsets ``gp`` (rows of group g are ``gp[g]:gp[g+1]``),
 so each kernel compiles once.  Cut-offs come as an int64 array ``ks``
