@@ -37,23 +37,79 @@ left as it is): saves of one kernel take turns, each sees the other's entry.
 from __future__ import annotations
 
 import contextlib
+import functools
+import importlib
 import os
 import tempfile
+import threading
+import types
 import warnings
-
-import numba
-from numba.core.caching import IndexDataCacheFile
 
 try:
     import fcntl
 except ImportError:  # pragma: no cover - not POSIX
     fcntl = None
 
-__all__ = ["jit", "jit_parallel", "prange"]
+__all__ = ["jit", "jit_parallel", "prange", "numba_ready", "use_twin", "twins", "TWIN_BUDGET_S"]
 
 _POLICY = dict(cache=True, nogil=True, fastmath=False)
 
-prange = numba.prange
+#: guards the making of dispatchers and the twins' budget (re-entrant: making one kernel makes its callees)
+_LOCK = threading.RLock()
+_READY = False            # True once this process has made a numba dispatcher of a streamrank kernel
+
+
+def prange(*args):
+    """``numba.prange`` in a kernel; ``range`` when the kernel's Python runs (its module is bound at first call)."""
+    return range(*args)
+
+
+def numba_ready() -> bool:
+    """True once this process has set numba up for a streamrank kernel (imported it and made a dispatcher)."""
+    return _READY
+
+
+#: Seconds of estimated work a process may spend in kernels' twins (numpy, or the kernel's own Python) before
+#: its first kernel runs.  A warm process pays 0.5-0.9 s to import numba and set it up on its first dispatch
+#: (``benchmarks/cold_start.py``: "floor"), and a cold one compiles each kernel besides (0.2-4 s); work that
+#: numpy or plain Python finishes in less than that is cheaper without numba.  Past the budget (or once any
+#: kernel ran) every call takes the kernel, so a long run loses at most about this much: the rent-or-buy rule.
+TWIN_BUDGET_S = 0.3
+_budget = [TWIN_BUDGET_S]
+_forced: list = [None]    # twins(True/False): every decision forced (tests, benchmarks)
+
+
+def use_twin(estimate_s: float) -> bool:
+    """Whether a caller runs a kernel's twin for work estimated at ``estimate_s`` seconds of the twin.
+
+    True while no kernel has been set up in this process and the twins have
+    spent (by their estimates) less than :data:`TWIN_BUDGET_S`; the estimate
+    is then taken from the budget.  A twin gives the kernel's result (the
+    same first bad position, the same metric values to the last bits or
+    within a few ulps, as its tests show), only by other means: the decision
+    changes how long a call takes, never what it returns.
+    """
+    forced = _forced[0]
+    if forced is not None:
+        return forced
+    if _READY:
+        return False
+    with _LOCK:
+        if _READY or estimate_s > _budget[0]:
+            return False
+        _budget[0] -= estimate_s
+        return True
+
+
+@contextlib.contextmanager
+def twins(enabled: bool):
+    """Force :func:`use_twin` to answer ``enabled`` inside the block (tests and benchmarks of both paths)."""
+    before = _forced[0]
+    _forced[0] = bool(enabled)
+    try:
+        yield
+    finally:
+        _forced[0] = before
 
 
 def _fallback_cache_dir() -> str:
@@ -61,6 +117,8 @@ def _fallback_cache_dir() -> str:
     uid = os.getuid() if hasattr(os, "getuid") else "user"
     path = os.path.join(tempfile.gettempdir(), f"streamrank-numba-{uid}")
     os.makedirs(path, mode=0o700, exist_ok=True)
+    import numba
+
     numba.config.CACHE_DIR = path
     warnings.warn(f"no writable numba cache beside the package or in the home directory: compiled kernels are "
                   f"cached in {path} (set NUMBA_CACHE_DIR to choose)", RuntimeWarning, stacklevel=4)
@@ -77,22 +135,36 @@ def _exclusive(path):
             fcntl.flock(f.fileno(), fcntl.LOCK_UN)
 
 
-class _LockedCacheFile(IndexDataCacheFile):
+@functools.cache
+def _locked_cache_file_class():
     """numba's index + data files, saved under an exclusive lock (see "Several processes, one cache")."""
+    from numba.core.caching import IndexDataCacheFile
 
-    def save(self, key, data):
-        with _exclusive(self._index_path + ".lock"):
-            super().save(key, data)
+    class _LockedCacheFile(IndexDataCacheFile):
+        def save(self, key, data):
+            with _exclusive(self._index_path + ".lock"):
+                super().save(key, data)
+
+    return IndexDataCacheFile, _LockedCacheFile
+
+
+def __getattr__(name):       # the locked cache file class is made with numba's import, not with this module's
+    if name == "_LockedCacheFile":
+        return _locked_cache_file_class()[1]
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def _lock_saves(dispatcher):
     cache_file = getattr(getattr(dispatcher, "_cache", None), "_cache_file", None)
-    if fcntl is not None and type(cache_file) is IndexDataCacheFile:
-        cache_file.__class__ = _LockedCacheFile
+    plain, locked = _locked_cache_file_class()
+    if fcntl is not None and type(cache_file) is plain:
+        cache_file.__class__ = locked
     return dispatcher
 
 
 def _njit(fn, options):
+    import numba
+
     try:
         return _lock_saves(numba.njit(**options)(fn))
     except RuntimeError as exc:  # numba: "cannot cache function ...: no locator available"
@@ -102,14 +174,101 @@ def _njit(fn, options):
         return _lock_saves(numba.njit(**options)(fn))
 
 
+class LazyKernel:
+    """A kernel whose numba dispatcher is made on its first call (or first use of a dispatcher attribute).
+
+    Importing a kernel module costs no numba import: a command that runs no
+    kernel (``--help``, ``info``, an argument error, a small ``evaluate``
+    whose metrics run their twins) never imports numba.  On first use the
+    dispatcher is made with the compile policy, and the names the kernel's
+    module refers to are bound for numba (:func:`_bind_globals`): other
+    kernels to their dispatchers, :func:`prange` to ``numba.prange``.
+    ``py_func`` is the plain Python function (what the twins of the metrics
+    run).  Calls and attributes (``signatures``, ``stats``, ``py_func``...)
+    behave as the dispatcher's.
+    """
+
+    def __init__(self, fn, options):
+        self.py_func = fn
+        self._options = options
+        self._dispatcher = None
+        self.__name__ = fn.__name__
+        self.__qualname__ = fn.__qualname__
+        self.__module__ = fn.__module__
+        self.__doc__ = fn.__doc__
+        self.__wrapped__ = fn
+
+    def dispatcher(self):
+        """The numba dispatcher, made (and numba imported and its module bound) on the first call."""
+        d = self._dispatcher
+        if d is None:
+            global _READY
+            with _LOCK:
+                d = self._dispatcher
+                if d is None:
+                    d = self._dispatcher = _njit(self.py_func, self._options)   # before binding: cycles end
+                    _bind_globals(self.py_func.__globals__)
+                    _READY = True
+        return d
+
+    def __call__(self, *args, **kwargs):
+        d = self._dispatcher
+        return (d if d is not None else self.dispatcher())(*args, **kwargs)
+
+    def __getattr__(self, name):
+        if name.startswith("__"):
+            raise AttributeError(name)
+        return getattr(self.dispatcher(), name)
+
+    def __get__(self, obj, objtype=None):       # a kernel stored on a class binds like a function
+        return self if obj is None else types.MethodType(self, obj)
+
+    def __reduce__(self):                       # pickled by reference, as numba pickles its dispatchers
+        return _kernel_by_name, (self.__module__, self.__qualname__)
+
+    def __repr__(self):
+        state = "made" if self._dispatcher is not None else "not made yet"
+        return f"<streamrank kernel {self.__module__}.{self.__qualname__} ({state})>"
+
+
+def _kernel_by_name(module: str, qualname: str):
+    obj = importlib.import_module(module)
+    for part in qualname.split("."):
+        obj = getattr(obj, part)
+    return obj
+
+
+def _bind_globals(g: dict) -> None:
+    """Make ``g`` (a kernel module's globals) what numba's compiler expects when it types a kernel there.
+
+    Every :class:`LazyKernel` becomes its dispatcher, :func:`prange` becomes
+    ``numba.prange``, and a module may add numba objects it cannot make
+    without importing numba (``_numba_globals()``, e.g. an external C function's
+    type).  Python callers that imported a kernel by name keep the
+    :class:`LazyKernel`, which calls the same dispatcher.
+    """
+    import numba
+
+    for name, value in list(g.items()):
+        if isinstance(value, LazyKernel):
+            g[name] = value.dispatcher()
+        elif value is prange:
+            g[name] = numba.prange
+    extra = g.get("_numba_globals")
+    if callable(extra):
+        g.update(extra())
+
+
 def jit(*args, **kwargs):
     """``numba.njit`` with the streamrank compile policy (usable bare or called)."""
     options = {**_POLICY, **kwargs}
     if args and callable(args[0]) and len(args) == 1:  # @jit, or @jit_parallel (which passes parallel=True)
-        return _njit(args[0], options)
+        return LazyKernel(args[0], options)
     if args:  # explicit signatures: numba.njit(sigs, **options)
+        import numba
+
         return numba.njit(*args, **options)  # compiles eagerly at import: not locked (unused in streamrank)
-    return lambda fn: _njit(fn, options)
+    return lambda fn: LazyKernel(fn, options)
 
 
 def jit_parallel(*args, **kwargs):

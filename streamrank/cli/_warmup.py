@@ -189,11 +189,15 @@ def _kernel_counts() -> tuple[int, int]:
     """(signatures compiled, signatures loaded from the cache) by this process's streamrank kernels."""
     from numba.core.registry import CPUDispatcher
 
+    from .._numba import LazyKernel
+
     seen, compiled, loaded = set(), 0, 0
     for name, mod in list(sys.modules.items()):
         if not name.startswith("streamrank") or mod is None:
             continue
         for obj in list(vars(mod).values()):
+            if isinstance(obj, LazyKernel):
+                obj = obj._dispatcher          # made only if it ran
             if isinstance(obj, CPUDispatcher) and id(obj) not in seen:
                 seen.add(id(obj))
                 compiled += sum(obj.stats.cache_misses.values())

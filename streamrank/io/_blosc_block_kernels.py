@@ -50,8 +50,9 @@ these kernels runs; the machine code refers to the name, so it caches.
 """
 from __future__ import annotations
 
+import functools
+
 import numpy as np
-from numba import types
 
 from .._numba import jit
 from ._check_kernels import first_nonfinite, first_out_of_range
@@ -61,8 +62,17 @@ __all__ = ["DECOMPRESS_SYMBOL", "block_size", "block_order", "block_plan", "deco
 
 #: name under which c-blosc's ``int blosc_decompress_ctx(const void*, void*, size_t, int)`` is registered
 DECOMPRESS_SYMBOL = "streamrank_blosc_decompress_ctx"
-# pointers passed as intp: the same register on every 64-bit ABI numba targets
-_decompress = types.ExternalFunction(DECOMPRESS_SYMBOL, types.int32(types.intp, types.intp, types.uintp, types.int32))
+_decompress = None   # c-blosc's function, typed when a kernel here is first made (numba import)
+
+
+@functools.cache
+def _numba_globals():
+    """The numba-only names this module's kernels use (:func:`streamrank._numba._bind_globals`)."""
+    from numba import types
+
+    # pointers passed as intp: the same register on every 64-bit ABI numba targets
+    return {"_decompress": types.ExternalFunction(DECOMPRESS_SYMBOL, types.int32(types.intp, types.intp,
+                                                                                  types.uintp, types.int32))}
 
 _HEADER = 16
 _ONE_BLOCK = 20          # header + one block offset

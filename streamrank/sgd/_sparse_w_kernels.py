@@ -58,7 +58,16 @@ import numpy as np
 from streamrank._numba import jit
 
 from ._sparse_row_kernels import merge_diff as _merge_diff
-from ._prefetch import prefetch as _prefetch
+
+_prefetch = None     # bound to the llvm.prefetch intrinsic when a kernel here is first made (numba import)
+
+
+def _numba_globals():
+    """The numba-only names this module's kernels use (:func:`streamrank._numba._bind_globals`)."""
+    from ._prefetch import prefetch
+
+    return {"_prefetch": prefetch}
+
 from ._row_pool_kernels import (  # noqa: F401  (the pool's layout and maintenance, re-exported)
     I_ACTIVE, I_COUNT, I_FLUSHED, I_GARBAGE, I_K, I_NEED, I_NEED_LOG, I_T, I_TREFIT, I_UPDATES, I_USED,
     M_CAP, M_LEN, M_START, M_STAMP, MIN_ROW_CAP, N_CLASSES, N_ISTATE, _alloc, _moves, _release, _shrink_row,

@@ -146,6 +146,8 @@ def test_load_imports_only_the_learner_it_needs(tmp_path):
 def _all_dispatchers():
     from numba.core.registry import CPUDispatcher
 
+    from streamrank._numba import LazyKernel
+
     found = {}
     for info in pkgutil.walk_packages(streamrank.__path__, "streamrank."):
         if info.name.rsplit(".", 1)[-1] in ("__main__",):
@@ -157,6 +159,8 @@ def _all_dispatchers():
                 raise
             continue
         for attr, obj in vars(mod).items():
+            if isinstance(obj, LazyKernel):
+                obj = obj.dispatcher()
             if isinstance(obj, CPUDispatcher) and obj.__module__ == info.name:
                 found[f"{info.name}.{attr}"] = obj
     return found
