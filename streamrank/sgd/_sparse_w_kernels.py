@@ -58,6 +58,12 @@ import numpy as np
 from streamrank._numba import jit
 
 from ._sparse_row_kernels import merge_diff as _merge_diff
+from ._row_pool_kernels import (  # noqa: F401  (the pool's layout and maintenance, re-exported)
+    I_ACTIVE, I_COUNT, I_FLUSHED, I_GARBAGE, I_K, I_NEED, I_NEED_LOG, I_T, I_TREFIT, I_UPDATES, I_USED,
+    M_CAP, M_LEN, M_START, M_STAMP, MIN_ROW_CAP, N_CLASSES, N_ISTATE, _alloc, _moves, _release, _shrink_row,
+    _sweep_rows, capacity_total, empty_free_lists, flush_rows, packed_size, repack, row_capacity, rows_to_coo,
+    set_rows, stored_csr,
+)
 
 _prefetch = None     # bound to the llvm.prefetch intrinsic when a kernel here is first made (numba import)
 
@@ -68,12 +74,6 @@ def _numba_globals():
 
     return {"_prefetch": prefetch}
 
-from ._row_pool_kernels import (  # noqa: F401  (the pool's layout and maintenance, re-exported)
-    I_ACTIVE, I_COUNT, I_FLUSHED, I_GARBAGE, I_K, I_NEED, I_NEED_LOG, I_T, I_TREFIT, I_UPDATES, I_USED,
-    M_CAP, M_LEN, M_START, M_STAMP, MIN_ROW_CAP, N_CLASSES, N_ISTATE, _alloc, _moves, _release, _shrink_row,
-    _sweep_rows, capacity_total, empty_free_lists, flush_rows, packed_size, repack, row_capacity, rows_to_coo,
-    set_rows, stored_csr,
-)
 
 _u = np.uint64  # an index numba needs no wraparound code for (see _step_row)
 
