@@ -50,7 +50,7 @@ try:
 except ImportError:  # pragma: no cover - not POSIX
     fcntl = None
 
-__all__ = ["jit", "jit_parallel", "prange", "numba_ready", "use_twin", "twins", "TWIN_BUDGET_S"]
+__all__ = ["jit", "jit_parallel", "prange", "numba_ready", "use_twin", "twins", "python_twin", "TWIN_BUDGET_S"]
 
 _POLICY = dict(cache=True, nogil=True, fastmath=False)
 
@@ -229,6 +229,44 @@ class LazyKernel:
     def __repr__(self):
         state = "made" if self._dispatcher is not None else "not made yet"
         return f"<streamrank kernel {self.__module__}.{self.__qualname__} ({state})>"
+
+
+def python_twin(kernel):
+    """``kernel`` as plain Python that calls the plain Python of the kernels it calls (no numba import).
+
+    The same source run by the interpreter: what a kernel computes with
+    float64 scalars and numpy arrays it computes the same way, only ~100x
+    slower, so it suits small inputs under :func:`use_twin`.  Made once per
+    kernel (a copy of its module's globals with every kernel replaced by its
+    twin).
+    """
+    with _LOCK:
+        return _python_twin(kernel, {})
+
+
+def _python_twin(kernel, made: dict):
+    fn = kernel.py_func
+    twin = _TWINS.get(fn) or made.get(fn)
+    if twin is not None:
+        return twin
+    g = dict(fn.__globals__)
+    twin = made[fn] = types.FunctionType(fn.__code__, g, fn.__name__, fn.__defaults__, fn.__closure__)
+    twin.__kwdefaults__, twin.__doc__, twin.__qualname__ = fn.__kwdefaults__, fn.__doc__, fn.__qualname__
+    for name, value in list(g.items()):
+        if isinstance(value, LazyKernel) or (callable(value) and _is_dispatcher(value)):
+            g[name] = _python_twin(value, made)
+        elif getattr(value, "__name__", None) == "prange" and value is not prange:   # numba.prange, once bound
+            g[name] = prange
+    _TWINS[fn] = twin
+    return twin
+
+
+_TWINS: dict = {}
+
+
+def _is_dispatcher(value) -> bool:
+    numba = __import__("sys").modules.get("numba")
+    return numba is not None and isinstance(value, numba.core.dispatcher.Dispatcher)
 
 
 def _kernel_by_name(module: str, qualname: str):
