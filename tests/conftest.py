@@ -167,6 +167,20 @@ SLOW_TESTS = {
 }
 
 
+def pytest_configure(config):
+    """Every test process runs the kernels, never their twins, unless a test asks (``streamrank._numba.twins``).
+
+    Outside the tests a process runs a kernel's numpy or plain-Python twin on
+    small inputs until numba is set up (``use_twin``), so which one runs
+    depends on what ran before in the process.  The tests make it one answer
+    (the kernels, as before the twins existed); the twins have their own
+    tests, against the kernels, and the budget is tested in fresh interpreters.
+    """
+    from streamrank import _numba
+
+    _numba._forced[0] = False
+
+
 def pytest_collection_modifyitems(config, items):
     root = _os.path.dirname(__file__)
     for item in items:

@@ -1,6 +1,6 @@
 """Start-up of a console command: its heavy imports with the garbage collector paused, then frozen.
 
-A warm ``streamrank fit`` spends most of its CPU importing numpy, scipy, numba
+A warm ``streamrank ingest`` spends most of its CPU importing numpy, scipy, numba
 and zarr (``benchmarks/cold_start.py`` prints where it goes).  Those imports
 create ~130,000 objects that live until the process ends (modules, classes,
 functions, numba's typing templates).  While they are being created CPython's
@@ -31,10 +31,13 @@ import os
 
 __all__ = ["INPUTS", "PRELOAD", "preload_for", "preload_paused"]
 
-_STORE_COMMANDS = ("numba", "scipy.sparse", "zarr")
+_STORE_COMMANDS = ("scipy.sparse", "zarr")
 
-#: command -> the packages every normal run of it imports (read a store, run numba kernels)
-PRELOAD = {name: _STORE_COMMANDS for name in ("ingest", "fit", "cv", "evaluate", "predict")}
+#: command -> the packages every normal run of it imports (read a store; ``ingest`` parses with numba kernels).
+#: numba is not preloaded for the commands that read a store: on a small one their kernels' twins do the work
+#: and numba is never imported (``streamrank._numba.use_twin``); a big one imports it on its first kernel.
+PRELOAD = {name: _STORE_COMMANDS for name in ("fit", "cv", "evaluate", "predict")}
+PRELOAD["ingest"] = ("numba", *_STORE_COMMANDS)
 
 #: command -> the arguments naming what it reads (ingest's sources take archive members and globs: not checked)
 INPUTS = {"fit": ("store",), "cv": ("store",), "evaluate": ("model", "store"), "predict": ("model", "store")}

@@ -209,8 +209,11 @@ def run_part(name: str) -> None:
     """Run one part in this process."""
     import warnings
 
+    from .._numba import twins
+
     fn, _ = PARTS[name]
-    with tempfile.TemporaryDirectory(prefix=f"streamrank-warmup-{name}-") as tmp, warnings.catch_warnings():
+    with tempfile.TemporaryDirectory(prefix=f"streamrank-warmup-{name}-") as tmp, warnings.catch_warnings(), \
+            twins(False):   # tiny data would run the kernels' numpy or Python twins: compile the kernels
         warnings.simplefilter("ignore")  # tiny data: cg stops early, CV folds are small; only compiling matters
         fn(tmp)
 
