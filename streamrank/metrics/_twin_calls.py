@@ -1,0 +1,107 @@
+"""Every Python-side call of a metrics kernel goes through :func:`run`: the kernel, or its plain-Python twin.
+
+Why (issue 22): a warm ``streamrank evaluate`` of MQ2008's test fold (2,874
+rows, 156 queries) spent 0.5-0.9 s importing numba and setting it up on the
+first kernel call, for metrics that the same kernels' own source, run by the
+interpreter, computes in ~0.1 s.  :func:`streamrank._numba.python_twin` is
+that source run as plain Python (its callees' plain Python too), so it gives
+the kernel's values -- the same float64 operations in the same order; the
+metrics tests check them bit for bit -- and imports no numba.
+:func:`streamrank._numba.use_twin` decides, from the twin's estimated
+seconds, whether a call still fits the process's twin budget (0.3 s while no
+kernel has been set up: the rent-or-buy rule).  So small evaluations never
+import numba, and a big one (or any call once a kernel has run) takes the
+kernel, losing at most the budget.
+
+The estimates (:func:`twin_seconds`) are
+``A W + B n K + C G + D G K`` seconds for ``G`` groups of ``n`` rows, ``W =
+sum_g n_g log2(n_g + 1)`` (the merge sorts) and ``K`` cut-offs, with the
+constants below per kernel.  They are the least-squares fit of the twins'
+times on this 2-core machine (``python benchmarks/metrics_twins.py``: twelve
+shapes, one group of 500-8,000 rows to 3,000 groups of one row, MQ2008 Fold1
+test, tied scores; best of 3, under load 1-2) rounded up to about twice the
+fit, so that no measured shape ran longer than its estimate.  ERR adds its
+tied-run term (:func:`_err_tie_work`).
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from .._numba import TWIN_BUDGET_S, numba_ready, python_twin, use_twin
+
+__all__ = ["run", "twin_seconds"]
+
+#: kernel name -> seconds per (W, row x cut-off, group, group x cut-off) of its twin; measured as the module doc
+#: says (fit in microseconds, then the constant used): e.g. _ndcg_groups fit (1.57, 0.90, 3.1, 1.3) us
+COSTS = {
+    "_ndcg_groups": (4.0e-6, 2.0e-6, 8.0e-6, 3.0e-6),
+    "_average_precision_groups": (2.4e-6, 0.4e-6, 12e-6, 1.2e-6),
+    "err_groups": (2.2e-6, 0.5e-6, 20e-6, 1.5e-6),
+    "hits_groups": (2.0e-6, 0.4e-6, 6.0e-6, 0.6e-6),
+    "reciprocal_rank_groups": (2.0e-6, 0.4e-6, 7.0e-6, 5.5e-6),
+    "_cindex_groups": (4.0e-6, 0.0, 8.0e-6, 0.0),
+    "auc_counts": (1.8e-6, 0.0, 0.0, 0.0),
+    "trec_rank_groups": (1.8e-6, 5.0e-6, 20e-6, 0.0),
+    "_stable_order_into": (1.5e-6, 0.0, 4.0e-6, 0.0),
+}
+#: seconds per step of ERR's tied-run recurrence (m^2 (min(m, k) + 2) steps a run of m tied items); one group of 119
+#: tied rows: 84 ms at k=10 (estimate 102 ms), 350 ms for the whole list (estimate 1.0 s)
+ERR_TIE_STEP_S = 0.6e-6
+
+
+def run(kernel, estimate, *args):
+    """``kernel(*args)``, run by its plain-Python twin when :func:`~streamrank._numba.use_twin` says so.
+
+    ``estimate`` is a function of no arguments giving the twin's seconds for
+    these arguments (:func:`twin_seconds`); it is called only while no kernel
+    has been set up in this process (after that every call takes the kernel,
+    unless :func:`~streamrank._numba.twins` forces the choice).  Returns what
+    the kernel returns.
+    """
+    if numba_ready():
+        twin = use_twin(0.0)              # the forced answer, else False: the kernel
+    else:
+        twin = use_twin(estimate())
+    return (python_twin(kernel) if twin else kernel)(*args)
+
+
+def twin_seconds(kernel, gp, n_cutoffs=1, *, sorts=1.0, extra=0.0):
+    """Estimated seconds of ``kernel``'s twin on groups ``gp`` (offsets) with ``n_cutoffs`` cut-offs.
+
+    ``sorts`` scales the sorting term (trec's one sort per id word),
+    ``extra`` adds seconds (ERR's tied runs, the ideal lists of qrels).
+    """
+    a, b, c, d = COSTS[kernel.__name__]
+    sizes = np.diff(np.asarray(gp, dtype=np.float64))
+    n_groups = sizes.shape[0]
+    w = float(np.dot(sizes, np.log2(sizes + 1.0))) if n_groups else 0.0
+    rows = float(sizes.sum()) if n_groups else 0.0
+    return a * w * sorts + b * rows * n_cutoffs + c * n_groups + d * n_groups * n_cutoffs + extra
+
+
+def _err_tie_work(s, gp, ks):
+    """Steps of ERR's recurrence over runs of tied scores: ``m^2 (min(m, k) + 2)`` a run of ``m`` (an upper bound).
+
+    Only while the cheap part of the estimate fits the budget: it sorts the
+    scores of every group with numpy.
+    """
+    n = s.shape[0]
+    if n < 2:
+        return 0.0
+    g = np.repeat(np.arange(len(gp) - 1), np.diff(gp))
+    order = np.lexsort((s, g))
+    ss, gg = s[order], g[order]
+    new = np.ones(n, dtype=bool)
+    new[1:] = (ss[1:] != ss[:-1]) | (gg[1:] != gg[:-1])
+    m = np.diff(np.append(np.flatnonzero(new), n)).astype(np.float64)
+    kmax = float(np.max(ks)) if len(ks) else 0.0
+    depth = m if (kmax <= 0 or np.any(np.asarray(ks) <= 0)) else np.minimum(m, kmax)
+    return float(np.dot(m * m, depth + 2.0))        # + 2: the loop over the pairs of the run
+
+
+def err_seconds(kernel, s, gp, ks):
+    """:func:`twin_seconds` of ERR, with the tied runs when the rest of the estimate fits the budget."""
+    base = twin_seconds(kernel, gp, len(ks))
+    if base > TWIN_BUDGET_S:
+        return base
+    return base + ERR_TIE_STEP_S * _err_tie_work(s, gp, ks)
