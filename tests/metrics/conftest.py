@@ -1,11 +1,11 @@
-"""Makes ``tests/reference`` importable for the metrics tests, and has them test the kernels.
+"""Makes ``tests/reference`` importable for the metrics tests; ``STREAMRANK_TEST_TWINS=1`` runs them on the twins.
 
 A metrics call runs a kernel's plain-Python twin while the process has not
-set numba up and the twins' budget lasts (issue 22), so which of the two a
-test met would depend on the tests before it.  Here every test meets the
-kernel unless it asks for the twins (``streamrank._numba.twins(True)``, as
-``test_twins.py`` does, which also compares the two).  To run every metrics
-test on the twins instead: ``STREAMRANK_TEST_TWINS=1 pytest tests/metrics``.
+set numba up and the twins' budget lasts (issue 22).  ``tests/conftest.py``
+makes every test run the kernels (one answer whatever ran before);
+``test_twins.py`` compares the twins with them.  To run every metrics test
+on the twins instead (the pytrec_eval parity tests included):
+``STREAMRANK_TEST_TWINS=1 pytest tests/metrics``.
 """
 from __future__ import annotations
 
@@ -23,6 +23,6 @@ if str(_REF) not in sys.path:
 
 
 @pytest.fixture(autouse=True)
-def _kernels_unless_asked():      # or the twins, with STREAMRANK_TEST_TWINS=1
+def _twins_when_asked():
     with twins(os.environ.get("STREAMRANK_TEST_TWINS") == "1"):
         yield
