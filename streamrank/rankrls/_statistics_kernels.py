@@ -18,8 +18,10 @@ With ties included, the group Laplacian is L_g = s_g (n_g I - 11ᵀ)
 by √(s_g n_g) turns its whole contribution into one SYRK term, no low-rank
 correction (and no cancellation between a diagonal and a low-rank part).
 
-Jitted functions of arrays and scalars only; plain-numpy twins in
-``tests/rankrls/test_statistics_kernels.py``.
+Jitted functions of arrays and scalars only; plain-numpy references in
+``tests/rankrls/test_statistics_kernels.py``.  The callers reach them through
+:mod:`._statistics_twins`, whose numpy twins (bit-identical) do small blocks
+while numba is not set up in the process (issue 22).
 """
 from __future__ import annotations
 

@@ -10,16 +10,19 @@ and the budget of estimated twin work not spent), else the kernel: the
 rent-or-buy rule of :mod:`streamrank._numba`.
 
 A twin gives the kernel's result bit for bit (``tests/rankrls/test_statistics_twins.py``
-compares them with ``np.array_equal`` on the byte patterns): the same float64
-operations in the same order on every entry.
+compares the bytes, the sign of zero included): the same float64 operations
+in the same order on every entry.
 
 * The group sums.  The kernel adds a group's rows one after the other, from
-  0.0, in float64.  numpy's ``sum`` and ``add.reduceat`` sum pairwise along
-  a contiguous axis (another rounding), so the twin adds *position by
-  position*: groups are sorted by size (longest first) and step ``p`` adds
-  the ``p``-th row of every group that has one, a whole-array add of the
-  groups' partial sums.  Python work is one step per row of the largest
-  group; :func:`_estimate_s` counts it.
+  0.0, in float64.  ``np.add.reduceat`` along the rows sums pairwise (it
+  differed in all of 200 random 200 x 3 groups, measured), and ``sum(axis=0)``
+  is sequential only for a C-ordered block, by numpy's choice of loop order.
+  So the twin says what it adds: groups sorted by size, longest first; the
+  longest few one by one with ``np.add.accumulate`` along their rows
+  (sequential by definition), the rest *position by position* (step ``p``
+  adds the ``p``-th row of every group that has one, a whole-array add of
+  the partial sums).  The Python steps (:func:`_steps`) are counted in the
+  estimate.
 * The centring and scaling: ``sx[i] * (Φ[i, j] - T[g, j] * inv_g)`` with
   ``inv_g = 1 / n_g`` (0.0 for groups not centred), as in ``fill_scaled``;
   ``sx[i] * (A[i, j] - m_g)`` with ``m_g = T[g, j] / n_g`` (0.0 when not
