@@ -40,7 +40,12 @@ Questions answered in one run (section numbers as printed):
    ``numcodecs.blosc.use_threads = False`` when imported.  The paired figure
    is printed a second time with that decode on one thread
    (``MAX_THREADS = 1``): the same setup unless blosc threads were turned
-   back on, so the two show the spread of the measurement.
+   back on, so the two show the spread of the measurement.  All of this is
+   the check kernels' cost (``streamrank._numba.twins(False)``: what a big
+   store's reads run once numba is set up or the twins' budget is spent);
+   a third paired figure gives the checks' numpy twins (chunks decoded
+   whole, no fused check), which a process that has not set numba up runs
+   on a small store (issue 22).
 
 The data are random normal float32 features (incompressible: a worst case for
 disk, a best case for decompression cost) in groups of 20-180 rows, read back
@@ -229,7 +234,23 @@ def _check_decoders(path, sparse):
 
 
 def bench_read_checks(path, max_rows, repeat, label="6"):
-    """Share of a block pass (no prefetch) spent on the read checks; see section 6 of the docstring."""
+    """Share of a block pass (no prefetch) spent on the read checks; see section 6 of the docstring.
+
+    Measured with the check kernels (``twins(False)``: a big store's reads once its first ~0.3 s of estimated
+    checks have gone by, or once numba is set up), and, in the paired figure, also with the checks' numpy
+    twins (what a process that has not set numba up runs on a small store's chunks, decoded whole).
+    """
+    try:
+        from streamrank._numba import twins
+    except ImportError:     # a streamrank from before the twins (comparisons)
+        return _bench_read_checks(path, max_rows, repeat, label, None)
+    with twins(False):
+        return _bench_read_checks(path, max_rows, repeat, label, twins)
+
+
+def _bench_read_checks(path, max_rows, repeat, label, twins):
+    import contextlib
+
     import zarr
 
     import streamrank as sr
@@ -272,7 +293,7 @@ def bench_read_checks(path, max_rows, repeat, label="6"):
     except ImportError:     # a streamrank from before the block-wise decode (comparisons)
         BB = None
     knob = BB is not None and hasattr(BB, "MAX_THREADS")
-    ways = ("unchecked", "checked") + (("checked, 1 thread",) if knob else ())
+    ways = ("unchecked", "checked") + (("checked, 1 thread",) if knob else ()) + (("numpy",) if twins else ())
 
     def paired_blocks(r):
         """Process CPU of reading every block of a pass unchecked, checked, and checked with the block-wise
@@ -288,9 +309,10 @@ def bench_read_checks(path, max_rows, repeat, label="6"):
                     if knob:
                         BB.MAX_THREADS = 1 if way == "checked, 1 thread" else None
                     fresh = sr.GroupStore.open(path)
-                    c0 = time.process_time()
-                    fresh.read_block(*entry)
-                    spent[way] += time.process_time() - c0
+                    with twins(True) if way == "numpy" else contextlib.nullcontext():
+                        c0 = time.process_time()
+                        fresh.read_block(*entry)
+                        spent[way] += time.process_time() - c0
         finally:
             RC.CHECK_READS = True
             if knob:
@@ -330,9 +352,14 @@ def bench_read_checks(path, max_rows, repeat, label="6"):
           "   (median of rounds; the 5 % target)")
     print(f"   extra CPU of decode+check over decode, per chunk:     {100 * isolated:+.1f} % {short}"
           "   (/ unchecked pass CPU, median of rounds)")
-    if block_ratios.shape[1] > 1:         # one thread is what numcodecs uses once zarr is imported
+    if "checked, 1 thread" in ways:       # one thread is what numcodecs uses once zarr is imported
         what = "block-wise decode on 1 thread" if threads > 1 else "a second checked read (same setup: the spread)"
-        print(f"   the same paired per block, {what}: {100 * (float(np.median(block_ratios[:, 1])) - 1):+.1f} % {short}")
+        k = ways.index("checked, 1 thread") - 1
+        print(f"   the same paired per block, {what}: {100 * (float(np.median(block_ratios[:, k])) - 1):+.1f} % {short}")
+    if "numpy" in ways:
+        k = ways.index("numpy") - 1
+        print(f"   the same paired per block, checks by their numpy twins (chunks decoded whole; a process that "
+              f"has not set numba up): {100 * (float(np.median(block_ratios[:, k])) - 1):+.1f} % {short}")
     print(f"   CPU of a checked pass / unchecked pass - 1      {100 * (float(np.median(ratios)) - 1):+7.2f} %  "
           "(median of rounds; unpaired, swings with the machine's load)")
     print(f"   wall of a checked pass / unchecked pass - 1     {100 * (float(np.median(wall_ratios)) - 1):+7.2f} %  "
