@@ -22,7 +22,6 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 import numpy as np
-import scipy.linalg
 
 from .._defaults import DEFAULT_ALPHAS, DEFAULT_BLOCK_ROWS, check_alphas
 from .._state_checks import state_array, state_int
@@ -219,6 +218,8 @@ class RankRLS(BaseRanker):
 
     @staticmethod
     def _solve_one(G, B, alpha):
+        import scipy.linalg   # here, not at import: loading a model to predict or evaluate needs no LAPACK wrapper
+
         A = G + alpha * np.eye(G.shape[0])
         try:
             return scipy.linalg.solve(A, B, assume_a="pos", check_finite=False)

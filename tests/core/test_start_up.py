@@ -91,6 +91,34 @@ def test_ingest_fit_evaluate_import_only_what_they_use(tmp_path):
         assert set(PRELOAD[command]) <= mods
 
 
+def test_small_fit_evaluate_and_predict_import_no_numba(tmp_path):
+    """On a small store the everyday commands after ``ingest`` run the kernels' twins: no numba at all.
+
+    ``evaluate`` and ``predict`` of a linear model also leave out scipy.linalg
+    (only the fit solves).  Each command runs in its own fresh interpreter, as
+    a cron job runs it; the store and the model are made here first.
+    """
+    from streamrank.cli import main
+
+    rng = np.random.default_rng(2)
+    lines = [f"{int(rng.integers(0, 3))} qid:{q} " + " ".join(f"{j}:{rng.normal():.4f}" for j in range(1, 7))
+             for q in range(1, 41) for _ in range(8)]
+    (tmp_path / "train.txt").write_text("\n".join(lines) + "\n")
+    assert main(["ingest", str(tmp_path / "train.txt"), "--store", str(tmp_path / "s.zarr"), "-q"]) == 0
+    commands = {"fit": ["fit", "--store", "s.zarr", "--model", "m.zarr", "--learner", "rankrls", "-q"],
+                "evaluate": ["evaluate", "--model", "m.zarr", "--store", "s.zarr", "-q"],
+                "predict": ["predict", "--model", "m.zarr", "--store", "s.zarr", "--out", "scores.npy", "-q"]}
+    for name, argv in commands.items():
+        mods = _modules_after("import contextlib, io, os\nfrom streamrank.cli import main\n"
+                              f"os.chdir({str(tmp_path)!r})\n"
+                              "with contextlib.redirect_stdout(io.StringIO()):\n"
+                              f"    assert main({argv!r}) == 0\n")
+        assert not [m for m in mods if m.split(".")[0] in ("numba", "llvmlite")], name
+        assert "streamrank.metrics" in mods or name != "evaluate"
+        assert ("scipy.linalg" in mods) == (name == "fit"), name
+    assert np.load(tmp_path / "scores.npy").shape == (320,)
+
+
 def test_preload_pauses_the_collector_and_freezes_what_it_imported():
     code = ("import gc, sys\nfrom streamrank.cli._preload import preload_paused\n"
             "gc.collect()\nbefore = gc.get_freeze_count()\n"
