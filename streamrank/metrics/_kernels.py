@@ -118,8 +118,8 @@ def ndcg_groups(y, s, gp, iy, igp, ks, exp2, out):
     when qrels are given).  NaN when the ideal DCG@k is <= 0.
     """
     max_n = max(1, int(np.max(np.diff(gp), initial=0)), int(np.max(np.diff(igp), initial=0)))
-    ideal = 0.0 if igp is gp else twin_seconds(_stable_order_into, igp)     # the judged lists' sorts (qrels)
-    run(_ndcg_groups, lambda: twin_seconds(_ndcg_groups, gp, ks.shape[0], extra=ideal),
+    run(_ndcg_groups, lambda: twin_seconds(_ndcg_groups, gp, ks.shape[0],     # + the judged lists' sorts (qrels)
+                                           extra=0.0 if igp is gp else twin_seconds(_stable_order_into, igp)),
         y, s, gp, iy, igp, ks, exp2, out, np.empty(max_n), np.empty(ks.shape[0]), np.empty(2 * max_n, dtype=np.int64))
 
 
