@@ -3,8 +3,8 @@
 A fresh interpreter (the test process has set numba up long ago, and its
 conftest forces the kernels): a store of 10,000 x 46 (MQ2008 Fold1's size) is
 written, read and fitted with the read checks' and the scaling's numpy twins;
-the README's ten lines (20,000 x 20, 15,000 appended, RankRLS fit, predict)
-likewise.  Then, with the budget cut below the fit's estimate, the same fit
+the README's ten lines (20,000 x 20, 15,000 appended, RankRLS fit, predict,
+ndcg) likewise.  Then, with the budget cut below the fit's estimate, the same fit
 sets numba up and runs the kernels, and gives the same coefficients bit for bit.
 """
 from __future__ import annotations
@@ -28,7 +28,7 @@ sr.GroupStore.create("small.zarr", n_features=46).append(X.astype(np.float32), y
 coef = sr.RankRLS(alpha=1.0).fit(sr.GroupStore.open("small.zarr")).coef_
 out["small_fit"] = "numba" in sys.modules
 
-# the README's ten lines, as written there (the ndcg line is the metrics' twins' business)
+# the README's ten lines, as written there
 X, y, qid = make_letor_like(n_rows=20_000, n_features=20, random_state=0)
 store = sr.GroupStore.create("train.zarr", n_features=20, overwrite=True)
 store.append(X[:15_000], y[:15_000], qid[:15_000], batch_id="day-1")   # idempotent, atomic
@@ -61,6 +61,7 @@ def test_small_fits_import_no_numba_and_the_budget_hands_over_to_the_kernels(tmp
     out = json.loads(res.stdout.strip().splitlines()[-1])
     assert out["small_fit"] is False
     assert out["ten_lines_fit_predict"] is False
+    assert out["ten_lines_ndcg"] is False                        # the metrics' twins (tests/metrics) too
     assert out["over_budget_numba"] is True
     assert out["fill_scaled_ran"] >= 1 and out["first_nonfinite_ran"] >= 1
     assert out["same_bits"] is True
