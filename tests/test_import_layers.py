@@ -20,7 +20,7 @@ FLOORS = {
     "streamrank._numba": 0, "streamrank._metric_names": 0, "streamrank._phases": 0, "streamrank._itertools": 0, "streamrank._tables": 0, "streamrank._state_checks": 0,
     "streamrank.clicks": 0,
     "streamrank.io": 1,
-    "streamrank._laplacian_kernels": 2, "streamrank._kernel_kernels": 2, "streamrank._metrics_kernels": 2,
+    "streamrank._laplacian_kernels": 2, "streamrank._kernel_kernels": 2,
     "streamrank._moments_kernels": 2, "streamrank.normalize": 2,
     "streamrank.io.weighted": 2,                 # a weighted view of a source, checked with laplacian.check_weight
     "streamrank.laplacian": 2, "streamrank.kernels": 2,
