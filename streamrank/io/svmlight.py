@@ -26,7 +26,12 @@ next), so each chunk can be appended to a :class:`~streamrank.GroupStore`
 directly.  Memory is bounded by ``chunk_bytes`` plus the largest query.
 Files without ``qid:`` yield ``qid=None`` (one global group, rows cut
 anywhere).  The bytes are parsed by a numba kernel
-(:mod:`streamrank.io._svmlight_kernels`).
+(:mod:`streamrank.io._svmlight_kernels`), or -- while
+:func:`streamrank._numba.use_twin` says so (numba not set up in this process
+and the twins' budget not spent: a small file, issue 22) -- by its numpy fast
+path :mod:`streamrank.io._svmlight_twin`, which gives the kernel's arrays bit
+for bit on well-formed text and hands anything else (every error) to the
+kernel.
 
 Examples
 --------
@@ -48,7 +53,9 @@ from typing import Iterator, NamedTuple
 import numpy as np
 import scipy.sparse as sp
 
+from .._numba import use_twin
 from . import _svmlight_kernels as _k
+from . import _svmlight_twin as _tw
 
 __all__ = ["SvmlightChunk", "iter_svmlight", "read_svmlight", "open_text_bytes", "DEFAULT_MAX_FEATURES"]
 
@@ -120,8 +127,20 @@ def _error(code, name, line_no, buf, pos):
 
 def _parse(buf_bytes, name, first_line, zero_based, n_features, null_value, qid_mode=-1, inferred=False,
            max_features=None, rows_before=0, first_row_line=None):
+    if n_features is not None:
+        max_index = int(n_features) - 1
+    else:
+        max_index = -1 if max_features is None else int(max_features) - 1
+    twin = use_twin(_tw.S_PER_BYTE * len(buf_bytes))
+    if twin:        # numba not set up and the text is small: the numpy fast path, or None if not sure
+        out = _tw.parse(buf_bytes, zero_based, max_index, int(qid_mode), first_line)
+        if out is not None:
+            return out
     buf = np.frombuffer(buf_bytes, dtype=np.uint8)
-    n_nl, n_colon = _k.count_lines_colons(buf)
+    if twin:
+        n_nl, n_colon = buf_bytes.count(b"\n"), buf_bytes.count(b":")   # count_lines_colons by bytes.count
+    else:
+        n_nl, n_colon = _k.count_lines_colons(buf)
     cap_rows = int(n_nl) + 1
     cap_nnz = int(n_colon)
     labels = np.empty(cap_rows, dtype=np.float64)
@@ -130,10 +149,6 @@ def _parse(buf_bytes, name, first_line, zero_based, n_features, null_value, qid_
     indptr = np.empty(cap_rows + 1, dtype=np.int64)
     indices = np.empty(cap_nnz, dtype=np.int32)
     values = np.empty(cap_nnz, dtype=np.float64)
-    if n_features is not None:
-        max_index = int(n_features) - 1
-    else:
-        max_index = -1 if max_features is None else int(max_features) - 1
     has_null = null_value is not None
     cap_slow = 64 + cap_rows // 4
     while True:
@@ -195,7 +210,11 @@ def _to_X(indptr, indices, values, n_features, dense):
     rows = len(indptr) - 1
     if dense:
         X = np.zeros((rows, n_features), dtype=np.float32)
-        _k.csr_to_dense(indptr, indices, values.astype(np.float32), X)
+        values32 = values.astype(np.float32)
+        if use_twin(_tw.S_PER_ENTRY * len(indices)):
+            _tw.csr_to_dense(indptr, indices, values32, X)      # numpy scatter: the same X, no numba
+        else:
+            _k.csr_to_dense(indptr, indices, values32, X)
         return X
     return sp.csr_matrix((values.astype(np.float32), indices, indptr), shape=(rows, n_features))
 
