@@ -33,11 +33,10 @@ __all__ = ["INPUTS", "PRELOAD", "preload_for", "preload_paused"]
 
 _STORE_COMMANDS = ("scipy.sparse", "zarr")
 
-#: command -> the packages every normal run of it imports (read a store; ``ingest`` parses with numba kernels).
-#: numba is not preloaded for the commands that read a store: on a small one their kernels' twins do the work
-#: and numba is never imported (``streamrank._numba.use_twin``); a big one imports it on its first kernel.
-PRELOAD = {name: _STORE_COMMANDS for name in ("fit", "cv", "evaluate", "predict")}
-PRELOAD["ingest"] = ("numba", *_STORE_COMMANDS)
+#: command -> the packages every normal run of it imports (read or write a store).  numba is not preloaded:
+#: on a small store or text file the kernels' twins do the work (``ingest``: the svmlight parser's numpy fast
+#: path) and numba is never imported (``streamrank._numba.use_twin``); a big one imports it on its first kernel.
+PRELOAD = {name: _STORE_COMMANDS for name in ("fit", "cv", "evaluate", "predict", "ingest")}
 
 #: command -> the arguments naming what it reads (ingest's sources take archive members and globs: not checked)
 INPUTS = {"fit": ("store",), "cv": ("store",), "evaluate": ("model", "store"), "predict": ("model", "store")}
