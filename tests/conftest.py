@@ -125,6 +125,7 @@ SLOW_FILES = {
     "core/test_numba_cache_lock.py", "cli/test_cli_phases.py", "cli/test_predict_partial.py",   # processes, signals
     "hardening/test_fuzz_svmlight.py", "hardening/test_fuzz_store_metadata.py",            # long hypothesis runs
     "hardening/test_property_crashes.py",
+    "core/test_lazy_kernels.py", "rankrls/test_small_fit_without_numba.py",   # fresh interpreters (numba or not)
 }
 # Tests that use these fixtures start a server or a cluster in its own processes: a real dask LocalCluster
 # (tests/pipelines/conftest.py) or the S3 server on loopback (moto, tests/_s3_server.py).
@@ -133,6 +134,10 @@ SLOW_FIXTURES = {"client", "s3_server"}
 # lead's per-test profile of `make quick`), each in a module whose other tests stay in the quick loop (for a
 # parametrized test, its other cells do).  An id without "[" marks every cell of the test.
 SLOW_TESTS = {
+    "metrics/test_twins.py::test_small_metrics_import_no_numba_and_a_big_input_takes_the_kernel": "2.0 s, fresh "
+        "interpreters",
+    "metrics/test_twins.py::test_evaluating_a_small_store_imports_no_numba": "1.6 s, a fresh interpreter",
+    "metrics/test_twins.py::test_every_twin_gives_its_kernels_bits": "5.4 s, hypothesis; the edge cases stay",
     "rankrls/test_rankrls_linear.py::test_two_step_contract_and_clone": "2.3 s",
     "sgd/test_sgd_bilinear.py::test_params_and_refit_name": "1.8 s",
     "io/test_source_contract.py::TestDask::test_shuffle_is_reproducible_permutation": "1.5 s; zarr sources keep it",
