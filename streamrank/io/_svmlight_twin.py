@@ -20,7 +20,7 @@ the kernel's.  It accepts only a strict subset of the kernel's grammar
 
 with ``qid:`` on every data line or on none (and as the earlier text had
 it), feature indices within range and strictly increasing in a line, values
-with ``|v| <= 3e38`` (the kernel refuses ``|v| >` float32's max, 3.4e38: the
+with ``|v| <= 3e38`` (the kernel refuses ``|v|`` above float32's max, 3.4e38: the
 margin covers its approximation of long numbers).  Anything else -- a ``NULL``,
 a bare CR, a leading ``+`` or ``.5``, a 3-digit exponent, non-ASCII outside a
 comment, any error -- returns ``None``.
@@ -44,13 +44,14 @@ import numpy as np
 __all__ = ["parse", "csr_to_dense", "S_PER_BYTE", "S_PER_ENTRY", "MAX_SLOW"]
 
 #: Seconds of :func:`parse` per byte of text, for :func:`streamrank._numba.use_twin`.  Measured on this 2-core
-#: machine (best of 5; see the module's tests and ``benchmarks``-free command in the note of session 11):
-#: MQ2008 Fold1 train (5.9 MB) in 55-75 ms at load 1-2, 9-13 ns a byte; a random file with 17-digit values and
-#: comments ~15 ns a byte.  Rounded up to 25 ns: MQ2008 train is charged 0.148 s of the 0.3 s budget.
-S_PER_BYTE = 25e-9
+#: machine at load 1-2.5 (best and median of 7 calls, session 11's note has the command): MQ2008 Fold1 train
+#: (5.9 MB) 134-220 ms, 25-37 ns a byte (the kernel, warm: 20-34 ms); Fold1 test (1.8 MB) 18-22 ns; 46 random
+#: values a line written with ``%g`` / ``%.6f`` 33 / 28 ns.  Rounded up to 40 ns: MQ2008 train is charged
+#: 0.237 s of the 0.3 s budget (with :data:`S_PER_ENTRY` for its dense X, 0.242 s), its test fold 0.071 s.
+S_PER_BYTE = 40e-9
 
-#: Seconds of :func:`csr_to_dense` per stored entry (numpy fancy assignment): measured 4-6 ns an entry for
-#: MQ2008 train's 432k (best of 5), rounded up to 20 ns.
+#: Seconds of :func:`csr_to_dense` per stored entry (numpy's scatter): 10 ns an entry measured on MQ2008
+#: train's 233,775 nonzeros (median of 7; the kernel 2 ns), rounded up to 20 ns.
 S_PER_ENTRY = 20e-9
 
 #: tokens parsed one by one by ``float`` (exponents, long numbers) beyond which :func:`parse` gives up
@@ -117,9 +118,11 @@ def parse(text, zero_based, max_index, qid_mode, first_line):
         text = _COMMENT.sub(b"", text)
     if text.translate(None, _ALLOWED):
         return None                         # NULL, '+5' without 'e', non-ASCII, other bytes: the kernel's
+    if text.count(b"e") + text.count(b"E") > MAX_SLOW:
+        return None                         # too many exponents to parse one by one: the kernel is faster
     n_q = text.count(b"q")
-    if n_q and not (text.count(b"qid:") == n_q == text.count(b"i") == text.count(b"d")):
-        return None
+    if not (text.count(b"qid:") == n_q == text.count(b"i") == text.count(b"d")):
+        return None                         # a 'q', 'i' or 'd' outside "qid:" (even with no qid at all)
     raw = np.frombuffer(text, dtype=np.uint8)
     u = text.translate(_TO_SPACE)           # numbers separated by blanks: label [qid] index value index value ...
     b = np.frombuffer(u, dtype=np.uint8)
@@ -207,6 +210,8 @@ def parse(text, zero_based, max_index, qid_mode, first_line):
         return None                         # 41+ digits: maybe past float64's range (the kernel's error)
     if np.any(n_dig[idx_tok] > 9) or (has_q and np.any(n_dig[q_tok] > 15)):
         return None                         # long indices (the kernel's range error) or qids: the kernel's
+    if np.count_nonzero(special | (plain & (n_dig > 16))) > MAX_SLOW:
+        return None
     # the digits alone (signs and dots removed; special tokens are parsed one by one below)
     digits = u.translate(None, b"-.") if np.any(removed) else u
     dst = st - np.r_[0, np.cumsum(removed)[:-1]] if n_tok else st
