@@ -25,15 +25,17 @@ margin covers its approximation of long numbers).  Anything else -- a ``NULL``,
 a bare CR, a leading ``+`` or ``.5``, a 3-digit exponent, non-ASCII outside a
 comment, any error -- returns ``None``.
 
-Numbers: the digits of a token (sign and dot removed) are read 8 bytes at a
+Numbers: the mantissa's digits (sign and dot removed) are read 8 bytes at a
 time as a little-endian word and combined by the SWAR multiply-shift steps;
-a mantissa ``m <= 2**53`` with ``f <= 22`` digits after the dot (and no
-exponent) is ``m / 10**f`` -- Clinger's fast path, correctly rounded, the
-same float64 division the kernel does.  The rest (exponents, more than 16
-digits, ``m > 2**53``) is parsed by Python's ``float`` (David Gay's correctly
+with ``f`` digits after the dot and ``e`` the exponent, a mantissa ``m <=
+2**53`` (at most 16 digits) with ``|e - f| <= 22`` is ``m * 10**(e - f)`` or
+``m / 10**(f - e)`` -- Clinger's fast path, correctly rounded, the same
+float64 operation the kernel does.  The rest (more digits, ``m > 2**53``,
+larger powers of ten) is parsed by Python's ``float`` (David Gay's correctly
 rounded conversion; the kernel re-parses those with numpy's, also correctly
-rounded), capped at :data:`MAX_SLOW` tokens per call.  So every value is the
-correctly rounded float64 of its text, as the kernel's is.
+rounded), at most :data:`MAX_SLOW` tokens per call (files written with 17
+significant digits, e.g. ``repr``, exceed it and go to the kernel).  So
+every value is the correctly rounded float64 of its text, as the kernel's is.
 """
 from __future__ import annotations
 
@@ -44,10 +46,11 @@ import numpy as np
 __all__ = ["parse", "csr_to_dense", "S_PER_BYTE", "S_PER_ENTRY", "MAX_SLOW"]
 
 #: Seconds of :func:`parse` per byte of text, for :func:`streamrank._numba.use_twin`.  Measured on this 2-core
-#: machine at load 1-2.5 (best and median of 7 calls, session 11's note has the command): MQ2008 Fold1 train
-#: (5.9 MB) 134-220 ms, 25-37 ns a byte (the kernel, warm: 20-34 ms); Fold1 test (1.8 MB) 18-22 ns; 46 random
-#: values a line written with ``%g`` / ``%.6f`` 33 / 28 ns.  Rounded up to 40 ns: MQ2008 train is charged
-#: 0.237 s of the 0.3 s budget (with :data:`S_PER_ENTRY` for its dense X, 0.242 s), its test fold 0.071 s.
+#: machine at load 0.7-2.5 (best and median of 7 calls, session 11's note has the command): MQ2008 Fold1 train
+#: (5.9 MB) 134-220 ms, 25-37 ns a byte (the kernel, warm: 19-34 ms); Fold1 test (1.8 MB) 18-22 ns; 46 random
+#: values a line written with ``%g`` / ``%.3e`` / ``%.6f`` 31 / 30 / 27 ns.  Rounded up to 40 ns: MQ2008
+#: train is charged 0.237 s of the 0.3 s budget (with :data:`S_PER_ENTRY` for its dense X, 0.242 s), its
+#: test fold 0.071 s.
 S_PER_BYTE = 40e-9
 
 #: Seconds of :func:`csr_to_dense` per stored entry (numpy's scatter): 10 ns an entry measured on MQ2008
@@ -60,7 +63,7 @@ MAX_SLOW = 20_000
 _COMMENT = re.compile(rb"#[^\n]*")
 _ALLOWED = b"0123456789.-+eE:qid \t\n"
 _TO_SPACE = bytes.maketrans(b":qid", b"    ")
-_NUM_E = re.compile(rb"-?[0-9]{1,20}(?:\.[0-9]{1,20})?[eE][+-]?[0-9]{1,2}")
+_NUM_E = re.compile(rb"-?[0-9]+(?:\.[0-9]+)?[eE][+-]?[0-9]{1,2}")
 _POW10 = np.array([10.0 ** i for i in range(23)], dtype=np.float64)
 _KEEP = np.array([0] + [(1 << (8 * k)) - 1 for k in range(1, 8)] + [(1 << 64) - 1], dtype=np.uint64)
 _ZEROS = np.array([int.from_bytes(b"0" * k, "little") for k in range(9)], dtype=np.uint64)
@@ -118,8 +121,6 @@ def parse(text, zero_based, max_index, qid_mode, first_line):
         text = _COMMENT.sub(b"", text)
     if text.translate(None, _ALLOWED):
         return None                         # NULL, '+5' without 'e', non-ASCII, other bytes: the kernel's
-    if text.count(b"e") + text.count(b"E") > MAX_SLOW:
-        return None                         # too many exponents to parse one by one: the kernel is faster
     n_q = text.count(b"q")
     if not (text.count(b"qid:") == n_q == text.count(b"i") == text.count(b"d")):
         return None                         # a 'q', 'i' or 'd' outside "qid:" (even with no qid at all)
@@ -169,9 +170,25 @@ def parse(text, zero_based, max_index, qid_mode, first_line):
     pad = np.concatenate([b, np.zeros(2, np.uint8)])
     isdig = lambda a: (a - np.uint8(48)) < np.uint8(10)        # noqa: E731
     at = _TokenOf(b, st)
-    special = np.zeros(n_tok, dtype=bool)                      # tokens with an exponent: one by one
+    special = np.zeros(n_tok, dtype=bool)                      # tokens with an exponent
+    end_mant = en.copy()                                       # where each token's mantissa ends
+    exp10 = np.zeros(n_tok, dtype=np.int64)                    # the exponent written after 'e'
     if b"e" in u or b"E" in u:
-        special[at(np.flatnonzero((b == 101) | (b == 69)))] = True
+        ee = np.flatnonzero((b == 101) | (b == 69))
+        etok = at(ee)
+        if ee[0] == 0 or not np.all(isdig(b[ee - 1])) or np.any(np.diff(etok) <= 0):
+            return None                     # 'e' after a digit, once a number
+        esign = pad[ee + 1]
+        e0 = ee + 1 + ((esign == 45) | (esign == 43))           # the exponent's first digit
+        n_e = en[etok] - e0
+        if not np.all(isdig(pad[e0])) or np.any(n_e > 2):
+            return None                     # 1-2 digits (then only digits: signs, dots, 'e' are checked)
+        e_val = (pad[e0] - np.uint8(48)).astype(np.int64)
+        two = n_e == 2
+        e_val[two] = e_val[two] * 10 + (pad[e0[two] + 1] - np.uint8(48))
+        exp10[etok] = np.where(esign == 45, -e_val, e_val)
+        special[etok] = True
+        end_mant[etok] = ee
     if b"+" in u:
         plus = np.flatnonzero(b == 43)
         if not np.all((b[plus - 1] == 101) | (b[plus - 1] == 69)):
@@ -198,37 +215,42 @@ def parse(text, zero_based, max_index, qid_mode, first_line):
         if (dots[0] == 0 or not np.all(isdig(b[dots - 1])) or not np.all(isdig(pad[dots + 1]))
                 or np.any(np.diff(dtok) <= 0)):
             return None                     # '.5', '5.', two dots in a number
-        frac[dtok] = en[dtok] - dots - 1
+        frac[dtok] = end_mant[dtok] - dots - 1
+        if np.any(frac[dtok] < 1):
+            return None                     # a dot in an exponent
         has_dot[dtok] = True
         removed += has_dot
-    plain = ~special
     odd = kind[sign | has_dot | special]
     if np.any((odd == 1) | (odd == 2)):
         return None                         # labels and values only may have a sign, a dot or an exponent
-    n_dig = (en - st) - removed
-    if np.any(plain & (n_dig > 40)):
+    n_dig = (end_mant - st) - sign - has_dot                   # mantissa digits
+    if np.any(n_dig > 40):
         return None                         # 41+ digits: maybe past float64's range (the kernel's error)
     if np.any(n_dig[idx_tok] > 9) or (has_q and np.any(n_dig[q_tok] > 15)):
         return None                         # long indices (the kernel's range error) or qids: the kernel's
-    if np.count_nonzero(special | (plain & (n_dig > 16))) > MAX_SLOW:
+    if np.count_nonzero(n_dig > 16) > MAX_SLOW:
         return None
-    # the digits alone (signs and dots removed; special tokens are parsed one by one below)
+    # the digits alone (signs and dots removed: a mantissa's digits are contiguous)
     digits = u.translate(None, b"-.") if np.any(removed) else u
     dst = st - np.r_[0, np.cumsum(removed)[:-1]] if n_tok else st
     buf = digits + bytes(16)
     words = np.ndarray((len(digits) + 9,), dtype="<u8", buffer=buf, strides=(1,))
     mant = _swar8(words[dst], np.minimum(n_dig, 8))
-    wide = np.flatnonzero(plain & (n_dig > 8))
+    wide = np.flatnonzero(n_dig > 8)
     if wide.shape[0]:                       # 9-16 digits: the first n - 8, then the last 8
         nd = np.minimum(n_dig[wide], 16)
         mant[wide] = (_swar8(words[dst[wide]], nd - 8) * np.uint64(10 ** 8)
                       + _swar8(words[dst[wide] + nd - 8], np.full_like(nd, 8)))
-    slow = special | (plain & ((n_dig > 16) | (mant > np.uint64(_TWO53)) | (frac > 22)))
+    exp10 -= frac                           # value = mant * 10**exp10
+    slow = (n_dig > 16) | (mant > np.uint64(_TWO53)) | (exp10 > 22) | (exp10 < -22)
     n_slow = int(np.count_nonzero(slow))
     if n_slow > MAX_SLOW:
         return None
-    vals = mant.astype(np.float64)
-    vals /= _POW10[np.minimum(frac, 22)]
+    vals = mant.astype(np.float64)          # Clinger: exact mant, one correctly rounded * or / by 10**k
+    up = exp10 > 0
+    if np.any(up):
+        np.multiply(vals, _POW10[np.clip(exp10, 0, 22)], out=vals, where=up)
+    np.divide(vals, _POW10[np.clip(-exp10, 0, 22)], out=vals, where=~up)
     np.negative(vals, out=vals, where=sign)
     if n_slow:
         for t in np.flatnonzero(slow).tolist():

@@ -126,6 +126,7 @@ def _valid_file(draw):
     return text.encode("utf-8"), n_feat
 
 
+@pytest.mark.slow   # 2.5 s of hypothesis; the edge texts stay quick
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(case=_valid_file(), zero_based=st.booleans(), give_n=st.booleans(), first_line=st.integers(1, 50))
 def test_fast_path_is_the_kernel_bit_for_bit_on_valid_text(case, zero_based, give_n, first_line):
@@ -135,6 +136,7 @@ def test_fast_path_is_the_kernel_bit_for_bit_on_valid_text(case, zero_based, giv
     _assert_same_parse(ref, got)
 
 
+@pytest.mark.slow   # 1.5 s of hypothesis
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(case=_valid_file(), chunk=st.integers(1, 300), dense=st.booleans())
 def test_public_reader_both_ways_on_valid_text(case, chunk, dense):
@@ -155,6 +157,8 @@ def test_public_reader_both_ways_on_valid_text(case, chunk, dense):
     b"0 qid:1 1:1 2:1\n0 qid:1 1:1 2:1\n0 qid:1 1:1 2:1\n",                   # all tied
     b"1 1:0.1 2:0.30000000000000004 3:1e-07 4:1.5E+16 5:-2.5e-3 6:123456789012345678901234567890",
     b"1 1:9007199254740993 2:9007199254740992 3:0.1e22 4:1e23 5:12345678.12345678 6:3e38 7:-3e38",
+    b"1 1:1e22 2:1e-22 3:9007199254740993e0 4:4.9e-22 5:12345678901234567e-5 6:1E+2 7:-0e-5 8:-0.5e-1 9:3e38",
+    b"1e1 1:9007199254740992E-22 2:1.25e+22 3:123e-25 4:1.0000000000000001e-99 5:99999999999999999999e-9",
     b"0.5e1 qid:123456789012345 16777216:1",                                  # the largest column allowed
     b"1 qid:1 3:1#c\n2 qid:1#c\n3 qid:2 1:2 # 1:x\n",
 ])
@@ -225,6 +229,8 @@ def test_every_error_has_the_kernels_message(code, text):
     (b"1 qid:1 1:.5 2:5. 3:+1\n", {}),                        # the kernel's numbers outside the fast path
     (b"1 qid:1 1:1e-400 2:1e300 3:" + b"1" * 50 + b"\n", {}),
     (b"1 qid:1234567890123456 1:1\n", {}),                    # a 16-digit qid
+    (b"1 1:1e123 2:1.e5 3:1E-0001\n", {}),                     # exponents of 3+ digits, '1.e5'
+    (b"1 1:1e5.5\n", {}), (b"1 1:1e5e5\n", {}), (b"1 1:1e\n", {}), (b"1 1:1e+\n", {}), (b"1e 1:1\n", {}),
     (b"\xef\xbb\xbf1 qid:1 1:1 # \xff\xfe\n", {}),            # BOM, bytes that are not UTF-8 in a comment
     (b"1 1:1\x0b2:1\n", {}),                                  # a vertical tab
 ])
@@ -236,6 +242,7 @@ def test_text_off_the_fast_path_reads_as_the_kernels(text, kw):
 _ALPHABET = list(b"0123456789.-+eE:qidN#  \t\r\n\x00\xff")
 
 
+@pytest.mark.slow   # 3.6 s of hypothesis; every error code stays quick
 @settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(case=_valid_file(), where=st.integers(0, 10 ** 6), how=st.sampled_from(["replace", "insert", "delete"]),
        byte=st.sampled_from(_ALPHABET), chunk=st.sampled_from([None, 7, 64]))
@@ -290,6 +297,7 @@ def test_mq2008_slice_both_ways():
     assert sum(len(c[1]) for c in chunks) == 500
 
 
+@pytest.mark.slow   # 3.5 s, two fresh interpreters
 def test_streamrank_ingest_of_a_small_file_imports_no_numba(tmp_path):
     """The console command, in a fresh interpreter (its start-up preload included): no numba module loaded.
 
