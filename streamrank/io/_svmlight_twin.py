@@ -43,15 +43,18 @@ import re
 
 import numpy as np
 
-__all__ = ["parse", "csr_to_dense", "S_PER_BYTE", "S_PER_ENTRY", "MAX_SLOW"]
+__all__ = ["parse", "csr_to_dense", "estimate_s", "S_FIXED", "S_PER_BYTE", "S_PER_ENTRY", "MAX_SLOW"]
 
 #: Seconds of :func:`parse` per byte of text, for :func:`streamrank._numba.use_twin`.  Measured on this 2-core
-#: machine at load 0.7-2.5 (best and median of 7 calls, session 11's note has the command): MQ2008 Fold1 train
-#: (5.9 MB) 134-220 ms, 25-37 ns a byte (the kernel, warm: 19-34 ms); Fold1 test (1.8 MB) 18-22 ns; 46 random
-#: values a line written with ``%g`` / ``%.3e`` / ``%.6f`` 31 / 30 / 27 ns.  Rounded up to 40 ns: MQ2008
-#: train is charged 0.237 s of the 0.3 s budget (with :data:`S_PER_ENTRY` for its dense X, 0.242 s), its
-#: test fold 0.071 s.
-S_PER_BYTE = 40e-9
+#: machine at load 0.7-2.5 (best and median of 7-9 calls, session 11's note has the commands): MQ2008 Fold1
+#: train (5.9 MB) 134-220 ms, 25-37 ns a byte (the kernel, warm: 19-34 ms); Fold1 test (1.8 MB) 18-22 ns; 46
+#: random values a line written with ``%g`` / ``%.3e`` / ``%.6f`` 31 / 30 / 27 ns.  Smaller texts cost more a
+#: byte: ``benchmarks/letor_parse.py``'s synthetic file 0.11 MB 61 ns, 1.1 MB 42-48 ns, 5.7 MB 29-35 ns; a
+#: call's fixed part (2-3 ms measured) is charged as :data:`S_FIXED`.  Rounded up to 5 ms + 45 ns a byte:
+#: MQ2008 train is charged 0.271 s of the 0.3 s budget (0.276 s with :data:`S_PER_ENTRY` for its dense X;
+#: the store write's read checks add under 1 ms), its test fold 0.085 s.
+S_PER_BYTE = 45e-9
+S_FIXED = 5e-3
 
 #: Seconds of :func:`csr_to_dense` per stored entry (numpy's scatter): 10 ns an entry measured on MQ2008
 #: train's 233,775 nonzeros (median of 7; the kernel 2 ns), rounded up to 20 ns.
@@ -70,6 +73,11 @@ _ZEROS = np.array([int.from_bytes(b"0" * k, "little") for k in range(9)], dtype=
 _P10_INT = np.array([10 ** k for k in range(9)], dtype=np.uint64)
 _TWO53 = 1 << 53
 _MAX_ABS = 3.0e38
+
+
+def estimate_s(n_bytes: int) -> float:
+    """Seconds :func:`parse` is estimated to take on ``n_bytes`` of text (for ``use_twin``)."""
+    return S_FIXED + S_PER_BYTE * n_bytes
 
 
 def _swar8(words, nd):

@@ -131,7 +131,7 @@ def _parse(buf_bytes, name, first_line, zero_based, n_features, null_value, qid_
         max_index = int(n_features) - 1
     else:
         max_index = -1 if max_features is None else int(max_features) - 1
-    twin = use_twin(_tw.S_PER_BYTE * len(buf_bytes))
+    twin = use_twin(_tw.estimate_s(len(buf_bytes)))
     if twin:        # numba not set up and the text is small: the numpy fast path, or None if not sure
         out = _tw.parse(buf_bytes, zero_based, max_index, int(qid_mode), first_line)
         if out is not None:
