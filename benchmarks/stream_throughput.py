@@ -236,7 +236,7 @@ def _check_decoders(path, sparse):
 def bench_read_checks(path, max_rows, repeat, label="6"):
     """Share of a block pass (no prefetch) spent on the read checks; see section 6 of the docstring.
 
-    Measured with the check kernels (``twins(False)``: a big store's reads once its first ~0.3 s of estimated
+    Measured with the check kernels (``twins(False)``: a big store's reads once its first ~0.5 s of estimated
     checks have gone by, or once numba is set up), and, in the paired figure, also with the checks' numpy
     twins (what a process that has not set numba up runs on a small store's chunks, decoded whole).
     """

@@ -51,7 +51,7 @@ __all__ = ["parse", "csr_to_dense", "estimate_s", "S_FIXED", "S_PER_BYTE", "S_PE
 #: random values a line written with ``%g`` / ``%.3e`` / ``%.6f`` 31 / 30 / 27 ns.  Smaller texts cost more a
 #: byte: ``benchmarks/letor_parse.py``'s synthetic file 0.11 MB 61 ns, 1.1 MB 42-48 ns, 5.7 MB 29-35 ns; a
 #: call's fixed part (2-3 ms measured) is charged as :data:`S_FIXED`.  Rounded up to 5 ms + 45 ns a byte:
-#: MQ2008 train is charged 0.271 s of the 0.3 s budget (0.276 s with :data:`S_PER_ENTRY` for its dense X;
+#: MQ2008 train is charged 0.271 s of the 0.5 s budget (0.276 s with :data:`S_PER_ENTRY` for its dense X;
 #: the store write's read checks add under 1 ms), its test fold 0.085 s.
 S_PER_BYTE = 45e-9
 S_FIXED = 5e-3

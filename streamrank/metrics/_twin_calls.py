@@ -8,7 +8,7 @@ that source run as plain Python (its callees' plain Python too), so it gives
 the kernel's values -- the same float64 operations in the same order; the
 metrics tests check them bit for bit -- and imports no numba.
 :func:`streamrank._numba.use_twin` decides, from the twin's estimated
-seconds, whether a call still fits the process's twin budget (0.3 s while no
+seconds, whether a call still fits the process's twin budget (0.5 s while no
 kernel has been set up: the rent-or-buy rule).  So small evaluations never
 import numba, and a big one (or any call once a kernel has run) takes the
 kernel, losing at most the budget.
@@ -28,7 +28,7 @@ under load 3-3.6, where every process (numba's set-up included) runs ~1.8x
 slower, ratios reached 1.3-1.7.  ERR adds its tied-run term
 (:func:`_err_tie_work`).  On MQ2008 Fold1 test, ``evaluate``'s default
 metrics (ndcg@10, disagreement, map) are charged 63 + 72 + 38 ms of the
-0.3 s, and ``ndcg@1,3,5,10,map,mrr,p@10,err@10`` 225 ms: both run numba-free.
+0.5 s, and ``ndcg@1,3,5,10,map,mrr,p@10,err@10`` 225 ms: both run numba-free.
 """
 from __future__ import annotations
 
