@@ -13,6 +13,20 @@ Policy
 * ``parallel=True`` only through :func:`jit_parallel`, for embarrassingly
   parallel loops, and always with a serial twin (``jit``) tested against it.
 
+Made on first use; twins for small inputs
+-----------------------------------------
+:func:`jit` returns a :class:`LazyKernel`: importing a kernel module imports
+no numba, and the dispatcher is made (numba imported, the module's names
+bound for numba's typing) on the kernel's first call.  Until a process has
+made one, callers may run a kernel's *twin* -- a numpy form of it, or its own
+source as plain Python (:func:`python_twin`) -- for inputs small enough that
+the twin finishes before numba would have been imported and set up
+(:func:`use_twin`, a budget of :data:`TWIN_BUDGET_S` of estimated work).  A
+twin returns the kernel's result (its tests compare them bit for bit); the
+choice changes how long a call takes, never what it returns.  Tests run the
+kernels (``tests/conftest.py`` forces :func:`twins` off) except where they
+ask for the twins; ``streamrank warmup`` forces the kernels too.
+
 Where the cache lives
 ---------------------
 ``NUMBA_CACHE_DIR`` if set; else ``__pycache__`` beside the installed
