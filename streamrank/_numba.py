@@ -54,6 +54,7 @@ import contextlib
 import functools
 import importlib
 import os
+import sys
 import tempfile
 import threading
 import types
@@ -282,7 +283,7 @@ _TWINS: dict = {}
 
 
 def _is_dispatcher(value) -> bool:
-    numba = __import__("sys").modules.get("numba")
+    numba = sys.modules.get("numba")        # no dispatcher exists before numba is imported
     return numba is not None and isinstance(value, numba.core.dispatcher.Dispatcher)
 
 

@@ -127,7 +127,8 @@ def _split(size_sorted) -> int:
 def _steps(group_ptr) -> int:
     """Python steps of :func:`_group_sums` for the groups of ``group_ptr``."""
     size = np.sort(np.diff(np.asarray(group_ptr, dtype=np.int64)))[::-1]
-    return int((np.arange(size.shape[0] + 1) + np.append(size, 0)).min()) if size.shape[0] else 0
+    j = _split(size)
+    return j + (int(size[j]) if j < size.shape[0] else 0)
 
 
 def _block(gp):
