@@ -25,7 +25,8 @@ import uuid
 from pathlib import Path
 
 import numpy as np
-import scipy.sparse as sp
+
+from ._sparse import sp
 
 if TYPE_CHECKING:
     from ._typing import PathLike

@@ -22,16 +22,33 @@ only when the command's local inputs (``--store``, ``--model``) exist: a
 mistyped path is still reported at once, without ~0.5 CPU-s of imports first.
 An import that fails here is left to the command, which reports it in its
 usual way.
+
+``scipy.sparse`` is preloaded only for a run that will import it (issue 22):
+``ingest --sparse``, a store whose root metadata says it holds CSR (a sparse
+group store, a tuple store), or a learner that imports it whatever the data
+(``cg``, the kernel and SGD learners).  A dense ``ingest``, ``fit --learner
+rankrls``, ``evaluate`` or ``predict`` imports no scipy.sparse at all
+(:mod:`streamrank._sparse`), and preloading it would add 0.2-0.35 s to them.
+The metadata is only a hint here: a file that cannot be read or parsed means
+"not sparse", and the command then reads the store as it always does.
 """
 from __future__ import annotations
 
 import gc
 import importlib
+import json
 import os
 
-__all__ = ["INPUTS", "PRELOAD", "preload_for", "preload_paused"]
+__all__ = ["INPUTS", "PRELOAD", "SPARSE_PRELOAD", "preload_for", "preload_paused", "store_holds_csr"]
 
-_STORE_COMMANDS = ("scipy.sparse", "zarr")
+_STORE_COMMANDS = ("zarr",)
+
+#: what a run on CSR data adds to its command's preload
+SPARSE_PRELOAD = ("scipy.sparse",)
+#: learners whose module imports scipy.sparse whatever the data (cg's operator and indicator products, the kernel
+#: learners, the SGD rankers' CSR weights; streamrank._sparse lists them)
+_SPARSE_LEARNERS = frozenset(("cg", "kernel", "sparse-kernel", "sgd-bilinear", "sgd-pairwise"))
+_TUPLE_FORMAT = "streamrank.tuple_store"    # streamrank.io.schema.TUPLE_FORMAT (not imported: it is the command's)
 
 #: command -> the packages every normal run of it imports (read or write a store).  numba is not preloaded:
 #: on a small store or text file the kernels' twins do the work (``ingest``: the svmlight parser's numpy fast
@@ -48,7 +65,29 @@ def preload_for(args) -> None:
         path = getattr(args, dest, None)
         if isinstance(path, str) and "://" not in path and not os.path.exists(path):
             return                      # the command stops at once with its own error
-    preload_paused(PRELOAD.get(args.command, ()))
+    modules = PRELOAD.get(args.command, ())
+    if modules and _reads_csr(args):
+        modules = modules + SPARSE_PRELOAD
+    preload_paused(modules)
+
+
+def _reads_csr(args) -> bool:
+    """Whether this run will import scipy.sparse: ``--sparse``, a CSR learner, or a local store holding CSR."""
+    if getattr(args, "sparse", False) is True or getattr(args, "learner", None) in _SPARSE_LEARNERS:
+        return True
+    store = getattr(args, "store", None)
+    return isinstance(store, str) and "://" not in store and store_holds_csr(store)
+
+
+def store_holds_csr(path: str) -> bool:
+    """True if the root ``zarr.json`` at ``path`` describes a sparse group store or a tuple store (a hint only:
+    any file that cannot be read or parsed gives False, and the command reads and checks the store itself)."""
+    try:
+        with open(os.path.join(path, "zarr.json"), "rb") as f:
+            attrs = json.load(f).get("attributes")
+    except (OSError, ValueError, AttributeError, RecursionError):
+        return False
+    return isinstance(attrs, dict) and (attrs.get("sparse") is True or attrs.get("format") == _TUPLE_FORMAT)
 
 
 def preload_paused(modules) -> None:

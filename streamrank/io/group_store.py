@@ -38,8 +38,8 @@ import logging
 import os
 
 import numpy as np
-import scipy.sparse as sp
 
+from .._sparse import sp
 from ._qid_text import QidText, create_qid_text
 from .groups import (
     GROUP_IDENTITIES,

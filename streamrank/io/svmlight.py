@@ -51,9 +51,9 @@ import zlib
 from typing import Iterator, NamedTuple
 
 import numpy as np
-import scipy.sparse as sp
 
 from .._numba import use_twin
+from .._sparse import sp
 from . import _svmlight_kernels as _k
 from . import _svmlight_twin as _tw
 
@@ -375,16 +375,26 @@ def read_svmlight(source, *, n_features: int | None = None, dense: bool = False,
 
     Unlike :func:`iter_svmlight`, ``n_features=None`` is inferred from the
     whole file.  For files larger than memory use :func:`iter_svmlight`.
+
+    ``dense=True`` never builds a CSR matrix (issue 22: reading a dense file
+    imports no scipy).  Its ``X`` is the one this function returned when it
+    went through CSR's ``toarray()``, bit for bit: ``toarray`` added each
+    stored value to a zero, so a value that rounds to float32 ``-0.0`` (say
+    ``-1e-50``; an exact zero is not stored) became ``+0.0``, and ``+ 0.0``
+    on the scattered array does the same (and leaves every other float32,
+    NaN and infinities included, as it is).
     """
-    parts = list(iter_svmlight(source, n_features=n_features, dense=False, zero_based=zero_based,
+    parts = list(iter_svmlight(source, n_features=n_features, dense=dense, zero_based=zero_based,
                                null_value=null_value, name=name, chunk_bytes=None, max_features=max_features))
     if not parts:
         nf = n_features or 0
         X = np.zeros((0, nf), np.float32) if dense else sp.csr_matrix((0, nf), dtype=np.float32)
         return X, np.zeros(0), None
-    X = sp.vstack([p.X for p in parts], format="csr") if len(parts) > 1 else parts[0].X
+    if dense:
+        X = np.concatenate([p.X for p in parts]) if len(parts) > 1 else parts[0].X
+        X += np.float32(0.0)        # -0.0 -> +0.0, as toarray() gave (0 + v); nothing else changes
+    else:
+        X = sp.vstack([p.X for p in parts], format="csr") if len(parts) > 1 else parts[0].X
     y = np.concatenate([p.y for p in parts])
     qid = None if parts[0].qid is None else np.concatenate([p.qid for p in parts])
-    if dense:
-        X = X.toarray()
     return X, y, qid
