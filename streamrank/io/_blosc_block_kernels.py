@@ -32,10 +32,18 @@ numcodecs would decode the chunk with): two runs may be decoded at once as
 long as no block of one is the block right after one of the other, whose
 last 20 bytes it borrows.  :func:`decode_checked_finite` and
 :func:`decode_checked_in_range` are the whole frame on the calling thread.
+:func:`decode_chunk_finite` and :func:`decode_chunk_in_range` are the same
+in one kernel call (plan, decode and check: one dispatch a chunk), and they
+also take a frame of a single block (its own header is the one-block
+header): what the chunk decoder runs on one thread, the usual case
+(issue 16: the checked path's fixed cost per chunk was a plan handed back
+to Python, a second dispatch and, for a chunk of one block such as ``y``'s,
+a whole-chunk decode by numcodecs plus a separate check).
 
 Every kernel returns ``-1`` (decoded, all checked values good), the first
 bad position it met (``>= 0``; other blocks may be left undecoded), ``-2``
-(the frame is not one this kernel splits: memcpy-ed, a single block, block
+(the frame is not one this kernel splits: memcpy-ed, a single block (but
+for the ``decode_chunk_*`` kernels), block
 offsets out of order by less than 20 bytes or outside the frame...) or
 ``-3`` (c-blosc refused a block).  Anything but ``-1`` sends the caller
 (:mod:`streamrank.io._blosc_blocks`) back to the whole-chunk decode and the
@@ -58,7 +66,8 @@ from .._numba import jit
 from ._check_kernels import first_nonfinite, first_out_of_range
 
 __all__ = ["DECOMPRESS_SYMBOL", "block_size", "block_order", "block_plan", "decode_blocks_finite",
-           "decode_blocks_in_range", "decode_checked_finite", "decode_checked_in_range"]
+           "decode_blocks_in_range", "decode_checked_finite", "decode_checked_in_range", "decode_chunk_finite",
+           "decode_chunk_in_range"]
 
 #: name under which c-blosc's ``int blosc_decompress_ctx(const void*, void*, size_t, int)`` is registered
 DECOMPRESS_SYMBOL = "streamrank_blosc_decompress_ctx"
@@ -97,6 +106,12 @@ def _put32(a, o, v):
 @jit
 def block_size(frame, nbytes, itemsize):
     """Block size of a frame of ``nbytes`` decoded bytes that :func:`block_order` may split; -2 if not split here."""
+    return _block_size(frame, nbytes, itemsize, 2)
+
+
+@jit
+def _block_size(frame, nbytes, itemsize, min_blocks):
+    """:func:`block_size` of a frame of at least ``min_blocks`` blocks (1: a frame of one block is taken too)."""
     m = frame.shape[0]
     if m < _HEADER or frame[0] != 2 or (frame[2] & (_MEMCPYED | _FUTURE)) != 0:
         return -2
@@ -106,7 +121,7 @@ def block_size(frame, nbytes, itemsize):
     if bs <= 0 or bs > nbytes or bs % itemsize != 0:
         return -2
     nblocks = (nbytes + bs - 1) // bs
-    if nblocks < 2 or _HEADER + 4 * nblocks > m:
+    if nblocks < min_blocks or _HEADER + 4 * nblocks > m:
         return -2
     return bs
 
@@ -172,7 +187,13 @@ def block_plan(frame, nbytes, itemsize):
     (:func:`block_order`).  Decode blocks in this order: :func:`decode_blocks_finite`,
     :func:`decode_blocks_in_range`, given ``order[k0:k1]``.
     """
-    bs = block_size(frame, nbytes, itemsize)
+    return _plan(frame, nbytes, itemsize, 2)
+
+
+@jit
+def _plan(frame, nbytes, itemsize, min_blocks):
+    """:func:`block_plan` of a frame of at least ``min_blocks`` blocks (:func:`_block_size`)."""
+    bs = _block_size(frame, nbytes, itemsize, min_blocks)
     nblocks = (nbytes + bs - 1) // bs if bs > 0 else 0
     starts = np.empty(nblocks, np.int64)
     order = np.empty(nblocks, np.int64)
@@ -237,6 +258,35 @@ def decode_checked_finite(frame, a, n_check):
 def decode_checked_in_range(frame, u, n_check, n):
     """As :func:`decode_checked_finite` for the unsigned view ``u`` of indices: the first ``u[i] >= n``."""
     bs, starts, order = block_plan(frame, u.nbytes, u.itemsize)
+    if bs < 0:
+        return -2
+    return decode_blocks_in_range(frame, u, n_check, n, bs, starts, order, 0, order.shape[0])
+
+
+@jit
+def decode_chunk_finite(frame, a, n_check):
+    """:func:`decode_checked_finite` in one kernel call, a frame of a single block included.
+
+    What the chunk decoder runs when one thread decodes a chunk (the usual
+    case, :mod:`streamrank.io._blosc_blocks`): the plan, the decode and the
+    check cost one dispatch instead of a plan returned to Python and a
+    second call (issue 16: a fixed cost per chunk, paid by checked reads
+    only).  A frame of one block (a short 1-D chunk such as ``y``'s) is
+    decoded whole by c-blosc here, with its own header, and checked right
+    after, while in cache, instead of being handed back (-2) to a whole-chunk
+    decode and a separate check.  Returns what :func:`decode_checked_finite`
+    returns.
+    """
+    bs, starts, order = _plan(frame, a.nbytes, a.itemsize, 1)
+    if bs < 0:
+        return -2
+    return decode_blocks_finite(frame, a, n_check, bs, starts, order, 0, order.shape[0])
+
+
+@jit
+def decode_chunk_in_range(frame, u, n_check, n):
+    """As :func:`decode_chunk_finite` for the unsigned view ``u`` of indices: the first ``u[i] >= n``."""
+    bs, starts, order = _plan(frame, u.nbytes, u.itemsize, 1)
     if bs < 0:
         return -2
     return decode_blocks_in_range(frame, u, n_check, n, bs, starts, order, 0, order.shape[0])

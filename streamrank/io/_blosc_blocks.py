@@ -19,7 +19,10 @@ take a run of consecutive blocks (:func:`_run`).  That is one thread unless
 the user turns blosc's threads back on: zarr sets
 ``numcodecs.blosc.use_threads = False`` when it is imported (and numcodecs
 itself uses threads only from the main thread).  :data:`MAX_THREADS` caps
-the count.
+the count.  On one thread a chunk costs one kernel call
+(``decode_chunk_finite`` / ``decode_chunk_in_range``), a chunk of a single
+block included (issue 16: what the checked path pays per chunk beyond the
+check itself).
 """
 from __future__ import annotations
 
@@ -51,7 +54,8 @@ def _find_decompress_ctx() -> int | None:
 
 
 def _self_test(kernels) -> bool:
-    """The block-wise decode of a chunk of several shuffled blocks and a short last one equals numcodecs' decode."""
+    """The block-wise decode equals numcodecs' decode: a chunk of several shuffled blocks and a short last one,
+    and a chunk of a single block (what :func:`decode_checked` runs on one thread, the usual case)."""
     from numcodecs import blosc
 
     x = np.arange(300_001, dtype=np.float32) * np.float32(0.25)
@@ -59,31 +63,42 @@ def _self_test(kernels) -> bool:
     frame = np.frombuffer(blosc.compress(x, b"lz4", 5, blosc.SHUFFLE, blocksize=1 << 14), np.uint8).copy()
     before = frame.copy()
     out = np.empty_like(x)
-    ok = kernels.decode_checked_finite(frame, out, out.size) == -1
+    ok = kernels.decode_chunk_finite(frame, out, out.size) == -1
     idx = np.arange(300_001, dtype=np.int32)
     frame2 = np.frombuffer(blosc.compress(idx, b"lz4", 5, blosc.SHUFFLE, blocksize=1 << 14), np.uint8).copy()
     out2 = np.empty_like(idx)
-    ok = ok and kernels.decode_checked_in_range(frame2, out2.view(np.uint32), out2.size, 300_000) == 300_000
-    return bool(ok and np.array_equal(out, x) and np.array_equal(out2, idx) and np.array_equal(frame, before))
+    ok = ok and kernels.decode_chunk_in_range(frame2, out2.view(np.uint32), out2.size, 300_000) == 300_000
+    one = x[:20_001] * np.float32(3)
+    frame3 = np.frombuffer(blosc.compress(one, b"lz4", 5, blosc.SHUFFLE, blocksize=1 << 20), np.uint8).copy()
+    out3 = np.empty_like(one)
+    ok = ok and kernels.decode_chunk_finite(frame3, out3, out3.size) == -1
+    return bool(ok and np.array_equal(out, x) and np.array_equal(out2, idx) and np.array_equal(frame, before)
+                and np.array_equal(out3, one))
 
 
 def _kernels():
     """The kernel module once its c-blosc symbol is registered and the self-test passed; None otherwise."""
+    k = _state.get("kernels", _state)
+    if k is not _state:               # decided already (every checked chunk asks: no lock then)
+        return k
     with _lock:
         if "kernels" not in _state:
-            _state["kernels"] = None
-            addr = _find_decompress_ctx()
-            if addr:
-                import llvmlite.binding as ll
+            found = None
+            try:
+                addr = _find_decompress_ctx()
+                if addr:
+                    import llvmlite.binding as ll
 
-                from . import _blosc_block_kernels as kernels
+                    from . import _blosc_block_kernels as kernels
 
-                ll.add_symbol(kernels.DECOMPRESS_SYMBOL, addr)
-                try:
-                    good = _self_test(kernels)
-                except Exception:     # a blosc the kernels do not understand: decode whole chunks instead
-                    good = False
-                _state["kernels"] = kernels if good else None
+                    ll.add_symbol(kernels.DECOMPRESS_SYMBOL, addr)
+                    try:
+                        good = _self_test(kernels)
+                    except Exception:     # a blosc the kernels do not understand: decode whole chunks instead
+                        good = False
+                    found = kernels if good else None
+            finally:                      # published once decided, for the lock-free look-up above
+                _state["kernels"] = found
         return _state["kernels"]
 
 
@@ -210,12 +225,14 @@ def decode_checked(frame: np.ndarray, out: np.ndarray, kind: str, limit: int, n_
     if kernels is None or not frame.flags.writeable or not out.flags.c_contiguous:
         return None
     flat = out.reshape(-1)
-    if kind == "finite" and flat.dtype.kind == "f":
-        fn, head = kernels.decode_blocks_finite, (flat, int(n_check))
-    elif kind == "range" and flat.dtype.kind == "i":
-        fn, head = kernels.decode_blocks_in_range, (flat.view(f"u{flat.dtype.itemsize}"), int(n_check), int(limit))
-    else:
+    finite = kind == "finite" and flat.dtype.kind == "f"
+    if not finite and not (kind == "range" and flat.dtype.kind == "i"):
         return None
+    head = (flat, int(n_check)) if finite else (flat.view(f"u{flat.dtype.itemsize}"), int(n_check), int(limit))
+    if MAX_THREADS == 1 or _numcodecs_threads() < 2:     # one kernel call, a frame of one block too (issue 16)
+        fn = kernels.decode_chunk_finite if finite else kernels.decode_chunk_in_range
+        return True if fn(frame, *head) == -1 else None
+    fn = kernels.decode_blocks_finite if finite else kernels.decode_blocks_in_range
     bs, starts, order = kernels.block_plan(frame, flat.nbytes, flat.itemsize)
     if bs < 0:
         return None

@@ -28,9 +28,11 @@ indices in range, :func:`streamrank.io._read_checks.fused_check`) it runs
 inside the decode itself, on each 512 KiB blosc block right after c-blosc
 wrote it (:mod:`streamrank.io._blosc_blocks`): checking the 4 MiB chunk
 after decoding it whole read it back from beyond the L2 cache and cost
-several times more.  The last, partly filled chunk of a commit, a frame that
-does not split into blocks and any bad value take the whole-chunk decode
-and the plain check, which name the entry as before; so does a chunk whose
+several times more.  A chunk of a single blosc block (``y``'s short chunks)
+is decoded and checked by the same one kernel call on one thread.  The
+last, partly filled chunk of a commit, a frame the kernels do not take and
+any bad value take the whole-chunk decode and the plain check, which name
+the entry as before; so does a chunk whose
 check runs its numpy twin (``_read_checks.check_twin``, decided once per
 chunk: numba not set up yet in this process, issue 22).
 """
