@@ -51,6 +51,7 @@ from __future__ import annotations
 import importlib
 import sys
 import types
+from typing import TYPE_CHECKING
 
 __all__ = ["issparse", "scipy_sparse", "sp"]
 
@@ -85,5 +86,8 @@ class _LazySparse:
         return "<scipy.sparse, imported on first use (streamrank._sparse)>"
 
 
-#: stands for ``scipy.sparse`` (``from .._sparse import sp``): imported on the first attribute other than issparse
-sp = _LazySparse()
+if TYPE_CHECKING:        # type checkers see the module itself, so ``sp.csr_matrix`` stays a valid annotation
+    import scipy.sparse as sp
+else:
+    #: stands for ``scipy.sparse`` (``from .._sparse import sp``): imported on the first attribute but issparse
+    sp = _LazySparse()

@@ -73,6 +73,11 @@ blocks = list(sr.GroupStore.open("api.zarr").blocks(max_rows=64))
 assert sum(b.n_rows for b in blocks) == 2 * len(y) and all(isinstance(b.X, np.ndarray) for b in blocks)
 out["api_store"] = scipy_mods()
 
+from streamrank.datasets.synthetic import make_letor_like      # the README's data: dense
+Xs, ys, qs = make_letor_like(n_rows=300, n_features=5, random_state=0)
+assert isinstance(Xs, np.ndarray) and Xs.shape == (300, 5)
+out["make_letor_like"] = scipy_mods()
+
 with contextlib.redirect_stdout(io.StringIO()):
     assert main(["evaluate", "--model", "model.zarr", "--store", "cli.zarr", "-q"]) == 0
     assert main(["predict", "--model", "model.zarr", "--store", "cli.zarr", "--out", "scores.npy", "-q"]) == 0
@@ -90,7 +95,8 @@ print(json.dumps(out))
 
 
 def test_dense_paths_import_no_scipy_and_a_dense_fit_no_scipy_sparse(tmp_path):
-    """import, ndcg, ingest (CLI and API), a dense store's append and blocks, evaluate and predict: no scipy at all.
+    """import, ndcg, ingest (CLI and API), a dense store's append and blocks, ``make_letor_like``, evaluate and
+    predict: no scipy at all.
 
     The fits (``RankRLS.fit`` and ``streamrank fit --learner rankrls``) then
     import scipy.linalg for their solve and still no scipy.sparse.  The
@@ -102,7 +108,7 @@ def test_dense_paths_import_no_scipy_and_a_dense_fit_no_scipy_sparse(tmp_path):
     model = sr.RankRLS(alpha=1.0).fit(X, y, q)
     sr.save(model, tmp_path / "model.zarr")
     out = _child(DENSE_CHILD, tmp_path)
-    for step in ("import", "ndcg", "cli_ingest", "api_store", "evaluate_predict"):
+    for step in ("import", "ndcg", "cli_ingest", "api_store", "make_letor_like", "evaluate_predict"):
         assert out[step] == [], (step, out[step])
     assert "scipy.linalg" in out["fit"] and not [m for m in out["fit"] if m.startswith("scipy.sparse")], out["fit"]
     assert out["ndcg_value"] > 0
