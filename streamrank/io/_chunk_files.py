@@ -191,7 +191,8 @@ class ChunkFileDecoder:
         except OSError as exc:
             raise StoreFormatError(f"{path}: chunk of array {self.name!r} cannot be read ({exc})") from exc
         import google_crc32c
-        from numcodecs import blosc
+
+        from . import _blosc_lib as blosc        # numcodecs' c-blosc, numcodecs not imported (issue 22)
 
         data = np.frombuffer(data, dtype=np.uint8)
         view = data[:-4]                                      # no copy (what zarr's crc32c codec checks too)

@@ -18,10 +18,12 @@ module does what zarr does, byte for byte:
   part of a chunk keeps the rest of what its file held (else the fill
   value), and one that covers a chunk up to the array's end fills what lies
   past the end with the fill value (zarr's "complete chunk");
-  blosc-compressed by numcodecs with the array's ``typesize / cname / clevel /
-  shuffle / blocksize`` without blosc's threads (zarr turns them off:
-  ``numcodecs.blosc.use_threads = False``; the threaded compressor writes
-  other bytes), then its CRC-32C appended, little endian;
+  blosc-compressed with the array's ``typesize / cname / clevel / shuffle /
+  blocksize`` without blosc's threads, as numcodecs does once zarr has turned
+  them off (``numcodecs.blosc.use_threads = False``; the threaded compressor
+  writes other bytes) -- by numcodecs' own c-blosc, called without importing
+  numcodecs (:mod:`streamrank.io._blosc_lib`) -- then its CRC-32C appended,
+  little endian;
 * every file written to a temporary ``<name>.<hex>.partial`` beside it and
   renamed over it (zarr's ``LocalStore``);
 * ``resize`` rewrites the array's ``zarr.json`` and, when shrinking, deletes
@@ -44,8 +46,6 @@ from __future__ import annotations
 import contextvars
 import json
 import os
-import sys
-import threading
 from pathlib import Path
 
 import numpy as np
@@ -60,7 +60,6 @@ _SHUFFLES = {"noshuffle": 0, "shuffle": 1, "bitshuffle": 2}
 
 #: whether arrays opened now write chunks that hold only the fill value (schema.every_chunk sets it)
 _WRITE_EMPTY = contextvars.ContextVar("streamrank_write_empty_chunks", default=False)
-_BLOSC_LOCK = threading.Lock()
 
 
 def write_empty_chunks(on: bool = True):
@@ -99,20 +98,6 @@ def _write_file(path: Path, data) -> None:
 def _read_doc(path: Path):
     """The parsed ``zarr.json`` at ``path`` (FileNotFoundError if absent)."""
     return json.loads(path.read_bytes())
-
-
-def _blosc():
-    """numcodecs' blosc, set up as importing zarr sets it up (no blosc threads) if zarr is not imported."""
-    from numcodecs import blosc
-
-    if not _blosc_state:
-        if "zarr" not in sys.modules:     # what `import zarr` does, so a process reads and writes as before
-            blosc.use_threads = False
-        _blosc_state.append(True)
-    return blosc
-
-
-_blosc_state: list = []
 
 
 class _NotLocal(ValueError):
@@ -401,15 +386,10 @@ class LocalArray:
             return
         import google_crc32c
 
-        blosc = _blosc()
-        cname, clevel, shuffle, blocksize, typesize = self._blosc
+        from ._blosc_lib import compress
+
         raw = np.ascontiguousarray(chunk, dtype=self.dtype.newbyteorder("<")).reshape(-1).view(np.uint8)
-        with _BLOSC_LOCK:                        # zarr's bytes: blosc without its threads (see module doc)
-            threads, blosc.use_threads = blosc.use_threads, False
-            try:
-                enc = blosc.compress(raw, cname, clevel, shuffle, blocksize, typesize)
-            finally:
-                blosc.use_threads = threads
+        enc = compress(raw, *self._blosc)        # zarr's bytes: blosc without its threads (see module doc)
         _write_file(path, enc + int(google_crc32c.value(enc)).to_bytes(4, "little"))
 
 
