@@ -59,9 +59,10 @@ __all__ = ["issparse", "scipy_sparse", "sp"]
 def issparse(x) -> bool:
     """``scipy.sparse.issparse(x)``, answered False without importing scipy when scipy.sparse was never imported."""
     mod = sys.modules.get("scipy.sparse")
-    if mod is None:
-        return False
-    return mod.issparse(x)
+    # None: never imported.  No ``issparse`` yet: another thread is importing it right now, and no sparse
+    # object can exist before the import has made its classes.
+    test = getattr(mod, "issparse", None)
+    return False if test is None else test(x)
 
 
 def scipy_sparse() -> types.ModuleType:

@@ -185,6 +185,14 @@ def test_issparse_imports_nothing_when_scipy_sparse_was_never_imported(monkeypat
     assert "scipy.sparse" not in sys.modules
 
 
+def test_issparse_while_another_thread_is_importing_scipy_sparse(monkeypatch):
+    """A module in sys.modules that has no ``issparse`` yet is being imported: nothing of it can exist, so False."""
+    import types
+
+    monkeypatch.setitem(sys.modules, "scipy.sparse", types.ModuleType("scipy.sparse"))
+    assert _sparse.issparse(np.zeros(2)) is False
+
+
 def test_issparse_and_the_lazy_module_follow_scipy_once_imported():
     M = sp.csr_matrix(np.eye(3))
     for x in (M, sp.csr_array(M), M.tocoo(), sp.csc_array(M)):
