@@ -25,8 +25,8 @@ usual way.
 
 ``scipy.sparse`` is preloaded only for a run that will import it (issue 22):
 ``ingest --sparse``, a store whose root metadata says it holds CSR (a sparse
-group store, a tuple store), or a learner that imports it whatever the data
-(``cg``, the kernel and SGD learners).  A dense ``ingest``, ``fit --learner
+group store, a tuple store), a learner that imports it whatever the data
+(``cg``, the kernel and SGD learners), or a saved model of one of those.  A dense ``ingest``, ``fit --learner
 rankrls``, ``evaluate`` or ``predict`` imports no scipy.sparse at all
 (:mod:`streamrank._sparse`), and preloading it would add 0.2-0.35 s to them.
 The metadata is only a hint here: a file that cannot be read or parsed means
@@ -49,6 +49,8 @@ SPARSE_PRELOAD = ("scipy.sparse",)
 #: learners whose module imports scipy.sparse whatever the data (cg's operator and indicator products, the kernel
 #: learners, the SGD rankers' CSR weights; streamrank._sparse lists them)
 _SPARSE_LEARNERS = frozenset(("cg", "kernel", "sparse-kernel", "sgd-bilinear", "sgd-pairwise"))
+#: saved models whose class's module imports scipy.sparse (the kernel learners and the SGD rankers)
+_SPARSE_MODELS = frozenset(("KernelRankRLS", "TransductiveRankRLS", "SparseSGDRanker", "PairwiseSGDRanker"))
 _TUPLE_FORMAT = "streamrank.tuple_store"    # streamrank.io.schema.TUPLE_FORMAT (not imported: it is the command's)
 
 #: command -> the packages every normal run of it imports (read or write a store).  numba is not preloaded:
@@ -80,22 +82,33 @@ def preload_for(args) -> None:
 
 
 def _reads_csr(args) -> bool:
-    """Whether this run will import scipy.sparse: ``--sparse``, a CSR learner, or a local store holding CSR."""
+    """Whether this run will import scipy.sparse: ``--sparse``, a CSR learner or its model, a store holding CSR."""
     if getattr(args, "sparse", False) is True or getattr(args, "learner", None) in _SPARSE_LEARNERS:
         return True
-    store = getattr(args, "store", None)
-    return isinstance(store, str) and "://" not in store and store_holds_csr(store)
+    if args.command in ("evaluate", "predict"):
+        model = _root_attributes(getattr(args, "model", None))
+        if model.get("class") in _SPARSE_MODELS:
+            return True
+    return store_holds_csr(getattr(args, "store", None))
 
 
-def store_holds_csr(path: str) -> bool:
-    """True if the root ``zarr.json`` at ``path`` describes a sparse group store or a tuple store (a hint only:
-    any file that cannot be read or parsed gives False, and the command reads and checks the store itself)."""
+def store_holds_csr(path) -> bool:
+    """True if the root ``zarr.json`` at the local ``path`` describes a sparse group store or a tuple store (a hint
+    only: a file that cannot be read or parsed gives False, and the command reads and checks the store itself)."""
+    attrs = _root_attributes(path)
+    return attrs.get("sparse") is True or attrs.get("format") == _TUPLE_FORMAT
+
+
+def _root_attributes(path) -> dict:
+    """The attributes of the root ``zarr.json`` at a local ``path``; {} for a URL or anything unreadable."""
+    if not isinstance(path, str) or "://" in path:
+        return {}
     try:
         with open(os.path.join(path, "zarr.json"), "rb") as f:
             attrs = json.load(f).get("attributes")
     except (OSError, ValueError, AttributeError, RecursionError):
-        return False
-    return isinstance(attrs, dict) and (attrs.get("sparse") is True or attrs.get("format") == _TUPLE_FORMAT)
+        return {}
+    return attrs if isinstance(attrs, dict) else {}
 
 
 def preload_paused(modules) -> None:

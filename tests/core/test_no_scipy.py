@@ -223,6 +223,19 @@ def _top_level_scipy_imports(path: Path) -> bool:
     return False
 
 
+def test_the_preload_knows_which_saved_models_import_scipy_sparse():
+    """``_SPARSE_MODELS`` names exactly the registered learners whose module imports scipy at its top."""
+    import importlib
+
+    from streamrank.cli._preload import _SPARSE_MODELS
+    from streamrank.persistence import _REGISTRY
+
+    for name in sr.LEARNER_MODULES:
+        importlib.import_module(name)
+    csr = {n for n, cls in _REGISTRY.items() if _top_level_scipy_imports(Path(sys.modules[cls.__module__].__file__))}
+    assert csr == _SPARSE_MODELS and "RankRLS" in _REGISTRY
+
+
 def test_only_the_modules_listed_in_the_sparse_module_doc_import_scipy_at_their_top():
     """The list in :mod:`streamrank._sparse`'s docstring is the truth: a new top-level scipy import must be listed."""
     found = set()
@@ -261,7 +274,8 @@ def test_read_svmlight_dense_is_the_csr_to_array_result_bit_for_bit(tmp_path, tw
 
 
 def test_console_preload_adds_scipy_sparse_only_for_csr_runs(monkeypatch, tmp_path):
-    """``scipy.sparse`` is preloaded for ``--sparse``, a CSR store (group or tuple) or a CSR learner; not otherwise."""
+    """``scipy.sparse`` is preloaded for ``--sparse``, a CSR store (group or tuple), a CSR learner or a saved model of
+    one; not otherwise."""
     from streamrank.cli import _preload
     from streamrank.cli._app import build_parser
     from streamrank.io.schema import TUPLE_FORMAT
@@ -282,6 +296,8 @@ def test_console_preload_adds_scipy_sparse_only_for_csr_runs(monkeypatch, tmp_pa
     listy.mkdir()
     (listy / "zarr.json").write_text('["sparse", true]')
     (tmp_path / "t.txt").write_text("1 qid:1 1:0.5\n")
+    sr.save(sr.RankRLS(alpha=1.0).fit(Xd, np.arange(6.0), np.repeat([0, 1], 3)), tmp_path / "linear.zarr")
+    sr.save(sr.KernelRankRLS(alpha=1.0).fit(Xd, np.arange(6.0), np.repeat([0, 1], 3)), tmp_path / "kernel.zarr")
     calls = []
     monkeypatch.setattr(_preload, "preload_paused", calls.append)
     parser = build_parser()
@@ -301,6 +317,9 @@ def test_console_preload_adds_scipy_sparse_only_for_csr_runs(monkeypatch, tmp_pa
           "--out", str(tmp_path / "s.npy")], True),
         (["evaluate", "--model", str(tmp_path / "dense.zarr"), "--store", str(broken)], False),
         (["evaluate", "--model", str(tmp_path / "dense.zarr"), "--store", str(listy)], False),
+        (["evaluate", "--model", str(tmp_path / "linear.zarr"), "--store", str(tmp_path / "dense.zarr")], False),
+        (["predict", "--model", str(tmp_path / "kernel.zarr"), "--store", str(tmp_path / "dense.zarr"),
+          "--out", str(tmp_path / "s.npy")], True),
     ]
     for argv, csr in cases:
         calls.clear()
