@@ -248,3 +248,26 @@ def test_other_layouts_and_tuple_stores_keep_zarr(tmp_path):
         print("zarr" in sys.modules)
     """, tmp_path)
     assert got.split() == ["LocalGroup", "False", "True"]
+
+
+def test_a_store_of_the_first_layout_stays_with_zarr(tmp_path, monkeypatch):
+    """Arrays without the crc32c codec (the first stores): opened, appended to and read through zarr, as before."""
+    from streamrank.io import _qid_text
+
+    blosc_only = lambda itemsize: compressors(itemsize)[:1]                        # noqa: E731
+    with monkeypatch.context() as m:
+        m.setattr(group_store, "local_root", lambda *a, **k: None)
+        m.setattr(group_store, "compressors", blosc_only)
+        m.setattr(_qid_text, "compressors", blosc_only)
+        old = sr.GroupStore.create(tmp_path / "old.zarr", 3)
+    doc = json.loads((tmp_path / "old.zarr" / "X" / "zarr.json").read_text())
+    assert [c["name"] for c in doc["codecs"]] == ["bytes", "blosc"]
+    X = np.arange(12.0).reshape(4, 3)
+    assert old.append(X, [1.0, 0.0, 2.0, 1.0], [5, 5, 6, 6], batch_id="a")
+    again = sr.GroupStore.open(tmp_path / "old.zarr", mode="a")
+    assert type(again._root).__name__ == "Group" and again._zstore is not None
+    assert again.append(X + 1, [0.0, 1.0, 0.0, 1.0], [7, 7, 8, 8], batch_id="b")
+    back = sr.GroupStore.open(tmp_path / "old.zarr")
+    np.testing.assert_array_equal(np.concatenate([b.X for b in back.blocks(max_rows=3, shuffle=False)]),
+                                  np.vstack([X, X + 1]).astype(np.float32))
+    assert back.verify() == 2
