@@ -140,6 +140,7 @@ class _Helper:
         return r
 
 
+_numcodecs_blosc: list = [None]        # numcodecs.blosc once imported (asked once a chunk)
 _helpers: list = []
 _helpers_lock = threading.Lock()      # held by the one call that uses the helpers
 
@@ -156,9 +157,20 @@ if hasattr(os, "register_at_fork"):
 
 
 def _numcodecs_threads() -> int:
-    """Threads numcodecs' ``blosc.decompress`` would decode a chunk with, called from here (1: no threads)."""
-    from numcodecs import blosc
+    """Threads numcodecs' ``blosc.decompress`` would decode a chunk with, called from here (1: no threads).
 
+    ``use_threads = False`` (what importing zarr, or streamrank's own local
+    store I/O, sets) is answered before numcodecs' ``_get_use_threads()``,
+    which gives the same answer then: that call (``multiprocessing.
+    current_process()`` and more) cost 7-17 us a chunk between two 4 MiB
+    decodes, with the interpreter's caches cold (issue 16, measured).
+    """
+    blosc = _numcodecs_blosc[0]
+    if blosc is None:
+        from numcodecs import blosc
+        _numcodecs_blosc[0] = blosc
+    if blosc.use_threads is False:
+        return 1
     use = getattr(blosc, "_get_use_threads", None)
     if use is not None:
         threaded = use()

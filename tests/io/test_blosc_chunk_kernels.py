@@ -245,3 +245,15 @@ def test_store_bad_y_named_the_same_by_every_path(tmp_path, bad_row):
             messages.append(str(err.value))
     assert len(set(messages)) == 1, messages
     assert f"row {bad_row}" in messages[0] and "'y'" in messages[0]
+
+
+def test_thread_count_answers_use_threads_false_without_asking_numcodecs(monkeypatch):
+    """``use_threads = False`` (zarr's and the local store I/O's setting) is answered before numcodecs'
+    ``_get_use_threads()`` (7-17 us a chunk with cold caches, issue 16); the other settings still ask it."""
+    asked = []
+    real = blosc._get_use_threads
+    monkeypatch.setattr(blosc, "_get_use_threads", lambda: asked.append(1) or real())
+    monkeypatch.setattr(blosc, "use_threads", False)
+    assert B._numcodecs_threads() == 1 and asked == []
+    monkeypatch.setattr(blosc, "use_threads", True)
+    assert B._numcodecs_threads() == blosc.get_nthreads() and asked == [1]
