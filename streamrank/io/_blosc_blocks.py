@@ -18,7 +18,10 @@ parallelism as an unchecked one: this thread and daemon helper threads each
 take a run of consecutive blocks (:func:`_run`).  That is one thread unless
 the user turns blosc's threads back on: zarr sets
 ``numcodecs.blosc.use_threads = False`` when it is imported (and numcodecs
-itself uses threads only from the main thread).  :data:`MAX_THREADS` caps
+itself uses threads only from the main thread), and a local store's chunks
+are decoded without numcodecs, on one thread (:mod:`streamrank.io._blosc_lib`,
+whose library this module takes c-blosc's address from, so that a checked
+read imports no numcodecs either).  :data:`MAX_THREADS` caps
 the count.  On one thread a chunk costs one kernel call
 (``decode_chunk_finite`` / ``decode_chunk_in_range``), a chunk of a single
 block included (issue 16: what the checked path pays per chunk beyond the
@@ -27,6 +30,7 @@ check itself).
 from __future__ import annotations
 
 import os
+import sys
 import threading
 
 import numpy as np
@@ -39,15 +43,27 @@ MAX_THREADS = None
 
 _state: dict = {}
 _lock = threading.Lock()
+_SHUFFLE = 1             # blosc's byte shuffle (numcodecs.blosc.SHUFFLE)
 
 
 def _find_decompress_ctx() -> int | None:
-    """Address of ``blosc_decompress_ctx`` in numcodecs' c-blosc, or None."""
+    """Address of ``blosc_decompress_ctx`` in numcodecs' c-blosc, or None.
+
+    Taken from the library :mod:`streamrank.io._blosc_lib` loads (numcodecs'
+    own extension module, opened without importing numcodecs), so that a
+    checked read of a local store imports no numcodecs either (issue 22) and
+    keeps numcodecs' thread setting out of it (:func:`_numcodecs_threads`);
+    numcodecs itself only where that library cannot be loaded.
+    """
     import ctypes
 
+    from . import _blosc_lib
+
     try:
-        from numcodecs import blosc
-        lib = ctypes.CDLL(blosc.__file__)
+        lib = _blosc_lib.library()
+        if lib is None:
+            from numcodecs import blosc
+            lib = ctypes.CDLL(blosc.__file__)
         return ctypes.cast(lib.blosc_decompress_ctx, ctypes.c_void_p).value
     except (ImportError, OSError, AttributeError):
         return None
@@ -55,21 +71,28 @@ def _find_decompress_ctx() -> int | None:
 
 def _self_test(kernels) -> bool:
     """The block-wise decode equals numcodecs' decode: a chunk of several shuffled blocks and a short last one,
-    and a chunk of a single block (what :func:`decode_checked` runs on one thread, the usual case)."""
-    from numcodecs import blosc
+    and a chunk of a single block (what :func:`decode_checked` runs on one thread, the usual case).
+
+    The frames are compressed as streamrank writes chunks (:func:`streamrank.io._blosc_lib.compress`: numcodecs'
+    c-blosc without threads, numcodecs not imported).
+    """
+    from ._blosc_lib import compress
+
+    def frame_of(a, blocksize):
+        return np.frombuffer(compress(a, b"lz4", 5, _SHUFFLE, blocksize, a.itemsize), np.uint8).copy()
 
     x = np.arange(300_001, dtype=np.float32) * np.float32(0.25)
     x[::7] = -x[::7]
-    frame = np.frombuffer(blosc.compress(x, b"lz4", 5, blosc.SHUFFLE, blocksize=1 << 14), np.uint8).copy()
+    frame = frame_of(x, 1 << 14)
     before = frame.copy()
     out = np.empty_like(x)
     ok = kernels.decode_chunk_finite(frame, out, out.size) == -1
     idx = np.arange(300_001, dtype=np.int32)
-    frame2 = np.frombuffer(blosc.compress(idx, b"lz4", 5, blosc.SHUFFLE, blocksize=1 << 14), np.uint8).copy()
+    frame2 = frame_of(idx, 1 << 14)
     out2 = np.empty_like(idx)
     ok = ok and kernels.decode_chunk_in_range(frame2, out2.view(np.uint32), out2.size, 300_000) == 300_000
     one = x[:20_001] * np.float32(3)
-    frame3 = np.frombuffer(blosc.compress(one, b"lz4", 5, blosc.SHUFFLE, blocksize=1 << 20), np.uint8).copy()
+    frame3 = frame_of(one, 1 << 20)
     out3 = np.empty_like(one)
     ok = ok and kernels.decode_chunk_finite(frame3, out3, out3.size) == -1
     return bool(ok and np.array_equal(out, x) and np.array_equal(out2, idx) and np.array_equal(frame, before)
@@ -157,17 +180,23 @@ if hasattr(os, "register_at_fork"):
 
 
 def _numcodecs_threads() -> int:
-    """Threads numcodecs' ``blosc.decompress`` would decode a chunk with, called from here (1: no threads).
+    """Threads an unchecked chunk would be decoded with, called from here (1: no threads).
 
-    ``use_threads = False`` (what importing zarr, or streamrank's own local
-    store I/O, sets) is answered before numcodecs' ``_get_use_threads()``,
-    which gives the same answer then: that call (``multiprocessing.
-    current_process()`` and more) cost 7-17 us a chunk between two 4 MiB
-    decodes, with the interpreter's caches cold (issue 16, measured).
+    numcodecs not imported: one (:mod:`streamrank.io._blosc_lib` decodes a
+    local store's chunks with ``blosc_decompress_ctx(..., 1)`` then; asking
+    numcodecs would import it, whose default is threads from the main
+    thread).  ``use_threads = False`` (what importing zarr, or streamrank's
+    local store I/O, sets) is answered before numcodecs'
+    ``_get_use_threads()``, which gives the same answer then: that call
+    (``multiprocessing.current_process()`` and more) cost 7-17 us a chunk
+    between two 4 MiB decodes, with the interpreter's caches cold (issue 16,
+    measured).  Otherwise numcodecs' own rule.
     """
     blosc = _numcodecs_blosc[0]
     if blosc is None:
-        from numcodecs import blosc
+        blosc = sys.modules.get("numcodecs.blosc")
+        if blosc is None:
+            return 1
         _numcodecs_blosc[0] = blosc
     if blosc.use_threads is False:
         return 1
