@@ -271,3 +271,16 @@ def test_a_store_of_the_first_layout_stays_with_zarr(tmp_path, monkeypatch):
     np.testing.assert_array_equal(np.concatenate([b.X for b in back.blocks(max_rows=3, shuffle=False)]),
                                   np.vstack([X, X + 1]).astype(np.float32))
     assert back.verify() == 2
+
+
+def test_a_group_store_command_does_not_import_the_tuple_store(tmp_path):
+    """``cli._stores._open_store`` imports the tuple store's module only for a tuple store (issue 22)."""
+    sr.GroupStore.create(tmp_path / "g.zarr", 2).append(np.ones((2, 2)), [1.0, 0.0], [1, 1], batch_id="a")
+    sr.TupleStore.create(tmp_path / "t.zarr", 2, 2)
+    got = _fresh("""
+        import sys
+        from streamrank.cli._stores import _open_store
+        print(_open_store("g.zarr").n_rows, "streamrank.io.tuple_store" in sys.modules)
+        print(type(_open_store("t.zarr")).__name__, "streamrank.io.tuple_store" in sys.modules)
+    """, tmp_path)
+    assert got.split() == ["2", "False", "TupleStore", "True"]
