@@ -12,6 +12,14 @@ renamed into place; an existing model at ``path`` is replaced only after the
 new one is complete, so a crash leaves the previous model loadable.  Loading
 never executes code: the class is looked up by name in a registry of
 streamrank learners, never imported from the file.
+
+A model on local disk is written and read without importing zarr or
+numcodecs (:mod:`streamrank._model_files`, issue 22: their import was a third
+of a warm ``streamrank fit`` or ``evaluate``), byte for byte the files zarr
+writes; zarr still writes what that module does not (another dtype, an array
+that is not numpy), reads any model whose documents are not exactly that
+layout (a crafted or damaged one: zarr's checks and messages, as before), and
+models at URLs (:mod:`streamrank._remote_models`).
 """
 from __future__ import annotations
 
@@ -21,6 +29,7 @@ import glob
 import json
 import os
 import shutil
+import sys
 import uuid
 from pathlib import Path
 
@@ -36,6 +45,8 @@ __all__ = ["save", "load", "register_model", "MODEL_FORMAT_VERSION", "ModelForma
            "read_group"]
 
 MODEL_FORMAT_VERSION = 1
+#: a CSR part of a saved model is cut into chunks of at most this many entries
+CSR_CHUNK = 1 << 22
 _REGISTRY: dict[str, type] = {}
 
 
@@ -95,17 +106,48 @@ def save(model: BaseRanker, path: PathLike, storage_options: dict | None = None)
         return save_url(model, path, storage_options)
     if storage_options:
         raise ValueError(f"storage_options are for a URL of object storage; {str(path)!r} is a local path")
-    import zarr
+    save_local(model, Path(local_path(path)))
 
-    path = Path(local_path(path))
+
+def save_local(model, path: Path, root_attrs=None) -> None:
+    """Write ``model`` to the local directory ``path`` (atomic replace); ``root_attrs`` as in :func:`write_group`.
+
+    Without zarr when :func:`streamrank._model_files.writable` says so (every
+    learner's arrays), the same files zarr writes; through zarr otherwise.
+    """
+    from . import _model_files
+
+    path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = _sibling(path, "partial")
     try:
-        write_group(zarr.open_group(str(tmp), mode="w"), model)
+        attrs, arrays = _model_state(model, root_attrs)
+        if _model_files.writable(arrays, sp.issparse):
+            _model_files.write_model(tmp, arrays, attrs, sp.issparse, CSR_CHUNK)
+        else:
+            import zarr
+
+            write_group(zarr.open_group(str(tmp), mode="w"), model, root_attrs)
         replace_dir(tmp, path)
     finally:
         if tmp.exists():
             shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _model_state(model, root_attrs=None):
+    """``(root attributes, {name: array})`` of ``model`` as saved: its state, feature names and normalizer."""
+    attrs, arrays = model._get_state()
+    extra_attrs, extra_arrays = model._extra_state()   # feature names, normalizer (streamrank.base)
+    attrs, arrays = {**attrs, **extra_attrs}, {**arrays, **extra_arrays}
+    return {
+        "streamrank": "model",
+        "format_version": MODEL_FORMAT_VERSION,
+        "class": type(model).__name__,
+        "params": _jsonable(model.get_params()),
+        "state": _jsonable(attrs),
+        "arrays": sorted(arrays),
+        **dict(root_attrs or {}),
+    }, arrays
 
 
 def write_group(root, model, root_attrs=None) -> None:
@@ -116,9 +158,7 @@ def write_group(root, model, root_attrs=None) -> None:
     """
     import zarr
 
-    attrs, arrays = model._get_state()
-    extra_attrs, extra_arrays = model._extra_state()   # feature names, normalizer (streamrank.base)
-    attrs, arrays = {**attrs, **extra_attrs}, {**arrays, **extra_arrays}
+    root_doc, arrays = _model_state(model, root_attrs)
     # every chunk is written, zeros too: load() bounds an array's declared size by its chunk files
     with zarr.config.set({"array.write_empty_chunks": True}):
         for name, a in arrays.items():
@@ -130,7 +170,7 @@ def write_group(root, model, root_attrs=None) -> None:
                 for part in ("indptr", "indices", "data"):
                     arr = np.ascontiguousarray(getattr(a, part))
                     z = g.create_array(part, shape=arr.shape, dtype=arr.dtype, compressors=_codecs(),
-                                       chunks=(max(1, min(arr.size, 1 << 22)),) if arr.ndim == 1 else arr.shape)
+                                       chunks=(max(1, min(arr.size, CSR_CHUNK)),) if arr.ndim == 1 else arr.shape)
                     z[...] = arr
             else:
                 arr = np.ascontiguousarray(np.asarray(a))
@@ -138,15 +178,7 @@ def write_group(root, model, root_attrs=None) -> None:
                 z = root.create_array(name, shape=arr.shape, dtype=arr.dtype, chunks=chunks or None,
                                       compressors=_codecs())
                 z[...] = arr
-        root.attrs.update({
-            "streamrank": "model",
-            "format_version": MODEL_FORMAT_VERSION,
-            "class": type(model).__name__,
-            "params": _jsonable(model.get_params()),
-            "state": _jsonable(attrs),
-            "arrays": sorted(arrays),
-            **dict(root_attrs or {}),
-        })
+        root.attrs.update(root_doc)
 
 
 def replace_dir(tmp: Path, path: Path) -> None:
@@ -245,7 +277,7 @@ def load(path: PathLike, storage_options: dict | None = None) -> BaseRanker:
         return load_url(path, storage_options)
     if storage_options:
         raise ValueError(f"storage_options are for a URL of object storage; {str(path)!r} is a local path")
-    import zarr
+    from ._model_files import open_model
 
     path = Path(local_path(path))
     if path.is_file() and path.name == "current":  # pointer file of the nightly pipeline
@@ -258,22 +290,25 @@ def load(path: PathLike, storage_options: dict | None = None) -> BaseRanker:
         if old is None:
             raise FileNotFoundError(f"no model at {path}")
         path = old
-    try:
-        root = zarr.open_group(str(path), mode="r")
-    except Exception as exc:
-        raise ModelFormatError(f"{path} is not a readable streamrank model: {exc}") from exc
+    root = open_model(path)         # None: not exactly the layout sr.save writes, so zarr reads it, as before
+    if root is None:
+        import zarr
+
+        try:
+            root = zarr.open_group(str(path), mode="r")
+        except Exception as exc:
+            raise ModelFormatError(f"{path} is not a readable streamrank model: {exc}") from exc
     return read_group(root, path, lambda name: _stored_bytes(path / name / "c"))
 
 
 def read_group(root, path, stored_bytes):
     """The model held by the zarr group ``root`` (named ``path`` in errors), validated on the way.
 
+    ``root``: a zarr group, or a :class:`streamrank._model_files.ModelGroup`.
     ``stored_bytes(name)``: the bytes of the chunk files of array ``name``
     (bounds its declared size before zarr allocates it).
     """
     import importlib
-
-    import zarr
 
     import streamrank
 
@@ -304,13 +339,13 @@ def read_group(root, path, stored_bytes):
     for name in names:
         try:
             node = root[name]
-            parts = list(node.arrays()) if isinstance(node, zarr.Group) else [("", node)]
+            parts = list(node.arrays()) if _is_group(node) else [("", node)]
             for part, a in parts:
                 kind = np.dtype(a.dtype).kind
                 if kind not in "biuf":  # learned state is numbers; never decode objects
                     raise ModelFormatError(f"dtype {a.dtype} is not numeric")
                 _check_stored_size(f"{name}/{part}" if part else name, a, stored_bytes)
-            if isinstance(node, zarr.Group):
+            if _is_group(node):
                 shape = node.attrs["shape"]
                 if (not isinstance(shape, list) or len(shape) != 2
                         or not all(isinstance(v, int) and 0 <= v <= np.iinfo(np.int32).max for v in shape)):
@@ -331,6 +366,14 @@ def read_group(root, path, stored_bytes):
         raise ModelFormatError(f"{path}: the saved state of {cls.__name__} cannot be restored "
                                f"({type(exc).__name__}: {exc})") from exc
     return model
+
+
+def _is_group(node) -> bool:
+    """Whether ``node`` (of a zarr group or a local model group) is a group (a CSR array's three parts)."""
+    from ._model_files import ModelGroup
+
+    zarr = sys.modules.get("zarr")            # a zarr node exists only once zarr is imported
+    return isinstance(node, ModelGroup) or (zarr is not None and isinstance(node, zarr.Group))
 
 
 #: a saved array may declare at most this many decoded bytes per byte of chunk files, plus

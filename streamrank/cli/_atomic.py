@@ -127,9 +127,11 @@ def _check_model_out(out, *, overwrite: bool = True) -> None:
 
 
 def _save_model(model, out, cli_meta: dict) -> None:
-    """``sr.save`` into a temporary directory, add the command's record, rename into place (atomic)."""
-    import zarr
+    """``sr.save`` into a temporary directory with the command's record, rename into place (atomic).
 
+    The record is the root's last attribute, as zarr wrote it when it was added after the save; a local model is
+    written without zarr (issue 22, :func:`streamrank.persistence.save_local`).
+    """
     from .. import persistence
     from ..io._remote import is_url
 
@@ -144,9 +146,7 @@ def _save_model(model, out, cli_meta: dict) -> None:
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = _partial_sibling(out)
     try:
-        persistence.save(model, tmp)
-        root = zarr.open_group(str(tmp), mode="r+")
-        root.attrs["cli"] = _jsonable(cli_meta)
+        persistence.save_local(model, tmp, {"cli": _jsonable(cli_meta)})
         _replace_dir(tmp, out)
     finally:
         if tmp.exists():

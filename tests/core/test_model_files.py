@@ -1,0 +1,353 @@
+"""Local models saved and loaded without zarr (streamrank/_model_files.py, issue 22) are the models zarr writes.
+
+Every learner the registry knows is saved twice in this process: once through
+zarr (``_model_files.writable`` patched to say no: the code path before issue
+22's change) and once without it; every file and directory of the two models
+must be equal byte for byte.  Models written either way load through the other
+path with the same arrays; damaged models give the messages zarr gave; a fresh
+interpreter's ``streamrank fit`` / ``evaluate`` / ``predict`` of a small dense
+local store import neither zarr nor numcodecs.
+"""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import numpy as np
+import pytest
+import scipy.sparse as sp
+
+import streamrank as sr
+from streamrank import _model_files, persistence
+from streamrank.base import BaseRanker
+from streamrank.persistence import ModelFormatError, register_model
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _data(seed=0, rows=48, n=5, groups=6, outputs=None):
+    rng = np.random.default_rng(seed)
+    X = rng.normal(size=(rows, n))
+    W = rng.normal(size=(n,) if outputs is None else (n, outputs))
+    y = X @ W + 0.1 * rng.normal(size=(rows,) if outputs is None else (rows, outputs))
+    return X, y, np.repeat(np.arange(groups), rows // groups)
+
+
+def _primal():
+    X, y, q = _data()
+    m = sr.RankRLS(alpha=0.7, group_weight="query", normalize="standard")
+    m.cross_validate(sr.as_source(X, y, q), alphas=[0.1, 1.0, 10.0], folds=3)
+    return m
+
+
+def _named():
+    X, y, q = _data(8)
+    return sr.RankRLS(alpha=0.3).fit(X, y, q, feature_names=[f"f{i}" for i in range(5)])
+
+
+def _cg():
+    X, y, q = _data(1)
+    return sr.RankRLS(alpha=2.0, solver="cg", tol=1e-10).fit(sp.csr_matrix(X), y, q)
+
+
+def _multi():
+    X, y, q = _data(2, outputs=3)
+    return sr.RankRLS(alpha=0.5, group_weight="size").fit(X, y, q)
+
+
+def _kernel():
+    X, y, q = _data(3)
+    return sr.KernelRankRLS(kernel="rbf", gamma=0.3, alpha=0.5).fit(X, y, q)
+
+
+def _kernel_sparse():
+    X, y, q = _data(4)
+    return sr.KernelRankRLS(kernel="poly", gamma=0.5, degree=2, coef0=1.0, alpha=1.0, n_basis=10,
+                            random_state=7).fit(X, y, q)
+
+
+def _transductive():
+    X, y, q = _data(5)
+    m = sr.TransductiveRankRLS(kernel="rbf", gamma=0.3, alpha=1.0, gamma_t=0.5)
+    m.fit_predict(X[:30], y[:30], q[:30], X[30:], q[30:] + 100)
+    return m
+
+
+def _bilinear():
+    rng = np.random.default_rng(0)
+    Q = sp.random(30, 12, density=0.3, random_state=0, format="csr")
+    D = sp.random(40, 12, density=0.3, random_state=1, format="csr")
+    t = np.column_stack([rng.integers(0, 30, 300), rng.integers(0, 40, 300), rng.integers(0, 40, 300)])
+    m = sr.SparseSGDRanker(eta0=2.0, l1=1e-3, shrink_every=10, auto_refit=True, random_state=1)
+    return m.fit(sr.TupleSource.from_arrays(Q, D, t), n_steps=400, batch_size=64, shuffle_buffer=0)
+
+
+def _pairwise():
+    X, y, q = _data(6)
+    m = sr.PairwiseSGDRanker()
+    m.partial_fit(X, y, q)
+    return m
+
+
+@register_model
+class _ModelFilesProbe(BaseRanker):
+    """Every dtype, a 0-d and an empty array, and CSR parts cut into several chunks with a short last one."""
+
+    def __init__(self, *, seed=0):
+        self.seed = seed
+
+    def fit(self):
+        rng = np.random.default_rng(self.seed)
+        self.arrays_ = {f"a_{t}": (rng.normal(size=(3, 4)) * 50).astype(t)
+                        for t in ("float16", "float32", "float64", "int8", "int16", "int32", "int64", "uint8",
+                                  "uint16", "uint32", "uint64")}
+        self.arrays_.update(flags=rng.random(7) < 0.5, scalar=np.float64(2.5), empty=np.zeros((0, 3)),
+                            cube=rng.normal(size=(2, 3, 2)), zeros=np.zeros(5), nan=np.array([np.nan, np.inf, -0.0]),
+                            W=sp.random(9, 7, density=0.4, random_state=self.seed, format="csr"),
+                            W0=sp.csr_matrix((0, 4)))
+        return self
+
+    def _get_state(self):
+        return {"n": 3, "f": float("nan")}, dict(self.arrays_)
+
+    def _set_state(self, attrs, arrays):
+        self.arrays_ = arrays
+
+
+LEARNERS = {"RankRLS-primal-folds-standard": _primal, "RankRLS-feature-names": _named, "RankRLS-cg": _cg,
+            "RankRLS-multi": _multi, "KernelRankRLS": _kernel, "KernelRankRLS-basis": _kernel_sparse,
+            "TransductiveRankRLS": _transductive, "SparseSGDRanker": _bilinear, "PairwiseSGDRanker": _pairwise,
+            "probe": lambda: _ModelFilesProbe(seed=3).fit()}
+
+
+def _tree(path: Path) -> dict:
+    """Every file (its bytes) and directory (None) under ``path``."""
+    return {str(p.relative_to(path)): (p.read_bytes() if p.is_file() else None) for p in sorted(path.rglob("*"))}
+
+
+def _save_with_zarr(model, path, monkeypatch, root_attrs=None):
+    with monkeypatch.context() as m:
+        m.setattr(_model_files, "writable", lambda *a: False)
+        persistence.save_local(model, path, root_attrs)
+
+
+def _load_with_zarr(path, monkeypatch):
+    with monkeypatch.context() as m:
+        m.setattr(_model_files, "open_model", lambda p: None)
+        return sr.load(path)
+
+
+def _same_arrays(a, b):
+    assert type(a) is type(b) and a.get_params() == b.get_params()
+    sa, sb = a._get_state(), b._get_state()
+    assert json.dumps(sa[0], default=str) == json.dumps(sb[0], default=str)
+    assert sorted(sa[1]) == sorted(sb[1])
+    for k in sa[1]:
+        x, y = sa[1][k], sb[1][k]
+        if sp.issparse(x):
+            x, y = x.tocsr(), y.tocsr()
+            for part in ("indptr", "indices", "data"):
+                assert getattr(x, part).tobytes() == getattr(y, part).tobytes(), k
+        else:
+            x, y = np.asarray(x), np.asarray(y)
+            assert x.dtype == y.dtype and x.shape == y.shape and x.tobytes() == y.tobytes(), k
+
+
+@pytest.mark.parametrize("name", list(LEARNERS))
+def test_every_learner_is_saved_byte_for_byte_as_zarr_saves_it_and_loads_both_ways(name, tmp_path, monkeypatch):
+    monkeypatch.setattr(persistence, "CSR_CHUNK", 4)          # several CSR chunks, the last one short
+    model = LEARNERS[name]()
+    _save_with_zarr(model, tmp_path / "zarr", monkeypatch)
+    persistence.save_local(model, tmp_path / "local")
+    want, got = _tree(tmp_path / "zarr"), _tree(tmp_path / "local")
+    assert sorted(got) == sorted(want)
+    assert [k for k in want if want[k] != got[k]] == []
+    assert _model_files.open_model(tmp_path / "zarr") is not None       # zarr's files are read without zarr
+    reference = _load_with_zarr(tmp_path / "zarr", monkeypatch)         # the path before issue 22's change
+    for path in (tmp_path / "zarr", tmp_path / "local"):
+        _same_arrays(sr.load(path), reference)
+        _same_arrays(_load_with_zarr(path, monkeypatch), reference)
+
+
+def test_the_command_lines_record_is_the_last_root_attribute_as_zarr_added_it(tmp_path, monkeypatch):
+    """``streamrank fit`` adds ``cli`` to the saved model; zarr added it after the save (one more root write)."""
+    import zarr
+
+    model, record = _multi(), {"learner": "rankrls", "store": "s.zarr", "alpha": [0.5, None]}
+    _save_with_zarr(model, tmp_path / "zarr", monkeypatch)
+    zarr.open_group(str(tmp_path / "zarr"), mode="r+").attrs["cli"] = record     # what the CLI did before
+    persistence.save_local(model, tmp_path / "local", {"cli": record})
+    assert _tree(tmp_path / "local") == _tree(tmp_path / "zarr")
+    assert list(json.loads((tmp_path / "local" / "zarr.json").read_text())["attributes"])[-1] == "cli"
+
+
+def test_a_model_zarr_cannot_write_without_it_keeps_zarr(tmp_path):
+    """A big-endian array is written by zarr (little endian on disk, then read here); a complex one by zarr too,
+    and refused on loading as before (not numeric)."""
+    m = _ModelFilesProbe().fit()
+    m.arrays_ = {"big": np.arange(4, dtype=">f8")}
+    assert not _model_files.writable(m.arrays_, sp.issparse)
+    sr.save(m, tmp_path / "m")
+    assert _model_files.open_model(tmp_path / "m") is not None
+    got = sr.load(tmp_path / "m").arrays_["big"]
+    assert got.dtype == np.float64 and got.tobytes() == np.arange(4.0).tobytes()
+    m.arrays_ = {"c": np.ones(2, complex)}
+    assert not _model_files.writable(m.arrays_, sp.issparse)
+    sr.save(m, tmp_path / "c")
+    assert json.loads((tmp_path / "c" / "c" / "zarr.json").read_text())["data_type"] == "complex128"
+    assert _model_files.open_model(tmp_path / "c") is None
+    with pytest.raises(ModelFormatError, match="array 'c' is missing or damaged: dtype complex128 is not numeric"):
+        sr.load(tmp_path / "c")
+
+
+def _chunk(path):
+    return next(p for p in (path / "stats_G").rglob("*") if p.is_file() and p.name != "zarr.json")
+
+
+def _with_crc(body: bytes) -> bytes:
+    import google_crc32c
+
+    return body + int(google_crc32c.value(body)).to_bytes(4, "little")
+
+
+def _damages():
+    from streamrank.io._zstd_lib import compress
+
+    def flip(p):
+        b = bytearray(_chunk(p).read_bytes())
+        b[len(b) // 2] ^= 1
+        _chunk(p).write_bytes(bytes(b))
+
+    def endian(p):
+        d = json.loads((p / "coef_" / "zarr.json").read_text())
+        d["codecs"][0]["configuration"]["endian"] = "big"
+        (p / "coef_" / "zarr.json").write_text(json.dumps(d, indent=2))
+
+    def to_group(p):
+        (p / "coef_" / "zarr.json").write_text(json.dumps({"attributes": {}, "zarr_format": 3, "node_type": "group"}))
+
+    def arrays(names):
+        def edit(p):
+            d = json.loads((p / "zarr.json").read_text())
+            d["attributes"]["arrays"] = names
+            (p / "zarr.json").write_text(json.dumps(d))
+        return edit
+
+    return {
+        "flipped byte": flip,
+        "truncated chunk": lambda p: _chunk(p).write_bytes(_chunk(p).read_bytes()[:3]),
+        "empty chunk": lambda p: _chunk(p).write_bytes(b""),
+        "zstd garbage, valid crc": lambda p: _chunk(p).write_bytes(_with_crc(b"\x28\xb5\x2f\xfdgarbage!")),
+        "truncated root": lambda p: (p / "zarr.json").write_text((p / "zarr.json").read_text()[:40]),
+        "array removed": lambda p: shutil.rmtree(p / "coef_"),
+        "array document garbage": lambda p: (p / "coef_" / "zarr.json").write_text("{ x"),
+        "big endian": endian,
+        "array made a group": to_group,
+        "name with ..": arrays(["coef_", "../x"]),
+        "not a list": arrays("coef_"),
+        "missing chunk": lambda p: _chunk(p).unlink(),
+        "other size, valid crc": lambda p: _chunk(p).write_bytes(_with_crc(compress(np.zeros(7).tobytes()))),
+    }
+
+
+@pytest.mark.parametrize("damage", list(_damages()))
+def test_damaged_models_give_what_zarr_gave(damage, tmp_path, monkeypatch):
+    """The same error and message through both paths (zarr's reshape error aside: ours names the sizes)."""
+    X, y, q = _data(rows=60, groups=6)
+    model = sr.RankRLS(alpha=1.0).fit(X, y, q)
+    path = tmp_path / "m"
+    sr.save(model, path)
+    _damages()[damage](path)
+    outcomes = []
+    for load in (lambda: sr.load(path), lambda: _load_with_zarr(path, monkeypatch)):
+        try:
+            outcomes.append(("loaded", load().predict(X).tobytes()))
+        except Exception as exc:  # noqa: BLE001 - the type and message are compared
+            outcomes.append((type(exc).__name__, str(exc)))
+    if damage == "other size, valid crc":
+        assert [o[0] for o in outcomes] == ["ModelFormatError"] * 2, outcomes
+        assert "array 'stats_G' is missing or damaged: chunk 0/0 declares 56 bytes once decoded, but a chunk " \
+               "of shape (5, 5) of float64 holds 200" in outcomes[0][1]
+        return
+    assert outcomes[0] == outcomes[1]
+    if damage != "missing chunk":            # a missing chunk reads as zeros, as zarr reads it (models of old)
+        assert outcomes[0][0] in ("ModelFormatError", "loaded"), outcomes
+
+
+def test_a_chunk_declaring_more_than_its_shape_holds_is_refused_before_decoding(tmp_path, monkeypatch):
+    """A zstd frame (valid CRC) declaring 1 GiB for a 200-byte chunk: refused from its header, nothing allocated."""
+    import resource
+
+    from streamrank.io import _zstd_lib
+
+    X, y, q = _data(rows=60, groups=6)
+    sr.save(sr.RankRLS(alpha=1.0).fit(X, y, q), tmp_path / "m")
+    # a frame header: single segment, an 8-byte content size of 1 GiB; then one empty last raw block
+    big = b"\x28\xb5\x2f\xfd\xe0" + (1 << 30).to_bytes(8, "little") + b"\x01\x00\x00"
+    assert _zstd_lib.content_size(big) == 1 << 30
+    _chunk(tmp_path / "m").write_bytes(_with_crc(big))
+    calls = []
+    real = _zstd_lib.decompress_into
+    monkeypatch.setattr(_zstd_lib, "decompress_into", lambda src, out: calls.append(src) if src == big else
+                        real(src, out))
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    with pytest.raises(ModelFormatError, match=r"stats_G.*declares 1073741824 bytes once decoded.* holds 200"):
+        sr.load(tmp_path / "m")
+    assert calls == [] and resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before < 200_000
+
+
+def _fresh(code: str, cwd, *args, importtime=False):
+    cmd = [sys.executable, *(["-X", "importtime"] if importtime else []), *args]
+    if code:
+        cmd += ["-c", textwrap.dedent(code)]
+    out = subprocess.run(cmd, cwd=cwd, capture_output=True, text=True, timeout=300,
+                         env=dict(os.environ, PYTHONPATH=str(ROOT), STREAMRANK_NO_FORK="1"))
+    assert out.returncode == 0, out.stderr[-3000:]
+    return out
+
+
+def test_console_fit_evaluate_predict_of_a_local_dense_store_import_no_zarr_or_numcodecs(tmp_path):
+    """``python -m streamrank.cli`` (the console path, with its preload), per ``-X importtime``; the model it
+    writes is the one zarr writes, and loads through zarr."""
+    rng = np.random.default_rng(7)
+    X, y, q = rng.normal(size=(80, 6)), rng.integers(0, 3, 80).astype(float), np.repeat(np.arange(10), 8)
+    store = sr.GroupStore.create(tmp_path / "s.zarr", 6)
+    store.append(X, y, q)
+    for argv in (["fit", "--store", "s.zarr", "--model", "m.zarr", "--learner", "rankrls", "-q"],
+                 ["fit", "--store", "s.zarr", "--model", "m.zarr", "--learner", "rankrls", "--overwrite", "-q"],
+                 ["evaluate", "--model", "m.zarr", "--store", "s.zarr", "-q"],
+                 ["predict", "--model", "m.zarr", "--store", "s.zarr", "--out", "p.npy", "-q"]):
+        res = _fresh("", tmp_path, "-m", "streamrank.cli", *argv, importtime=True)
+        imported = [line.rsplit("|", 1)[-1].strip() for line in res.stderr.splitlines() if "import time:" in line]
+        assert "streamrank._model_files" in imported and "streamrank.io.group_store" in imported  # the log is read
+        assert [m for m in imported if m.split(".")[0] in ("zarr", "numcodecs")] == [], argv
+    model = sr.load(tmp_path / "m.zarr")
+    want = sr.RankRLS(alpha=model.alpha).fit(sr.GroupStore.open(tmp_path / "s.zarr"))
+    assert model.coef_.tobytes() == want.coef_.tobytes()
+    stored = np.concatenate([b.X for b in sr.GroupStore.open(tmp_path / "s.zarr").blocks(shuffle=False)])
+    np.testing.assert_array_equal(np.load(tmp_path / "p.npy"), want.predict(stored))
+    import zarr
+
+    assert zarr.open_group(str(tmp_path / "m.zarr"), mode="r").attrs["cli"]["learner"] == "rankrls"
+
+
+def test_api_save_and_load_of_every_dense_learner_import_no_zarr_or_numcodecs(tmp_path):
+    got = _fresh("""
+        import sys
+        import numpy as np
+        import streamrank as sr
+        rng = np.random.default_rng(0)
+        X, y, q = rng.normal(size=(40, 4)), rng.normal(size=40), np.repeat(np.arange(5), 8)
+        for i, m in enumerate((sr.RankRLS(alpha=1.0), sr.KernelRankRLS(alpha=1.0), sr.PairwiseSGDRanker())):
+            m.fit(X, y, q)
+            sr.save(m, f"m{i}")
+            sr.save(m, f"m{i}")                                   # a replace
+            assert sr.load(f"m{i}").predict(X).tobytes() == m.predict(X).tobytes()
+        print(sorted({n.split(".")[0] for n in sys.modules} & {"zarr", "numcodecs"}))
+    """, tmp_path)
+    assert got.stdout.split("\n")[-2] == "[]"
