@@ -87,7 +87,9 @@ def _supported(arr) -> bool:
 
 def writable(arrays: dict, issparse) -> bool:
     """Whether :func:`write_model` writes these arrays (numeric, little endian, dense or CSR); else zarr does."""
-    for a in arrays.values():
+    for name, a in arrays.items():
+        if not _simple_name(name):               # a nested or hidden name: zarr's groups and checks
+            return False
         if issparse(a):
             a = a.tocsr()
             parts = [np.asarray(getattr(a, p)) for p in _CSR_PARTS]
@@ -161,6 +163,13 @@ def _counts(v) -> bool:
 
 def _check_array_doc(doc, where) -> None:
     """_NotLocal unless ``doc`` is an array document of the layout :func:`write_model` writes."""
+    try:
+        _check_array_keys(doc, where)
+    except (TypeError, AttributeError, KeyError, ValueError, OverflowError) as exc:
+        raise _NotLocal(f"{where}: {exc}") from None
+
+
+def _check_array_keys(doc, where) -> None:
     if not isinstance(doc, dict) or list(doc) != _ARRAY_KEYS:
         raise _NotLocal(where)
     shape, grid, dt = doc["shape"], doc["chunk_grid"], doc["data_type"]
@@ -287,6 +296,6 @@ def open_model(path) -> ModelGroup | None:
                 if not _simple_name(name):
                     return None
                 members[name] = _node(root / name, name)
-    except _NotLocal:
+    except (_NotLocal, OSError):
         return None
     return ModelGroup(root, attrs, members)

@@ -362,7 +362,7 @@ def read_group(root, path, stored_bytes):
         model = cls(**{renamed.get(k, k): v for k, v in meta.get("params", {}).items()})
         model._set_state(meta.get("state", {}), arrays)
         model._set_extra_state(meta.get("state", {}), arrays)
-    except (TypeError, KeyError, ValueError, IndexError) as exc:
+    except (TypeError, KeyError, ValueError, IndexError, AttributeError) as exc:   # "params": null, ...
         raise ModelFormatError(f"{path}: the saved state of {cls.__name__} cannot be restored "
                                f"({type(exc).__name__}: {exc})") from exc
     return model

@@ -21,6 +21,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 import scipy.sparse as sp
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 import streamrank as sr
 from streamrank import _model_files, persistence
@@ -351,3 +353,71 @@ def test_api_save_and_load_of_every_dense_learner_import_no_zarr_or_numcodecs(tm
         print(sorted({n.split(".")[0] for n in sys.modules} & {"zarr", "numcodecs"}))
     """, tmp_path)
     assert got.stdout.split("\n")[-2] == "[]"
+
+
+_JSON = st.recursive(st.none() | st.booleans() | st.integers(-3, 1 << 40) | st.floats(allow_nan=False) | st.text(max_size=4),
+                     lambda c: st.lists(c, max_size=3) | st.dictionaries(st.text(max_size=8), c, max_size=3),
+                     max_leaves=6)
+
+
+def _paths(node, prefix=()):
+    yield prefix
+    items = node.items() if isinstance(node, dict) else enumerate(node) if isinstance(node, list) else ()
+    for k, v in items:
+        yield from _paths(v, prefix + (k,))
+
+
+@settings(max_examples=80, deadline=None, database=None, derandomize=True, suppress_health_check=list(HealthCheck))
+@given(doc=st.sampled_from(["zarr.json", "coef_/zarr.json", "W/zarr.json", "W/indptr/zarr.json"]),
+       pick=st.integers(0, 10**6), value=_JSON)
+def test_edited_documents_are_read_here_or_left_to_zarr_never_a_crash(tmp_path_factory, doc, pick, value):
+    """Any JSON value put at any place of a model's documents: ``open_model`` answers a group or None, never
+    raises; the load then gives the model or a ModelFormatError."""
+    base = tmp_path_factory.mktemp("fuzz")
+    m = _ModelFilesProbe().fit()
+    m.arrays_ = {"coef_": np.arange(6.0).reshape(2, 3), "W": sp.random(5, 4, density=0.5, random_state=0,
+                                                                        format="csr")}
+    sr.save(m, base / "m")
+    f = base / "m" / doc
+    d = json.loads(f.read_text())
+    paths = list(_paths(d))
+    path = paths[pick % len(paths)]
+    if not path:
+        d = value
+    else:
+        node = d
+        for key in path[:-1]:
+            node = node[key]
+        node[path[-1]] = value
+    f.write_text(json.dumps(d))
+    got = _model_files.open_model(base / "m")
+    assert got is None or isinstance(got, _model_files.ModelGroup)
+    try:
+        sr.load(base / "m")
+    except ModelFormatError:
+        pass
+
+
+@pytest.mark.parametrize("key,value", [("chunk_grid", {"name": "regular", "configuration": [2, 3]}),
+                                       ("chunk_grid", {"name": "regular", "configuration": {"chunk_shape": [2]}}),
+                                       ("chunk_grid", {"name": "regular", "configuration": {"chunk_shape": [0, 3]}}),
+                                       ("chunk_grid", {"name": "regular", "configuration": {"chunk_shape": [9, 3]}}),
+                                       ("codecs", None), ("codecs", ["bytes", "zstd", "crc32c"]),
+                                       ("shape", [True, 3]), ("shape", [2, -3]), ("fill_value", "0"),
+                                       ("fill_value", 0), ("data_type", "string"), ("chunk_key_encoding", None)])
+def test_an_array_document_of_another_shape_is_left_to_zarr(tmp_path, key, value):
+    """Odd documents (a list where zarr writes an object, a chunk larger than its array ...) are zarr's to read."""
+    m = _ModelFilesProbe().fit()
+    m.arrays_ = {"coef_": np.arange(6.0).reshape(2, 3)}
+    sr.save(m, tmp_path / "m")
+    assert _model_files.open_model(tmp_path / "m") is not None
+    f = tmp_path / "m" / "coef_" / "zarr.json"
+    d = json.loads(f.read_text())
+    d[key] = value
+    f.write_text(json.dumps(d))
+    assert _model_files.open_model(tmp_path / "m") is None
+    try:
+        got = sr.load(tmp_path / "m").arrays_["coef_"]        # zarr reads it (an int fill, a shape of True ...)
+    except ModelFormatError:
+        return
+    assert key in ("fill_value", "shape") and got.dtype == np.float64
