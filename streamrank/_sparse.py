@@ -43,6 +43,10 @@ against the sources, and the dense paths in fresh interpreters):
   image collections as CSR matrices (``streamrank.datasets.synthetic`` goes
   through :data:`sp`: the README's ``make_letor_like`` is dense).
 
+* ``streamrank.pipelines._nightly_ingest``, ``streamrank.pipelines._nightly_views`` -- the nightly
+  pipeline, which imports public names only (``tests/test_pipeline_imports.py``) and fits through scipy
+  anyway (its gate and learners); no command of the CLI imports it.
+
 Everything else goes through :data:`sp` (or imports scipy inside the
 function that needs it, as ``RankRLS``'s solve imports ``scipy.linalg``).
 """

@@ -43,10 +43,10 @@ import logging
 from pathlib import Path
 
 import numpy as np
+import scipy.sparse as sp
 
 import streamrank as sr
 from streamrank._phases import phase
-from streamrank._sparse import sp
 from streamrank.io import with_last
 
 __all__ = ["content_hash", "iter_day", "read_day", "ingest", "day_entries", "day_base", "day_complete",

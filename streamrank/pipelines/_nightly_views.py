@@ -22,8 +22,8 @@ between two kept ones is never read).
 from __future__ import annotations
 
 import numpy as np
+import scipy.sparse as sp
 
-from streamrank._sparse import sp
 from streamrank.io.blocks import BlockSource, WrappedSource
 
 __all__ = ["GroupSelection", "held_out", "spans_minus", "group_view", "counted", "HASH_BUCKETS"]
