@@ -421,3 +421,14 @@ def test_an_array_document_of_another_shape_is_left_to_zarr(tmp_path, key, value
     except ModelFormatError:
         return
     assert key in ("fill_value", "shape") and got.dtype == np.float64
+
+
+def test_without_the_zstd_library_numcodecs_writes_and_reads_the_same_files(tmp_path, monkeypatch):
+    from streamrank.io import _zstd_lib
+
+    model = _kernel_sparse()
+    persistence.save_local(model, tmp_path / "lib")
+    monkeypatch.setitem(_zstd_lib._state, "lib", None)          # a numcodecs whose libzstd cannot be loaded
+    persistence.save_local(model, tmp_path / "numcodecs")
+    assert _tree(tmp_path / "numcodecs") == _tree(tmp_path / "lib")
+    _same_arrays(sr.load(tmp_path / "lib"), _load_with_zarr(tmp_path / "lib", monkeypatch))
