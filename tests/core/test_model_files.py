@@ -257,6 +257,7 @@ def _damages():
     }
 
 
+@pytest.mark.filterwarnings("ignore:Object at c is not recognized")    # zarr on "array made a group"
 @pytest.mark.parametrize("damage", list(_damages()))
 def test_damaged_models_give_what_zarr_gave(damage, tmp_path, monkeypatch):
     """The same error and message through both paths (zarr's reshape error aside: ours names the sizes)."""
