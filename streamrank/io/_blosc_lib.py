@@ -31,54 +31,28 @@ fall back to numcodecs itself.
 from __future__ import annotations
 
 import ctypes
-import importlib.machinery
-import importlib.util
-import os
 import sys
 import threading
+
+from ._numcodecs_lib import load_once
 
 __all__ = ["compress", "decompress", "library"]
 
 MAX_OVERHEAD = 16              # BLOSC_MAX_OVERHEAD of c-blosc 1.x: a frame's header
 _state: dict = {}
 _lock = threading.Lock()
+_size_t, _vp = ctypes.c_size_t, ctypes.c_void_p
+_PROTOTYPES = {
+    "blosc_compress_ctx": ([ctypes.c_int, ctypes.c_int, _size_t, _size_t, _vp, _vp, _size_t, ctypes.c_char_p,
+                            _size_t, ctypes.c_int], ctypes.c_int),
+    "blosc_decompress_ctx": ([_vp, _vp, _size_t, ctypes.c_int], ctypes.c_int),
+    "blosc_cbuffer_validate": ([_vp, _size_t, ctypes.POINTER(_size_t)], ctypes.c_int),
+}
 
 
 def library():
     """numcodecs' c-blosc as a ``ctypes.CDLL`` with the prototypes used here, or None if it cannot be loaded."""
-    if "lib" in _state:
-        return _state["lib"]
-    with _lock:
-        if "lib" not in _state:
-            _state["lib"] = _load()
-    return _state["lib"]
-
-
-def _load():
-    try:
-        spec = importlib.util.find_spec("numcodecs")
-        dirs = list(spec.submodule_search_locations or ()) if spec else []
-    except (ImportError, ValueError):
-        return None
-    for d in dirs:
-        for suffix in importlib.machinery.EXTENSION_SUFFIXES:
-            path = os.path.join(d, "blosc" + suffix)
-            if not os.path.exists(path):
-                continue
-            try:
-                lib = ctypes.CDLL(path)
-                size_t, vp, cp = ctypes.c_size_t, ctypes.c_void_p, ctypes.c_char_p
-                lib.blosc_compress_ctx.argtypes = [ctypes.c_int, ctypes.c_int, size_t, size_t, vp, vp, size_t, cp,
-                                                   size_t, ctypes.c_int]
-                lib.blosc_compress_ctx.restype = ctypes.c_int
-                lib.blosc_decompress_ctx.argtypes = [vp, vp, size_t, ctypes.c_int]
-                lib.blosc_decompress_ctx.restype = ctypes.c_int
-                lib.blosc_cbuffer_validate.argtypes = [vp, size_t, ctypes.POINTER(size_t)]
-                lib.blosc_cbuffer_validate.restype = ctypes.c_int
-            except (OSError, AttributeError):
-                continue
-            return lib
-    return None
+    return load_once("blosc", _PROTOTYPES, _state)
 
 
 def _address(a) -> int:

@@ -30,10 +30,8 @@ shared libzstd, another platform), numcodecs' own ``compress`` /
 from __future__ import annotations
 
 import ctypes
-import importlib.machinery
-import importlib.util
-import os
-import threading
+
+from ._numcodecs_lib import load_once
 
 __all__ = ["compress", "content_size", "decompress_into", "library", "UNKNOWN"]
 
@@ -43,48 +41,20 @@ _CONTENTSIZE_UNKNOWN = (1 << 64) - 1          # ZSTD_CONTENTSIZE_UNKNOWN
 _CONTENTSIZE_ERROR = (1 << 64) - 2            # ZSTD_CONTENTSIZE_ERROR
 _C_COMPRESSION_LEVEL, _C_CHECKSUM_FLAG = 100, 201
 _state: dict = {}
-_lock = threading.Lock()
+_size_t, _vp, _ull = ctypes.c_size_t, ctypes.c_void_p, ctypes.c_ulonglong
+_PROTOTYPES = {"ZSTD_createCCtx": ([], _vp), "ZSTD_freeCCtx": ([_vp], _size_t),
+               "ZSTD_CCtx_setParameter": ([_vp, ctypes.c_int, ctypes.c_int], _size_t),
+               "ZSTD_compress2": ([_vp, _vp, _size_t, _vp, _size_t], _size_t),
+               "ZSTD_compressBound": ([_size_t], _size_t), "ZSTD_maxCLevel": ([], ctypes.c_int),
+               "ZSTD_decompress": ([_vp, _size_t, _vp, _size_t], _size_t),
+               "ZSTD_findFrameCompressedSize": ([_vp, _size_t], _size_t),
+               "ZSTD_getFrameContentSize": ([_vp, _size_t], _ull),
+               "ZSTD_isError": ([_size_t], ctypes.c_uint), "ZSTD_getErrorName": ([_size_t], ctypes.c_char_p)}
 
 
 def library():
     """numcodecs' libzstd as a ``ctypes.CDLL`` with the prototypes used here, or None if it cannot be loaded."""
-    if "lib" in _state:
-        return _state["lib"]
-    with _lock:
-        if "lib" not in _state:
-            _state["lib"] = _load()
-    return _state["lib"]
-
-
-def _load():
-    try:
-        spec = importlib.util.find_spec("numcodecs")
-        dirs = list(spec.submodule_search_locations or ()) if spec else []
-    except (ImportError, ValueError):
-        return None
-    size_t, vp, ull = ctypes.c_size_t, ctypes.c_void_p, ctypes.c_ulonglong
-    protos = {"ZSTD_createCCtx": ([], vp), "ZSTD_freeCCtx": ([vp], size_t),
-              "ZSTD_CCtx_setParameter": ([vp, ctypes.c_int, ctypes.c_int], size_t),
-              "ZSTD_compress2": ([vp, vp, size_t, vp, size_t], size_t),
-              "ZSTD_compressBound": ([size_t], size_t), "ZSTD_maxCLevel": ([], ctypes.c_int),
-              "ZSTD_decompress": ([vp, size_t, vp, size_t], size_t),
-              "ZSTD_findFrameCompressedSize": ([vp, size_t], size_t),
-              "ZSTD_getFrameContentSize": ([vp, size_t], ull),
-              "ZSTD_isError": ([size_t], ctypes.c_uint), "ZSTD_getErrorName": ([size_t], ctypes.c_char_p)}
-    for d in dirs:
-        for suffix in importlib.machinery.EXTENSION_SUFFIXES:
-            path = os.path.join(d, "zstd" + suffix)
-            if not os.path.exists(path):
-                continue
-            try:
-                lib = ctypes.CDLL(path)
-                for name, (args, res) in protos.items():
-                    fn = getattr(lib, name)
-                    fn.argtypes, fn.restype = args, res
-            except (OSError, AttributeError):
-                continue
-            return lib
-    return None
+    return load_once("zstd", _PROTOTYPES, _state)
 
 
 def _error(lib, code) -> str | None:
