@@ -29,6 +29,7 @@ check itself).
 """
 from __future__ import annotations
 
+import logging
 import os
 import sys
 import threading
@@ -118,7 +119,11 @@ def _kernels():
                     try:
                         good = _self_test(kernels)
                     except Exception:     # a blosc the kernels do not understand: decode whole chunks instead
+                        logging.getLogger(__name__).debug("block-wise decode's self-test raised", exc_info=True)
                         good = False
+                    if not good:          # correct but slower reads: say so where --verbose / debug logs look
+                        logging.getLogger(__name__).debug("block-wise decode unavailable in this process (its "
+                                                          "self-test failed): chunks are decoded whole, then checked")
                     found = kernels if good else None
             finally:                      # published once decided, for the lock-free look-up above
                 _state["kernels"] = found

@@ -64,3 +64,21 @@ print("ok", len(calls))
                          timeout=300)
     assert run.returncode == 0, run.stderr[-3000:]
     assert run.stdout.startswith("ok")
+
+@pytest.mark.parametrize("failure", ["False", "raises"])
+def test_a_failed_self_test_is_logged_for_the_debug_log(failure, monkeypatch, caplog):
+    """A process whose self-test fails reads correctly but slower; its debug log says why (the cause, if raised)."""
+    if B._find_decompress_ctx() is None:
+        pytest.skip("this numcodecs' c-blosc exports no blosc_decompress_ctx")
+
+    def self_test(kernels):
+        if failure == "raises":
+            raise RuntimeError("decoded other bytes")
+        return False
+
+    monkeypatch.setattr(B, "_state", {})
+    monkeypatch.setattr(B, "_self_test", self_test)
+    with caplog.at_level("DEBUG", logger=B.__name__):
+        assert not B.available()
+    assert "block-wise decode unavailable in this process" in caplog.text
+    assert ("decoded other bytes" in caplog.text) == (failure == "raises")
