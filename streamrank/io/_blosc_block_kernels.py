@@ -64,10 +64,11 @@ import numpy as np
 
 from .._numba import jit
 from ._check_kernels import first_nonfinite, first_out_of_range
+from ._unshuffle_kernels import first_nonfinite_f32_streams, first_nonfinite_f64_streams, unshuffle4, unshuffle8
 
 __all__ = ["DECOMPRESS_SYMBOL", "block_size", "block_order", "block_plan", "decode_blocks_finite",
            "decode_blocks_in_range", "decode_checked_finite", "decode_checked_in_range", "decode_chunk_finite",
-           "decode_chunk_in_range"]
+           "decode_chunk_in_range", "decode_chunk_finite_streams"]
 
 #: name under which c-blosc's ``int blosc_decompress_ctx(const void*, void*, size_t, int)`` is registered
 DECOMPRESS_SYMBOL = "streamrank_blosc_decompress_ctx"
@@ -85,7 +86,9 @@ def _numba_globals():
 
 _HEADER = 16
 _ONE_BLOCK = 20          # header + one block offset
+_SHUFFLE = 0x01
 _MEMCPYED = 0x02
+_BITSHUFFLE = 0x04
 _FUTURE = 0x08
 _DONT_SPLIT = 0x10
 
@@ -158,11 +161,22 @@ def block_order(frame, starts, order):
 @jit
 def _decode_block(frame, start, j, bs, nbytes, dest):
     """Decode block ``j`` (data at ``start``) to ``dest + j * bs`` as a one-block frame; True if c-blosc did."""
+    return _decode_block_as(frame, start, j, bs, nbytes, dest + j * bs, 0)
+
+
+@jit
+def _decode_block_as(frame, start, j, bs, nbytes, to, clear):
+    """Block ``j`` as a one-block frame whose flags lose the bits ``clear``, decoded to the address ``to``.
+
+    ``clear = _SHUFFLE``: c-blosc leaves the block's bytes shuffled (its
+    streams, :mod:`streamrank.io._unshuffle_kernels`); the codec and the
+    split into streams do not depend on that flag.
+    """
     n = min(bs, nbytes - j * bs)
     h = start - _ONE_BLOCK
     s0, s1, s2, s3, s4 = _get32(frame, h), _get32(frame, h + 4), _get32(frame, h + 8), _get32(frame, h + 12), \
         _get32(frame, h + 16)
-    head = _get32(frame, 0)           # version, compressor version, flags, type size
+    head = _get32(frame, 0) & ~(clear << 16)    # version, compressor version, flags, type size
     if n < bs:                        # the leftover block: its own block size, never split (as c-blosc decodes it)
         head |= _DONT_SPLIT << 16
     _put32(frame, h, head)
@@ -170,7 +184,7 @@ def _decode_block(frame, start, j, bs, nbytes, dest):
     _put32(frame, h + 8, n if n < bs else bs)
     _put32(frame, h + 12, frame.shape[0] - h)
     _put32(frame, h + 16, _ONE_BLOCK)
-    got = _decompress(frame.ctypes.data + h, dest + j * bs, n, 1)
+    got = _decompress(frame.ctypes.data + h, to, n, 1)
     _put32(frame, h, s0)
     _put32(frame, h + 4, s1)
     _put32(frame, h + 8, s2)
@@ -290,3 +304,54 @@ def decode_chunk_in_range(frame, u, n_check, n):
     if bs < 0:
         return -2
     return decode_blocks_in_range(frame, u, n_check, n, bs, starts, order, 0, order.shape[0])
+
+
+@jit
+def decode_chunk_finite_streams(frame, a, n_check, scratch):
+    """:func:`decode_chunk_finite` with the check run on each block's shuffled bytes and the unshuffle done here.
+
+    For a frame whose blocks are byte-shuffled with the type size of ``a``
+    (4 or 8: float32, float64), each block is decoded by c-blosc with the
+    shuffle flag cleared into a scratch block (its streams), checked there
+    (:func:`~streamrank.io._unshuffle_kernels.first_nonfinite_f32_streams`:
+    the exponent streams, a quarter or an eighth of the bytes, read while in
+    cache) and unshuffled into its place in ``a``
+    (:mod:`streamrank.io._unshuffle_kernels`): the check reads no byte of the
+    output back (issue 16: those reads, from beyond the L2 cache, were most
+    of the check's cost).  Any other frame (not shuffled, bit-shuffled,
+    another type size) goes to :func:`decode_chunk_finite`.  Returns what
+    :func:`decode_chunk_finite` returns; the decoded bytes are c-blosc's
+    (:mod:`streamrank.io._blosc_blocks` checks that once per process before
+    using this kernel).
+    """
+    nbytes = a.nbytes
+    t = a.itemsize
+    if frame.shape[0] < _HEADER or (frame[2] & (_SHUFFLE | _BITSHUFFLE)) != _SHUFFLE or frame[3] != t \
+            or (t != 4 and t != 8):
+        return decode_chunk_finite(frame, a, n_check)
+    bs, starts, order = _plan(frame, nbytes, t, 1)
+    if bs < 0:
+        return -2
+    if scratch.shape[0] < bs:
+        return decode_blocks_finite(frame, a, n_check, bs, starts, order, 0, order.shape[0])
+    per = bs // t
+    for k in range(order.shape[0]):
+        j = order[k]
+        if not _decode_block_as(frame, starts[j], j, bs, nbytes, scratch.ctypes.data, _SHUFFLE):
+            return -3
+        m = min(bs, nbytes - j * bs) // t
+        lo = j * per
+        cnt = min(m, n_check - lo)
+        if t == 4:
+            if cnt > 0:
+                i = first_nonfinite_f32_streams(scratch, m, cnt)
+                if i >= 0:
+                    return lo + i
+            unshuffle4(scratch, a.view(np.uint32)[lo:lo + m])
+        else:
+            if cnt > 0:
+                i = first_nonfinite_f64_streams(scratch, m, cnt)
+                if i >= 0:
+                    return lo + i
+            unshuffle8(scratch, a.view(np.uint64)[lo:lo + m])
+    return -1

@@ -26,6 +26,17 @@ the count.  On one thread a chunk costs one kernel call
 (``decode_chunk_finite`` / ``decode_chunk_in_range``), a chunk of a single
 block included (issue 16: what the checked path pays per chunk beyond the
 check itself).
+
+A float chunk whose blocks are byte-shuffled with the value's own size (every
+float array streamrank writes: X, y, CSR data) takes
+``decode_chunk_finite_streams`` instead: c-blosc decodes each block without
+its unshuffle into this thread's scratch block, the check reads the
+exponent stream there while it is in cache, and the unshuffle is done by
+:mod:`streamrank.io._unshuffle_kernels` -- the check then reads no decoded
+byte back, and a checked chunk costs what an unchecked one does, within a
+few per cent (``benchmarks/stream_throughput.py`` section 6).  That kernel
+has its own self-test (:func:`_self_test_streams`); where it fails, or on a
+big-endian machine, the chunks take ``decode_chunk_finite`` as before.
 """
 from __future__ import annotations
 
@@ -45,6 +56,10 @@ MAX_THREADS = None
 _state: dict = {}
 _lock = threading.Lock()
 _SHUFFLE = 1             # blosc's byte shuffle (numcodecs.blosc.SHUFFLE)
+#: largest blosc block (bytes) the streams kernel gets a scratch block for; a frame of bigger blocks (not one
+#: streamrank writes: its chunks are ~4 MiB with 512 KiB blocks) takes the fused kernel instead
+SCRATCH_MAX = 4 << 20
+_local = threading.local()             # .scratch: this thread's scratch block for the streams kernel
 
 
 def _find_decompress_ctx() -> int | None:
@@ -100,6 +115,56 @@ def _self_test(kernels) -> bool:
                 and np.array_equal(out3, one))
 
 
+def _self_test_streams(kernels) -> bool:
+    """``decode_chunk_finite_streams`` equals c-blosc's decode (numcodecs'): float32 and float64 chunks of several
+    shuffled blocks and a short last one (whose streams start off an 8-byte boundary), and of one block."""
+    from ._blosc_lib import compress
+
+    ok = True
+    scratch = np.empty(1 << 16, np.uint8)
+    for dtype, n, blocksize in ((np.float32, 300_001, 1 << 14), (np.float64, 150_003, 1 << 14),
+                                (np.float32, 20_001, 1 << 20), (np.float64, 9_999, 1 << 20)):
+        x = np.arange(n, dtype=dtype) * dtype(0.25) - dtype(n // 3)
+        frame = np.frombuffer(compress(x, b"lz4", 5, _SHUFFLE, blocksize, x.itemsize), np.uint8).copy()
+        before = frame.copy()
+        out = np.empty_like(x)
+        scratch = scratch if scratch.size >= min(blocksize, x.nbytes) else np.empty(x.nbytes, np.uint8)
+        ok = ok and kernels.decode_chunk_finite_streams(frame, out, n, scratch) == -1 \
+            and np.array_equal(out.view(np.uint8), x.view(np.uint8)) and np.array_equal(frame, before)
+        x[n - 2] = np.inf
+        frame = np.frombuffer(compress(x, b"lz4", 5, _SHUFFLE, blocksize, x.itemsize), np.uint8).copy()
+        ok = ok and kernels.decode_chunk_finite_streams(frame, out, n, scratch) == n - 2
+    return bool(ok)
+
+
+def _streams_ok(kernels) -> bool:
+    """Whether ``decode_chunk_finite_streams`` may be used here (little endian, its self-test passed)."""
+    if sys.byteorder != "little":
+        return False
+    try:
+        good = _self_test_streams(kernels)
+    except Exception:
+        logging.getLogger(__name__).debug("the streams decode's self-test raised", exc_info=True)
+        good = False
+    if not good:
+        logging.getLogger(__name__).debug("streams decode unavailable in this process (its self-test failed): "
+                                          "float chunks are checked after c-blosc's own unshuffle")
+    return good
+
+
+def _scratch(frame: np.ndarray):
+    """This thread's scratch block, at least the frame's block size (header bytes 8-12); None when that is above
+    :data:`SCRATCH_MAX` (the kernel checks the header itself: this only sizes the buffer)."""
+    need = int.from_bytes(frame[8:12].tobytes(), "little") if frame.size >= 16 else 0
+    buf = getattr(_local, "scratch", None)
+    if buf is not None and buf.size >= need:
+        return buf
+    if need > SCRATCH_MAX:
+        return None
+    _local.scratch = buf = np.empty(max(need, 1 << 19), np.uint8)
+    return buf
+
+
 def _kernels():
     """The kernel module once its c-blosc symbol is registered and the self-test passed; None otherwise."""
     k = _state.get("kernels", _state)
@@ -125,6 +190,7 @@ def _kernels():
                         logging.getLogger(__name__).debug("block-wise decode unavailable in this process (its "
                                                           "self-test failed): chunks are decoded whole, then checked")
                     found = kernels if good else None
+                    _state["streams"] = good and _streams_ok(kernels)
             finally:                      # published once decided, for the lock-free look-up above
                 _state["kernels"] = found
         return _state["kernels"]
@@ -276,6 +342,10 @@ def decode_checked(frame: np.ndarray, out: np.ndarray, kind: str, limit: int, n_
         return None
     head = (flat, int(n_check)) if finite else (flat.view(f"u{flat.dtype.itemsize}"), int(n_check), int(limit))
     if MAX_THREADS == 1 or _numcodecs_threads() < 2:     # one kernel call, a frame of one block too (issue 16)
+        if finite and _state.get("streams"):
+            scratch = _scratch(frame)
+            if scratch is not None:
+                return True if kernels.decode_chunk_finite_streams(frame, *head, scratch) == -1 else None
         fn = kernels.decode_chunk_finite if finite else kernels.decode_chunk_in_range
         return True if fn(frame, *head) == -1 else None
     fn = kernels.decode_blocks_finite if finite else kernels.decode_blocks_in_range
