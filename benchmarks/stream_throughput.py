@@ -42,8 +42,11 @@ Questions answered in one run (section numbers as printed):
    (``MAX_THREADS = 1``): the same setup unless blosc threads were turned
    back on, so the two show the spread of the measurement.  All of this is
    the check kernels' cost (``streamrank._numba.twins(False)``: what a big
-   store's reads run once numba is set up or the twins' budget is spent);
-   a third paired figure gives the checks' numpy twins (chunks decoded
+   store's reads run once numba is set up or the twins' budget is spent).
+   Float chunks are checked on their shuffled bytes before the unshuffle
+   (``decode_chunk_finite_streams``); the paired figure is printed once more
+   with that kernel off (the check after c-blosc's own unshuffle, as before
+   it: the same process, so the two compare directly); a further paired figure gives the checks' numpy twins (chunks decoded
    whole, no fused check), which a process that has not set numba up runs
    on a small store (issue 22).
 
@@ -293,7 +296,9 @@ def _bench_read_checks(path, max_rows, repeat, label, twins):
     except ImportError:     # a streamrank from before the block-wise decode (comparisons)
         BB = None
     knob = BB is not None and hasattr(BB, "MAX_THREADS")
-    ways = ("unchecked", "checked") + (("checked, 1 thread",) if knob else ()) + (("numpy",) if twins else ())
+    streams = BB is not None and BB.available() and bool(BB._state.get("streams"))
+    ways = ("unchecked", "checked") + (("checked, 1 thread",) if knob else ()) \
+        + (("checked, after unshuffle",) if streams else ()) + (("numpy",) if twins else ())
 
     def paired_blocks(r):
         """Process CPU of reading every block of a pass unchecked, checked, and checked with the block-wise
@@ -308,6 +313,8 @@ def _bench_read_checks(path, max_rows, repeat, label, twins):
                     RC.CHECK_READS = way != "unchecked"
                     if knob:
                         BB.MAX_THREADS = 1 if way == "checked, 1 thread" else None
+                    if streams:
+                        BB._state["streams"] = way != "checked, after unshuffle"
                     fresh = sr.GroupStore.open(path)
                     with twins(True) if way == "numpy" else contextlib.nullcontext():
                         c0 = time.process_time()
@@ -317,6 +324,8 @@ def _bench_read_checks(path, max_rows, repeat, label, twins):
             RC.CHECK_READS = True
             if knob:
                 BB.MAX_THREADS = None
+            if streams:
+                BB._state["streams"] = True
         return [spent[w] / spent["unchecked"] for w in ways[1:]]
 
     one_pass(True)   # compile / warm the page cache
@@ -356,6 +365,10 @@ def _bench_read_checks(path, max_rows, repeat, label, twins):
         what = "block-wise decode on 1 thread" if threads > 1 else "a second checked read (same setup: the spread)"
         k = ways.index("checked, 1 thread") - 1
         print(f"   the same paired per block, {what}: {100 * (float(np.median(block_ratios[:, k])) - 1):+.1f} % {short}")
+    if "checked, after unshuffle" in ways:
+        k = ways.index("checked, after unshuffle") - 1
+        print(f"   the same paired per block, floats checked after c-blosc's unshuffle (the streams kernel off): "
+              f"{100 * (float(np.median(block_ratios[:, k])) - 1):+.1f} % {short}")
     if "numpy" in ways:
         k = ways.index("numpy") - 1
         print(f"   the same paired per block, checks by their numpy twins (chunks decoded whole; a process that "
