@@ -52,7 +52,8 @@ bad position it met (``>= 0``; other blocks may be left undecoded), ``-2``
 (the frame is not one this kernel splits: memcpy-ed, a single block (but
 for the ``decode_chunk_*`` kernels), block
 offsets out of order by less than 20 bytes or outside the frame...) or
-``-3`` (c-blosc refused a block).  Anything but ``-1`` sends the caller
+``-3`` (c-blosc refused a block); :func:`decode_chunk_finite_streams` also
+``-4`` (not its frame: :func:`decode_chunk_finite` decodes it).  Anything else but ``-1`` sends the caller
 (:mod:`streamrank.io._blosc_blocks`) back to the whole-chunk decode and the
 plain check, which give the same result and error messages as before.  The
 run kernels trust their plan: call them only with what :func:`block_plan`
@@ -71,11 +72,11 @@ import numpy as np
 
 from .._numba import jit
 from ._check_kernels import first_nonfinite, first_out_of_range
-from ._unshuffle_kernels import first_nonfinite_f32_streams, first_nonfinite_f64_streams, unshuffle4, unshuffle8
+from ._unshuffle_kernels import first_bad_exponent, unshuffle4, unshuffle8
 
 __all__ = ["DECOMPRESS_SYMBOL", "block_size", "block_order", "block_plan", "decode_blocks_finite",
            "decode_blocks_in_range", "decode_checked_finite", "decode_checked_in_range", "decode_chunk_finite",
-           "decode_chunk_in_range", "decode_chunk_finite_streams"]
+           "decode_chunk_in_range", "decode_chunk_finite_streams", "decode_streams_finite"]
 
 #: name under which c-blosc's ``int blosc_decompress_ctx(const void*, void*, size_t, int)`` is registered
 DECOMPRESS_SYMBOL = "streamrank_blosc_decompress_ctx"
@@ -313,7 +314,6 @@ def decode_chunk_in_range(frame, u, n_check, n):
     return decode_blocks_in_range(frame, u, n_check, n, bs, starts, order, 0, order.shape[0])
 
 
-@jit
 def decode_chunk_finite_streams(frame, a, n_check, scratch):
     """:func:`decode_chunk_finite` with the check run on each block's shuffled bytes and the unshuffle done here.
 
@@ -325,40 +325,50 @@ def decode_chunk_finite_streams(frame, a, n_check, scratch):
     cache) and unshuffled into its place in ``a``
     (:mod:`streamrank.io._unshuffle_kernels`): the check reads no byte of the
     output back (issue 16: those reads, from beyond the L2 cache, were most
-    of the check's cost).  Any other frame (not shuffled, bit-shuffled,
-    another type size) goes to :func:`decode_chunk_finite`.  Returns what
-    :func:`decode_chunk_finite` returns; the decoded bytes are c-blosc's
+    of the check's cost).  Returns what :func:`decode_chunk_finite` returns,
+    or ``-4`` for a frame that is not this kernel's (not shuffled,
+    bit-shuffled, another type size, a block larger than ``scratch``):
+    call :func:`decode_chunk_finite` for it (kept out of this kernel, whose
+    compile would otherwise include that one's).  The decoded bytes are c-blosc's
     (:mod:`streamrank.io._blosc_blocks` checks that once per process before
     using this kernel).
     """
-    nbytes = a.nbytes
-    t = a.itemsize
+    if not a.flags.c_contiguous:
+        raise ValueError("decode_chunk_finite_streams decodes into a C-contiguous array")
+    return decode_streams_finite(frame, a.reshape(-1).view(np.uint8), a.itemsize, n_check, scratch)
+
+
+@jit
+def decode_streams_finite(frame, b, t, n_check, scratch):
+    """:func:`decode_chunk_finite_streams` of the float array whose bytes are ``b`` (uint8) and type size ``t``.
+
+    One compile for float32 and float64 (the bytes' type is the same).
+    """
+    nbytes = b.shape[0]
     if frame.shape[0] < _HEADER or (frame[2] & (_SHUFFLE | _BITSHUFFLE)) != _SHUFFLE or frame[3] != t \
             or (t != 4 and t != 8):
-        return decode_chunk_finite(frame, a, n_check)
+        return -4
     bs, starts, order = _plan(frame, nbytes, t, 1)
     if bs < 0:
         return -2
     if scratch.shape[0] < bs:
-        return decode_blocks_finite(frame, a, n_check, bs, starts, order, 0, order.shape[0])
+        return -4
     per = bs // t
+    low_mask = 0x80 if t == 4 else 0xF0      # the exponent's bits in the second stream from the top
     for k in range(order.shape[0]):
         j = order[k]
         if not _decode_block_as(frame, starts[j], j, bs, nbytes, scratch.ctypes.data, _SHUFFLE):
             return -3
-        m = min(bs, nbytes - j * bs) // t
+        n = min(bs, nbytes - j * bs)
+        m = n // t
         lo = j * per
         cnt = min(m, n_check - lo)
+        if cnt > 0:                          # the exponent: streams t-2 and t-1 (first_nonfinite_f32_streams)
+            i = first_bad_exponent(scratch, (t - 2) * m, (t - 1) * m, cnt, low_mask)
+            if i >= 0:
+                return lo + i
         if t == 4:
-            if cnt > 0:
-                i = first_nonfinite_f32_streams(scratch, m, cnt)
-                if i >= 0:
-                    return lo + i
-            unshuffle4(scratch, a.view(np.uint32)[lo:lo + m])
+            unshuffle4(scratch, b[j * bs:j * bs + n].view(np.uint32))
         else:
-            if cnt > 0:
-                i = first_nonfinite_f64_streams(scratch, m, cnt)
-                if i >= 0:
-                    return lo + i
-            unshuffle8(scratch, a.view(np.uint64)[lo:lo + m])
+            unshuffle8(scratch, b[j * bs:j * bs + n].view(np.uint64))
     return -1

@@ -121,14 +121,13 @@ def _self_test_streams(kernels) -> bool:
     from ._blosc_lib import compress
 
     ok = True
-    scratch = np.empty(1 << 16, np.uint8)
     for dtype, n, blocksize in ((np.float32, 300_001, 1 << 14), (np.float64, 150_003, 1 << 14),
                                 (np.float32, 20_001, 1 << 20), (np.float64, 9_999, 1 << 20)):
         x = np.arange(n, dtype=dtype) * dtype(0.25) - dtype(n // 3)
         frame = np.frombuffer(compress(x, b"lz4", 5, _SHUFFLE, blocksize, x.itemsize), np.uint8).copy()
         before = frame.copy()
         out = np.empty_like(x)
-        scratch = scratch if scratch.size >= min(blocksize, x.nbytes) else np.empty(x.nbytes, np.uint8)
+        scratch = np.empty(int.from_bytes(frame[8:12].tobytes(), "little"), np.uint8)    # the frame's block size
         ok = ok and kernels.decode_chunk_finite_streams(frame, out, n, scratch) == -1 \
             and np.array_equal(out.view(np.uint8), x.view(np.uint8)) and np.array_equal(frame, before)
         x[n - 2] = np.inf
@@ -345,7 +344,9 @@ def decode_checked(frame: np.ndarray, out: np.ndarray, kind: str, limit: int, n_
         if finite and _state.get("streams"):
             scratch = _scratch(frame)
             if scratch is not None:
-                return True if kernels.decode_chunk_finite_streams(frame, *head, scratch) == -1 else None
+                r = kernels.decode_chunk_finite_streams(frame, *head, scratch)
+                if r != -4:                   # -4: not a byte-shuffled frame of this type size
+                    return True if r == -1 else None
         fn = kernels.decode_chunk_finite if finite else kernels.decode_chunk_in_range
         return True if fn(frame, *head) == -1 else None
     fn = kernels.decode_blocks_finite if finite else kernels.decode_blocks_in_range

@@ -41,7 +41,8 @@ import numpy as np
 
 from .._numba import jit
 
-__all__ = ["unshuffle4", "unshuffle8", "first_nonfinite_f32_streams", "first_nonfinite_f64_streams"]
+__all__ = ["unshuffle4", "unshuffle8", "first_bad_exponent", "first_nonfinite_f32_streams",
+           "first_nonfinite_f64_streams"]
 
 _STRIDE = 512                     # 64-bit words a verdict is ORed over (4 KiB of a stream)
 _LOW7 = np.uint64(0x7F7F7F7F7F7F7F7F)
@@ -83,7 +84,7 @@ def unshuffle8(s, d):
 
 
 @jit
-def _first_bad_exponent(s, lo, hi, cnt, low_mask):
+def first_bad_exponent(s, lo, hi, cnt, low_mask):
     """First ``i < cnt`` with ``s[hi + i] & 0x7F == 0x7F`` and ``s[lo + i] & low_mask == low_mask``; -1 if none.
 
     The high stream alone is scanned eight bytes a word (a value whose top
@@ -123,7 +124,7 @@ def first_nonfinite_f32_streams(s, m, cnt):
 
     Exponent all ones: bits 0-6 of byte 3 (``s[3m + i]``) and bit 7 of byte 2 (``s[2m + i]``).
     """
-    return _first_bad_exponent(s, 2 * m, 3 * m, cnt, 0x80)
+    return first_bad_exponent(s, 2 * m, 3 * m, cnt, 0x80)
 
 
 @jit
@@ -132,4 +133,4 @@ def first_nonfinite_f64_streams(s, m, cnt):
 
     Exponent all ones: bits 0-6 of byte 7 (``s[7m + i]``) and bits 4-7 of byte 6 (``s[6m + i]``).
     """
-    return _first_bad_exponent(s, 6 * m, 7 * m, cnt, 0xF0)
+    return first_bad_exponent(s, 6 * m, 7 * m, cnt, 0xF0)

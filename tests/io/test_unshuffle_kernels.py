@@ -169,11 +169,12 @@ def test_frames_not_byte_shuffled_take_the_fused_kernel(shuffle, dtype):
     assert not frame[2] & 0x02
     out = np.empty_like(a)
     scratch = sentinel_scratch()
-    assert kernels().decode_chunk_finite_streams(frame, out, a.size, scratch) == -1
-    np.testing.assert_array_equal(out, a)
+    assert kernels().decode_chunk_finite_streams(frame, out, a.size, scratch) == -4
     assert (scratch == 0xA5).all()
+    assert B.decode_checked(frame, out, "finite", 0, a.size) is True      # the fused kernel decodes it
+    np.testing.assert_array_equal(out, a)
     a[777] = np.nan
-    assert kernels().decode_chunk_finite_streams(frame_of(a, 1 << 13, shuffle), out, a.size, scratch) == 777
+    assert B.decode_checked(frame_of(a, 1 << 13, shuffle), out, "finite", 0, a.size) is None
 
 
 @pytestmark_kernels
@@ -182,18 +183,18 @@ def test_type_size_other_than_the_values_takes_the_fused_kernel():
     frame = np.frombuffer(blosc.compress(a.view(np.uint8), b"lz4", 5, blosc.SHUFFLE, 1 << 13), np.uint8).copy()
     assert frame[3] == 1 and not frame[2] & 0x02
     out, scratch = np.empty_like(a), sentinel_scratch()
-    assert kernels().decode_chunk_finite_streams(frame, out, a.size, scratch) == -1
-    np.testing.assert_array_equal(out, a)
+    assert kernels().decode_chunk_finite_streams(frame, out, a.size, scratch) == -4
     assert (scratch == 0xA5).all()
+    assert B.decode_checked(frame, out, "finite", 0, a.size) is True
+    np.testing.assert_array_equal(out, a)
 
 
 @pytestmark_kernels
-def test_a_scratch_smaller_than_a_block_takes_the_fused_kernel():
+def test_a_scratch_smaller_than_a_block_is_not_the_kernels():
     a = np.linspace(-3, 3, 50_001).astype(np.float32)
     frame = frame_of(a, 1 << 14)
     out, scratch = np.empty_like(a), sentinel_scratch((1 << 14) - 4)
-    assert kernels().decode_chunk_finite_streams(frame, out, a.size, scratch) == -1
-    np.testing.assert_array_equal(out, a)
+    assert kernels().decode_chunk_finite_streams(frame, out, a.size, scratch) == -4
     assert (scratch == 0xA5).all()
 
 
@@ -232,7 +233,8 @@ def test_streams_decode_hands_back_what_it_does_not_decode_and_restores_the_fram
     kept = refused.copy()
     assert k.decode_chunk_finite_streams(refused, np.empty_like(a), a.size, sentinel_scratch()) == -3
     np.testing.assert_array_equal(refused, kept)
-    assert k.decode_chunk_finite_streams(np.zeros(8, np.uint8), np.empty_like(a), a.size, sentinel_scratch()) == -2
+    assert k.decode_chunk_finite_streams(np.zeros(8, np.uint8), np.empty_like(a), a.size, sentinel_scratch()) == -4
+    assert k.decode_chunk_finite(np.zeros(8, np.uint8), np.empty_like(a), a.size) == -2      # what -4 leads to
 
 
 # -------------------------------------------------------------------------------- the chunk decoder's choice
@@ -339,3 +341,21 @@ def test_store_bad_X_named_the_same_by_every_path(tmp_path, bad_row):
             messages.append(str(err.value))
     assert len(set(messages)) == 1, messages
     assert f"row {bad_row}" in messages[0] and "'X'" in messages[0]
+
+
+@pytestmark_kernels
+def test_streams_self_test_passes_here_and_fails_on_a_kernel_that_does_not_decode(monkeypatch):
+    """Where the block-wise decode is available, so is the streams kernel (else float chunks would silently take
+    the slower path); a kernel that hands every frame back (-4) or decodes wrongly fails the self-test."""
+    k = kernels()
+    assert B._self_test_streams(k) is True and B._streams_ok(k) is True
+    real = k.decode_chunk_finite_streams
+    monkeypatch.setattr(k, "decode_chunk_finite_streams", lambda *a: -4)
+    assert B._self_test_streams(k) is False
+
+    def off_by_one(frame, a, n, scratch):
+        r = real(frame, a, n, scratch)
+        a[0] += 1
+        return r
+    monkeypatch.setattr(k, "decode_chunk_finite_streams", off_by_one)
+    assert B._self_test_streams(k) is False
