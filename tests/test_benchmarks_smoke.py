@@ -213,6 +213,7 @@ def test_stream_throughput_read_checks_smoke(tmp_path, capsys):
     assert out.count("CPU of checked / unchecked blocks, paired per block:") == 2, out
     assert out.count("extra CPU of decode+check over decode, per chunk:") == 2, out
     assert "checks fused into the block-wise decode" in out, out
+    assert out.count("floats checked after c-blosc's unshuffle (the streams kernel off):") == 2, out
 
 
 @pytest.mark.slow                                   # four stores and eight traced fits (~20 s wall)
