@@ -38,6 +38,8 @@ from pathlib import Path
 
 import numpy as np
 
+from ._model_record import check_chunk, record_entry, with_record
+
 __all__ = ["open_model", "write_model", "writable", "ModelGroup", "ModelArray"]
 
 JSON_INDENT = 2                     # zarr's default ``json_indent``
@@ -106,8 +108,11 @@ def _write(path: Path, data: bytes) -> None:
         f.write(data)
 
 
-def _write_array(dir_: Path, arr: np.ndarray, chunks) -> None:
-    """``arr`` as a zarr v3 array at ``dir_``: its document, then every chunk of its grid (zeros too)."""
+def _write_array(dir_: Path, arr: np.ndarray, chunks) -> dict:
+    """``arr`` as a zarr v3 array at ``dir_``: its document, then every chunk of its grid (zeros too).
+
+    Returns its entry of the record (:mod:`streamrank._model_record`): the CRC-32C trailer of every chunk.
+    """
     import google_crc32c
 
     from .io._zstd_lib import compress
@@ -116,6 +121,7 @@ def _write_array(dir_: Path, arr: np.ndarray, chunks) -> None:
     _write(dir_ / "zarr.json", _dumps(_array_doc(arr.shape, chunks, dt)))
     grid = [-(-s // c) for s, c in zip(arr.shape, chunks)]
     little = np.ascontiguousarray(arr, dtype=dt.newbyteorder("<") if dt.itemsize > 1 else dt)
+    crcs = {}
     for coords in itertools.product(*(range(n) for n in grid)):
         sel = tuple(slice(i * c, min((i + 1) * c, s)) for i, c, s in zip(coords, chunks, arr.shape))
         part = little[sel]
@@ -125,28 +131,34 @@ def _write_array(dir_: Path, arr: np.ndarray, chunks) -> None:
             part = full
         enc = compress(np.ascontiguousarray(part).tobytes(), 0, False)
         key = ["c", *map(str, coords)]
-        _write(dir_.joinpath(*key), enc + int(google_crc32c.value(enc)).to_bytes(4, "little"))
+        crc = int(google_crc32c.value(enc))
+        _write(dir_.joinpath(*key), enc + crc.to_bytes(4, "little"))
+        crcs["/".join(key)] = crc
+    return record_entry(dt.name, arr.shape, chunks, crcs)
 
 
-def write_model(root: Path, arrays: dict, attrs: dict, issparse, csr_chunk: int) -> None:
+def write_model(root: Path, arrays: dict, attrs: dict, issparse, csr_chunk: int, extra_attrs=None) -> None:
     """The model group at the new directory ``root``: its arrays (dense, or CSR groups), then the root document.
 
-    ``attrs``: the root attributes, written last (a group without them is not a model).
+    The root attributes, written last (a group without them is not a model):
+    ``attrs``, the record of every chunk written (``_model_record.SAVED_ARRAYS``),
+    then ``extra_attrs`` (the command line's record).
     """
     root = Path(root)
     root.mkdir(parents=True)
     _write(root / "zarr.json", _dumps(_group_doc({})))
+    record = {}
     for name, a in arrays.items():
         if issparse(a):
             a = a.tocsr()
             _write(root / name / "zarr.json", _dumps(_group_doc({"shape": list(a.shape), "format": "csr"})))
             for part in _CSR_PARTS:
                 arr = np.ascontiguousarray(getattr(a, part))
-                _write_array(root / name / part, arr, (max(1, min(arr.size, csr_chunk)),))
+                record[f"{name}/{part}"] = _write_array(root / name / part, arr, (max(1, min(arr.size, csr_chunk)),))
         else:
             arr = np.ascontiguousarray(np.asarray(a))
-            _write_array(root / name, arr, tuple(max(1, s) for s in arr.shape))
-    _write(root / "zarr.json", _dumps(_group_doc(attrs)))
+            record[name] = _write_array(root / name, arr, tuple(max(1, s) for s in arr.shape))
+    _write(root / "zarr.json", _dumps(_group_doc(with_record(attrs, record, extra_attrs))))
 
 
 # ------------------------------------------------------------------ read
@@ -212,8 +224,14 @@ class ModelArray:
             raise TypeError(f"{self.name}: a model array is read whole (a[...])")
         return self.read()
 
-    def read(self) -> np.ndarray:
-        """The whole array: every chunk decoded and checked (a missing chunk reads as zeros, as in zarr)."""
+    def read(self, crcs: dict | None = None) -> np.ndarray:
+        """The whole array: every chunk decoded and checked (a missing chunk reads as zeros, as in zarr).
+
+        ``crcs``: the model's record of this array's chunks (``{key: CRC-32C trailer}``, from
+        :mod:`streamrank._model_record`), or None for a model saved without it.  With it, a missing chunk
+        or one whose trailer is not the recorded one is an error, checked after the chunk's own checks
+        (as on zarr's path) with the trailer already read for the chunk's CRC-32C.
+        """
         import google_crc32c
 
         from .io import _zstd_lib
@@ -224,10 +242,13 @@ class ModelArray:
         need = int(np.prod(chunks, dtype=np.int64)) * self.dtype.itemsize
         grid = [-(-s // c) for s, c in zip(self.shape, chunks)]
         for coords in itertools.product(*(range(n) for n in grid)):
-            path = self._dir.joinpath("c", *map(str, coords))
+            key = "/".join(["c", *map(str, coords)])
+            path = self._dir.joinpath(*key.split("/"))
             try:
                 data = path.read_bytes()
             except FileNotFoundError:
+                if crcs is not None:
+                    check_chunk(self.name, key, None, crcs[key])
                 continue                                      # zarr: a missing chunk holds the fill value
             body, stored = data[:-4], data[-4:]
             computed = int(google_crc32c.value(body)).to_bytes(4, "little")
@@ -244,6 +265,8 @@ class ModelArray:
             _zstd_lib.decompress_into(body, dest)
             if dest is not out:
                 out[sel] = dest[tuple(slice(0, sl.stop - sl.start) for sl in sel)]
+            if crcs is not None:
+                check_chunk(self.name, key, stored, crcs[key])
         return out.astype(self.dtype, copy=False)
 
 

@@ -57,7 +57,7 @@ import re
 
 from .io._remote import filesystem as _filesystem
 from .io._remote import is_url
-from .persistence import ModelFormatError, read_group, write_group
+from .persistence import ModelFormatError, open_objects, read_group, write_group
 
 __all__ = ["is_url", "save_url", "load_url", "POINTER", "VERSIONS", "SWEEP_GRACE_S", "LOAD_ATTEMPTS"]
 
@@ -287,20 +287,11 @@ def load_url(url, storage_options=None):
             return sum(s for k, s in listing.items() if k == head or k.startswith(head + "/"))
 
         # every object of one immutable version, fetched whole: the model is that version, nothing else
-        return read_group(group, where, stored_bytes)
+        return read_group(group, where, stored_bytes, objects.get)
     raise ModelFormatError(f"{url}: the model was replaced {LOAD_ATTEMPTS} times while it was being read; "
                            "try again")
 
 
 def _open(objects, where):
     """The zarr group held by the fetched ``objects`` (in memory)."""
-    import zarr
-    from zarr.core.buffer import default_buffer_prototype
-    from zarr.storage import MemoryStore
-
-    proto = default_buffer_prototype()
-    try:
-        store = MemoryStore({k: proto.buffer.from_bytes(v) for k, v in objects.items()}, read_only=True)
-        return zarr.open_group(store=store, mode="r")
-    except Exception as exc:
-        raise ModelFormatError(f"{where} is not a readable streamrank model: {exc}") from exc
+    return open_objects(objects, where)

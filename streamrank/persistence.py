@@ -35,6 +35,7 @@ from pathlib import Path
 
 import numpy as np
 
+from . import _model_record
 from ._sparse import sp
 
 if TYPE_CHECKING:
@@ -121,9 +122,9 @@ def save_local(model, path: Path, root_attrs=None) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = _sibling(path, "partial")
     try:
-        attrs, arrays = _model_state(model, root_attrs)
+        attrs, arrays = _model_state(model)
         if _model_files.writable(arrays, sp.issparse):
-            _model_files.write_model(tmp, arrays, attrs, sp.issparse, CSR_CHUNK)
+            _model_files.write_model(tmp, arrays, attrs, sp.issparse, CSR_CHUNK, root_attrs)
         else:
             import zarr
 
@@ -134,8 +135,12 @@ def save_local(model, path: Path, root_attrs=None) -> None:
             shutil.rmtree(tmp, ignore_errors=True)
 
 
-def _model_state(model, root_attrs=None):
-    """``(root attributes, {name: array})`` of ``model`` as saved: its state, feature names and normalizer."""
+def _model_state(model):
+    """``(root attributes, {name: array})`` of ``model`` as saved: its state, feature names and normalizer.
+
+    The writers add the record of the chunks they wrote, then the caller's ``root_attrs``
+    (:func:`streamrank._model_record.with_record`).
+    """
     attrs, arrays = model._get_state()
     extra_attrs, extra_arrays = model._extra_state()   # feature names, normalizer (streamrank.base)
     attrs, arrays = {**attrs, **extra_attrs}, {**arrays, **extra_arrays}
@@ -146,7 +151,6 @@ def _model_state(model, root_attrs=None):
         "params": _jsonable(model.get_params()),
         "state": _jsonable(attrs),
         "arrays": sorted(arrays),
-        **dict(root_attrs or {}),
     }, arrays
 
 
@@ -154,11 +158,14 @@ def write_group(root, model, root_attrs=None) -> None:
     """Write ``model``'s parameters and learned state into the empty, writable zarr group ``root``.
 
     The root attributes are written last: a group without them is not a model.
-    ``root_attrs``: more root attributes (the command line's record of the fit).
+    They hold the record of every chunk written (read back from ``root``'s
+    store: :mod:`streamrank._model_record`), then ``root_attrs``: more root
+    attributes (the command line's record of the fit).
     """
     import zarr
 
-    root_doc, arrays = _model_state(model, root_attrs)
+    root_doc, arrays = _model_state(model)
+    record = {}
     # every chunk is written, zeros too: load() bounds an array's declared size by its chunk files
     with zarr.config.set({"array.write_empty_chunks": True}):
         for name, a in arrays.items():
@@ -172,13 +179,28 @@ def write_group(root, model, root_attrs=None) -> None:
                     z = g.create_array(part, shape=arr.shape, dtype=arr.dtype, compressors=_codecs(),
                                        chunks=(max(1, min(arr.size, CSR_CHUNK)),) if arr.ndim == 1 else arr.shape)
                     z[...] = arr
+                    record[f"{name}/{part}"] = _written(z)
             else:
                 arr = np.ascontiguousarray(np.asarray(a))
                 chunks = tuple(max(1, s) for s in arr.shape) if arr.ndim else ()
                 z = root.create_array(name, shape=arr.shape, dtype=arr.dtype, chunks=chunks or None,
                                       compressors=_codecs())
                 z[...] = arr
-        root.attrs.update(root_doc)
+                record[name] = _written(z)
+        root.attrs.update(_model_record.with_record(root_doc, record, root_attrs))
+
+
+def _written(z) -> dict:
+    """The record of the zarr array ``z`` just written: the CRC-32C trailer of each chunk, read back from its store."""
+    from zarr.abc.store import SuffixByteRequest
+    from zarr.core.buffer import default_buffer_prototype
+    from zarr.core.sync import sync
+
+    store, proto, crcs = z.store_path.store, default_buffer_prototype(), {}
+    for key in _model_record.chunk_keys(z.shape, z.chunks):
+        tail = sync(store.get(f"{z.path}/{key}", prototype=proto, byte_range=SuffixByteRequest(4)))
+        crcs[key] = int.from_bytes(tail.to_bytes(), "little")
+    return _model_record.record_entry(np.dtype(z.dtype).name, z.shape, z.chunks, crcs)
 
 
 def replace_dir(tmp: Path, path: Path) -> None:
@@ -291,22 +313,70 @@ def load(path: PathLike, storage_options: dict | None = None) -> BaseRanker:
             raise FileNotFoundError(f"no model at {path}")
         path = old
     root = open_model(path)         # None: not exactly the layout sr.save writes, so zarr reads it, as before
+    chunk_bytes = None
     if root is None:
-        import zarr
+        root, chunk_bytes = _zarr_group(path)
+    return read_group(root, path, lambda name: _stored_bytes(path / name / "c"), chunk_bytes)
 
+
+def _zarr_group(path: Path):
+    """``(zarr group, chunk_bytes)`` of the local model ``path`` that the local reader leaves to zarr.
+
+    A model carrying the record of its chunks (:mod:`streamrank._model_record`)
+    is read into memory first -- its documents and the recorded chunk files,
+    each once -- and zarr reads it from there, so the chunks' trailers are
+    compared with the record without reading a file twice; ``chunk_bytes`` is
+    then ``{key: bytes}.get``.  Any other model is zarr's to open (None).
+    """
+    import zarr
+
+    try:
+        record = _model_record.parse(json.loads((path / "zarr.json").read_bytes())["attributes"])
+    except (OSError, ValueError, KeyError, TypeError, AttributeError, RecursionError):
+        record = None               # no record, or a damaged one: zarr's reading of it says so
+    if record is None:
         try:
-            root = zarr.open_group(str(path), mode="r")
+            return zarr.open_group(str(path), mode="r"), None
         except Exception as exc:
             raise ModelFormatError(f"{path} is not a readable streamrank model: {exc}") from exc
-    return read_group(root, path, lambda name: _stored_bytes(path / name / "c"))
+    objects = {}
+    for dirpath, _dirs, files in os.walk(path):
+        if "zarr.json" in files:
+            rel = Path(dirpath, "zarr.json").relative_to(path)
+            objects["/".join(rel.parts)] = (path / rel).read_bytes()
+    for label, entry in record.items():         # (names and keys checked by parse: nothing outside the model)
+        for key in entry["chunk_crc32c"]:
+            try:
+                objects[f"{label}/{key}"] = path.joinpath(*label.split("/"), *key.split("/")).read_bytes()
+            except (FileNotFoundError, NotADirectoryError):
+                pass                             # read_group names the missing chunk
+    return open_objects(objects, path), objects.get
 
 
-def read_group(root, path, stored_bytes):
+def open_objects(objects: dict, where):
+    """The zarr group held by ``objects`` (``{key: bytes}`` of a model's files, in memory), read-only."""
+    import zarr
+    from zarr.core.buffer import default_buffer_prototype
+    from zarr.storage import MemoryStore
+
+    proto = default_buffer_prototype()
+    try:
+        store = MemoryStore({k: proto.buffer.from_bytes(v) for k, v in objects.items()}, read_only=True)
+        return zarr.open_group(store=store, mode="r")
+    except Exception as exc:
+        raise ModelFormatError(f"{where} is not a readable streamrank model: {exc}") from exc
+
+
+def read_group(root, path, stored_bytes, chunk_bytes=None):
     """The model held by the zarr group ``root`` (named ``path`` in errors), validated on the way.
 
     ``root``: a zarr group, or a :class:`streamrank._model_files.ModelGroup`.
     ``stored_bytes(name)``: the bytes of the chunk files of array ``name``
     (bounds its declared size before zarr allocates it).
+    ``chunk_bytes(key)``: the bytes of the file ``key`` (``coef_/c/0``) as
+    zarr read it, or None where it is missing; it checks a zarr group's chunks
+    against the model's record (:mod:`streamrank._model_record`), which a
+    :class:`~streamrank._model_files.ModelGroup` does as it reads them.
     """
     import importlib
 
@@ -336,25 +406,44 @@ def read_group(root, path, stored_bytes):
     names = meta.get("arrays", [])
     if not isinstance(names, list) or not all(isinstance(n, str) for n in names):
         raise ModelFormatError(f"{path}: the 'arrays' attribute is not a list of names")
+    try:
+        record = _model_record.parse(meta)          # None: saved before sr.save recorded its chunks
+        if record is not None:
+            _model_record.check_listed(record, names)
+    except ValueError as exc:
+        raise ModelFormatError(f"{path}: {exc}") from exc
+
+    def read(label, a):
+        return _read_array(label, a, record, chunk_bytes)
+
     for name in names:
         try:
             node = root[name]
             parts = list(node.arrays()) if _is_group(node) else [("", node)]
-            for part, a in parts:
+            labels = [f"{name}/{part}" if part else name for part, _a in parts]
+            if record is not None:
+                _model_record.check_parts(record, name, labels)
+            for label, (_part, a) in zip(labels, parts):
                 kind = np.dtype(a.dtype).kind
                 if kind not in "biuf":  # learned state is numbers; never decode objects
                     raise ModelFormatError(f"dtype {a.dtype} is not numeric")
-                _check_stored_size(f"{name}/{part}" if part else name, a, stored_bytes)
+                if not _is_local(a):            # the local reader reads only the layout sr.save writes
+                    _model_record.check_layout(label, a.metadata.to_dict())
+                _check_stored_size(label, a, stored_bytes)
+                if record is not None:
+                    _model_record.check_array(label, np.dtype(a.dtype).name, a.shape, a.chunks, record[label])
+
             if _is_group(node):
                 shape = node.attrs["shape"]
                 if (not isinstance(shape, list) or len(shape) != 2
                         or not all(isinstance(v, int) and 0 <= v <= np.iinfo(np.int32).max for v in shape)):
                     raise ModelFormatError(f"its 'shape' attribute {shape!r} is not two counts")
-                M = sp.csr_matrix((node["data"][...], node["indices"][...], node["indptr"][...]), shape=tuple(shape))
+                M = sp.csr_matrix(tuple(read(f"{name}/{p}", node[p]) for p in ("data", "indices", "indptr")),
+                                  shape=tuple(shape))
                 M.check_format(full_check=True)   # indptr monotone, indices within the columns
                 arrays[name] = M
             else:
-                arrays[name] = node[...]
+                arrays[name] = read(name, node)
         except Exception as exc:
             raise ModelFormatError(f"{path}: array {name!r} is missing or damaged: {exc}") from exc
     try:
@@ -366,6 +455,24 @@ def read_group(root, path, stored_bytes):
         raise ModelFormatError(f"{path}: the saved state of {cls.__name__} cannot be restored "
                                f"({type(exc).__name__}: {exc})") from exc
     return model
+
+
+def _read_array(label: str, a, record, chunk_bytes):
+    """The values of array ``a`` (``label`` in the record), its chunks checked against the record if any."""
+    crcs = None if record is None else record[label]["chunk_crc32c"]
+    if _is_local(a):
+        return a.read(crcs)
+    values = a[...]
+    if crcs is not None and chunk_bytes is not None:     # after zarr's own checks of each chunk, as read() does
+        for key, want in crcs.items():
+            _model_record.check_chunk(label, key, chunk_bytes(f"{label}/{key}"), want)
+    return values
+
+
+def _is_local(a) -> bool:
+    from ._model_files import ModelArray
+
+    return isinstance(a, ModelArray)
 
 
 def _is_group(node) -> bool:

@@ -10,6 +10,7 @@ over model files run in a child process: a signal is a failed test.
 """
 from __future__ import annotations
 
+import inspect
 import json
 import textwrap
 
@@ -20,6 +21,9 @@ import zarr
 
 import streamrank as sr
 from streamrank.persistence import ModelFormatError
+
+from . import model_edits
+from .model_edits import reseal
 
 
 def _rankrls(tmp_path):
@@ -42,6 +46,7 @@ def _bilinear(tmp_path):
 
 def _poke(path, array, index, value):
     zarr.open_array(store=zarr.storage.LocalStore(str(path)), path=array, mode="r+")[index] = value
+    reseal(path)           # the record of the chunks rewritten too: the state checks are the last line of defence
 
 
 def _set_state_attr(path, **changes):
@@ -109,6 +114,7 @@ ref = sr.load(src).score(Q, D)
 I_K = 1
 def poke(path, array, index, value):
     zarr.open_array(store=zarr.storage.LocalStore(path), path=array, mode="r+")[index] = value
+    reseal(path)
 def expect(path, what):
     try:
         sr.load(path).score(Q, D)
@@ -147,6 +153,7 @@ def fuzz(name, pos, value, attr, attr_value):
         meta = json.load(open(dst + "/zarr.json"))
         meta["attributes"]["state"][attr] = attr_value if not isinstance(attr_value, float) or np.isfinite(attr_value) else 3
         json.dump(meta, open(dst + "/zarr.json", "w"))
+    reseal(dst)
     print("fuzz", name, pos, value, attr, attr_value, flush=True)
     try:
         s = sr.load(dst).score(Q, D)
@@ -165,7 +172,8 @@ def test_crafted_and_fuzzed_sparse_sgd_models_never_crash(tmp_path, fork_server)
     path, Q, D = _bilinear(tmp_path)
     sp.save_npz(tmp_path / "Q.npz", Q)
     sp.save_npz(tmp_path / "D.npz", D)
-    proc = fork_server.run(["-c", textwrap.dedent(_CHILD), str(path), str(tmp_path / "Q.npz"),   # a real process,
+    child = inspect.getsource(model_edits) + textwrap.dedent(_CHILD)      # with reseal()
+    proc = fork_server.run(["-c", child, str(path), str(tmp_path / "Q.npz"),   # a real process,
                             str(tmp_path / "D.npz"), "60"], timeout=600)                  # forked (tests/_forked.py)
     last = proc.stdout.strip().split("\n")[-1:]
     assert proc.returncode == 0, f"child exited {proc.returncode} after {last}:\n{proc.stderr[-3000:]}"
