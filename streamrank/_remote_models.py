@@ -237,6 +237,17 @@ def _all_arrays(group, prefix=""):
             yield path, node
 
 
+def _check_layouts(group, where) -> None:
+    """Every array's document must read its bytes as sr.save wrote them (:func:`_model_record.check_layout`)."""
+    from ._model_record import check_layout
+
+    for path, arr in _all_arrays(group):
+        try:
+            check_layout(path, arr.metadata.to_dict())
+        except ValueError as exc:
+            raise ModelFormatError(f"{where}: array {path.split('/')[0]!r} is missing or damaged: {exc}") from None
+
+
 def _missing_chunk(group, objects):
     for path, key in _expected_chunks(group):
         if f"{path}/{key}" not in objects:
@@ -273,6 +284,7 @@ def load_url(url, storage_options=None):
         group = missing = None
         if objects is not None:
             group = _open(objects, where)
+            _check_layouts(group, where)            # (an edited key separator would read as missing chunks)
             missing = _missing_chunk(group, objects)
         if objects is None or missing is not None:
             if _read_pointer(fs, root, url)["version"] != version:
