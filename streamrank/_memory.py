@@ -6,7 +6,15 @@ import resource
 import threading
 import time
 
-__all__ = ["current_rss", "PeakRSS"]
+__all__ = ["current_rss", "physical_memory", "PeakRSS"]
+
+
+def physical_memory() -> int:
+    """Bytes of physical memory of this machine (1 << 40 where the OS does not tell: no bound then)."""
+    try:
+        return int(os.sysconf("SC_PAGE_SIZE")) * int(os.sysconf("SC_PHYS_PAGES"))
+    except (AttributeError, ValueError, OSError):
+        return 1 << 40
 
 
 def current_rss() -> int:

@@ -15,7 +15,10 @@ that layout this module does what zarr 3 does:
   into chunks of at most ``persistence.CSR_CHUNK`` entries, the last one
   padded with zeros; every chunk is written, zeros too (``load`` bounds an
   array's declared size by its chunk files); zstd through numcodecs' own
-  library (:mod:`streamrank.io._zstd_lib`), then the CRC-32C, little endian.
+  library (:mod:`streamrank.io._zstd_lib`), then the CRC-32C, little endian;
+* the root attributes with the record of every chunk written (its CRC-32C
+  trailer), as ``persistence.write_group`` reads it back from zarr's store
+  (:mod:`streamrank._model_record`).
 
 :func:`write_model` is used only when every array is a numeric numpy array in
 little-endian order or a scipy sparse matrix; :func:`open_model` answers only
@@ -25,9 +28,11 @@ parse: None).  Otherwise zarr does the work as before, so a crafted or damaged
 model meets the same checks and the same messages as before; a model whose
 layout is this one is checked here as zarr checks it: the CRC-32C of every
 chunk (zarr's message), zstd's declared size against the chunk's before
-anything is allocated, a missing chunk reads as zeros (models saved before
-every chunk was written).  ``tests/core/test_model_files.py`` saves every
-learner both ways and compares every file.
+anything is allocated, and, for a model carrying the record, the chunk's
+trailer against it (a missing chunk is then an error; without the record it
+reads as zeros, as in zarr: models saved before every chunk was written).
+``tests/core/test_model_files.py`` saves every learner both ways and compares
+every file.
 """
 from __future__ import annotations
 

@@ -25,8 +25,10 @@ half-written pointer); see :data:`ATOMIC_PUT`.
 **Load.** Read the pointer (bounded, validated), list ``U/versions/V/`` once
 and fetch every object listed, all requests in flight together; then open
 the group from those bytes in memory and validate it exactly as a local
-model (the listed sizes bound every array's declared size; every chunk of
-every array must be there, since zarr would read a missing chunk as zeros).
+model (the listed sizes bound every array's declared size; every document
+must read its bytes as sr.save wrote them, and every chunk of every array
+must be there, since zarr would read a missing chunk as zeros; the chunks are
+compared with the model's record of them, :mod:`streamrank._model_record`).
 The bytes are all of one immutable version, so the model is that version,
 whole.  An object listed but gone when fetched, or a chunk missing, while
 the pointer now names another version means a save replaced the model and

@@ -3,9 +3,42 @@
 Layout of a saved model (a zarr v3 group on local disk)::
 
     attrs: {"streamrank": "model", "format_version": 1,
-            "class": "RankRLS", "params": {...}, "state": {...}}
+            "class": "RankRLS", "params": {...}, "state": {...}, "arrays": [names],
+            "saved_arrays": {array: {data_type, shape, chunk_shape, chunk_crc32c}},
+            "cli": {...}}       (only from the command line)
     <name>                 dense learned arrays
     <name>/indptr|indices|data   CSR learned arrays (attrs: {"shape": [r, c]})
+
+Every array is written as zarr v3, codecs ``bytes`` (little endian) ->
+``zstd`` -> ``crc32c``, fill value 0, keys ``c/i/j``, every chunk written
+(zeros too).
+
+**What a load trusts: nothing read from disk** (issue 16).  Before any
+learner sees an array: its data type is numeric; its declared size is bounded
+by its chunk files (:func:`_check_stored_size`); every chunk's CRC-32C and
+zstd's declared size are checked before it is decoded; each learner's
+``_set_state`` then checks shapes, ranges and consistency
+(:mod:`streamrank._state_checks`).  Two kinds of damage leave all of that
+valid, and are checked as :mod:`streamrank._model_record` describes:
+
+* a document edited to read the same bytes otherwise (``"endian": "big"``,
+  a codec added or changed, another key separator or fill value, zarr v2) is
+  refused for every model, on every path: the local reader reads only the
+  layout above, and wherever zarr decodes (a model the local reader leaves to
+  zarr, a model at a URL) the document zarr parsed is checked first;
+* ``saved_arrays``, written by ``sr.save`` since it existed, records per array
+  its data type, shape, chunk shape and the CRC-32C trailer of every chunk
+  file: a chunk deleted, swapped with another or copied from another model,
+  or a data type / shape edit, is a :class:`ModelFormatError` naming the
+  array and the chunk.  Models saved before carry no record and load as
+  before (a missing chunk reads as zeros: they may lack their all-zero
+  chunks); readers before it ignore the attribute, so ``format_version``
+  stays 1.
+
+The record costs no second read: the local reader compares each chunk's
+trailer after its own CRC check, and a local model that zarr reads
+(:func:`_zarr_group`) is read into memory once, its trailers compared there
+and zarr reading from memory, as a model at a URL is.
 
 Saving is atomic: the group is written to a sibling temporary directory and
 renamed into place; an existing model at ``path`` is replaced only after the

@@ -15,6 +15,7 @@ from __future__ import annotations
 import numpy as np
 import scipy.sparse as sp
 
+from .._memory import physical_memory
 from .._state_checks import state_array, state_int
 from . import _sparse_w_kernels as K_
 from ._base import kernel_csr
@@ -31,6 +32,8 @@ MIN_POOL = 64
 POOL_GROWTH = 2  # after a repack the pool holds this many times what the rows take (amortised O(1))
 S_REBASE = 1 << 19  # flush and restart the sweep counter after this many sweeps (bounded S)
 MAX_COLS = np.iinfo(np.int32).max  # columns are stored as int32
+#: bytes per row of W that :meth:`SparseW.from_state` allocates (meta, stamps, bounds, indptr, counts)
+ROW_TABLE_BYTES = 8 * 8
 
 
 class SparseW:
@@ -267,6 +270,10 @@ class SparseW:
         vals = state_array(arrays, f"{prefix}vals", keys.shape)
         stamps = state_array(arrays, f"{prefix}stamps", keys.shape, kind="i", lo=0, hi=k)
         fstate = state_array(arrays, f"{prefix}fstate", (1,))
+        need, have = n_rows * ROW_TABLE_BYTES, physical_memory()
+        if need > have:     # a few-KB model declaring 2**31 rows: a clear error, not a MemoryError or the OOM killer
+            raise ValueError(f"attribute n_rows={n_rows} asks for {need:,} bytes of row tables (W's per-row state), "
+                             f"more than this machine's {have:,} bytes of memory")
         W = cls(n_rows, n_cols)
         n_old = min(istate.shape[0], K_.I_USED)  # the pool counters are rebuilt below
         W.istate[:n_old] = istate[:n_old]
