@@ -51,8 +51,8 @@ import itertools
 import math
 import re
 
-__all__ = ["SAVED_ARRAYS", "chunk_keys", "record_entry", "with_record", "parse", "check_listed", "check_parts",
-           "check_array", "check_chunk", "check_layout", "CODECS"]
+__all__ = ["SAVED_ARRAYS", "chunk_keys", "record_entry", "with_record", "parse", "by_array", "check_listed",
+           "check_parts", "check_array", "check_chunk", "check_layout", "CODECS"]
 
 #: the root attribute holding the record
 SAVED_ARRAYS = "saved_arrays"
@@ -125,19 +125,26 @@ def parse(attrs: dict):
     return record
 
 
-def check_listed(record: dict, names) -> None:
-    """Every recorded array must be listed in the model's ``arrays`` attribute (``names``): one dropped from
-    the listing (a normalizer, say) would otherwise load as a model without it."""
-    dropped = sorted({k.split("/")[0] for k in record} - set(names))
+def by_array(record: dict) -> dict:
+    """``{listed name: [its recorded labels]}``: ``coef_`` -> ``["coef_"]``, ``W`` -> ``["W/data", ...]``."""
+    out: dict = {}
+    for label in record:
+        out.setdefault(label.split("/")[0], []).append(label)
+    return {k: sorted(v) for k, v in out.items()}
+
+
+def check_listed(recorded: dict, names) -> None:
+    """Every recorded array (``recorded``: :func:`by_array`) must be listed in the model's ``arrays`` attribute
+    (``names``): one dropped from the listing (a normalizer, say) would otherwise load as a model without it."""
+    dropped = sorted(set(recorded) - set(names))
     if dropped:
         raise ValueError(f"the {SAVED_ARRAYS!r} record names {dropped}, which the 'arrays' attribute does not list "
                          "(the model was saved with them)")
 
 
-def check_parts(record: dict, name: str, labels) -> None:
-    """The arrays found for the listed ``name`` (``labels``: ``name``, or ``name/indptr``... of a CSR group)
-    must be the ones recorded for it."""
-    want = sorted(k for k in record if k == name or k.startswith(name + "/"))
+def check_parts(want: list, labels) -> None:
+    """The arrays found for one listed name (``labels``: ``name``, or ``name/indptr``... of a CSR group) must be
+    the ones recorded for it (``want``, sorted)."""
     if sorted(labels) != want:
         raise ValueError(f"it holds the arrays {sorted(labels)}, but sr.save wrote {want}")
 

@@ -68,7 +68,8 @@ from pathlib import Path
 
 import numpy as np
 
-from . import _model_record
+from . import _model_files, _model_record
+from ._model_files import ModelArray, ModelGroup
 from ._sparse import sp
 
 if TYPE_CHECKING:
@@ -149,8 +150,6 @@ def save_local(model, path: Path, root_attrs=None) -> None:
     Without zarr when :func:`streamrank._model_files.writable` says so (every
     learner's arrays), the same files zarr writes; through zarr otherwise.
     """
-    from . import _model_files
-
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = _sibling(path, "partial")
@@ -332,8 +331,6 @@ def load(path: PathLike, storage_options: dict | None = None) -> BaseRanker:
         return load_url(path, storage_options)
     if storage_options:
         raise ValueError(f"storage_options are for a URL of object storage; {str(path)!r} is a local path")
-    from ._model_files import open_model
-
     path = Path(local_path(path))
     if path.is_file() and path.name == "current":  # pointer file of the nightly pipeline
         target = path.read_text().strip()
@@ -345,7 +342,7 @@ def load(path: PathLike, storage_options: dict | None = None) -> BaseRanker:
         if old is None:
             raise FileNotFoundError(f"no model at {path}")
         path = old
-    root = open_model(path)         # None: not exactly the layout sr.save writes, so zarr reads it, as before
+    root = _model_files.open_model(path)   # None: not exactly the layout sr.save writes, so zarr reads it, as before
     chunk_bytes = None
     if root is None:
         root, chunk_bytes = _zarr_group(path)
@@ -441,8 +438,9 @@ def read_group(root, path, stored_bytes, chunk_bytes=None):
         raise ModelFormatError(f"{path}: the 'arrays' attribute is not a list of names")
     try:
         record = _model_record.parse(meta)          # None: saved before sr.save recorded its chunks
+        recorded = _model_record.by_array(record) if record is not None else None
         if record is not None:
-            _model_record.check_listed(record, names)
+            _model_record.check_listed(recorded, names)
     except ValueError as exc:
         raise ModelFormatError(f"{path}: {exc}") from exc
 
@@ -455,7 +453,7 @@ def read_group(root, path, stored_bytes, chunk_bytes=None):
             parts = list(node.arrays()) if _is_group(node) else [("", node)]
             labels = [f"{name}/{part}" if part else name for part, _a in parts]
             if record is not None:
-                _model_record.check_parts(record, name, labels)
+                _model_record.check_parts(recorded.get(name, []), labels)
             for label, (_part, a) in zip(labels, parts):
                 kind = np.dtype(a.dtype).kind
                 if kind not in "biuf":  # learned state is numbers; never decode objects
@@ -503,15 +501,11 @@ def _read_array(label: str, a, record, chunk_bytes):
 
 
 def _is_local(a) -> bool:
-    from ._model_files import ModelArray
-
     return isinstance(a, ModelArray)
 
 
 def _is_group(node) -> bool:
     """Whether ``node`` (of a zarr group or a local model group) is a group (a CSR array's three parts)."""
-    from ._model_files import ModelGroup
-
     zarr = sys.modules.get("zarr")            # a zarr node exists only once zarr is imported
     return isinstance(node, ModelGroup) or (zarr is not None and isinstance(node, zarr.Group))
 
