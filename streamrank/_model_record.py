@@ -179,7 +179,7 @@ def check_layout(name: str, meta: dict) -> None:
     grid, default chunk keys with the "/" separator, fill value +0, no storage
     transformer, codecs ``bytes`` (little endian) -> ``zstd`` [-> ``crc32c``].
     """
-    where = f"{name}/zarr.json"
+    where = f"{name}/.zarray" if meta.get("zarr_format") == 2 else f"{name}/zarr.json"
 
     def refuse(field, got, want):
         raise ValueError(f"{where}: {field} is {got!r}, but streamrank writes {want!r}; {_EDITED}")

@@ -382,3 +382,16 @@ def test_damage_to_chunk_files_and_documents_gives_an_error_or_the_saved_model(t
         assert "is missing or damaged" in str(exc) or "saved_arrays" in str(exc), str(exc)
         return
     _same(got, m)
+
+
+def test_a_model_rewritten_as_zarr_v2_is_refused(tmp_path, monkeypatch):
+    """streamrank never wrote zarr v2: its ``order``, filters and compressor would read the bytes otherwise."""
+    import zarr
+
+    m = _RecordProbe().fit()
+    root = zarr.open_group(str(tmp_path / "m"), mode="w", zarr_format=2)
+    root.create_array("coef_", shape=(6,), dtype="<f8", chunks=(6,), order="F")[...] = m.arrays_["coef_"]
+    root.attrs.update({"streamrank": "model", "format_version": 1, "class": "_RecordProbe",
+                       "params": {"seed": 0}, "state": {}, "arrays": ["coef_"]})
+    _refused_everywhere(tmp_path / "m", monkeypatch, "array 'coef_' is missing or damaged: coef_/.zarray: "
+                        "zarr_format is 2, but streamrank writes 3", remote=False)
