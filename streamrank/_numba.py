@@ -37,6 +37,15 @@ container or service account) numba itself would refuse to import the
 kernels; streamrank then caches in ``$TMPDIR/streamrank-numba-<uid>`` and
 says so once (set ``NUMBA_CACHE_DIR`` to choose the place).
 
+Kernels that call kernels
+-------------------------
+numba keys a cached kernel on its own source file: edit a kernel another
+one calls, and the caller's cached machine code still holds the callee's
+old code.  Every streamrank kernel's cache entry is also keyed on a hash of
+all of the package's kernel modules (:func:`_kernel_sources_stamp`), so an
+edit to any of them compiles the kernels again; an installed package never
+changes, so users never pay it.
+
 Several processes, one cache
 ----------------------------
 Processes that share a cache directory (test workers, dask workers, two
@@ -172,11 +181,55 @@ def __getattr__(name):       # the locked cache file class is made with numba's 
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
+def _package_root(py_file: str) -> str:
+    """The directory of the top-level package holding ``py_file`` (its own directory outside a package)."""
+    d = os.path.dirname(os.path.abspath(py_file))
+    while os.path.exists(os.path.join(os.path.dirname(d), "__init__.py")):
+        d = os.path.dirname(d)
+    return d
+
+
+@functools.cache
+def _kernel_sources_stamp(root: str) -> str:
+    """A hash of every kernel module (``*kernels.py``) under the package directory ``root``: names and contents.
+
+    numba keys a cached kernel on its own source file only: a kernel cached
+    before a kernel it calls was edited keeps running the callee's old
+    machine code (the caller's file did not change; numba issue #6845).  Each
+    streamrank kernel's cache index also carries this stamp
+    (:func:`_stamp_sources`), so editing any kernel module sends every kernel
+    of the package to be compiled again; installed files do not change, so
+    users never pay it.  Computed once per process (~100 KB read).
+    """
+    import hashlib
+
+    h = hashlib.sha256()
+    for d, dirs, files in sorted(os.walk(root)):
+        dirs.sort()
+        for name in sorted(files):
+            if name.endswith("kernels.py"):
+                path = os.path.join(d, name)
+                h.update(os.path.relpath(path, root).encode() + b"\0")
+                with open(path, "rb") as f:
+                    h.update(f.read())
+    return h.hexdigest()
+
+
+def _stamp_sources(cache_file, py_file):
+    """Make ``cache_file`` (numba's index of one kernel) valid only with today's kernel modules (see above)."""
+    stamp = getattr(cache_file, "_source_stamp", None)
+    if stamp is not None and py_file:
+        cache_file._source_stamp = (stamp, _kernel_sources_stamp(_package_root(py_file)))
+
+
 def _lock_saves(dispatcher):
     cache_file = getattr(getattr(dispatcher, "_cache", None), "_cache_file", None)
     plain, locked = _locked_cache_file_class()
     if fcntl is not None and type(cache_file) is plain:
         cache_file.__class__ = locked
+    py_func = getattr(dispatcher, "py_func", None)
+    if cache_file is not None and py_func is not None:
+        _stamp_sources(cache_file, py_func.__code__.co_filename)
     return dispatcher
 
 

@@ -143,6 +143,8 @@ SLOW_TESTS = {
     **{f"metrics/test_twins.py::test_public_metrics_are_the_same_with_and_without_twins[{cell}]": "0.25 s; float64 "
        "stays" for cell in ("int labels, strided scores", "float32 read-only")},
     "rankrls/test_rankrls_linear.py::test_two_step_contract_and_clone": "2.3 s",
+    "core/test_numba_cache_lock.py::test_a_kernel_whose_callee_was_edited_is_compiled_again": "~10 CPU-s, four "
+        "fresh interpreters compiling",
     "sgd/test_sgd_bilinear.py::test_params_and_refit_name": "1.8 s",
     "io/test_source_contract.py::TestDask::test_shuffle_is_reproducible_permutation": "1.5 s; zarr sources keep it",
     "io/test_chunk_files.py::test_row_reader_with_the_decoder_equals_zarr": "0.9 s",
