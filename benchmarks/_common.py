@@ -11,6 +11,7 @@ reproduction benchmarks share ``_bench_common.py``.)
 from __future__ import annotations
 
 import contextlib
+import os
 import shutil
 import tempfile
 from pathlib import Path
@@ -45,7 +46,12 @@ def write_dense_store(path, rows, n_features, group_size, *, seed=0, batch=200_0
 
 @contextlib.contextmanager
 def scratch_dir(prefix, dir=None):
-    """``tempfile.mkdtemp(prefix=prefix, dir=dir)`` as a Path, removed (whatever happens) on exit."""
+    """``tempfile.mkdtemp(prefix=prefix, dir=dir)`` as a Path, removed (whatever happens) on exit.
+
+    ``dir`` (a benchmark's ``--dir``) is created, parents included, if it does not exist yet.
+    """
+    if dir is not None:
+        os.makedirs(dir, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=prefix, dir=dir))
     try:
         yield tmp

@@ -48,7 +48,9 @@ Questions answered in one run (section numbers as printed):
    with that kernel off (the check after c-blosc's own unshuffle, as before
    it: the same process, so the two compare directly); a further paired figure gives the checks' numpy twins (chunks decoded
    whole, no fused check), which a process that has not set numba up runs
-   on a small store (issue 22).
+   on a small store (issue 22).  Section 6c gives each check kernel's own
+   speed on one 512 KiB block in cache against numpy's ``max`` of it: a
+   kernel that has lost its vectorisation shows there first.
 
 The data are random normal float32 features (incompressible: a worst case for
 disk, a best case for decompression cost) in groups of 20-180 rows, read back
@@ -381,6 +383,45 @@ def _bench_read_checks(path, max_rows, repeat, label, twins):
     return share
 
 
+def bench_check_kernels(repeat, label="6c"):
+    """GB/s of each read-check kernel on one 512 KiB blosc block in cache, against numpy's ``max`` on it.
+
+    What the kernels of section 6 run per block, isolated from the decode: a kernel far below numpy's max
+    (which reads the block once with vector loads) has lost its vectorisation -- as the stride loops did when
+    LLVM compiled their loads as gathers (10-12x slower on an AMD Zen 4, issue 16).
+    """
+    from streamrank._numba import twins
+    from streamrank.io._check_kernels import first_nonfinite, first_out_of_range
+    from streamrank.io._unshuffle_kernels import first_nonfinite_f32_streams, unshuffle4
+
+    m = 128 * 1024                                   # float32 / int32 values of a 512 KiB block
+    rng = np.random.default_rng(0)
+    idx = rng.integers(0, 1000, m).astype(np.uint32)
+    vals = rng.normal(size=m).astype(np.float32)
+    streams = np.ascontiguousarray(vals.view(np.uint8).reshape(m, 4).T).ravel()
+    out = np.empty(m, np.uint32)
+    runs = {"numpy max (baseline)": (np.max, (idx,)),
+            "column index range (first_out_of_range)": (first_out_of_range, (idx, 1000)),
+            "finite values (first_nonfinite)": (first_nonfinite, (vals,)),
+            "finite, on shuffled bytes (first_nonfinite_f32_streams)": (first_nonfinite_f32_streams,
+                                                                          (streams, m, m)),
+            "unshuffle (unshuffle4)": (unshuffle4, (streams, out))}
+    n_calls = 100
+    print(f"\n{label}. check kernels on one 512 KiB block in cache, best of {max(3, repeat)} x {n_calls} calls")
+    base = None
+    with twins(False):
+        for what, (fn, args) in runs.items():
+            fn(*args)                                # compile / load
+            best = float("inf")
+            for _ in range(max(3, repeat)):
+                t0 = time.perf_counter()
+                for _ in range(n_calls):
+                    fn(*args)
+                best = min(best, (time.perf_counter() - t0) / n_calls)
+            base = best if base is None else base
+            print(f"   {what:58s} {m * 4 / best / 1e9:6.1f} GB/s   time / numpy max {best / base:5.2f}")
+
+
 def _child_stream(path, max_rows):
     """Run in a fresh process: stream the store, print peak RSS figures as JSON."""
     import psutil
@@ -504,6 +545,7 @@ def main(argv=None):
         ratios = bench_overhead(path, args.max_rows, args.repeat)
         bench_overlap(path, args.max_rows, max(1, args.repeat // 2))
         bench_read_checks(path, args.max_rows, args.repeat, label="6a")
+        bench_check_kernels(args.repeat)
         shutil.rmtree(path)
         if args.sparse or args.smoke:
             n_sp = max(args.rows // 3, 1000)

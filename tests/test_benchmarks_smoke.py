@@ -203,7 +203,8 @@ def test_object_store_smoke(s3_server, capsys):
 @pytest.mark.slow      # about 2 CPU-s: writes two stores and reads every block three ways
 def test_stream_throughput_read_checks_smoke(tmp_path, capsys):
     """Section 6 of stream_throughput.py (the cost of the read checks; its --smoke runs sections 1-5 too) on a
-    dense and a CSR store of a full chunk and a tail: prints the two figures of issue 16's 5 % target."""
+    dense and a CSR store of a full chunk and a tail: prints the two figures of issue 16's 5 % target; and 6c, the
+    check kernels' own speed on one block in cache."""
     mod = _load("stream_throughput")
     for sparse, rows, features in ((False, 110_000, 10), (True, 12_000, 1000)):
         path = str(tmp_path / f"s{int(sparse)}.zarr")
@@ -214,6 +215,11 @@ def test_stream_throughput_read_checks_smoke(tmp_path, capsys):
     assert out.count("extra CPU of decode+check over decode, per chunk:") == 2, out
     assert "checks fused into the block-wise decode" in out, out
     assert out.count("floats checked after c-blosc's unshuffle (the streams kernel off):") == 2, out
+    mod.bench_check_kernels(1)
+    lines = capsys.readouterr().out.splitlines()
+    rates = [line for line in lines if "GB/s" in line and "time / numpy max" in line]
+    assert len(rates) == 5 and "numpy max (baseline)" in rates[0] and "unshuffle4" in rates[-1], lines
+    assert all(float(r.split("GB/s")[0].split()[-1]) > 0 for r in rates), lines
 
 
 @pytest.mark.slow                                   # four stores and eight traced fits (~20 s wall)
