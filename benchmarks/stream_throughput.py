@@ -545,7 +545,6 @@ def main(argv=None):
         ratios = bench_overhead(path, args.max_rows, args.repeat)
         bench_overlap(path, args.max_rows, max(1, args.repeat // 2))
         bench_read_checks(path, args.max_rows, args.repeat, label="6a")
-        bench_check_kernels(args.repeat)
         shutil.rmtree(path)
         if args.sparse or args.smoke:
             n_sp = max(args.rows // 3, 1000)
@@ -553,6 +552,7 @@ def main(argv=None):
             bench_overhead(path, args.max_rows, args.repeat, label="3")
             bench_read_checks(path, args.max_rows, args.repeat, label="6b")
             shutil.rmtree(path)
+        bench_check_kernels(args.repeat)
         bench_memory(workdir, args.features, args.mem_max_rows)
         if args.codecs or args.smoke:
             bench_codecs(workdir, min(args.rows, 1_000_000), args.features, args.repeat)

@@ -155,9 +155,8 @@ def test_check_kernels_compile_without_gathers(name, args):
 
     from streamrank.io import _unshuffle_kernels as U
 
-    made = getattr(K if hasattr(K, name) else U, name)   # a LazyKernel, or its dispatcher once the module ran
-    options = dict(getattr(made, "_options", None) or made.targetoptions)     # its own options (fastmath...)
-    options = {k: v for k, v in options.items() if k in ("nogil", "fastmath", "boundscheck", "error_model")}
+    made = getattr(K if hasattr(K, name) else U, name)   # a LazyKernel or its dispatcher: both give these two
+    options = {k: v for k, v in made.targetoptions.items() if k != "nopython"}     # its own (fastmath...)
     kernel = numba.njit(cache=False, **options)(made.py_func)
     kernel(*args)
     (asm,) = kernel.inspect_asm().values()
