@@ -17,12 +17,9 @@ The row-chunked arrays of a :class:`~streamrank.GroupStore` are checked one
 decoded chunk at a time, inside the chunk decoder's call, while the chunk is
 still in the CPU cache (:func:`finite_rows_check`, :func:`entries_check`, run
 by :class:`~streamrank.io._chunk_files.ChunkFileDecoder` for
-:class:`~streamrank.io._row_chunks.RowChunkReader`): that is what keeps the
-checks at a few per cent of a block pass.  The two kinds of value check a chunk
-needs — finite values, indices within ``[0, n)`` — carry their
-:func:`fused_check` form, which the decoder runs on each blosc block right
-after c-blosc wrote it (:mod:`streamrank.io._blosc_blocks`); any bad value
-found there is reported by the plain check, so the messages are the same.
+:class:`~streamrank.io._row_chunks.RowChunkReader` right after numcodecs'
+blosc decoded the chunk): that is what keeps the checks at a few per cent of
+a block pass.
 
 Each check has a numpy twin that finds the same first bad position (so the
 same message): arrays shorter than :data:`NUMPY_BELOW` are always checked by
@@ -30,9 +27,7 @@ numpy, so that a model's labels or a store's group offsets need no kernel
 compiled; longer ones too while :func:`streamrank._numba.use_twin` says so
 (numba not set up in this process and its budget of estimated twin work not
 spent, issue 22), so that a command reading a small store never imports
-numba; the kernels do every other check.  For a decoded chunk the choice is
-made once (:func:`check_twin`): a chunk checked by numpy is decoded whole,
-without the fused kernels.
+numba; the kernels do every other check.
 
 ``CHECK_READS`` turns the checks off — for that benchmark only.
 """
@@ -45,7 +40,7 @@ from . import _check_kernels as K
 from .schema import StoreFormatError
 
 __all__ = ["CHECK_READS", "BadEntry", "check_offsets", "check_indices", "check_finite_rows",
-           "check_tuple_rows", "check_csr_piece", "finite_rows_check", "entries_check", "check_twin", "fused_check",
+           "check_tuple_rows", "check_csr_piece", "finite_rows_check", "entries_check",
            "with_row", "first_nonfinite", "first_bad_offset", "first_out_of_range", "first_bad_tuple"]
 
 #: check every block read from a store (False: only for measuring the cost of the checks)
@@ -66,7 +61,7 @@ _S_PER_ENTRY = {"finite": 1e-9, "offsets": 1e-9, "range": 1e-9, "tuples": 1e-8}
 
 def _numpy_here(kind: str, n: int, twin: bool | None = None) -> bool:
     """Whether ``n`` entries are checked by numpy: always below :data:`NUMPY_BELOW`; above, ``twin`` if given
-    (decided by the caller for a whole chunk, :func:`check_twin`), else :func:`~streamrank._numba.use_twin`.
+    (decided by the caller), else :func:`~streamrank._numba.use_twin`.
 
     Why (issue 22): a command that reads a small store (MQ2008: 443k values of X) would import numba and set it
     up (~0.5-0.9 s warm, plus ~0.3 s of compiling cold) for a check numpy does in under a millisecond.  The
@@ -147,7 +142,6 @@ def finite_rows_check(store, array: str):
     """``check(first_row, rows)`` for a :class:`RowChunkReader`: no NaN or ±inf (names the row)."""
     def check(first_row, a, twin=None):
         check_finite_rows(a, store=store, array=array, first_row=first_row, twin=twin)
-    check.fused = ("finite", 0)
     return check
 
 
@@ -168,41 +162,7 @@ def entries_check(store, array: str, n_cols: int | None = None, what: str = "n_f
             if i >= 0:
                 raise BadEntry(store, array, first + i, f"holds {float(a[i])}; streamrank never stores NaN or "
                                                         "infinity (append refuses them)")
-    check.fused = ("range", int(n_cols)) if n_cols is not None else ("finite", 0)
     return check
-
-
-def check_twin(check, entries: int) -> bool | None:
-    """Whether the check of one decoded chunk of ``entries`` values runs numpy (True) or the kernels (False).
-
-    Decided once per chunk, by the chunk decoder, for :func:`fused_check`
-    and for the plain check it may call after (passed as ``twin=``): at or
-    above :data:`NUMPY_BELOW` entries by :func:`~streamrank._numba.use_twin`
-    with the numpy form's estimate; below it numpy checks the plain way
-    anyway, and the answer says whether numba is set up (or the forms are
-    forced, :func:`~streamrank._numba.twins`), so that a small store's chunks
-    never run the fused kernels first.  None for a check with no fused form
-    (it decides for itself) or when :data:`CHECK_READS` is off.
-    """
-    form = getattr(check, "fused", None) if CHECK_READS else None
-    if form is None:
-        return None
-    return use_twin(0.0 if entries < NUMPY_BELOW else _S_PER_ENTRY[form[0]] * entries)
-
-
-def fused_check(check, twin: bool | None = False):
-    """``(kind, limit)`` of a chunk check the decoder may run block by block inside the decode, else None.
-
-    ``("finite", 0)``: no NaN/±inf; ``("range", n)``: signed indices in
-    ``[0, n)``.  None when :data:`CHECK_READS` is off, the check has no
-    such form, or ``twin`` (:func:`check_twin`: this chunk's plain check
-    runs numpy, so the decoder decodes it whole and runs no fused kernel
-    either).  A value the fused form finds bad is named by ``check``
-    itself (the decoder falls back to decoding whole and calling it).
-    """
-    if not CHECK_READS or twin:
-        return None
-    return getattr(check, "fused", None)
 
 
 def _corrupt(store, array, what) -> StoreFormatError:
@@ -241,7 +201,7 @@ def check_finite_rows(a, *, store, array: str, first_row: int, indptr=None, firs
                       twin: bool | None = None) -> None:
     """No NaN or ±inf in ``a`` (rows ``first_row...`` of ``array``; CSR values when ``indptr`` is given).
 
-    ``twin``: numpy or the kernel, decided by the caller for a chunk (:func:`check_twin`); None: here.
+    ``twin``: numpy or the kernel, decided by the caller; None: here.
     """
     if not CHECK_READS or a.size == 0 or a.dtype.kind != "f":
         return

@@ -132,19 +132,3 @@ def test_numpy_below_the_threshold_whatever_use_twin_says():
     with twins(True):
         assert R._numpy_here("finite", N) and R._numpy_here("tuples", 10**9)
     assert R._numpy_here("range", N, twin=True) and not R._numpy_here("range", N, twin=False)
-
-
-def test_check_twin_decides_once_and_only_for_fused_checks():
-    check = R.finite_rows_check("s", "X")
-    with twins(True):
-        assert R.check_twin(check, N) is True and R.fused_check(check, True) is None
-        assert R.check_twin(lambda first, rows: None, N) is None      # a check with no numpy form decides itself
-    with twins(False):
-        assert R.check_twin(check, N) is False and R.fused_check(check, False) == ("finite", 0)
-        assert R.check_twin(check, 10) is False                        # numba set up: small chunks fused too
-    before = R.CHECK_READS
-    try:
-        R.CHECK_READS = False
-        assert R.check_twin(check, N) is None and R.fused_check(check, False) is None
-    finally:
-        R.CHECK_READS = before
