@@ -39,8 +39,7 @@ import importlib
 import json
 import os
 
-__all__ = ["INPUTS", "PRELOAD", "SPARSE_PRELOAD", "URL_ONLY", "preload_for", "preload_paused",
-           "store_holds_csr"]
+__all__ = ["INPUTS", "PRELOAD", "SPARSE_PRELOAD", "preload_for", "preload_paused", "store_holds_csr"]
 
 _STORE_COMMANDS = ("zarr",)
 
@@ -58,11 +57,6 @@ _TUPLE_FORMAT = "streamrank.tuple_store"    # streamrank.io.schema.TUPLE_FORMAT 
 #: path) and numba is never imported (``streamrank._numba.use_twin``); a big one imports it on its first kernel.
 PRELOAD = {name: _STORE_COMMANDS for name in ("fit", "cv", "evaluate", "predict", "ingest")}
 
-#: command -> what it imports only for a store or model at a URL (or a predict writing its scores as zarr): local
-#: stores are read and written without zarr (:mod:`streamrank.io._local_zarr`), and so are local models
-#: (:mod:`streamrank._model_files`, issue 22), where preloading zarr would add its 0.25-0.45 s import
-URL_ONLY = {name: ("zarr",) for name in ("fit", "cv", "evaluate", "predict", "ingest")}
-
 #: command -> the arguments naming what it reads (ingest's sources take archive members and globs: not checked)
 INPUTS = {"fit": ("store",), "cv": ("store",), "evaluate": ("model", "store"), "predict": ("model", "store")}
 
@@ -76,20 +70,7 @@ def preload_for(args) -> None:
     modules = PRELOAD.get(args.command, ())
     if modules and _reads_csr(args):
         modules = modules + SPARSE_PRELOAD
-    if not _at_url(args):
-        modules = tuple(m for m in modules if m not in URL_ONLY.get(args.command, ()))
     preload_paused(modules)
-
-
-def _at_url(args) -> bool:
-    """Whether the run reads or writes a store or model at a URL, or (predict) writes its scores as a zarr group."""
-    store = getattr(args, "store", None)
-    if not isinstance(store, str) or "://" in store:
-        return True
-    model, out = getattr(args, "model", None), getattr(args, "out", None)
-    if isinstance(model, str) and "://" in model:
-        return True
-    return args.command == "predict" and isinstance(out, str) and not out.endswith(".npy")
 
 
 def _reads_csr(args) -> bool:

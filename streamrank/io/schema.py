@@ -107,10 +107,12 @@ def compressors(itemsize: int):
     float32 features, so it is the default of every array.  The checksum
     (zarr's ``crc32c`` codec, 4 bytes a chunk) makes a damaged chunk file an
     error when it is read instead of garbage rows; :class:`CheckedArray`
-    names the file.  In zarr's JSON form, which zarr takes as well: no zarr import (issue 22, ``_local_zarr``).
+    names the file.
     """
-    from ._local_zarr import blosc_codec, crc32c_codec
-    return (blosc_codec(itemsize), crc32c_codec())
+    from zarr.codecs import BloscCodec, BloscShuffle, Crc32cCodec
+
+    return (BloscCodec(typesize=int(itemsize), cname="lz4", clevel=5, shuffle=BloscShuffle.shuffle),
+            Crc32cCodec())
 
 
 #: group attribute of stores that write every chunk (zeros too): a missing chunk file is damage
@@ -118,22 +120,12 @@ EVERY_CHUNK = "every_chunk_written"
 
 
 @contextlib.contextmanager
-def every_chunk(zarr_too: bool = True):
-    """Open arrays inside this so that their writes store every chunk, also one of zeros (see EVERY_CHUNK).
+def every_chunk():
+    """Open arrays inside this so that their writes store every chunk, also one of zeros (see EVERY_CHUNK)."""
+    import zarr
 
-    ``zarr_too=False``: only ``_local_zarr`` arrays are opened inside (no zarr import, issue 22).
-    """
-    from ._local_zarr import _WRITE_EMPTY, write_empty_chunks
-    token = write_empty_chunks(True)
-    try:
-        if not zarr_too:
-            yield
-            return
-        import zarr
-        with zarr.config.set({"array.write_empty_chunks": True}):
-            yield
-    finally:
-        _WRITE_EMPTY.reset(token)
+    with zarr.config.set({"array.write_empty_chunks": True}):
+        yield
 
 
 #: group attribute: per row-chunked array, the CRC-32C trailer of each *full* chunk, recorded at commit
@@ -290,9 +282,6 @@ class CheckedArray:
         """``out[...] = a[a:b]`` decoded by zarr straight into the numpy array ``out`` (no temporary)."""
         self._check_chunks_exist(slice(int(a), int(b)))
         try:
-            if not hasattr(self._arr, "get_basic_selection"):     # a _local_zarr array (no zarr imported)
-                out[...] = self._arr[int(a):int(b)]
-                return
             from zarr.core.buffer import default_buffer_prototype
 
             nd = default_buffer_prototype().nd_buffer.from_numpy_array(out)

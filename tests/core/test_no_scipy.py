@@ -173,7 +173,7 @@ def test_console_commands_of_a_dense_store_import_no_scipy(tmp_path):
                              env=env, capture_output=True, text=True)
         assert res.returncode == 0, res.stderr[-2000:]
         imported = [line.rsplit("|", 1)[-1].strip() for line in res.stderr.splitlines() if "import time:" in line]
-        # the log is read: the command did import (its store; a local store imports no zarr: io/_local_zarr)
+        # the log is read: the command did import its store
         assert "streamrank.io.group_store" in imported
         assert not [m for m in imported if m == "scipy" or m.startswith("scipy.")], argv
 
@@ -326,8 +326,7 @@ def test_console_preload_adds_scipy_sparse_only_for_csr_runs(monkeypatch, tmp_pa
         calls.clear()
         _preload.preload_for(parser.parse_args(argv))
         want = _preload.PRELOAD[argv[0]] + (_preload.SPARSE_PRELOAD if csr else ())
-        local = _preload.URL_ONLY.get(argv[0], ())       # (every store here is local: ingest's zarr is left out)
-        assert calls == [tuple(m for m in want if m not in local)], argv
+        assert calls == [want], argv
         assert "scipy.sparse" not in _preload.PRELOAD[argv[0]]
     calls.clear()
     _preload.preload_for(SimpleNamespace(command="info", store=str(tmp_path / "sparse.zarr")))

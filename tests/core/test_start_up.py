@@ -87,10 +87,10 @@ def test_ingest_fit_evaluate_import_only_what_they_use(tmp_path):
     unexpected = sorted(m for m in mods if m.startswith(NOT_ON_THE_EVERYDAY_PATH))
     assert not unexpected, unexpected
     assert [m for m in LEARNERS if m in mods] == ["streamrank.rankrls.linear"]
-    from streamrank.cli._preload import PRELOAD, URL_ONLY
+    from streamrank.cli._preload import PRELOAD
 
     for command in ("ingest", "fit", "evaluate"):     # the console preloads only what these import anyway
-        assert set(PRELOAD[command]) - set(URL_ONLY.get(command, ())) <= mods    # (local: no zarr, issue 22)
+        assert set(PRELOAD[command]) <= mods
 
 
 def test_small_fit_evaluate_and_predict_import_no_numba(tmp_path):
@@ -145,7 +145,7 @@ def test_only_the_console_path_preloads(monkeypatch, tmp_path):
     assert main(argv) != 0 and calls == []                   # in process: no preload
     monkeypatch.setattr(sys, "argv", ["streamrank", *argv])
     assert main() != 0
-    local_fit = tuple(m for m in _preload.PRELOAD["fit"] if m not in _preload.URL_ONLY["fit"])   # local: no zarr
+    local_fit = _preload.PRELOAD["fit"]
     assert calls == [local_fit]
     monkeypatch.setattr(sys, "argv", ["streamrank", "info", str(tmp_path / "empty.zarr")])
     main()
