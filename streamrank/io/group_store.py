@@ -59,6 +59,7 @@ from ._writer import (  # noqa: F401  (re-exported: tuple_store and tests import
     location,
     new_store_id,
     writer_lock,
+    write_attrs,
     writing,
     zarr_store,
 )
@@ -83,7 +84,6 @@ from .schema import (
     open_array,
     read_attrs,
     rows_per_chunk,
-    write_attrs,
 )
 
 if TYPE_CHECKING:

@@ -532,33 +532,6 @@ class BatchHasher:
         return "blake2b:" + top.hexdigest()
 
 
-def write_attrs(path, attrs: dict) -> None:
-    """Replace the group attributes in one atomic write of ``zarr.json``.
-
-    The new document goes to a temporary file in the same directory, is
-    flushed to disk, and is renamed over ``zarr.json`` (``os.replace`` is
-    atomic on POSIX): a reader — or a writer killed half-way — sees either the
-    old or the new commit record, never a mixture.  This is the commit point
-    of every append.  At a URL (a :class:`~streamrank.io._remote.Remote`)
-    the document is one object written with ``If-Match``:
-    :func:`streamrank.io._remote_commit.commit_remote`.
-    """
-    if isinstance(path, Remote):
-        from ._remote_commit import commit_remote
-
-        commit_remote(path, attrs)
-        return
-    meta = Path(path) / "zarr.json"
-    doc = json.loads(meta.read_text())
-    doc["attributes"] = attrs
-    tmp = meta.with_name(f"zarr.json.{os.getpid()}.partial")
-    with open(tmp, "w") as f:
-        json.dump(doc, f, indent=1)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, meta)
-
-
 def _meta_name(path, rel: str) -> str:
     """A store file's name for messages: ``<dir>/<rel>`` or ``<url>/<rel>``."""
     if isinstance(path, Remote):
