@@ -90,6 +90,18 @@ def test_numbers_parse_exactly():
     np.testing.assert_allclose(y, [float(s) for s in strs], rtol=4.5e-16, atol=0)
 
 
+def test_values_are_the_correctly_rounded_float_of_their_text():
+    """Long mantissas and exponents of every size: the kernel's value is Python's (correctly rounded) float."""
+    rng = np.random.default_rng(6)
+    toks = [f"{rng.integers(0, 10 ** rng.integers(1, 17))}.{rng.integers(0, 10 ** 9):09d}" for _ in range(500)]
+    toks += [f"{m}e{e}" for m, e in zip(rng.integers(1, 10 ** 6, 200), rng.integers(-99, 30, 200))]
+    toks += ["9007199254740993", "0.30000000000000004", "1.0000000000000001e-99", "123456789012345678901234567890"]
+    X, y, _ = read_svmlight(io.BytesIO("\n".join(f"1 1:{t}" for t in toks).encode()), dense=False)
+    want = np.array([float(t) for t in toks])
+    assert X.data.tobytes() == want[want != 0].astype(np.float32).tobytes()
+    assert y.tolist() == [1.0] * len(toks)
+
+
 def test_letor_line_and_inference():
     text = (b"2 qid:10032 1:0.056537 2:0.000000 3:0.666667 #docid = GX029-35-5894638 inc = 0.0119 prob = 0.13\n"
             b"0 qid:10032 1:0.279152 3:0.5\n\n0 qid:10033 2:1\r\n")
