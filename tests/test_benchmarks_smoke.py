@@ -185,9 +185,8 @@ def test_cold_start_smoke(tmp_path, capsys):
     assert "numba" not in cols[9] and "zarr" not in cols[9]
     table = out.split("where the CPU goes")[1]          # the breakdown: one line per category, a column a command
     rows = {line[:34].strip(): line[34:].split() for line in table.splitlines()[2:] if line[:34].strip()}
-    # no command imports numba on the smoke slice: --help runs no kernel, ingest's parser, fit's and evaluate's
-    # kernels run their twins (streamrank.io._svmlight_twin and the others; the row is left out when all are 0)
-    assert rows.get("import numba", ["0"] * 4) == ["0"] * 4
+    # --help runs no kernel; ingest, fit and evaluate run theirs (loaded from the cache, or compiled once)
+    assert rows["import numba"][0] == "0" and all(float(v) > 0 for v in rows["import numba"][1:])
     assert rows["numba cache loads (n, ms each)"][0] == "0"
 
 

@@ -24,7 +24,6 @@ import scipy.sparse as sp
 
 import streamrank as sr
 from streamrank import _sparse
-from streamrank._numba import twins
 
 PACKAGE = Path(sr.__file__).resolve().parent
 
@@ -250,8 +249,7 @@ def test_only_the_modules_listed_in_the_sparse_module_doc_import_scipy_at_their_
     assert "streamrank.io.svmlight" not in found and "streamrank.rankrls.linear" not in found
 
 
-@pytest.mark.parametrize("twin", [True, False])
-def test_read_svmlight_dense_is_the_csr_to_array_result_bit_for_bit(tmp_path, twin):
+def test_read_svmlight_dense_is_the_csr_to_array_result_bit_for_bit(tmp_path):
     """``dense=True`` no longer goes through CSR; its X is ``toarray()``'s bit for bit.
 
     ``-1e-50`` is stored (it is not zero) and becomes float32 -0.0, which
@@ -261,9 +259,8 @@ def test_read_svmlight_dense_is_the_csr_to_array_result_bit_for_bit(tmp_path, tw
             "0 qid:2 1:NULL 4:-7\n")
     (tmp_path / "f.txt").write_text(text)
     for null in (float("nan"), -0.0, 0.0):
-        with twins(twin):
-            Xd, yd, qd = sr.read_svmlight(tmp_path / "f.txt", dense=True, null_value=null)
-            Xs, ys, qs = sr.read_svmlight(tmp_path / "f.txt", null_value=null)
+        Xd, yd, qd = sr.read_svmlight(tmp_path / "f.txt", dense=True, null_value=null)
+        Xs, ys, qs = sr.read_svmlight(tmp_path / "f.txt", null_value=null)
         assert isinstance(Xd, np.ndarray) and Xd.dtype == np.float32 and Xd.flags.c_contiguous
         assert Xd.tobytes() == Xs.toarray().tobytes(), null
         assert yd.tobytes() == ys.tobytes() and qd.tobytes() == qs.tobytes()

@@ -81,8 +81,7 @@ def test_ingest_fit_evaluate_import_only_what_they_use(tmp_path):
     res = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, env=env)
     assert res.returncode == 0, res.stderr
     mods = set(json.loads(res.stdout.rsplit("MODULES=", 1)[1]))
-    # the commands did run (numba is no longer among what they import: ingest of a small file runs the svmlight
-    # parser's numpy fast path, tests/io/test_svmlight_twin.py)
+    # the commands did run
     assert "streamrank.io.svmlight" in mods and "streamrank.metrics" in mods
     unexpected = sorted(m for m in mods if m.startswith(NOT_ON_THE_EVERYDAY_PATH))
     assert not unexpected, unexpected
@@ -91,34 +90,6 @@ def test_ingest_fit_evaluate_import_only_what_they_use(tmp_path):
 
     for command in ("ingest", "fit", "evaluate"):     # the console preloads only what these import anyway
         assert set(PRELOAD[command]) - set(URL_ONLY.get(command, ())) <= mods    # (local: no zarr, issue 22)
-
-
-def test_small_fit_evaluate_and_predict_import_no_numba(tmp_path):
-    """On a small store the everyday commands after ``ingest`` run the kernels' twins: no numba at all.
-
-    ``evaluate`` and ``predict`` of a linear model also leave out scipy.linalg
-    (only the fit solves).  Each command runs in its own fresh interpreter, as
-    a cron job runs it; the store and the model are made here first.
-    """
-    from streamrank.cli import main
-
-    rng = np.random.default_rng(2)
-    lines = [f"{int(rng.integers(0, 3))} qid:{q} " + " ".join(f"{j}:{rng.normal():.4f}" for j in range(1, 7))
-             for q in range(1, 41) for _ in range(8)]
-    (tmp_path / "train.txt").write_text("\n".join(lines) + "\n")
-    assert main(["ingest", str(tmp_path / "train.txt"), "--store", str(tmp_path / "s.zarr"), "-q"]) == 0
-    commands = {"fit": ["fit", "--store", "s.zarr", "--model", "m.zarr", "--learner", "rankrls", "-q"],
-                "evaluate": ["evaluate", "--model", "m.zarr", "--store", "s.zarr", "-q"],
-                "predict": ["predict", "--model", "m.zarr", "--store", "s.zarr", "--out", "scores.npy", "-q"]}
-    for name, argv in commands.items():
-        mods = _modules_after("import contextlib, io, os\nfrom streamrank.cli import main\n"
-                              f"os.chdir({str(tmp_path)!r})\n"
-                              "with contextlib.redirect_stdout(io.StringIO()):\n"
-                              f"    assert main({argv!r}) == 0\n")
-        assert not [m for m in mods if m.split(".")[0] in ("numba", "llvmlite")], name
-        assert "streamrank.metrics" in mods or name != "evaluate"
-        assert ("scipy.linalg" in mods) == (name == "fit"), name
-    assert np.load(tmp_path / "scores.npy").shape == (320,)
 
 
 def test_preload_pauses_the_collector_and_freezes_what_it_imported():
