@@ -23,6 +23,23 @@ from ._plot import cmd_plot
 from ._warmup import add_parser as add_warmup_parser
 
 
+#: the usage lines of ``streamrank --help``, as the package docstring (``streamrank/cli/__init__.py``) shows them
+#: (``tests/cli/test_cli_help.py`` checks that they agree)
+SYNOPSIS = """\
+    streamrank ingest   SRC... --store PATH [--format letor|npz|zarr|parquet] [--batch-id ID]
+                        [--label COL --qid COL [--features COL,... | --features-from-prefix P]]
+    streamrank info     PATH | --model M [--top N]
+    streamrank fit      --store PATH --model OUT --learner LEARNER [options] [--alpha A | --alphas GRID --cv K]
+    streamrank evaluate --model M --store PATH [--metrics ndcg@10,disagreement,map,auc]
+    streamrank predict  --model M --store PATH --out SCORES.npy|SCORES.zarr [--run RUN.trec]
+    streamrank export   --model M --format onnx|opensearch|elasticsearch|solr|json --out PATH
+    streamrank cv       --store PATH --learner LEARNER --alphas GRID --folds K|query
+    streamrank plot     --model M --out PNG
+    streamrank nightly  --store PATH --new DAYFILE... --models DIR [--learner LEARNER] [--alphas GRID]
+    streamrank distributed --store PATH --model OUT [--workers N | --scheduler ADDR] --learner LEARNER
+    streamrank recipe   synthetic|letor|clicks|newsgroups|mnist|reuters [options]"""
+
+
 EXAMPLES = {
     "ingest": """examples:
   streamrank ingest /data/MQ2008_QueryLevelNorm.tar.gz:MQ2008/Fold1/train.txt --store train.zarr
@@ -189,16 +206,9 @@ def _features_type(text: str):
     return names
 
 
-def _synopsis() -> str:
-    """The usage lines at the top of the package docstring (``streamrank/cli/__init__.py``)."""
-    from . import __doc__ as doc
-
-    return "\n".join(doc.split("::\n\n")[1].split("\n\n")[0].splitlines())
-
-
 def build_parser() -> argparse.ArgumentParser:
     top = _Parser(prog="streamrank", description="streamrank: learning to rank from data that does not fit in "
-                  "memory.\n\n" + _synopsis(),
+                  "memory.\n\n" + SYNOPSIS,
         formatter_class=argparse.RawDescriptionHelpFormatter,
         epilog="exit codes: " + "; ".join(f"{k} {v}" for k, v in EXIT_CODES.items())
         + "\nRun 'streamrank COMMAND --help' for each command's options and an example.")
@@ -357,7 +367,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--dpi", type=int, default=100)
     _common(p)
     p.set_defaults(func=cmd_plot)
-    add_warmup_parser(sub, _common)
+    add_warmup_parser(sub, _common, main)
     for p in sub.choices.values():      # every command that takes a store or a model: object-storage options
         if any(a.dest in ("store", "model") for a in p._actions):
             p.add_argument("--storage-options", metavar="JSON", type=parse_storage_options, default=None,

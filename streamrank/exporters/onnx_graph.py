@@ -40,6 +40,7 @@ import numpy as np
 
 from .._sparse import sp
 from ._describe import CannotExport, ModelDescription
+from ._optional import require
 
 __all__ = ["to_onnx", "DENSE_W_MAX_ENTRIES", "OPSET", "BILINEAR_GRAPHS"]
 
@@ -51,8 +52,6 @@ DENSE_BASIS_MAX_ENTRIES = 1 << 27   # 1 GB of float64: beyond this protobuf's 2 
 
 
 def _onnx():
-    from . import require
-
     return require("onnx")
 
 

@@ -23,7 +23,7 @@ from ._qid_text import encode_qids
 from .docids import append_docids, check_docids
 from .row_columns import append_row_columns, check_row_columns
 from .groups import batch_of, qid_kind_of, scan_for_keys, scope_ranges
-from .schema import BatchHasher, append_csr
+from .schema import BatchHasher, append_csr, write_attrs
 
 __all__ = ["GroupAppend"]
 
@@ -298,7 +298,6 @@ class GroupAppend:
 
 
 def _commit_record(loc, attrs):
-    """The commit point: ``group_store.write_attrs`` (the name tests replace to kill a writer at the commit)."""
-    from . import group_store
-
-    group_store.write_attrs(loc, attrs)
+    """The commit point of an append: this module's ``write_attrs`` (the name tests replace to kill a writer at
+    the commit)."""
+    write_attrs(loc, attrs)
