@@ -67,12 +67,12 @@ import uuid
 from pathlib import Path
 
 import numpy as np
+import scipy.sparse as sp
 
 from . import _learners
 from . import _model_files, _model_record
 from ._model_files import ModelArray, ModelGroup
 from ._model_zarr import ModelFormatError, open_objects
-from ._sparse import sp
 
 if TYPE_CHECKING:
     from ._typing import PathLike

@@ -178,11 +178,6 @@ SLOW_TESTS = {
         "2.2 s, fresh interpreters",
     "core/test_model_files.py::test_api_save_and_load_of_every_dense_learner_import_no_zarr_or_numcodecs": "1.5 s, "
         "a fresh interpreter",
-    "core/test_no_scipy.py::test_sparse_input_after_a_late_scipy_import_fits_the_same_bits": "2.0 s, fresh "
-        "interpreters",
-    "core/test_no_scipy.py::test_dense_paths_import_no_scipy_and_a_dense_fit_no_scipy_sparse": "0.9 s, fresh "
-        "interpreters",
-    "core/test_no_scipy.py::test_console_commands_of_a_dense_store_import_no_scipy": "0.8 s, fresh interpreters",
     "io/test_blosc_self_test.py::test_checked_read_of_a_local_store_imports_no_numcodecs_and_decodes_on_one_thread":
         "1.6 s, a fresh interpreter",
     "io/test_local_zarr.py::test_local_array_matches_zarr_on_random_writes": "1.5 s, random steps; the byte-for-byte "

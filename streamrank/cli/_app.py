@@ -435,17 +435,12 @@ def main(argv=None) -> int:
     from ._supervise import can_supervise, supervised
 
     if console and can_supervise():           # the console script: Ctrl-C stops even native code (_supervise)
-        return supervised(lambda: _run(args, console=True), args.command)
-    return _run(args, console=console)
+        return supervised(lambda: _run(args), args.command)
+    return _run(args)
 
 
-def _run(args, console: bool = False) -> int:
-    """Run the parsed command: logging, signals, one-line errors and exit codes.
-
-    ``console``: this process is the console script's (or its supervised
-    child), which owns the garbage collector: the command's heavy imports
-    run with it paused (:mod:`streamrank.cli._preload`).
-    """
+def _run(args) -> int:
+    """Run the parsed command: logging, signals, one-line errors and exit codes."""
     import warnings
 
     saved_log = (list(log.handlers), log.level, log.propagate)
@@ -463,10 +458,6 @@ def _run(args, console: bool = False) -> int:
             if not args.verbose:
                 warnings.simplefilter("ignore", category=RuntimeWarning)
             warnings.showwarning = _show_warning(args)
-            if console:
-                from ._preload import preload_for
-
-                preload_for(args)
             return int(args.func(args) or 0)
     except KeyboardInterrupt:
         print(f"streamrank {args.command}: interrupted; nothing half-written was left (stores keep their "

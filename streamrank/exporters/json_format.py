@@ -35,8 +35,8 @@ from typing import TYPE_CHECKING
 import json
 
 import numpy as np
+import scipy.sparse as sp
 
-from .._sparse import sp
 from .._version import __version__
 from ._describe import ModelDescription
 

@@ -37,8 +37,8 @@ from __future__ import annotations
 import json
 
 import numpy as np
+import scipy.sparse as sp
 
-from .._sparse import sp
 from ._describe import CannotExport, ModelDescription
 from ._optional import require
 

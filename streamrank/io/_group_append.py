@@ -14,9 +14,9 @@ from __future__ import annotations
 import logging
 
 import numpy as np
+import scipy.sparse as sp
 
 from .._qid import qid_keys
-from .._sparse import sp
 from .._validation import check_qid, check_X, check_y, group_ptr_from_qid
 from ._append_transaction import AppendParts, NewCommit, append_transaction, commit_time, repair_torn_tail
 from ._qid_text import encode_qids

@@ -39,8 +39,8 @@ import os
 import sys
 
 import numpy as np
+import scipy.sparse as sp
 
-from .._sparse import sp
 from ._local_zarr import LocalArray, local_root
 from ._qid_text import QID_TEXT_ARRAYS, QidText, create_qid_text
 from .groups import (

@@ -46,8 +46,8 @@ import zlib
 from typing import Iterator, NamedTuple
 
 import numpy as np
+import scipy.sparse as sp
 
-from .._sparse import sp
 from . import _svmlight_kernels as _k
 
 __all__ = ["SvmlightChunk", "iter_svmlight", "read_svmlight", "open_text_bytes", "DEFAULT_MAX_FEATURES"]

@@ -10,8 +10,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 import numpy as np
+import scipy.sparse as sp
 
-from .._sparse import sp
 from .._validation import _as_numeric, check_finite
 
 GAINS = ("exp2", "linear")
