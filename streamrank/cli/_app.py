@@ -23,8 +23,7 @@ from ._plot import cmd_plot
 from ._warmup import add_parser as add_warmup_parser
 
 
-#: the usage lines of ``streamrank --help``, as the package docstring (``streamrank/cli/__init__.py``) shows them
-#: (``tests/cli/test_cli_help.py`` checks that they agree)
+#: the usage lines of ``streamrank --help``
 SYNOPSIS = """\
     streamrank ingest   SRC... --store PATH [--format letor|npz|zarr|parquet] [--batch-id ID]
                         [--label COL --qid COL [--features COL,... | --features-from-prefix P]]

@@ -357,8 +357,8 @@ def read_svmlight(source, *, n_features: int | None = None, dense: bool = False,
     Unlike :func:`iter_svmlight`, ``n_features=None`` is inferred from the
     whole file.  For files larger than memory use :func:`iter_svmlight`.
 
-    ``dense=True`` never builds a CSR matrix (issue 22: reading a dense file
-    imports no scipy).  Its ``X`` is the one this function returned when it
+    ``dense=True`` never builds a CSR matrix (the dense rows are scattered
+    straight into ``X``: less memory).  Its ``X`` is the one this function returned when it
     went through CSR's ``toarray()``, bit for bit: ``toarray`` added each
     stored value to a zero, so a value that rounds to float32 ``-0.0`` (say
     ``-1e-50``; an exact zero is not stored) became ``+0.0``, and ``+ 0.0``
