@@ -25,9 +25,9 @@ from typing import TYPE_CHECKING, Any
 import importlib
 import json
 import os
-import tempfile
 from pathlib import Path
 
+from .._tempfiles import temp_sibling
 from ._describe import CannotExport, ModelDescription, describe
 
 if TYPE_CHECKING:
@@ -55,7 +55,7 @@ def require(module: str):
 def _write_atomic(path: Path, data: bytes) -> None:
     """Write ``data`` to a temporary sibling and rename it into place (a crash leaves the old file)."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".partial", dir=path.parent)
+    fd, tmp = temp_sibling(path)
     try:
         with os.fdopen(fd, "wb") as fh:
             fh.write(data)

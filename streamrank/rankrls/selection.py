@@ -232,6 +232,8 @@ def cross_validate(model, source=None, *, alphas=None, folds=5, scoring="squared
     scores, best = best_of_scores(per_out, greater)
     with model.solving_with(alphas[best]):       # refit at the best alpha; the user's alpha stays
         model.fit_statistics(model.stats_, source=source)
+    if getattr(source, "feature_names", None) is not None:   # a store's names travel with the model, as in fit
+        model.set_feature_names(source.n_features, source=source)
     if fold_stats is not None:
         model.fold_stats_ = fold_stats
     return model.record_selection(CVResult(
