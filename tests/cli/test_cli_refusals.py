@@ -197,3 +197,17 @@ def test_evaluate_a_parquet_file_directly_matches_the_store(mq_slice, tmp_path):
     assert json.loads(got)["metrics"] == pytest.approx(json.loads(want)["metrics"], rel=1e-12)
     rc, _, err = main("evaluate", "--model", d / "m.zarr", "--data", tmp_path / "test.parquet")
     assert rc == 4 and "--label COL --qid COL" in err
+
+
+def test_a_wider_text_into_an_existing_store_blames_the_store(tmp_path):
+    """A 3-feature text ingested into an existing 2-feature store: the error says the store holds 2 features
+    (the text is well formed; it was meant for another store) and names the line; nothing is appended."""
+    (tmp_path / "two.txt").write_text(TWO)
+    (tmp_path / "three.txt").write_text(THREE)
+    rc, _, err = main("ingest", tmp_path / "two.txt", "--store", tmp_path / "s.zarr", "-q")
+    assert rc == 0, err
+    rc, _, err = main("ingest", tmp_path / "three.txt", "--store", tmp_path / "s.zarr")
+    assert rc == 4, err
+    assert f"the existing store {tmp_path / 's.zarr'} holds 2 features" in err
+    assert "three.txt:1: feature index out of range" in err and "another --store" in err
+    assert sr.GroupStore.open(tmp_path / "s.zarr").n_rows == 2
