@@ -1,4 +1,4 @@
-"""Fit a learner on a dask cluster from a store on shared storage (issue 6).
+"""Fit a learner on a dask cluster from a store on shared storage.
 
 ::
 

@@ -1,6 +1,6 @@
 """Kernel RankRLS: exact dual (in memory) and sparse/basis RankRLS (streaming).
 
-Dual mode (``n_basis=None``; Pahikkala et al. 2009 eq. (17), DESIGN §3.4)::
+Dual mode (``n_basis=None``; Pahikkala et al. 2009 eq. (17))::
 
     A = (L K + λ I)⁻¹ L y,        f(x) = k(x, X) A
 
@@ -11,7 +11,7 @@ leave-pair-out for object ranking (§3.4, eqs. (35)–(39)) O(1) per pair after
 one O(m³) Cholesky (ties excluded: one O(m³) solve per pair of tie classes).  A semidefinite
 kernel needs no diagonal shift (no K⁻¹ is ever formed); a kernel that is not PSD on the data raises ``ValueError``.
 
-Sparse mode (``n_basis=r``; §3.5 of the 2009 paper, eq. (41), DESIGN §3.5)::
+Sparse mode (``n_basis=r``; §3.5 of the 2009 paper, eq. (41))::
 
     A = (K_RM L K_MR + λ K_RR)⁻¹ K_RM L y,        f(x) = k(x, X_R) A
 
@@ -82,10 +82,15 @@ class KernelRankRLS(BaseRanker):
     Parameters
     ----------
     kernel : {"rbf", "linear", "poly"} or callable ``kernel(X, Z) -> (len(X), len(Z))``
-    gamma, degree, coef0 : kernel parameters (rbf: exp(−γ‖x−z‖²); poly: (γ x·z + coef0)^degree)
-    alpha : float > 0, the regularization parameter λ
-    n_basis : None (exact dual, in memory) or int r (sparse RankRLS, streaming)
-    basis : "random" (reservoir sample of r rows) or an array of basis rows
+        The kernel function.
+    gamma, degree, coef0
+        Kernel parameters (rbf: exp(−γ‖x−z‖²); poly: (γ x·z + coef0)^degree).
+    alpha
+        float > 0, the regularization parameter λ
+    n_basis
+        None (exact dual, in memory) or int r (sparse RankRLS, streaming)
+    basis
+        "random" (reservoir sample of r rows) or an array of basis rows
     group_weight : {"pair", "query", "size"}, ties : {"include", "exclude"} — see
         :mod:`streamrank.laplacian`
     random_state : seed of the reservoir sample (int, default 0: the same basis every run, as the
@@ -99,9 +104,12 @@ class KernelRankRLS(BaseRanker):
 
     Attributes
     ----------
-    dual_coef_ : (n_basis_rows,) or (n_basis_rows, n_outputs) — A
-    basis_ : the rows k(x, ·) is evaluated against (all training rows for the dual)
+    dual_coef_
+        (n_basis_rows,) or (n_basis_rows, n_outputs) — A
+    basis_
+        the rows k(x, ·) is evaluated against (all training rows for the dual)
     n_features_in_, n_outputs_
+        The number of features and of outputs seen in fit.
     """
 
     #: training data and solver caches (m x m decomposition...) stay on the client (BaseRanker.for_workers)
@@ -207,7 +215,7 @@ class KernelRankRLS(BaseRanker):
         return self
 
     def fit_basis_statistics(self, stats, basis, source, max_rows, *, one_d=None, normalizer=None):
-        """Finish sparse RankRLS from summed basis statistics (DESIGN §3.5).
+        """Finish sparse RankRLS from summed basis statistics.
 
         ``stats`` holds K_RM L K_MR and K_RM L Y (any sum of per-block
         :class:`RankStatistics`, e.g. reduced on dask workers or added night

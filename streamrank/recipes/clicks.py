@@ -101,6 +101,8 @@ def write_click_store(path, X, log, *, batch_rows: int = 65_536, overwrite: bool
 
 
 def main(argv=None) -> int:
+    """``streamrank recipe clicks``: write the click-log store from the options in ``argv``
+    (see ``--help``); returns the exit code."""
     from streamrank.datasets import letor
     from streamrank.datasets.clicks import simulate_clicks
 

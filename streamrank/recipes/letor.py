@@ -58,6 +58,8 @@ def build_parser():
 
 
 def main(argv=None) -> int:
+    """``streamrank recipe letor``: write the LETOR store (or Parquet) from the options in ``argv``
+    (see ``--help``); returns the exit code."""
     from streamrank.datasets import letor
 
     args = build_parser().parse_args(argv)

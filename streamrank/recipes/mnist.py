@@ -33,6 +33,8 @@ def build_parser():
 
 
 def main(argv=None) -> int:
+    """``streamrank recipe mnist``: write the MNIST stores from the options in ``argv``
+    (see ``--help``); returns the exit code."""
     args = build_parser().parse_args(argv)
     from streamrank.datasets.mnist import CITATION, load_mnist
     from streamrank.datasets.tuples import write_class_tuple_stores

@@ -40,6 +40,8 @@ def build_parser():
 
 
 def main(argv=None) -> int:
+    """``streamrank recipe newsgroups``: write the 20 Newsgroups stores from the options in ``argv``
+    (see ``--help``); returns the exit code."""
     args = build_parser().parse_args(argv)
     from streamrank.datasets.newsgroups import CITATION, load_newsgroups
     from streamrank.datasets.tuples import write_class_tuple_stores

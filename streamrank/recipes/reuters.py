@@ -36,6 +36,8 @@ def build_parser():
 
 
 def main(argv=None) -> int:
+    """``streamrank recipe reuters``: write the Reuters-21578 store from the options in ``argv``
+    (see ``--help``); returns the exit code."""
     args = build_parser().parse_args(argv)
     import streamrank as sr
     from streamrank.datasets.reuters import CITATION, load_reuters

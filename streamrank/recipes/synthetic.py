@@ -56,6 +56,8 @@ def build_parser():
 
 
 def main(argv=None) -> int:
+    """``streamrank recipe synthetic``: write the synthetic store from the options in ``argv``
+    (see ``--help``); returns the exit code."""
     args = build_parser().parse_args(argv)
     print(f"Citation: {CITATION}")
     from streamrank.datasets import synthetic as syn
