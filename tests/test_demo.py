@@ -26,7 +26,7 @@ def test_demo_runs_every_learner_end_to_end(tmp_path, capsys):
     assert "disagr.: disagreement error" in out and "first s" in out                 # the columns are explained
     assert f"streamrank evaluate --model demo-model.zarr --store {tmp_path}/test.zarr" in out   # next steps
     for line in (ln for ln in out.splitlines() if re.match(r"^(RankRLS|sparse Kernel|Pairwise)", ln)):
-        assert float(line.split()[-1]) > 0                                              # first-call seconds
+        assert float(line.split()[-1]) >= 0                                             # first-call seconds
 
 
 def test_a_failing_learner_makes_the_demo_fail(tmp_path, capsys, monkeypatch):
