@@ -63,7 +63,9 @@ def models_lock(models_dir):
 
     An advisory ``flock``: the OS releases it when the holder dies, so a killed
     run never blocks the next night.  The holder's pid and start time are
-    written into the file for the loser's message.
+    written into the file for the loser's message.  The holder removes the file
+    when it is done (still holding the lock); a run that locked a file removed
+    meanwhile locks the new one instead, so two runs never hold two files.
     """
     remote = as_models_dir(models_dir)
     if remote is not None:          # object storage: a lease held through conditional writes
@@ -73,8 +75,8 @@ def models_lock(models_dir):
     import fcntl
 
     path = Path(models_dir) / LOCK
-    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
-    try:
+    while True:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
@@ -82,12 +84,28 @@ def models_lock(models_dir):
                 holder = os.pread(fd, 200, 0).decode("utf-8", "replace").strip() or "unknown"
             except OSError:
                 holder = "unknown"
+            os.close(fd)
             raise ModelsLocked(f"{models_dir} is locked by another nightly run ({holder}; lock {path}); "
                                "one writer at a time: this run changed nothing") from None
+        except BaseException:
+            os.close(fd)
+            raise
+        try:
+            same = os.stat(path).st_ino == os.fstat(fd).st_ino
+        except FileNotFoundError:
+            same = False
+        if same:
+            break
+        os.close(fd)                 # its holder removed that file when done: lock the one at the path now
+    try:
         os.ftruncate(fd, 0)
         os.pwrite(fd, f"pid {os.getpid()}, started {_now()}".encode(), 0)
         yield
     finally:
+        try:
+            os.unlink(path)          # still locked: a run waiting on this file retries on the path
+        except FileNotFoundError:
+            pass
         os.close(fd)
 
 

@@ -250,7 +250,7 @@ def main(argv=None) -> int:
         # the phases (statistics per shard, reduction, solve, CV folds, cg iterations) on stderr
         with progress_reporting(f"distributed {args.learner}", quiet=args.quiet):
             return run(args)
-    return run_main("distributed", args.verbose, go)
+    return run_main("streamrank distributed", args.verbose, go)
 
 
 if __name__ == "__main__":

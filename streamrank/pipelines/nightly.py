@@ -444,7 +444,7 @@ def main(argv=None) -> int:
     if not (args.new or args.reject or args.readmit):
         parser.error("--new DAYFILE... is required (unless --reject / --readmit is given)")
     weighting = weighting_of(args, parser.error)
-    return run_main("nightly", args.verbose, lambda: _with_progress(args, lambda: run_night(
+    return run_main("streamrank nightly", args.verbose, lambda: _with_progress(args, lambda: run_night(
         args.store, args.new, args.models, learner=args.learner, alphas=args.alphas, full=args.full,
         keep=args.keep, tolerance=args.tolerance, folds=args.folds, validation=args.validation,
         max_rows=args.max_rows, plot=not args.no_plot, verify=args.verify,

@@ -41,8 +41,8 @@ def main(argv=None) -> int:
 
     print(f"Citation: {CITATION}")
     if not os.path.isdir(args.data_dir):
-        print(f"error: {args.data_dir} does not exist", file=sys.stderr)
-        return 2
+        print(f"streamrank recipe mnist: error: {args.data_dir} does not exist", file=sys.stderr)
+        return 3
     t0 = time.perf_counter()
     d = load_mnist(args.data_dir, limit=args.limit)
     paths = write_class_tuple_stores(args.out, d.X_train, d.y_train, d.X_test, d.y_test,

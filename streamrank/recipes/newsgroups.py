@@ -48,8 +48,8 @@ def main(argv=None) -> int:
 
     print(f"Citation: {CITATION}")
     if not os.path.exists(args.archive):
-        print(f"error: {args.archive} does not exist", file=sys.stderr)
-        return 2
+        print(f"streamrank recipe newsgroups: error: {args.archive} does not exist", file=sys.stderr)
+        return 3
     t0 = time.perf_counter()
     c = load_newsgroups(args.archive, max_features=args.max_features, limit=args.limit,
                         keep_headers=args.keep_headers)

@@ -44,8 +44,8 @@ def main(argv=None) -> int:
 
     print(f"Citation: {CITATION}")
     if not os.path.exists(args.archive):
-        print(f"error: {args.archive} does not exist", file=sys.stderr)
-        return 2
+        print(f"streamrank recipe reuters: error: {args.archive} does not exist", file=sys.stderr)
+        return 3
     t0 = time.perf_counter()
     d = load_reuters(args.archive, n_topics=args.topics, max_features=args.max_features or None,
                      limit=args.limit, train_size=args.train_size, random_state=args.seed)
