@@ -109,8 +109,8 @@ def main(argv=None) -> int:
     args = build_parser().parse_args(argv)
     if args.k < 1 or args.sessions < 1 or args.randomized_sessions < 1 or args.log_queries < 1 \
             or not 0 <= args.noise <= 1 or not args.eta >= 0:
-        print("streamrank recipe clicks: error: need --k, --sessions, --randomized-sessions, --log-queries >= 1, 0 <= --noise <= 1 and "
-              "--eta >= 0", file=sys.stderr)
+        print("streamrank recipe clicks: error: need --k, --sessions, --randomized-sessions, --log-queries >= 1, "
+              "0 <= --noise <= 1 and --eta >= 0", file=sys.stderr)
         return 2
     spec = letor.DATASETS[args.dataset]
     source = os.path.join(args.data_dir, spec["archive"])
