@@ -371,3 +371,22 @@ def test_distributed_pipeline_failure_is_one_line(tmp_path, capsys):
     err = capsys.readouterr().err.strip()
     assert code == 3 and len(err.splitlines()) == 1, err
     assert err.startswith("streamrank distributed: error: ") and "nope.zarr" in err
+
+
+def test_distributed_refuses_an_existing_model_as_fit_does(tmp_path, capsys):
+    """``streamrank distributed`` replaced an existing model silently where ``fit`` refuses: now it refuses
+    (exit 5, before any cluster starts) unless ``--overwrite``; ``--storage-options`` is parsed as fit's."""
+    from streamrank.pipelines import distributed as pdist
+
+    X, y, qid = make_day(1)
+    sr.GroupStore.create(tmp_path / "s.zarr", X.shape[1]).append(X, y, qid, batch_id="d")
+    sr.save(sr.RankRLS(alpha=3.0).fit(X, y, qid), tmp_path / "m.zarr")
+    argv = ["--store", str(tmp_path / "s.zarr"), "--model", str(tmp_path / "m.zarr"), "--learner", "rankrls",
+            "--workers", "1"]
+    code = pdist.main(argv)
+    err = capsys.readouterr().err.strip()
+    assert code == 5 and "--overwrite" in err and err.startswith("streamrank distributed: error: "), err
+    assert sr.load(tmp_path / "m.zarr").alpha == 3.0
+    with pytest.raises(SystemExit) as exc:
+        pdist.main([*argv, "--storage-options", "not json"])
+    assert exc.value.code == 2 and "not JSON" in capsys.readouterr().err
