@@ -153,8 +153,7 @@ class GroupStore(GroupAppend, GroupVerify, RowColumnReads, BlockSource):
         n_outputs : int
             Number of score columns of ``y`` (1: ``y`` is 1-D).
         overwrite : bool
-            Replace an existing store at ``path`` (only a zarr store or an
-            empty directory is ever deleted).
+            Replace an existing store at ``path`` (only a zarr store or an empty directory is ever deleted).
         feature_names : sequence of str, optional
             Names of the feature columns, kept with the store (exports name the features by them).
         chunk_rows : int, optional

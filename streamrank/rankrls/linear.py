@@ -76,15 +76,13 @@ class RankRLS(BaseRanker):
     alpha : float > 0
         The papers' λ.
     solver : {"auto", "primal", "cg"}
-        ``"primal"``: one pass accumulating G = XᵀLX and B = XᵀLy (float64),
-        then a Cholesky solve; the statistics are kept, so :meth:`path`,
-        :meth:`partial_fit`, :meth:`cross_validate` and
-        :meth:`leave_query_out` need no refit.  ``"cg"``: preconditioned
-        conjugate gradient, one streaming pass per iteration, memory O(n).
+        ``"primal"``: one pass accumulating G = XᵀLX and B = XᵀLy (float64), then a Cholesky solve; the statistics
+        are kept, so :meth:`path`, :meth:`partial_fit`, :meth:`cross_validate` and :meth:`leave_query_out` need no
+        refit.  ``"cg"``: preconditioned conjugate gradient, one streaming pass per iteration, memory O(n).
         ``"auto"``: primal when n ≤ 4096 and X is dense, else cg.
     group_weight : {"pair", "query", "size"}
-        ``"pair"``: L_g = n_g I - 11ᵀ; ``"query"``: divided by the group's
-        pair count; ``"size"``: divided by n_g (RLScore's QueryRankRLS).
+        ``"pair"``: L_g = n_g I - 11ᵀ; ``"query"``: divided by the group's pair count; ``"size"``: divided by n_g
+        (RLScore's QueryRankRLS).
     ties : {"include", "exclude"}
         ``"exclude"`` drops pairs with equal targets (exact).
     tol : float
@@ -92,18 +90,14 @@ class RankRLS(BaseRanker):
     max_iter : int or None
         cg: iteration limit (default 10 n, capped at 10,000).
     normalize : {None, "standard", "minmax"}
-        Scale every feature by statistics of all training rows, gathered in
-        the same pass (:mod:`streamrank.normalize`): the model scores
-        ``Σ_j coef_j (x_j − o_j) / s_j``, with (o, s) the mean and standard
-        deviation ("standard") or the minimum and range ("minmax"), kept in
-        ``normalizer_``, applied by :meth:`predict`, saved and exported.  No
-        extra pass: the statistics of the scaled features are the congruence
-        D G D, D B (D = diag(1/s)) of the accumulated ones, and the per-group
-        centring removes the shift o.  So "standard" means: the model of
-        RankRLS on globally standardized features — the mean moves every score
-        by one constant (no ranking changes); the scale changes what
-        ``alpha ||coef_||²`` penalises.  ``coef_`` is on the normalized scale.
-        (cg: the moments come with the preconditioner's pass.)
+        Scale every feature by statistics of all training rows, gathered in the same pass
+        (:mod:`streamrank.normalize`): the model scores ``Σ_j coef_j (x_j − o_j) / s_j``, with (o, s) the mean and
+        standard deviation ("standard") or the minimum and range ("minmax"), kept in ``normalizer_``, applied by
+        :meth:`predict`, saved and exported.  No extra pass: the statistics of the scaled features are the
+        congruence D G D, D B (D = diag(1/s)) of the accumulated ones, and the per-group centring removes the shift
+        o.  So "standard" means: the model of RankRLS on globally standardized features — the mean moves every score
+        by one constant (no ranking changes); the scale changes what ``alpha ||coef_||²`` penalises.  ``coef_`` is
+        on the normalized scale. (cg: the moments come with the preconditioner's pass.)
 
     Attributes
     ----------
