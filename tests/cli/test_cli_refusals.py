@@ -211,3 +211,36 @@ def test_a_wider_text_into_an_existing_store_blames_the_store(tmp_path):
     assert f"the existing store {tmp_path / 's.zarr'} holds 2 features" in err
     assert "three.txt:1: feature index out of range" in err and "another --store" in err
     assert sr.GroupStore.open(tmp_path / "s.zarr").n_rows == 2
+
+
+@pytest.mark.parametrize("name,text,what", [("f.csv", "label,qid,f1\n1,2,0.5\n", "CSV"),
+                                            ("f.tsv", "1\t2\t0.5\n0\t2\t0.1\n", "TSV")])
+def test_a_delimited_table_is_an_unsupported_format(tmp_path, name, text, what):
+    """A CSV/TSV file is refused as a format streamrank does not read (exit 6, naming Parquet), not parsed as
+    LETOR text with a 'bad label'; nothing is created."""
+    (tmp_path / name).write_text(text)
+    rc, _, err = main("ingest", tmp_path / name, "--store", tmp_path / "s.zarr")
+    assert rc == 6 and f"looks like {what}" in err and "Parquet" in err and "bad label" not in err, err
+    assert not (tmp_path / "s.zarr").exists()
+
+
+def test_a_mistyped_parquet_column_is_found_among_all_columns(tmp_path):
+    """The closest column names come first and every column is listed (it was the first 10: the one meant, the
+    30th, was hidden)."""
+    pd = pytest.importorskip("pandas")
+    pytest.importorskip("pyarrow")
+    cols = {f"f_{j:02d}": np.arange(4.0) for j in range(29)}
+    pd.DataFrame({**cols, "query_id": ["a", "a", "b", "b"], "label": [1.0, 0, 1, 0]}).to_parquet(tmp_path / "t.parquet")
+    rc, _, err = main("ingest", tmp_path / "t.parquet", "--store", tmp_path / "s.zarr", "--label", "label",
+                      "--qid", "query_idd")
+    assert rc == 4 and "did you mean ['query_id']" in err and "'f_28'" in err, err
+
+
+def test_info_lists_unnamed_weights_by_column(tmp_path):
+    """A model without feature names: its weights are listed by column and info says export needs names (it
+    showed made-up names x0, x1, ... that export then said did not exist)."""
+    X, y, qid = np.random.default_rng(0).normal(size=(40, 3)), np.arange(40) % 3, np.repeat(np.arange(4), 10)
+    sr.save(sr.RankRLS(alpha=1.0).fit(X, y, qid), tmp_path / "m.zarr")
+    rc, out, err = main("info", "--model", tmp_path / "m.zarr")
+    assert rc == 0, err
+    assert "column 0" in out and " x0" not in out and "needs --feature-names" in out
