@@ -111,6 +111,9 @@ def _check_model_out(out, *, overwrite: bool = True) -> None:
     from ..io.schema import StoreFormatError
 
     out = Path(out)
+    if not out.parent.is_dir():          # a typo in a directory name is an error, not a new directory tree
+        raise FileNotFoundError(f"the directory {out.parent} of --model {out} does not exist; create it first "
+                                "(or check the path)")
     if out.exists() and out.is_dir() and (out / "zarr.json").exists():
         try:
             kind = _kind_of(out)

@@ -244,3 +244,12 @@ def test_info_lists_unnamed_weights_by_column(tmp_path):
     rc, out, err = main("info", "--model", tmp_path / "m.zarr")
     assert rc == 0, err
     assert "column 0" in out and " x0" not in out and "needs --feature-names" in out
+
+
+def test_a_typo_in_the_model_directory_creates_nothing(tmp_path, small):
+    """``fit --model modles/m.zarr`` (a mistyped directory): exit 3 naming the directory; no directory tree is
+    created behind the user's back."""
+    rc, _, err = main("fit", "--store", small / "s.zarr", "--model", tmp_path / "modles" / "m.zarr", "--learner",
+                      "rankrls")
+    assert rc == 3 and "modles" in err and "does not exist" in err, err
+    assert not (tmp_path / "modles").exists()
