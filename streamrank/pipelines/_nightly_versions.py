@@ -362,6 +362,12 @@ def summary_line(report) -> str:
     val = f"{mk} {m[mk]:.4f}" if mk else ""
     if c and mk:
         val += f" (current {c[mk]:.4f})"
+    v = report.get("validation") or {}      # where the figure above comes from (metrics.png draws it)
+    where_v = {"holdout": "on the held-out newest day", "progressive": "progressive on the newest day",
+               "in-sample": "in-sample: no earlier data to hold the newest day out of",
+               "fixed-store": f"on --validation {v.get('store')}"}.get(v.get("scheme"), "")
+    if val and where_v:
+        val += f" {where_v}"
     g = report.get("gate")
     if g:   # the decision: both models out of fold on the history they were trained on
         gk = g["metric"]
@@ -370,7 +376,9 @@ def summary_line(report) -> str:
                      else f"on {g['n_groups']} held-out history queries")
         else:
             where = f"out of fold on {g.get('n_groups', g['groups'][1] - g['groups'][0])} history groups"
-        val = f"{gk} {g['candidate'][gk]:.4f} (current {g['current'][gk]:.4f}) {where}"
+        newest = f"newest day {mk} {m[mk]:.4f}" + (f" (current {c[mk]:.4f})" if c and mk else "") if mk else ""
+        val = (f"{newest}; " if newest else "") + \
+            f"gate {gk} {g['candidate'][gk]:.4f} (current {g['current'][gk]:.4f}) {where}"
     alpha = f" alpha={report['alpha']:.4g}" if report.get("alpha") is not None else ""
     tail = f"; excluded from training: {', '.join(d[:15] + '…' for d in report['excluded'])}" \
         if report.get("excluded") else ""
