@@ -171,8 +171,9 @@ def nightly_history(source: Any, path: PathLike | None = None, *, metrics: Seque
     (the newest day held out, or ``--validation``; filled marker: promoted,
     hollow: rejected; a cross: scored in-sample, as on a first night) and the
     current model's on the same slice (dashed).  These are not the promotion
-    gate's figures (the summary line's "gate ..." and ``version.json["gate"]``).  Bottom panel: the λ chosen each night (log scale).  Runs with
-    nothing new ("up-to-date") are shown as grey ticks at the bottom.
+    gate's figures (the summary line's "gate ..." and ``version.json["gate"]``).
+    Bottom panel: the λ chosen each night (log scale).  Runs with nothing new
+    ("up-to-date") are shown as grey ticks at the bottom.
     """
     plt = _plt()
     reports = sorted(_read_reports(source), key=lambda r: r.get("started", ""))
