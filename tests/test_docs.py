@@ -124,10 +124,10 @@ def test_each_badly_rendering_docstring_fails_the_check(tmp_path):
     assert not [p for p in problems if p.startswith("api/Good")], problems
 
 
-MINI_YML = """site_name: mini
-theme:
-  name: material
-plugins:
+def _mini_config(head: str, options: str) -> str:
+    """The mkdocs.yml of a one-package test site: ``head`` (theme, strict) and mkdocstrings ``options`` lines."""
+    return f"""site_name: mini
+{head}plugins:
   - autorefs
   - mkdocstrings:
       handlers:
@@ -135,11 +135,11 @@ plugins:
           paths: [.]
           options:
             docstring_style: numpy
-            show_root_heading: true
-            show_source: false
-markdown_extensions:
-  - tables
-"""
+{options}"""
+
+
+MINI_YML = _mini_config("theme:\n  name: material\n", "            show_root_heading: true\n"
+                        "            show_source: false\nmarkdown_extensions:\n  - tables\n")
 
 
 def test_sphinx_roles_become_code():
@@ -183,19 +183,8 @@ def _mini_site(tmp_path, extra):
                                  'class Hidden:\n    """Public, but on no page of the site."""\n')
     (tmp_path / "docs").mkdir()
     (tmp_path / "docs" / "index.md").write_text("# Mini\n\n::: mini\n\n::: mini.core.Thing\n")
-    (tmp_path / "mkdocs.yml").write_text(f"""site_name: mini
-strict: true
-plugins:
-  - autorefs
-  - mkdocstrings:
-      handlers:
-        python:
-          paths: [.]
-          options:
-            docstring_style: numpy
-            extensions:
-              - {REPO / "docs" / "sphinx_roles.py"}:SphinxRoles
-""")
+    (tmp_path / "mkdocs.yml").write_text(_mini_config(
+        "strict: true\n", f"            extensions:\n              - {REPO / 'docs' / 'sphinx_roles.py'}:SphinxRoles\n"))
     return subprocess.run([sys.executable, "-m", "mkdocs", "build", "--strict", "--site-dir", str(tmp_path / "site")],
                           cwd=tmp_path, capture_output=True, text=True, timeout=300,
                           env=dict(os.environ, NO_MKDOCS_2_WARNING="1"))
