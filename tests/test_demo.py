@@ -43,3 +43,28 @@ def test_a_failing_learner_makes_the_demo_fail(tmp_path, capsys, monkeypatch):
     assert rc == 1
     assert "PairwiseSGDRanker hinge" in out and "failed: RuntimeError: broken on purpose" in out
     assert "RankRLS primal" in out and "1 learner(s) failed" in err and "Next:" not in out
+
+
+def test_make_demo_installs_only_what_the_demo_needs(tmp_path):
+    """``make demo`` installs streamrank alone (the test and docs stacks are 1.5 GB the demo never uses);
+    ``make test`` installs the extras.  Read from make's dry run in a fresh venv location."""
+    import shutil
+    import subprocess
+    from pathlib import Path
+
+    make = shutil.which("make")
+    if make is None:
+        import pytest
+
+        pytest.skip("make is not installed")
+    repo = Path(__file__).resolve().parents[1]
+
+    def dry(target):
+        r = subprocess.run([make, "-n", "-C", str(repo), target, f"VENV={tmp_path / 'venv'}"], capture_output=True,
+                           text=True, timeout=60)
+        assert r.returncode == 0, r.stderr
+        return [ln for ln in r.stdout.splitlines() if "pip install" in ln and "--upgrade pip" not in ln]
+
+    demo, test = dry("demo"), dry("test")
+    assert len(demo) == 1 and demo[0].rstrip().endswith("-e .") and "[" not in demo[0], demo
+    assert any("test" in ln and "docs" in ln for ln in test), test
