@@ -102,7 +102,7 @@ def _run_group_learner(name, factory, how, extra, train, test, max_rows):
 
     try:
         first_s = _warm_up(factory, how, extra, train.n_features)
-    except Exception:            # a sample too small for these options (say --n-basis above 3,000): the real fit decides
+    except Exception:            # a sample too small for the options (--n-basis above 3,000): the real fit decides
         first_s = float("nan")
     model = factory()
     with PeakRSS() as mem:
