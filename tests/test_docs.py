@@ -70,6 +70,9 @@ def site_problems(site: Path) -> list[str]:
                 continue
             for m in pat.finditer(text):
                 out.append(f"{rel}: {what}: {text[max(0, m.start() - 60):m.end() + 40]!r}")
+        prose = _text(re.sub(r"(?s)<(pre|code)\b.*?</\1>", "", raw))     # outside code: reST's literal marker
+        for m in re.finditer(r"\w::(?=\s|$)", prose):
+            out.append(f"{rel}: a reStructuredText literal-block marker (::): {prose[max(0, m.start() - 60):m.end()]!r}")
         for m in re.finditer(r"<h([1-6])\b[^>]*>", raw):       # a docstring line read as a Markdown heading
             if m.group(1) != "1" and "doc-heading" not in m.group(0) and rel.startswith("api/"):
                 out.append(f"{rel}: a heading inside a docstring: {raw[m.start():m.start() + 160]!r}")
@@ -83,8 +86,9 @@ def site_problems(site: Path) -> list[str]:
 
 
 def test_the_site_renders_cleanly(site):
-    """No reStructuredText table or heading underline, no literal double backtick, no reference to a document
-    or issue outside the repository, no public name without a description, no __pycache__."""
+    """No reStructuredText table, heading underline or literal-block marker, no literal double backtick, no
+    reference to a document or issue outside the repository, no public name without a description, no
+    __pycache__."""
     problems = site_problems(site)
     assert not problems, f"{len(problems)} problems:\n" + "\n".join(problems[:40])
 
@@ -96,6 +100,7 @@ BAD_DOCSTRINGS = {
     "issue of the tracker": "Fast again (issue 22).\n",
     "heading inside a docstring": "The error.\n\nFor a query, ``(#{a} + w #{b}) /\n#{c}`` with w.\n",
     "without a description": "A class.\n\nAttributes\n----------\ncoef_ : ndarray\n",
+    "literal-block marker": "A class.\n\nExample::\n\n    x = 1\n",
 }
 
 

@@ -1,6 +1,6 @@
 """Nightly retraining on growing logs.
 
-One run = one night::
+One run = one night:
 
     streamrank nightly --store STORE --new DAYFILE... --models DIR \\
         [--learner rankrls|sparse-kernel|sgd-bilinear|sgd-pairwise] [--alphas GRID] [--full] [--keep N]

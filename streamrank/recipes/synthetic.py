@@ -11,7 +11,7 @@ Two modes:
   and is reproducible from ``--model-seed`` with
   ``streamrank.datasets.synthetic.planted_W``.
 
-Examples::
+Examples:
 
     python -m streamrank.recipes.synthetic --rows 1000000 --features 46 --out letor_like.zarr
     python -m streamrank.recipes.synthetic --rows 200000 --nonlinear --group-size 10 60 --out nl.zarr
