@@ -268,11 +268,18 @@ def _sibling(path: Path, kind: str) -> Path:
 
 
 def writer_alive(leftover: Path) -> bool:
-    """True unless the pid in a leftover's name is certainly dead (unknown names count as alive).
+    """True unless ``leftover`` is certainly a dead writer's own, to be swept (unknown names count as alive).
 
     ``leftover`` is named ``.<name>.<pid>-<random>.<kind>`` (an atomic write's temporary file).
     Package-public: the CLI's and the nightly's atomic writers sweep their leftovers with it too.
+    A symbolic link planted under such a name, or an entry another user owns,
+    counts as alive: a sweep never removes through a link or another user's files
+    (:func:`streamrank._shared_paths.own_leftover`).
     """
+    from ._shared_paths import own_leftover
+
+    if os.path.lexists(leftover) and not own_leftover(leftover):
+        return True
     tag = leftover.name.rsplit(".", 2)[-2]
     pid = tag.split("-", 1)[0]
     if "-" not in tag or not pid.isdigit():

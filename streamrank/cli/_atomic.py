@@ -79,12 +79,13 @@ def _sweep_npy_partials(out: Path) -> list:
     """
     import glob as _glob
 
+    from .._shared_paths import own_leftover
     from ..persistence import writer_alive
 
     removed = []
     for p in out.parent.glob(f".{_glob.escape(out.stem)}.*.partial{out.suffix}"):
         # writer_alive reads the pid from ``.<name>.<pid>-<random>.<kind>``: drop the .npy suffix
-        if p.is_file() and not writer_alive(p.with_name(p.name[: -len(out.suffix)])):
+        if own_leftover(p) and p.is_file() and not writer_alive(p.with_name(p.name[: -len(out.suffix)])):
             p.unlink(missing_ok=True)
             removed.append(p)
     return removed

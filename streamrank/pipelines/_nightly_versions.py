@@ -74,9 +74,11 @@ def models_lock(models_dir):
         return
     import fcntl
 
+    from streamrank._shared_paths import open_lock_file
+
     path = Path(models_dir) / LOCK
     while True:
-        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        fd = open_lock_file(path)        # never through a planted link: the holder truncates and writes it
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
@@ -91,7 +93,7 @@ def models_lock(models_dir):
             os.close(fd)
             raise
         try:
-            same = os.stat(path).st_ino == os.fstat(fd).st_ino
+            same = os.lstat(path).st_ino == os.fstat(fd).st_ino
         except FileNotFoundError:
             same = False
         if same:
@@ -234,7 +236,7 @@ def replace_file(models_dir, name, data: bytes) -> None:
     fsync of the directory so the rename survives a power cut."""
     d = Path(models_dir)
     tmp = _tmp_name(d, name, "tmp")
-    with open(tmp, "wb") as fh:
+    with open(tmp, "xb") as fh:                # a fresh random name: never an existing file or a link
         fh.write(data)
         fh.flush()
         os.fsync(fh.fileno())
