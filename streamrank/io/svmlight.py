@@ -225,7 +225,8 @@ def iter_svmlight(source, *, n_features: int | None = None, dense: bool = True,
 
     Parameters
     ----------
-    source : path (plain or gzip) or binary file object (e.g. a tar member)
+    source
+        path (plain or gzip) or binary file object (e.g. a tar member)
     n_features : int, optional
         Number of columns.  If None it is inferred from the first chunk (the
         largest index seen there); a later line with a larger index then
