@@ -117,17 +117,22 @@ class PositionBiasEM:
         return _sigmoid(self.intercept + np.asarray(X @ self.coef, dtype=np.float64).reshape(-1))
 
 
+def _check_store(data, columns, what):
+    have = getattr(data, "row_columns", None)
+    if have is None or not hasattr(data, "read_column"):
+        raise TypeError(f"{what}: give a GroupStore with {' and '.join(map(repr, columns))} columns, or X with "
+                        f"{'= and '.join(c if c != 'click' else 'clicks' for c in columns)}=; got "
+                        f"{type(data).__name__} alone")
+    missing = [n for n in columns if n not in have]
+    if missing:
+        raise ValueError(f"{what}: the store at {data.path} keeps no {missing[0]!r} column "
+                         f"(it keeps {list(have) or 'none'})")
+
+
 def _chunks(data, clicks, position, max_rows):
     """(X, clicks, position, first row) per block: a GroupStore with click/position columns, or arrays."""
     if clicks is None and position is None:
-        have = getattr(data, "row_columns", None)
-        if have is None or not hasattr(data, "read_column"):
-            raise TypeError("estimate_propensity_em: give a GroupStore with 'click' and 'position' columns, or "
-                            f"X with clicks= and position=; got {type(data).__name__} alone")
-        missing = [n for n in ("click", "position") if n not in have]
-        if missing:
-            raise ValueError(f"estimate_propensity_em: the store at {data.path} keeps no {missing[0]!r} column "
-                             f"(it keeps {list(have) or 'none'})")
+        _check_store(data, ("click", "position"), "estimate_propensity_em")
         for b in data.blocks(max_rows=max_rows, split_groups=True):
             c = data.read_column("click", b.start, b.stop).astype(np.float64)
             p = data.read_column("position", b.start, b.stop).astype(np.int64)
@@ -224,6 +229,7 @@ def estimate_propensity_em(data, *, clicks=None, position=None, n_positions=None
         raise ValueError(f"need max_iter >= 1 and tol > 0; got {max_iter}, {tol}")
     first = None
     if clicks is None and position is None:
+        _check_store(data, ("click", "position"), "estimate_propensity_em")
         n_features, n_total = int(data.n_features), int(data.n_rows)
     else:
         n_features, n_total = int(data.shape[1]), int(data.shape[0])
