@@ -11,5 +11,7 @@ Both return θ with θ_1 = 1, ready for :func:`streamrank.clicks.ips_weights`
 and :func:`streamrank.io.weighted.ips_weighted`.
 """
 from ._em import PositionBiasEM, e_step, estimate_propensity_em, log_likelihood
+from ._harvest import HarvestedPropensity, harvest_propensity, row_keys
 
-__all__ = ["PositionBiasEM", "estimate_propensity_em", "e_step", "log_likelihood"]
+__all__ = ["PositionBiasEM", "estimate_propensity_em", "e_step", "log_likelihood", "HarvestedPropensity",
+           "harvest_propensity", "row_keys"]
