@@ -21,7 +21,7 @@ from __future__ import annotations
 
 __all__ = ["add_weight_options", "weighting_of", "row_column_names", "weighted_store", "check_same_weighting"]
 
-_COLUMNS = ("weight", "click", "position")
+_COLUMNS = ("weight", "click", "position", "ranker")
 
 
 def add_weight_options(p) -> None:

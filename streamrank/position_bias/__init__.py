@@ -12,6 +12,7 @@ and :func:`streamrank.io.weighted.ips_weighted`.
 """
 from ._em import PositionBiasEM, e_step, estimate_propensity_em, log_likelihood
 from ._harvest import HarvestedPropensity, harvest_propensity, row_keys
+from ._spec import ESTIMATED_SPECS, store_propensity
 
 __all__ = ["PositionBiasEM", "estimate_propensity_em", "e_step", "log_likelihood", "HarvestedPropensity",
-           "harvest_propensity", "row_keys"]
+           "harvest_propensity", "row_keys", "ESTIMATED_SPECS", "store_propensity"]

@@ -71,3 +71,19 @@ def test_refusals():
     key, ranker = np.array([0, 0, 1]), np.array([0, 1, 0])
     with pytest.raises(ValueError, match="rank 3 is linked to rank 1 by no chain"):
         harvest_propensity(key=key, clicks=np.array([1, 1, 1.0]), position=np.array([1, 2, 3]), ranker=ranker)
+
+
+def test_store_ranker_column_streams_like_arrays(tmp_path):
+    """A GroupStore's ranker column: harvest streamed block by block = in memory with the true doc ids."""
+    import streamrank as sr
+
+    log = simulate_position_bias(n_queries=50, n_sessions=3000, n_rankers=3, n_features=3, random_state=2)
+    s = sr.GroupStore.create(tmp_path / "c.zarr", 3, row_columns=("click", "position", "ranker"))
+    s.append(log.X, log.clicks, log.session, click=log.clicks, position=log.position, ranker=log.ranker)
+    got = harvest_propensity(sr.GroupStore.open(tmp_path / "c.zarr"), max_rows=700)
+    want = harvest_propensity(key=log.doc, clicks=log.clicks, position=log.position, ranker=log.ranker)
+    np.testing.assert_allclose(got.theta, want.theta, rtol=1e-12)
+    np.testing.assert_allclose(got.upper, want.upper, rtol=1e-12)
+    with pytest.raises(ValueError, match=r"ranker\[0\] = -1"):
+        s.append(log.X[:10], log.clicks[:10], log.session[:10], click=log.clicks[:10], position=log.position[:10],
+                 ranker=np.full(10, -1))
