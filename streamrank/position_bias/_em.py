@@ -129,14 +129,47 @@ def _check_store(data, columns, what):
                          f"(it keeps {list(have) or 'none'})")
 
 
-def _chunks(data, clicks, position, max_rows):
+def check_spans(rows, n_rows):
+    """Sorted, disjoint (r0, r1) row spans inside [0, n_rows) as an (s, 2) int64 array (None: every row)."""
+    if rows is None:
+        return None
+    s = np.asarray(rows, dtype=np.int64).reshape(-1, 2)
+    if s.size and (np.any(s[:, 0] > s[:, 1]) or s[0, 0] < 0 or s[-1, 1] > n_rows or np.any(s[1:, 0] < s[:-1, 1])):
+        raise ValueError(f"rows must be sorted disjoint (r0, r1) spans inside the store's {n_rows} rows; got "
+                         f"{s.tolist()[:4]}...")
+    return s
+
+
+def span_mask(spans, r0, r1):
+    """Which rows r0..r1 lie in the spans (None: all); (r1 - r0,) bool or None."""
+    if spans is None:
+        return None
+    m = np.zeros(r1 - r0, dtype=bool)
+    for a, b in spans[(spans[:, 1] > r0) & (spans[:, 0] < r1)]:
+        m[max(a, r0) - r0:min(b, r1) - r0] = True
+    return m
+
+
+def _store_blocks(data, columns, spans, max_rows):
+    """(block X, {column: values}, first global row) of a store's blocks, restricted to the row spans."""
+    for b in data.blocks(max_rows=max_rows, split_groups=True):
+        m = span_mask(spans, b.start, b.stop)
+        if m is not None and not m.any():
+            continue
+        cols = {n: data.read_column(n, b.start, b.stop) for n in columns}
+        X = b.X
+        if m is not None and not m.all():
+            X = X[m]
+            cols = {n: v[m] for n, v in cols.items()}
+        yield X, cols, b.start
+
+
+def _chunks(data, clicks, position, max_rows, spans=None):
     """(X, clicks, position, first row) per block: a GroupStore with click/position columns, or arrays."""
     if clicks is None and position is None:
         _check_store(data, ("click", "position"), "estimate_propensity_em")
-        for b in data.blocks(max_rows=max_rows, split_groups=True):
-            c = data.read_column("click", b.start, b.stop).astype(np.float64)
-            p = data.read_column("position", b.start, b.stop).astype(np.int64)
-            yield b.X, c, p, b.start
+        for X, cols, start in _store_blocks(data, ("click", "position"), spans, max_rows):
+            yield X, cols["click"].astype(np.float64), cols["position"].astype(np.int64), start
         return
     if clicks is None or position is None:
         raise ValueError("estimate_propensity_em: give both clicks= and position= with X")
@@ -159,10 +192,11 @@ class _Pass:
         self.e_sum = np.zeros(K)
         self.count = np.zeros(K)
         self.ll = 0.0
+        self.seen = 0
         self.v_sum = self.vz_sum = 0.0
         self.vx_sum = np.zeros(n_features)
 
-    def add(self, X, c, pos, start, n_total, theta, coef, intercept):
+    def add(self, X, c, pos, n_total, theta, coef, intercept):
         t = theta[pos - 1]
         eta = intercept + np.asarray(X @ coef, dtype=np.float64).reshape(-1)
         g = _sigmoid(eta)
@@ -175,7 +209,8 @@ class _Pass:
         z = eta + (r - g) / v                             # working response
         rows = c.shape[0]
         self.stats.add_block(X, z, np.array([0, rows]), group_size=np.array([n_total]),
-                             group_offset=np.array([start]), group_id=np.array([0]), weight=v)
+                             group_offset=np.array([self.seen]), group_id=np.array([0]), weight=v)
+        self.seen += rows
         self.v_sum += float(v.sum())
         self.vz_sum += float(v @ z)
         self.vx_sum += np.asarray(v @ X, dtype=np.float64).reshape(-1)
@@ -196,7 +231,7 @@ class _Pass:
 
 def estimate_propensity_em(data, *, clicks=None, position=None, n_positions=None, alpha: float = 1e-6,
                            max_iter: int = 200, tol: float = 1e-7, init=None, max_rows: int = 65536,
-                           max_halvings: int = 30, callback=None) -> PositionBiasEM:
+                           max_halvings: int = 30, callback=None, rows=None) -> PositionBiasEM:
     """Estimate the position bias θ_k of ordinary click logs by regression EM (module docstring).
 
     Parameters
@@ -210,6 +245,8 @@ def estimate_propensity_em(data, *, clicks=None, position=None, n_positions=None
     init : a previous :class:`PositionBiasEM` (warm start: its θ, coef and
         intercept — the nightly re-estimate) or None (θ_k = 1/k, w = 0, b from the CTR).
     callback : called as ``callback(iteration, objective, theta)`` after every accepted iteration.
+    rows : sorted disjoint (r0, r1) row spans of the store to use (default every row; the nightly's
+        accepted days).
 
     Returns a :class:`PositionBiasEM`; ``.propensity`` feeds :func:`streamrank.clicks.ips_weights`
     and :func:`streamrank.io.weighted.ips_weighted`.
@@ -230,14 +267,19 @@ def estimate_propensity_em(data, *, clicks=None, position=None, n_positions=None
     first = None
     if clicks is None and position is None:
         _check_store(data, ("click", "position"), "estimate_propensity_em")
-        n_features, n_total = int(data.n_features), int(data.n_rows)
+        spans = check_spans(rows, int(data.n_rows))
+        n_features = int(data.n_features)
+        n_total = int(data.n_rows) if spans is None else int(np.sum(spans[:, 1] - spans[:, 0]))
     else:
+        if rows is not None:
+            raise ValueError("rows= selects rows of a store; slice the arrays instead")
+        spans = None
         n_features, n_total = int(data.shape[1]), int(data.shape[0])
     if n_total == 0:
         raise ValueError("estimate_propensity_em: the click log is empty")
     if n_positions is None or init is None:         # one cheap scan: K and the click-through rate
         K, clicked, seen = 0, 0.0, 0
-        for _, c, p, _ in _chunks(data, clicks, position, max_rows):
+        for _, c, p, _ in _chunks(data, clicks, position, max_rows, spans):
             K = max(K, int(p.max()) if p.size else 0)
             clicked += float(c.sum())
             seen += c.shape[0]
@@ -265,11 +307,12 @@ def estimate_propensity_em(data, *, clicks=None, position=None, n_positions=None
     while n_pass < max_iter:
         t0 = time.perf_counter()
         acc = _Pass(n_features, K)
-        for X, c, p, start in _chunks(data, clicks, position, max_rows):
+        for X, c, p, start in _chunks(data, clicks, position, max_rows, spans):
             if p.size and int(p.max()) > K:
                 i = int(np.argmax(p))
-                raise ValueError(f"row {start + i} was shown at position {int(p[i])}, beyond n_positions={K}")
-            acc.add(X, c, p, start, n_total, theta, coef, intercept)
+                raise ValueError(f"a row of the block from row {start} was shown at position {int(p[i])}, beyond "
+                                 f"n_positions={K}")
+            acc.add(X, c, p, n_total, theta, coef, intercept)
         acc.stats.check_complete()
         n_pass += 1
         seconds.append(time.perf_counter() - t0)

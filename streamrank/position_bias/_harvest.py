@@ -33,7 +33,7 @@ from statistics import NormalDist
 import numpy as np
 
 from ..clicks import _check_clicks, _check_position
-from ._em import _check_store
+from ._em import _check_store, _store_blocks, check_spans
 
 __all__ = ["HarvestedPropensity", "harvest_propensity", "row_keys"]
 
@@ -99,14 +99,16 @@ class _Counts:
         self.cells = u
 
 
-def _chunks(data, key, clicks, position, ranker, max_rows):
+def _chunks(data, key, clicks, position, ranker, max_rows, rows=None):
     if data is not None and clicks is None and position is None and ranker is None:
         _check_store(data, ("click", "position", "ranker"), "harvest_propensity")
-        for b in data.blocks(max_rows=max_rows, split_groups=True):
-            yield (row_keys(b.X), data.read_column("ranker", b.start, b.stop).astype(np.int64),
-                   data.read_column("position", b.start, b.stop).astype(np.int64),
-                   data.read_column("click", b.start, b.stop).astype(np.float64))
+        spans = check_spans(rows, int(data.n_rows))
+        for X, cols, _ in _store_blocks(data, ("click", "position", "ranker"), spans, max_rows):
+            yield (row_keys(X), cols["ranker"].astype(np.int64), cols["position"].astype(np.int64),
+                   cols["click"].astype(np.float64))
         return
+    if rows is not None:
+        raise ValueError("rows= selects rows of a store; slice the arrays instead")
     if clicks is None or position is None or ranker is None:
         raise ValueError("harvest_propensity: give a GroupStore with click, position and ranker columns, or "
                          "clicks=, position=, ranker= and key= (or X)")
@@ -132,13 +134,14 @@ def _chunks(data, key, clicks, position, ranker, max_rows):
 
 
 def harvest_propensity(data=None, *, key=None, clicks=None, position=None, ranker=None, n_positions=None,
-                       confidence: float = 0.95, max_rows: int = 65536) -> HarvestedPropensity:
+                       confidence: float = 0.95, max_rows: int = 65536, rows=None) -> HarvestedPropensity:
     """θ_k and confidence intervals by intervention harvesting across rankers (module docstring).
 
     ``data``: a GroupStore with ``click``, ``position`` and ``ranker`` columns
     (streamed; (q, d) = the feature row), or in-memory ``clicks=``,
     ``position=``, ``ranker=`` with ``key=`` (an integer (q, d) id per row)
-    or ``data=X`` (feature rows as the id).  ``n_positions``: K (default: the
+    or ``data=X`` (feature rows as the id); ``rows``: sorted disjoint (r0, r1)
+    row spans of the store to use (default every row).  ``n_positions``: K (default: the
     largest rank seen).  Raises when some rank up to K is connected to rank 1
     by no chain of (q, d) shown at both ranks by different rankers.
 
@@ -151,7 +154,7 @@ def harvest_propensity(data=None, *, key=None, clicks=None, position=None, ranke
     if not 0 < float(confidence) < 1:
         raise ValueError(f"confidence must be in (0, 1), got {confidence}")
     counts, m = _Counts(), 0
-    for k, r, p, c in _chunks(data, key, clicks, position, ranker, max_rows):
+    for k, r, p, c in _chunks(data, key, clicks, position, ranker, max_rows, rows):
         counts.add(k, r, p, c)
         m += c.shape[0]
     if m == 0:

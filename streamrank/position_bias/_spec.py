@@ -29,26 +29,26 @@ def em_from_note(note) -> PositionBiasEM | None:
                           n_impressions=0, alpha=float(note.get("alpha", 1e-6)))
 
 
-def store_propensity(store, spec: str, *, warm=None, max_rows: int = 65536):
+def store_propensity(store, spec: str, *, warm=None, max_rows: int = 65536, rows=None):
     """``(p, note)``: θ of ``store`` by the method of ``spec`` (a key of :data:`ESTIMATED_SPECS`).
 
     ``warm``: a previous note (``estimate:em`` warm-starts from its θ and
     relevance model when the feature count matches).  ``note``: method, θ,
     passes / iterations and the log-likelihood per iteration (EM), or the
-    confidence intervals (harvest).
+    confidence intervals (harvest).  ``rows``: row spans of the store to use (default all).
     """
     if spec == "estimate:em":
         init = em_from_note(warm)
         if init is not None and init.coef.shape[0] != store.n_features:
             init = None
-        em = estimate_propensity_em(store, init=init, max_rows=max_rows)
+        em = estimate_propensity_em(store, init=init, max_rows=max_rows, rows=rows)
         note = {"method": "em", "theta": em.theta.tolist(), "coef": em.coef.tolist(), "intercept": em.intercept,
                 "alpha": em.alpha, "iterations": em.n_iter, "passes": em.n_passes, "converged": em.converged,
                 "log_likelihood": [float(v) for v in em.log_likelihood], "warm_start": init is not None,
                 "impressions": em.n_impressions}
         return em.theta, note
     if spec == "estimate:harvest":
-        h = harvest_propensity(store, max_rows=max_rows)
+        h = harvest_propensity(store, max_rows=max_rows, rows=rows)
         note = {"method": "harvest", "theta": h.theta.tolist(), "lower": h.lower.tolist(),
                 "upper": h.upper.tolist(), "confidence": h.confidence, "pairs": len(h.pairs),
                 "impressions": h.n_impressions}

@@ -42,8 +42,8 @@ def test_m_step_equals_dense_newton_step(max_rows):
     theta[0] = 1.0
     w0, b0 = rng.normal(size=n) * 0.3, -0.5
     acc = _Pass(n, K)
-    for Xb, cb, pb, start in _chunks(X, c, pos, max_rows):
-        acc.add(Xb, cb, pb, start, m, theta, w0, b0)
+    for Xb, cb, pb, _ in _chunks(X, c, pos, max_rows):
+        acc.add(Xb, cb, pb, m, theta, w0, b0)
     acc.stats.check_complete()
     th, w, b = acc.m_step(theta, alpha, m)
     # dense reference
@@ -104,6 +104,15 @@ def test_store_equals_arrays_and_warm_start(tmp_path):
     np.testing.assert_allclose(a.theta, b.theta, rtol=1e-9)
     np.testing.assert_allclose(a.coef, b.coef, rtol=1e-7, atol=1e-10)
     np.testing.assert_allclose(a.objective, b.objective, rtol=1e-10)
+    # row spans of the store = the same rows in memory
+    spans = [(0, 3000), (4500, 9000)]
+    keep = np.r_[0:3000, 4500:9000]
+    sa = estimate_propensity_em(store, max_iter=4, max_rows=999, rows=spans)
+    sb = estimate_propensity_em(X32[keep], clicks=log.clicks[keep], position=log.position[keep], max_iter=4)
+    np.testing.assert_allclose(sa.theta, sb.theta, rtol=1e-9)
+    np.testing.assert_allclose(sa.objective, sb.objective, rtol=1e-10)
+    with pytest.raises(ValueError, match="sorted disjoint"):
+        estimate_propensity_em(store, rows=[(10, 5)])
     full = estimate_propensity_em(store)
     again = estimate_propensity_em(store, init=full)
     assert again.converged and again.n_passes < full.n_passes / 2
