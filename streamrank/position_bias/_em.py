@@ -34,12 +34,14 @@ M-step:
 
 The objective (penalised log-likelihood Σ c log θγ + (1-c) log(1-θγ) -
 (α N / 2)||w||², N impressions) is evaluated in the same pass, at the
-parameters the pass starts from.  A step that would lower it is halved
-(the next pass is then spent at the halved point: the EM direction is an
-ascent direction of the objective, so halving terminates) — the logged
-objective never decreases.  Stopping rule: the objective's relative gain
-over one accepted iteration below ``tol`` and no θ_k moved by more than
-``tol`` (or ``max_iter`` passes).
+parameters the pass starts from.  Steps are over-relaxed adaptively
+(ω times the EM step, ω growing while steps are accepted: Salakhutdinov and
+Roweis 2003); a step that would lower the objective is rejected — the next
+pass is spent at the plain EM step, and then at halved ones (the EM
+direction is an ascent direction of the objective, so halving terminates) —
+so the logged objective never decreases.  Stopping rule: the objective's
+relative gain over one accepted iteration at most ``tol`` and no θ_k moved
+by more than √tol (or ``max_iter`` passes).
 """
 from __future__ import annotations
 
@@ -231,7 +233,8 @@ class _Pass:
 
 def estimate_propensity_em(data, *, clicks=None, position=None, n_positions=None, alpha: float = 1e-6,
                            max_iter: int = 200, tol: float = 1e-7, init=None, max_rows: int = 65536,
-                           max_halvings: int = 30, callback=None, rows=None) -> PositionBiasEM:
+                           max_halvings: int = 30, callback=None, rows=None,
+                           overrelax: float = 1.5) -> PositionBiasEM:
     """Estimate the position bias θ_k of ordinary click logs by regression EM (module docstring).
 
     Parameters
@@ -245,6 +248,10 @@ def estimate_propensity_em(data, *, clicks=None, position=None, n_positions=None
     init : a previous :class:`PositionBiasEM` (warm start: its θ, coef and
         intercept — the nightly re-estimate) or None (θ_k = 1/k, w = 0, b from the CTR).
     callback : called as ``callback(iteration, objective, theta)`` after every accepted iteration.
+    overrelax : adaptive over-relaxation (Salakhutdinov and Roweis 2003): after every accepted
+        step the next one goes ω times the EM step, ω multiplied by ``overrelax`` (at most 16);
+        a step that lowers the objective falls back to the plain EM step (ω = 1), which is halved
+        if needed.  1 = plain EM.
     rows : sorted disjoint (r0, r1) row spans of the store to use (default every row; the nightly's
         accepted days).
 
@@ -304,6 +311,7 @@ def estimate_propensity_em(data, *, clicks=None, position=None, n_positions=None
     objective, lls, seconds = [], [], []
     prev = None             # (theta, coef, intercept) of the last accepted iterate
     n_pass, halvings, converged = 0, 0, False
+    omega, plain = 1.0, None     # over-relaxation factor; the plain EM step from ``prev``
     while n_pass < max_iter:
         t0 = time.perf_counter()
         acc = _Pass(n_features, K)
@@ -317,8 +325,12 @@ def estimate_propensity_em(data, *, clicks=None, position=None, n_positions=None
         n_pass += 1
         seconds.append(time.perf_counter() - t0)
         obj = acc.ll - 0.5 * alpha * n_total * float(coef @ coef)
-        if objective and obj < objective[-1]:                  # the step lowered the objective: halve it
-            halvings += 1
+        if objective and obj < objective[-1]:                  # the step lowered the objective
+            if omega > 1.0:                                     # an over-relaxed step: back to the plain EM step
+                omega = 1.0
+                theta, coef, intercept = plain
+                continue
+            halvings += 1                                       # the plain step: halve it
             if halvings > max_halvings:
                 theta, coef, intercept = prev
                 converged = True
@@ -337,8 +349,13 @@ def estimate_propensity_em(data, *, clicks=None, position=None, n_positions=None
         lls.append(acc.ll)
         if callback is not None:
             callback(len(objective), obj, theta.copy())
+        if len(objective) > 1 and plain is not None:
+            omega = min(omega * overrelax, 16.0) if overrelax > 1 else 1.0
         prev = (theta, coef, intercept)
-        theta, coef, intercept = acc.m_step(theta, alpha, n_total)
+        plain = acc.m_step(theta, alpha, n_total)
+        theta, coef, intercept = (prev[0] + omega * (plain[0] - prev[0]), prev[1] + omega * (plain[1] - prev[1]),
+                                  prev[2] + omega * (plain[2] - prev[2]))
+        theta = np.clip(theta, _EPS, 1.0)
     else:
         theta, coef, intercept = prev if prev is not None else (theta, coef, intercept)
     return PositionBiasEM(theta=theta, coef=coef, intercept=intercept, objective=objective, log_likelihood=lls,

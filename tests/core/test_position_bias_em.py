@@ -133,3 +133,15 @@ def test_errors_name_the_problem(tmp_path):
         estimate_propensity_em(store)
     with pytest.raises(TypeError, match="GroupStore with 'click' and 'position'"):
         estimate_propensity_em(X)
+
+
+def test_overrelaxed_and_plain_em_meet():
+    """Over-relaxation only changes the path: the same fixed point as plain EM, in fewer passes, both monotone."""
+    log = simulate_position_bias(n_queries=200, n_sessions=3000, n_features=4, eta=1.0, random_state=9)
+    plain = estimate_propensity_em(log.X, clicks=log.clicks, position=log.position, overrelax=1.0, tol=1e-10,
+                                   max_iter=400)
+    fast = estimate_propensity_em(log.X, clicks=log.clicks, position=log.position, tol=1e-10, max_iter=400)
+    assert plain.converged and fast.converged and fast.n_passes < plain.n_passes
+    assert np.all(np.diff(plain.objective) >= 0) and np.all(np.diff(fast.objective) >= 0)
+    np.testing.assert_allclose(fast.theta, plain.theta, atol=2e-3)
+    assert fast.objective[-1] >= plain.objective[-1] - 1e-6 * abs(plain.objective[-1])
