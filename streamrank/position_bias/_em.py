@@ -199,6 +199,8 @@ class _Pass:
         self.vx_sum = np.zeros(n_features)
 
     def add(self, X, c, pos, n_total, theta, coef, intercept):
+        if not hasattr(X, "toarray"):
+            X = np.asarray(X, dtype=np.float64)      # once per block (a float32 store block), not per product
         t = theta[pos - 1]
         eta = intercept + np.asarray(X @ coef, dtype=np.float64).reshape(-1)
         g = _sigmoid(eta)
