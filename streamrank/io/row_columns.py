@@ -9,7 +9,10 @@ per row in each named array, chunked along rows like ``y``:
 | ``weight`` | (m,) float64 | a row weight w_i >= 0 (``sample_weight``; pair weight w_i w_j) |
 | ``click`` | (m,) uint8 | 1 = the row was clicked, 0 = shown and not clicked |
 | ``position`` | (m,) int32 | the 1-based rank the logging ranker showed the row at |
-| ``ranker`` | (m,) int32 | which logging ranker (an id >= 0) produced the impression (intervention harvesting: :func:`streamrank.position_bias.harvest_propensity`) |
+| ``ranker`` | (m,) int32 | the id (>= 0) of the logging ranker that produced the impression |
+
+``ranker`` is what intervention harvesting reads
+(:func:`streamrank.position_bias.harvest_propensity`).
 
 Every append then takes them (``append(..., weight=, click=, position=, ranker=)``:
 all the store's columns, no other), validated with the batch before a byte
