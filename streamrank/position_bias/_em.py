@@ -241,25 +241,46 @@ def estimate_propensity_em(data, *, clicks=None, position=None, n_positions=None
 
     Parameters
     ----------
-    data : GroupStore with ``click`` and ``position`` columns (streamed block by
+    data : GroupStore or array
+        A GroupStore with ``click`` and ``position`` columns (streamed block by
         block, features = the store's X), or an (m, n) feature array / CSR
         matrix with ``clicks=`` and ``position=`` (m,) arrays.
-    n_positions : K; default the largest position seen (first pass).
-    alpha : ridge penalty of the relevance model, per impression (λ = alpha · N).
-    max_iter : streamed passes at most; tol : the stopping rule's tolerance.
-    init : a previous :class:`PositionBiasEM` (warm start: its θ, coef and
-        intercept — the nightly re-estimate) or None (θ_k = 1/k, w = 0, b from the CTR).
-    callback : called as ``callback(iteration, objective, theta)`` after every accepted iteration.
-    overrelax : adaptive over-relaxation (Salakhutdinov and Roweis 2003): after every accepted
-        step the next one goes ω times the EM step, ω multiplied by ``overrelax`` (at most 16);
-        a step that lowers the objective falls back to the plain EM step (ω = 1), which is halved
-        if needed.  1 = plain EM.
-    rows : sorted disjoint (r0, r1) row spans of the store to use (default every row; the nightly's
-        accepted days).
+    clicks, position : array-like (m,), optional
+        0/1 clicks and 1-based ranks, with an array ``data``.
+    n_positions : int, optional
+        K; default the largest position seen (one cheap first scan).
+    alpha : float
+        Ridge penalty of the relevance model, per impression (λ = alpha · N).
+    max_iter : int
+        Streamed passes at most.
+    tol : float
+        The stopping rule's tolerance.
+    init : PositionBiasEM, optional
+        A previous result: warm start from its θ, coef and intercept (the
+        nightly re-estimate); None: θ_k = 1/k, w = 0, b from the CTR.
+    max_rows : int
+        Rows per block.
+    max_halvings : int
+        Halvings of a rejected step before the iteration stops where it is.
+    callback : callable, optional
+        Called as ``callback(iteration, objective, theta)`` after every accepted iteration.
+    rows : sequence of (r0, r1), optional
+        Sorted disjoint row spans of the store to use (default every row; the
+        nightly's accepted days).
+    overrelax : float
+        Adaptive over-relaxation (Salakhutdinov and Roweis 2003): after every
+        accepted step the next one goes ω times the EM step, ω multiplied by
+        ``overrelax`` (at most 16); a step that lowers the objective falls back
+        to the plain EM step (ω = 1), which is halved if needed.  1 = plain EM.
 
-    Returns a :class:`PositionBiasEM`; ``.propensity`` feeds :func:`streamrank.clicks.ips_weights`
-    and :func:`streamrank.io.weighted.ips_weighted`.
+    Returns
+    -------
+    PositionBiasEM
+        ``.propensity`` feeds :func:`streamrank.clicks.ips_weights` and
+        :func:`streamrank.io.weighted.ips_weighted`.
 
+    Examples
+    --------
     >>> import numpy as np
     >>> from streamrank.datasets.clicks import simulate_position_bias
     >>> from streamrank.position_bias import estimate_propensity_em
