@@ -1,4 +1,4 @@
-"""Position bias from ordinary click logs (issue 37): regression EM and intervention harvesting.
+"""Position bias from ordinary click logs: regression EM and intervention harvesting.
 
 * :func:`estimate_propensity_em` — the position-based click model
   P(click | q, d, k) = θ_k γ_{q,d} fitted by regression EM on the logs of one

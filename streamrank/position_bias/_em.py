@@ -87,14 +87,28 @@ class PositionBiasEM:
 
     Attributes
     ----------
-    theta : (K,) float64 — examination propensities θ_1 = 1, θ_2, … (``propensity`` for IPS)
-    coef, intercept — the relevance model γ(x) = σ(intercept + x·coef)
-    objective : list of float — penalised log-likelihood of every accepted iteration (non-decreasing)
-    log_likelihood : list of float — the log-likelihood of the same iterates
-    n_iter : int — accepted iterations; n_passes : int — streamed passes (halved steps included)
-    converged : bool — the stopping rule was met (False: ``max_iter`` passes)
-    n_impressions : int — rows of the log; alpha : float — the ridge penalty per impression
-    seconds : list of float — wall time of every pass
+    theta : (K,) float64
+        Examination propensities θ_1 = 1, θ_2, … (the IPS ``propensity``).
+    coef : (n,) float64
+        Weights of the relevance model γ(x) = σ(intercept + x·coef).
+    intercept : float
+        Its intercept.
+    objective : list of float
+        The penalised log-likelihood of every accepted iteration (non-decreasing).
+    log_likelihood : list of float
+        The log-likelihood of the same iterates.
+    n_iter : int
+        Accepted iterations.
+    n_passes : int
+        Streamed passes (rejected steps included).
+    converged : bool
+        Whether the stopping rule was met (False: stopped by ``max_iter``).
+    n_impressions : int
+        Rows of the log.
+    alpha : float
+        The ridge penalty per impression.
+    seconds : list of float
+        Wall time of every pass.
     """
 
     theta: np.ndarray

@@ -62,11 +62,19 @@ class HarvestedPropensity:
 
     Attributes
     ----------
-    theta, lower, upper : (K,) float64 — θ_k (θ_1 = 1) and its confidence interval
+    theta : (K,) float64
+        θ_k with θ_1 = 1.
+    lower : (K,) float64
+        Lower ends of the confidence intervals.
+    upper : (K,) float64
+        Upper ends.
     confidence : float
-    pairs : list of dict — per pair of ranks (k, k') used: ``k``, ``k2``, ``ratio`` (θ_k/θ_k'),
-        ``se_log`` (standard error of its log), ``n_docs`` (|Ω_{k,k'}|)
+        Their level.
+    pairs : list of dict
+        Per pair of ranks used: ``k``, ``k2``, ``ratio`` (θ_k/θ_k2), ``se_log``
+        (standard error of its log), ``n_docs`` (how many (q, d) it rests on).
     n_impressions : int
+        Rows of the log.
     """
 
     theta: np.ndarray
