@@ -73,3 +73,24 @@ def test_estimated_specs_refuse_a_store_without_the_columns(tmp_path):
 
     with pytest.raises(ValueError, match="estimated from the training store itself"):
         propensity_from_spec("estimate:em")
+
+
+def test_ingest_ranker_column_then_harvest(tmp_path):
+    """``ingest --ranker-column``: a Parquet column kept as the store's ranker column, harvest reads it."""
+    pa = pytest.importorskip("pyarrow")
+    import pyarrow.parquet as pq
+
+    log = simulate_position_bias(n_queries=30, n_sessions=600, n_features=3, n_rankers=3, random_state=1)
+    cols = {f"f_{j}": log.X[:, j].astype(np.float32) for j in range(3)}
+    cols.update(session=log.session, clicked=log.clicks.astype(np.int8), rank=log.position.astype(np.int32),
+                rk=log.ranker.astype(np.int32))
+    pq.write_table(pa.table(cols), tmp_path / "day.parquet")
+    rc, _, err = run("ingest", tmp_path / "day.parquet", "--store", tmp_path / "s.zarr", "--label", "clicked",
+                     "--qid", "session", "--features-from-prefix", "f_", "--click-column", "clicked",
+                     "--position-column", "rank", "--ranker-column", "rk", "-q")
+    assert rc == 0, err
+    s = sr.GroupStore.open(tmp_path / "s.zarr")
+    assert s.row_columns == ("click", "position", "ranker")
+    np.testing.assert_array_equal(s.read_column("ranker"), log.ranker)
+    want = harvest_propensity(key=log.doc, clicks=log.clicks, position=log.position, ranker=log.ranker)
+    np.testing.assert_allclose(harvest_propensity(s).theta, want.theta, rtol=1e-12)

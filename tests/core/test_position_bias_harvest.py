@@ -87,3 +87,28 @@ def test_store_ranker_column_streams_like_arrays(tmp_path):
     with pytest.raises(ValueError, match=r"ranker\[0\] = -1"):
         s.append(log.X[:10], log.clicks[:10], log.session[:10], click=log.clicks[:10], position=log.position[:10],
                  ranker=np.full(10, -1))
+
+
+def test_simulate_clicks_with_several_logging_rankers():
+    """A 2-D logging score: each session served by one ranker (its own top k), recorded in ClickLog.ranker."""
+    from streamrank.datasets.clicks import simulate_clicks
+
+    rng = np.random.default_rng(0)
+    y = rng.integers(0, 3, size=60).astype(float)
+    qid = np.repeat(np.arange(6), 10)
+    S = rng.normal(size=(60, 3))
+    log = simulate_clicks(y, qid, S, k=4, n_sessions=300, random_state=1)
+    assert set(np.unique(log.ranker)) == {0, 1, 2}
+    for s in (0, 1, 299, 300, 1799):
+        rows = log.row[log.session == s]
+        r = int(log.ranker[log.session == s][0])
+        g = qid[rows[0]]
+        want = np.flatnonzero(qid == g)[np.argsort(-S[qid == g, r], kind="stable")[:4]]
+        np.testing.assert_array_equal(rows, want)
+        np.testing.assert_array_equal(log.position[log.session == s], [1, 2, 3, 4])
+    one = simulate_clicks(y, qid, S[:, 0], k=4, n_sessions=5, random_state=1)
+    assert np.all(one.ranker == 0)
+    h = harvest_propensity(key=log.row, clicks=log.clicks, position=log.position, ranker=log.ranker)
+    assert h.theta[0] == 1.0 and h.theta.shape == (4,)
+    with pytest.raises(ValueError, match="logging_score has shape"):
+        simulate_clicks(y, qid, S[:10])
