@@ -90,21 +90,39 @@ class HarvestedPropensity:
 
 
 class _Counts:
-    """Impressions and clicks per distinct (key, ranker, position), merged chunk by chunk."""
+    """Impressions and clicks per distinct (key, ranker, position), merged chunk by chunk.
+
+    Chunks wait in a buffer until it holds as many rows as the merged cells (at least 2²⁰): each merge then
+    costs at most twice what the rows it adds cost, and memory stays O(distinct cells + that buffer).
+    """
+
+    min_buffer = 1 << 20
 
     def __init__(self):
         self.cells = np.zeros(0, dtype=[("key", "u8"), ("ranker", "i8"), ("pos", "i8")])
         self.n = np.zeros(0)
         self.c = np.zeros(0)
+        self._pending, self._pending_rows = [], 0
 
     def add(self, key, ranker, pos, clicks):
         cell = np.empty(key.shape[0], dtype=self.cells.dtype)
         cell["key"], cell["ranker"], cell["pos"] = key, ranker, pos
-        allc = np.concatenate([self.cells, cell])
-        u, inv = np.unique(allc, return_inverse=True)
-        self.n = np.bincount(inv, weights=np.r_[self.n, np.ones(key.shape[0])], minlength=u.size)
-        self.c = np.bincount(inv, weights=np.r_[self.c, clicks], minlength=u.size)
+        self._pending.append((cell, np.asarray(clicks, dtype=np.float64)))
+        self._pending_rows += key.shape[0]
+        if self._pending_rows >= max(self.cells.size, self.min_buffer):
+            self.merge()
+
+    def merge(self):
+        if not self._pending:
+            return self
+        cells = np.concatenate([self.cells] + [p[0] for p in self._pending])
+        u, inv = np.unique(cells, return_inverse=True)
+        ones = np.ones(self._pending_rows)
+        self.n = np.bincount(inv, weights=np.r_[self.n, ones], minlength=u.size)
+        self.c = np.bincount(inv, weights=np.concatenate([self.c] + [p[1] for p in self._pending]), minlength=u.size)
         self.cells = u
+        self._pending, self._pending_rows = [], 0
+        return self
 
 
 def _chunks(data, key, clicks, position, ranker, max_rows, rows=None):
@@ -165,6 +183,7 @@ def harvest_propensity(data=None, *, key=None, clicks=None, position=None, ranke
     for k, r, p, c in _chunks(data, key, clicks, position, ranker, max_rows, rows):
         counts.add(k, r, p, c)
         m += c.shape[0]
+    counts.merge()
     if m == 0:
         raise ValueError("harvest_propensity: the click log is empty")
     cells = counts.cells

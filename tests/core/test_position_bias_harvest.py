@@ -112,3 +112,26 @@ def test_simulate_clicks_with_several_logging_rankers():
     assert h.theta[0] == 1.0 and h.theta.shape == (4,)
     with pytest.raises(ValueError, match="logging_score has shape"):
         simulate_clicks(y, qid, S[:10])
+
+
+def test_counts_merged_in_many_steps_equal_one_merge():
+    from streamrank.position_bias._harvest import _Counts
+
+    rng = np.random.default_rng(3)
+    chunks = [(rng.integers(0, 50, 40).astype(np.uint64), rng.integers(0, 3, 40), rng.integers(1, 5, 40),
+               (rng.random(40) < 0.3).astype(float)) for _ in range(30)]
+    many, once = _Counts(), _Counts()
+    many.min_buffer, once.min_buffer = 7, 10 ** 9
+    merges = 0
+    for ch in chunks:
+        before = many.cells.size
+        many.add(*ch)
+        once.add(*ch)
+        merges += many.cells.size != before
+    many.merge()
+    once.merge()
+    assert merges > 3
+    np.testing.assert_array_equal(many.cells, once.cells)
+    np.testing.assert_array_equal(many.n, once.n)
+    np.testing.assert_allclose(many.c, once.c)
+    assert many.n.sum() == 30 * 40
