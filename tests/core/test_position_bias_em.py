@@ -145,3 +145,17 @@ def test_overrelaxed_and_plain_em_meet():
     assert np.all(np.diff(plain.objective) >= 0) and np.all(np.diff(fast.objective) >= 0)
     np.testing.assert_allclose(fast.theta, plain.theta, atol=2e-3)
     assert fast.objective[-1] >= plain.objective[-1] - 1e-6 * abs(plain.objective[-1])
+
+
+def test_csr_features_equal_dense():
+    import scipy.sparse as sp
+
+    log = simulate_position_bias(n_queries=60, n_sessions=500, n_features=6, eta=1.0, random_state=4)
+    X = log.X.copy()
+    X[np.abs(X) < 0.8] = 0.0                                  # about half the entries zero
+    a = estimate_propensity_em(X, clicks=log.clicks, position=log.position, max_iter=5, max_rows=900)
+    b = estimate_propensity_em(sp.csr_matrix(X), clicks=log.clicks, position=log.position, max_iter=5,
+                               max_rows=900)
+    np.testing.assert_allclose(b.theta, a.theta, rtol=1e-10)
+    np.testing.assert_allclose(b.coef, a.coef, rtol=1e-8, atol=1e-12)
+    np.testing.assert_allclose(b.objective, a.objective, rtol=1e-12)
