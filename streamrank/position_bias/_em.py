@@ -380,6 +380,8 @@ def estimate_propensity_em(data, *, clicks=None, position=None, n_positions=None
         if objective and (obj - objective[-1]) <= tol * abs(obj) and np.max(np.abs(theta - prev[0])) <= tol ** 0.5:
             objective.append(obj)
             lls.append(acc.ll)
+            if callback is not None:
+                callback(len(objective), obj, theta.copy())
             converged = True
             break
         objective.append(obj)
