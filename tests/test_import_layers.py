@@ -27,6 +27,7 @@ FLOORS = {
     "streamrank.laplacian": 2, "streamrank.kernels": 2,
     "streamrank.base": 3, "streamrank.persistence": 3, "streamrank._model_files": 3, "streamrank._model_record": 3, "streamrank._model_zarr": 3, "streamrank._remote_models": 3, "streamrank.rankrls": 3, "streamrank.sgd": 3, "streamrank.metrics": 3,
     "streamrank.exporters": 3,
+    "streamrank.position_bias": 3,             # click-model EM (RankRLS statistics) and harvesting
     "streamrank.datasets": 4, "streamrank.distributed": 4, "streamrank.plot": 4,
     "streamrank.cli": 5, "streamrank.demo": 5,
     "streamrank.pipelines": 5, "streamrank.recipes": 5,   # commands over the public API, beside the CLI

@@ -161,9 +161,9 @@ class GroupStore(GroupAppend, GroupVerify, RowColumnReads, BlockSource):
         docids : bool
             Keep one document id (a string) per row: every append then takes
             ``docid=`` (:mod:`streamrank.io.docids`; run files name documents by them).
-        row_columns : subset of ("weight", "click", "position")
+        row_columns : subset of ("weight", "click", "position", "ranker")
             Per-row click-log columns kept beside ``y``; every append then takes
-            them (``weight=``, ``click=``, ``position=``): :mod:`streamrank.io.row_columns`.
+            them (``weight=``, ``click=``, ``position=``, ``ranker=``): :mod:`streamrank.io.row_columns`.
         group_identity : {"batch", "global"}
             What a group is (see :mod:`streamrank.io.groups`): ``"batch"``
             (default) — a group is (batch, qid), the same query id in a later
