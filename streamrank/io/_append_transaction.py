@@ -90,8 +90,6 @@ def append_transaction(store, kind: str, batch_id: str | None, parts: AppendPart
             store._load()  # another process committed since we opened
             check_same_store(store)
         else:
-            if "writer_epoch" in now:     # a fence (io/_remote_commit) since we opened: keep its count
-                store._attrs = {**store._attrs, "writer_epoch": now["writer_epoch"]}
             parts.reopen_arrays()  # a killed writer may have grown them since
         if batch_id is not None and any(e.get("batch_id") == batch_id for e in store._attrs["log"]):
             logger.info("%s %s: batch %r is already committed; skipped", kind, store.path, batch_id)

@@ -555,9 +555,9 @@ def write_attrs(path, attrs: dict) -> None:
     :func:`streamrank.io._remote_commit.commit_remote`.
     """
     if isinstance(path, Remote):
-        from ._remote_commit import commit_remote
+        from ._writer import _repository
 
-        commit_remote(path, attrs)
+        _repository(path, "written").commit_attrs(attrs)     # one Icechunk commit (io/_icechunk_repo)
         return
     meta = Path(path) / "zarr.json"
     doc = json.loads(meta.read_text())
