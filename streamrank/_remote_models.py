@@ -265,6 +265,11 @@ def published(url, storage_options=None) -> bool:
 
 def load_url(url, storage_options=None):
     """Load the model published at ``url`` (or a nightly ``DIR/current`` pointer): see the module doc."""
+    from ._repo_models import load_from_repository
+
+    model = load_from_repository(url, storage_options)     # a version of a models directory in a repository
+    if model is not None:
+        return model
     fs, root = filesystem(url, storage_options)
     fs.invalidate_cache(root)
     if root.rstrip("/").rsplit("/", 1)[-1] == NIGHTLY_POINTER and fs.isfile(root):

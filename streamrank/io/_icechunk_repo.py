@@ -376,14 +376,36 @@ class RepoLocation(Remote):
         old = doc.get("attributes") or {}
         doc["attributes"] = attrs
         self.write("zarr.json", json.dumps(doc, indent=1).encode())
-        message, meta = _describe(old, attrs)
+        return self.commit(*_describe(old, attrs))
+
+    def commit(self, message: str, metadata: dict | None = None) -> str:
+        """Commit the writable session (rebased if it does not overlap a newer commit); the new snapshot id.
+
+        :class:`CommitConflict` naming the winner's commit when it overlaps.
+        """
+        self._check_writing("commit")
+        ic = icechunk_module()
         try:
-            sid = self._session.commit(message, metadata=meta, rebase_with=ic.BasicConflictSolver(),
+            sid = self._session.commit(message, metadata=metadata, rebase_with=ic.BasicConflictSolver(),
                                        rebase_tries=3)
         except (ic.ConflictError, ic.RebaseFailedError) as exc:
             raise CommitConflict(self._conflict_message(message)) from exc
         self.committed_snapshot = sid
         return sid
+
+    def has_changes(self) -> bool:
+        return self._writable and bool(self._session.has_uncommitted_changes)
+
+    def create_repo(self) -> None:
+        """Create the repository if there is none (another process creating it meanwhile is fine)."""
+        ic = icechunk_module()
+        if self.exists_repo():
+            return
+        try:
+            self._repo = ic.Repository.create(self.storage)
+        except Exception:   # noqa: BLE001 - another process created it meanwhile: use theirs
+            if not ic.Repository.exists(self.storage):
+                raise
 
     def _conflict_message(self, message: str) -> str:
         try:
@@ -395,6 +417,20 @@ class RepoLocation(Remote):
         return (f"{self.url}: another writer committed {who} since this writer began ({message}); nothing of "
                 "this transaction was committed. Open the store again and re-run it (an append with the same "
                 "batch_id is idempotent)")
+
+
+def tag_branch_tip(url: str, storage_options: dict | None, tag: str) -> str | None:
+    """Tag the branch tip of the repository at ``url`` as ``tag`` (kept if it exists); its snapshot, or None
+    when ``url`` is not a repository."""
+    loc = RepoLocation(url, storage_options)
+    if not loc.exists_repo():
+        return None
+    repo = loc.repo
+    if tag in repo.list_tags():
+        return repo.lookup_tag(tag)
+    sid = repo.lookup_branch(BRANCH)
+    repo.create_tag(tag, sid)
+    return sid
 
 
 def _rebuild(url, storage_options, as_of, snapshot):
@@ -444,18 +480,13 @@ def creating(loc: RepoLocation, overwrite: bool):
     The repository is created if absent (FileExistsError if the prefix holds
     other objects; a store of the previous layout is named as such).
     """
-    ic = icechunk_module()
     if not loc.exists_repo():
         legacy = _legacy_remote(loc.url, loc.storage_options)
         if legacy is not None and legacy.any_object():
             if legacy.exists("zarr.json"):
                 raise FileExistsError(legacy_hint(loc.url) + "; delete it to create a new store there")
             raise FileExistsError(f"{loc.url} exists and is not a store; refusing to write there")
-        try:
-            loc._repo = ic.Repository.create(loc.storage)
-        except Exception:   # noqa: BLE001 - another process created it meanwhile: use theirs
-            if not ic.Repository.exists(loc.storage):
-                raise
+        loc.create_repo()
     base = loc.begin()
     try:
         try:

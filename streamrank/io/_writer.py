@@ -30,12 +30,22 @@ __all__ = ["LOCK_NAME", "location", "writer_lock", "creating_store", "new_store_
 LOCK_NAME = ".streamrank.lock"
 
 
-def location(path, storage_options=None, as_of=None):
+def location(path, storage_options=None, as_of=None, mode=None):
     """``(name, loc)``: the store's name for messages and attributes, and its location (str path or Remote)."""
     if is_url(path):
         from ._icechunk_repo import open_location
 
         remote = open_location(str(path), storage_options, as_of=as_of)
+        if mode == "a" and as_of is not None:
+            raise ValueError(f"{remote.url}: a store opened as of {as_of!r} is read-only (mode='r')")
+        if getattr(remote, "legacy", False) and mode is not None:
+            from ._icechunk_repo import legacy_hint
+
+            if mode == "a":
+                raise PermissionError(legacy_hint(remote.url))
+            import logging
+
+            logging.getLogger("streamrank").warning(legacy_hint(remote.url))
         return remote.url, remote
     if as_of is not None:
         raise ValueError(f"as_of= (a tag) applies to stores at URLs (Icechunk repositories), not to {path}")

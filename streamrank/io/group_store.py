@@ -124,12 +124,12 @@ class GroupStore(GroupAppend, GroupVerify, RowColumnReads, BlockSource):
     """
 
     # ------------------------------------------------------------ creation
-    def __init__(self, path, mode: str = "r", *, _token=None, storage_options=None):
+    def __init__(self, path, mode: str = "r", *, _token=None, storage_options=None, as_of=None):
         if _token is not _PRIVATE:
             raise TypeError("use GroupStore.create(path, ...) or GroupStore.open(path)")
         if mode not in ("r", "a"):
             raise ValueError(f"mode must be 'r' (read) or 'a' (append), got {mode!r}")
-        self.path, self._loc = location(path, storage_options)
+        self.path, self._loc = location(path, storage_options, as_of=as_of, mode=mode)
         self.storage_options = dict(storage_options) if storage_options else None
         self.mode = mode
         self._load()
@@ -256,13 +256,16 @@ class GroupStore(GroupAppend, GroupVerify, RowColumnReads, BlockSource):
         write_attrs(p, attrs)  # last: a store without it is not a store
 
     @classmethod
-    def open(cls, path: PathLike, mode: str = "r", *, storage_options: dict | None = None) -> GroupStore:
+    def open(cls, path: PathLike, mode: str = "r", *, storage_options: dict | None = None,
+             as_of: str | None = None) -> GroupStore:
         """Open an existing store: ``mode="r"`` (read only) or ``"a"`` (append).
 
         ``path``: a directory or a URL (``s3://…``) with its ``storage_options``
-        (see :meth:`create`).
+        (see :meth:`create`).  ``as_of``: for a store at a URL (an Icechunk
+        repository), a tag (the nightly pipeline tags each promoted version) or
+        a snapshot id: the store read as it was then (read-only).
         """
-        return cls(path, mode, _token=_PRIVATE, storage_options=storage_options)
+        return cls(path, mode, _token=_PRIVATE, storage_options=storage_options, as_of=as_of)
 
     # -------------------------------------------------------------- loading
     def _load(self):

@@ -50,7 +50,7 @@ def read_exclusions(models_dir) -> dict:
 
     remote = as_models_dir(models_dir)
     try:
-        raw = remote.remote.read(EXCLUDED) if remote is not None else (Path(models_dir) / EXCLUDED).read_bytes()
+        raw = remote.read_excluded() if remote is not None else (Path(models_dir) / EXCLUDED).read_bytes()
     except FileNotFoundError:
         return {"excluded": [], "history": []}
     try:
@@ -71,8 +71,7 @@ def _write(models_dir, doc) -> None:
     data = json.dumps(doc, indent=1, sort_keys=True).encode()
     remote = as_models_dir(models_dir)
     if remote is not None:
-        remote._check_lease()
-        remote.remote.write(EXCLUDED, data)
+        remote.write_excluded(data)
         return
     from streamrank.pipelines._nightly_versions import replace_file
 

@@ -292,6 +292,10 @@ def run_night(store_path, new_files, models_dir, *, learner="rankrls", alphas=No
         if models_dir.exists() and not models_dir.is_dir():
             raise NotADirectoryError(f"--models {models_dir} exists and is not a directory")
         models_dir.mkdir(parents=True, exist_ok=True)
+    if hasattr(models_dir, "store_tagger") and is_url(store_path):      # both repositories: tag the store too
+        from streamrank.io._icechunk_repo import tag_branch_tip
+
+        models_dir.store_tagger = lambda tag: tag_branch_tip(str(store_path), storage_options, tag)
     with models_lock(models_dir):  # one run per models directory: ingest, train, promote, prune
         _clean_partial(models_dir)
         return _run_locked(store_path, new_files, models_dir, learner, alphas, full, keep, tolerance, folds,
@@ -433,6 +437,18 @@ def _run_locked(store_path, new_files, models_dir, learner, alphas, full, keep, 
 
 
 # ------------------------------------------------------------------- CLI
+def rollback(models_dir, tag, storage_options=None, out=None) -> int:
+    """``--rollback TAG``: promote again the version the tag promoted (a models directory at a URL)."""
+    out = sys.stdout if out is None else out
+    d = open_models_dir(models_dir, storage_options)
+    if not hasattr(d, "rollback"):
+        raise ValueError(f"--rollback needs a models directory at a URL (an Icechunk repository); {models_dir} is "
+                         "local: promote a version by hand with its directory name")
+    version = d.rollback(tag)
+    out.write(f"nightly: rolled back to tag {tag}: current={version}\n")
+    return 0
+
+
 def main(argv=None) -> int:
     """Run one night; every failure is one line on stderr and an exit code (those of ``streamrank``:
     3 not found, 4 bad data, 5 cannot write — lock held, disk full —, 1 unexpected; ``--verbose``
@@ -441,8 +457,11 @@ def main(argv=None) -> int:
 
     parser = build_parser()
     args = parser.parse_args(argv)
+    if args.rollback:
+        return run_main("nightly", args.verbose, lambda: rollback(args.models, args.rollback,
+                                                                  storage_options=args.storage_options))
     if not (args.new or args.reject or args.readmit):
-        parser.error("--new DAYFILE... is required (unless --reject / --readmit is given)")
+        parser.error("--new DAYFILE... is required (unless --reject / --readmit / --rollback is given)")
     weighting = weighting_of(args, parser.error)
     return run_main("nightly", args.verbose, lambda: _with_progress(args, lambda: run_night(
         args.store, args.new, args.models, learner=args.learner, alphas=args.alphas, full=args.full,

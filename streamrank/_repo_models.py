@@ -1,0 +1,91 @@
+"""Models inside an Icechunk repository: a nightly models directory at a URL (``--models s3://…/nightly``).
+
+A model there is a zarr group of the repository (``<version>/model``) written
+by :func:`streamrank.persistence.write_group` in the run's transaction and
+read back by :func:`streamrank.persistence.read_group` — the same validation
+as a local model (the chunk record, the declared sizes) — from one read-only
+session: the model is one commit's, whole.  :func:`load_from_repository`
+serves ``sr.load(DIR + "/current")``, ``sr.load(DIR + "/v0004")`` and
+``sr.load(DIR + "/v0004@TAG")`` (the version as of a tag) for a models
+directory that is a repository.
+"""
+from __future__ import annotations
+
+from .persistence import ModelFormatError, read_group, write_group
+
+__all__ = ["write_model", "read_model", "load_from_repository", "repository_parent"]
+
+#: the root attribute naming the promoted version
+CURRENT = "current"
+
+
+def write_model(loc, path: str, model) -> None:
+    """``model`` as the zarr group ``path`` of the writable session of ``loc`` (replacing what is there)."""
+    import zarr
+
+    root = zarr.open_group(store=loc.zarr_store(), mode="a")
+    if path in root:
+        del root[path]
+    write_group(root.create_group(path), model)
+
+
+def read_model(loc, path: str, where: str):
+    """The model held by the group ``path`` of ``loc``'s current session (``where`` names it in errors)."""
+    import zarr
+
+    try:
+        group = zarr.open_group(store=loc.zarr_store(read_only=True), path=path, mode="r")
+    except (FileNotFoundError, KeyError, ValueError) as exc:
+        raise FileNotFoundError(f"no model at {where}") from exc
+
+    def chunk_bytes(key):
+        try:
+            return loc.read(f"{path}/{key}")
+        except FileNotFoundError:
+            return None
+
+    def stored_bytes(name):
+        head = f"{path}/{name}/c"
+        keys = [k for k in loc.list(head) if k == head or k.startswith(head + "/")]
+        return sum(len(b or b"") for b in loc.read_many(keys))
+
+    return read_group(group, where, stored_bytes, chunk_bytes)
+
+
+def repository_parent(url: str, storage_options=None):
+    """``(RepoLocation of the parent, last part)`` if the parent of ``url`` is a repository, else None."""
+    from .io._icechunk_repo import SCHEMES, RepoLocation
+    from .io._remote import protocol_of
+
+    if protocol_of(url) not in SCHEMES:
+        return None
+    try:
+        import icechunk  # noqa: F401
+    except ImportError:
+        return None
+    parent, _, last = str(url).rstrip("/").rpartition("/")
+    if "://" not in parent or parent.endswith("://") or "/" not in parent.split("://", 1)[1]:
+        return None
+    last, _, tag = last.partition("@")
+    loc = RepoLocation(parent, storage_options, as_of=tag or None)
+    if not loc.exists_repo():
+        return None
+    return loc, last
+
+
+def load_from_repository(url: str, storage_options=None):
+    """The model at ``DIR/current`` or ``DIR/<version>`` of a models directory that is a repository, else None."""
+    found = repository_parent(url, storage_options)
+    if found is None:
+        return None
+    loc, name = found
+    import zarr
+
+    root = zarr.open_group(store=loc.zarr_store(read_only=True), mode="r")
+    if name == CURRENT:
+        name = root.attrs.get(CURRENT)
+        if not isinstance(name, str) or not name:
+            raise FileNotFoundError(f"no model at {url}: no version is promoted in {loc.url}")
+    if name.startswith(".") or "/" in name:
+        raise ModelFormatError(f"{url}: {name[:80]!r} is not a version of {loc.url}")
+    return read_model(loc, f"{name}/model", f"{loc.url}/{name}")
