@@ -13,13 +13,13 @@ from __future__ import annotations
 
 from .persistence import ModelFormatError, read_group, write_group
 
-__all__ = ["write_model", "read_model", "load_from_repository", "repository_parent"]
+__all__ = ["write_repo_model", "read_repo_model", "load_from_repository", "repository_parent"]
 
 #: the root attribute naming the promoted version
 CURRENT = "current"
 
 
-def write_model(loc, path: str, model) -> None:
+def write_repo_model(loc, path: str, model) -> None:
     """``model`` as the zarr group ``path`` of the writable session of ``loc`` (replacing what is there)."""
     import zarr
 
@@ -29,7 +29,7 @@ def write_model(loc, path: str, model) -> None:
     write_group(root.create_group(path), model)
 
 
-def read_model(loc, path: str, where: str):
+def read_repo_model(loc, path: str, where: str):
     """The model held by the group ``path`` of ``loc``'s current session (``where`` names it in errors)."""
     import zarr
 
@@ -88,4 +88,4 @@ def load_from_repository(url: str, storage_options=None):
             raise FileNotFoundError(f"no model at {url}: no version is promoted in {loc.url}")
     if name.startswith(".") or "/" in name:
         raise ModelFormatError(f"{url}: {name[:80]!r} is not a version of {loc.url}")
-    return read_model(loc, f"{name}/model", f"{loc.url}/{name}")
+    return read_repo_model(loc, f"{name}/model", f"{loc.url}/{name}")

@@ -368,7 +368,6 @@ class RepoLocation(Remote):
         since this transaction began (nothing of this one is visible).
         """
         self._check_writing("commit")
-        ic = icechunk_module()
         try:
             doc = json.loads(self.read("zarr.json"))
         except FileNotFoundError:

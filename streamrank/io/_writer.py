@@ -1,19 +1,22 @@
 """Where a store lives and who may write it: its location, the writer lock and (re-)creation.
 
-A store's *location* is a local directory (a path string) or a
-:class:`~streamrank.io._remote.Remote` (a URL on object storage).  The same
+A store's *location* is a local directory (a path string) or, at a URL, a
+:class:`~streamrank.io._icechunk_repo.RepoLocation` (an Icechunk repository;
+a :class:`~streamrank.io._remote.Remote` for a store of the previous layout,
+read-only).  The same
 three operations serve both stores (:class:`~streamrank.GroupStore`,
 :class:`~streamrank.TupleStore`) in both places:
 
 * :func:`writer_lock` — one writer at a time.  Locally an advisory ``flock``
   on ``<store>/.streamrank.lock`` (released by the OS if the writer dies) and
   the commit is an atomic rename (:func:`streamrank.io.schema.write_attrs`);
-  at a URL a lease held through conditional writes and a conditional commit
-  (:mod:`streamrank.io._remote_commit`, where the protocol is written down).
+  at a URL no lock: the append is an Icechunk transaction, committed in one
+  commit or refused (:mod:`streamrank.io._icechunk_repo`).
 * :func:`creating_store` — an empty store place held under that lock (only a
   zarr store or an empty place is ever emptied).
 * :func:`zarr_store` — zarr's own store for the location: ``LocalStore``, or
-  ``FsspecStore`` wrapped so a missing chunk is an error.
+  the repository session's store (``FsspecStore`` for the previous layout)
+  wrapped so a missing chunk is an error.
 """
 from __future__ import annotations
 

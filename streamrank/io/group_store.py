@@ -17,18 +17,20 @@ counts, so a crash at any point leaves the store readable at its previous
 state.  A ``batch_id`` already in the log is skipped (``append`` returns
 False).  One writer at a time: an advisory ``flock`` on
 ``<store>/.streamrank.lock`` for a local directory (released by the OS if the
-writer dies); a lease held through conditional writes for a store at a URL.
+writer dies); at a URL no lock: each append is one Icechunk commit, and of two
+overlapping appends the second commit is refused, naming the first.
 
 Stores at URLs
 --------------
 ``GroupStore.create("s3://bucket/prefix/train.zarr", n, storage_options=...)``
 and ``GroupStore.open(url, storage_options=...)`` keep a store on object
-storage through zarr's ``FsspecStore`` (:mod:`streamrank.io._remote`).  Row
-chunks are decoded by the same code as local chunk files (CRC-32C, the chunk
-bindings of the commit record, the read checks), a block's chunk requests in
-flight together (:mod:`streamrank.io._remote_chunks`); ``verify()`` works
-the same.  The append commit protocol there — no rename, no ``flock`` — is
-written down in :mod:`streamrank.io._remote_commit`.
+storage in an Icechunk repository (:mod:`streamrank.io._icechunk_repo`; the
+``s3`` extra): each append is one commit, a reader reads one commit whole,
+``open(url, as_of=TAG)`` an older one.  Row chunks are decoded by the same
+code as local chunk files (CRC-32C, the chunk bindings of the commit record,
+the read checks) from the bytes the session's zarr store returns, a block's
+chunk requests in flight together (:mod:`streamrank.io._remote_chunks`);
+``verify()`` works the same.
 """
 from __future__ import annotations
 
@@ -175,7 +177,7 @@ class GroupStore(GroupAppend, GroupVerify, RowColumnReads, BlockSource):
             …); without them the client's environment variables apply
             (``AWS_ACCESS_KEY_ID``, ``AWS_SECRET_ACCESS_KEY``,
             ``AWS_ENDPOINT_URL`` …).  Appends there keep their guarantees
-            through conditional writes: :mod:`streamrank.io._remote_commit`.
+            as Icechunk transactions: :mod:`streamrank.io._icechunk_repo`.
 
         Notes
         -----

@@ -10,9 +10,9 @@ records the days to leave out, ``DIR/excluded.json``::
                    "scores": {…the gate's record…}, "at": "<UTC time>"}, …],
      "history": [{"event": "readmitted", "day": …, "at": …}, …]}
 
-written atomically (temp file, fsync, ``os.replace``; on object storage one
-PUT under the run's lease) and only by a run holding the models-directory
-lock.  A day is the unit of the store's batch log that one day file made
+written atomically (temp file, fsync, ``os.replace``; on object storage an
+attribute of the repository, committed with the run) and only by a run
+holding the models-directory lock (or transaction).  A day is the unit of the store's batch log that one day file made
 (:func:`streamrank.pipelines._nightly_ingest.day_entries`): its span of
 groups (tuples for sgd-bilinear) is taken from the log, so the view that
 leaves it out (:func:`streamrank.pipelines._nightly_views.group_view`) is

@@ -223,7 +223,7 @@ def _store_at(store_path, storage_options=None):
     from streamrank.io import is_url
 
     if is_url(store_path):
-        from streamrank.io._icechunk_repo import open_location
+        from streamrank.io import open_location
 
         url = str(store_path)
         return url, open_location(url, storage_options).exists("zarr.json"), {"storage_options": storage_options}

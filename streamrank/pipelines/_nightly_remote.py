@@ -59,7 +59,7 @@ class RemoteModelsDir:
     """A nightly models directory at a URL (see the module doc)."""
 
     def __init__(self, url, storage_options=None):
-        from streamrank.io._icechunk_repo import RepoLocation
+        from streamrank.io import RepoLocation
 
         self.loc = RepoLocation(str(url), storage_options)
         self.url = self.loc.url
@@ -100,7 +100,7 @@ class RemoteModelsDir:
     @contextlib.contextmanager
     def lock(self, message=None):
         """The run's transaction: committed (and tagged when it promoted) at the end, or dropped on an error."""
-        from streamrank.io._icechunk_repo import CommitConflict
+        from streamrank.io import CommitConflict
 
         if self.loc._writable:              # already inside the run's transaction
             yield None
@@ -164,9 +164,9 @@ class RemoteModelsDir:
         return dict(meta)
 
     def load(self, version):
-        from streamrank._repo_models import read_model
+        from streamrank.io import read_repo_model
 
-        return read_model(self.loc, f"{version}/model", self.version_url(version))
+        return read_repo_model(self.loc, f"{version}/model", self.version_url(version))
 
     def open_stats(self, version):
         """The version's statistics (an npz) as a file object for ``np.load``."""
@@ -190,9 +190,9 @@ class RemoteModelsDir:
 
     def write_version(self, name, model, meta, arrays=None):
         """Model (+ statistics) and metadata of ``name``, in the run's transaction."""
-        from streamrank._repo_models import write_model
+        from streamrank.io import write_repo_model
 
-        write_model(self.loc, f"{name}/model", model)
+        write_repo_model(self.loc, f"{name}/model", model)
         g = self._root(write=True)[name]
         if arrays:
             buf = io.BytesIO()
@@ -240,7 +240,7 @@ class RemoteModelsDir:
 
     def rollback(self, tag) -> str:
         """Promote again the version the tag ``tag`` promoted (one commit); returns its name."""
-        from streamrank.io._icechunk_repo import RepoLocation
+        from streamrank.io import RepoLocation
 
         if not self.loc.exists_repo() or tag not in self.loc.repo.list_tags():
             tags = sorted(self.loc.repo.list_tags()) if self.loc.exists_repo() else []

@@ -87,6 +87,10 @@ One run = one night::
 One run per models directory: a run holds an exclusive lock on
 ``DIR/.nightly.lock`` from ingest to report; a second run started meanwhile
 exits at once (code 5, "locked by another nightly run"), changing nothing.
+A models directory at a URL has no lock: of two overlapping runs the first
+to commit wins and the other exits 5 naming that commit, changing nothing;
+``--rollback TAG`` promotes again the version a tag (each promoted version's
+name) promoted.
 The start-up sweep removes only temporary versions of dead processes.
 ``current`` must name a complete version inside ``DIR``; a damaged pointer
 or ``version.json`` is an error naming the file, never a silent retrain.
@@ -259,10 +263,10 @@ def run_night(store_path, new_files, models_dir, *, learner="rankrls", alphas=No
 
     ``models_dir`` and ``store_path`` may be URLs of object storage
     (``s3://bucket/nightly``; ``storage_options`` for their filesystem, else
-    the client's environment variables): versions, the ``current`` pointer,
-    the one-writer lease and reports live there
-    (:mod:`streamrank.pipelines._nightly_remote`); the store is appended with
-    its own commit protocol (:mod:`streamrank.io._remote_commit`).
+    the client's environment variables): the models directory is then an
+    Icechunk repository, a run one commit, each promoted version a tag
+    (:mod:`streamrank.pipelines._nightly_remote`); the store is one too, each
+    append a commit (:mod:`streamrank.io._icechunk_repo`).
 
     ``learner_params``: constructor parameters of a new model (e.g. sparse
     kernel ``{"n_basis": 500, "gamma": 0.1, "random_state": 0}``).
@@ -293,7 +297,7 @@ def run_night(store_path, new_files, models_dir, *, learner="rankrls", alphas=No
             raise NotADirectoryError(f"--models {models_dir} exists and is not a directory")
         models_dir.mkdir(parents=True, exist_ok=True)
     if hasattr(models_dir, "store_tagger") and is_url(store_path):      # both repositories: tag the store too
-        from streamrank.io._icechunk_repo import tag_branch_tip
+        from streamrank.io import tag_branch_tip
 
         models_dir.store_tagger = lambda tag: tag_branch_tip(str(store_path), storage_options, tag)
     with models_lock(models_dir):  # one run per models directory: ingest, train, promote, prune

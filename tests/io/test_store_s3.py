@@ -8,13 +8,9 @@ are in test_store_s3_races.py.
 """
 from __future__ import annotations
 
-import json
 import os
 import pickle
-import signal
-import textwrap
 import threading
-import time
 
 import numpy as np
 import pytest
