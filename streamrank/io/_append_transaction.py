@@ -87,7 +87,8 @@ def append_transaction(store, kind: str, batch_id: str | None, parts: AppendPart
     """
     with writer_lock(store._loc):
         now = read_attrs(store._loc)
-        if now.get("committed") != store._attrs.get("committed"):
+        if (now.get("committed") != store._attrs.get("committed")
+                or (now.get("store_id"), now.get("created")) != store._store_id):   # (re-created, even empty)
             store._load()  # another process committed since we opened
             check_same_store(store)
         else:
