@@ -17,16 +17,43 @@ __all__ = ["write_repo_model", "read_repo_model", "load_from_repository", "repos
 
 #: the root attribute naming the promoted version
 CURRENT = "current"
+#: the group of a model saved at a URL (``sr.save(model, "s3://…/ranker")``)
+MODEL = "model"
 
 
-def write_repo_model(loc, path: str, model) -> None:
+def write_repo_model(loc, path: str, model, root_attrs=None) -> None:
     """``model`` as the zarr group ``path`` of the writable session of ``loc`` (replacing what is there)."""
     import zarr
 
     root = zarr.open_group(store=loc.zarr_store(), mode="a")
     if path in root:
         del root[path]
-    write_group(root.create_group(path), model)
+    write_group(root.create_group(path), model, root_attrs)
+
+
+def save_to_repository(model, url: str, storage_options=None, root_attrs=None, attempts: int = 3) -> str:
+    """``sr.save(model, url)`` at a URL: the model as the group ``model`` of the repository at ``url``, one commit.
+
+    Returns the commit's snapshot id (``sr.load(url + "@" + id)`` reads that
+    model again later).  Two saves racing: both write, the first commit wins
+    and the second is redone on top of it (the last save wins, as with two
+    local saves); a reader reads one commit's model, whole.
+    """
+    from .io._icechunk_repo import CommitConflict, RepoLocation
+
+    loc = RepoLocation(url, storage_options)
+    loc.create_repo()
+    for attempt in range(attempts):
+        base = loc.begin()
+        try:
+            write_repo_model(loc, MODEL, model, root_attrs)
+            return loc.commit(f"save {type(model).__name__}", {"streamrank": "save", "class": type(model).__name__})
+        except CommitConflict:
+            if attempt == attempts - 1:
+                raise
+        finally:
+            loc.end(base)
+    raise AssertionError("unreachable")     # pragma: no cover
 
 
 def read_repo_model(loc, path: str, where: str):
@@ -73,8 +100,33 @@ def repository_parent(url: str, storage_options=None):
     return loc, last
 
 
+def _own_repository(url: str, storage_options=None):
+    """The RepoLocation of ``url`` (``url@ID``: as of a tag or snapshot id) if it is a repository, else None."""
+    from .io._icechunk_repo import SCHEMES, RepoLocation
+    from .io._remote import protocol_of
+
+    if protocol_of(url) not in SCHEMES:
+        return None
+    try:
+        import icechunk  # noqa: F401
+    except ImportError:
+        return None
+    base, _, tag = str(url).rstrip("/").rpartition("@") if "@" in str(url).split("://", 1)[1] else (url, "", "")
+    loc = RepoLocation(base, storage_options, as_of=tag or None)
+    return loc if loc.exists_repo() else None
+
+
+def published_in_repository(url: str, storage_options=None) -> bool:
+    loc = _own_repository(url, storage_options)
+    return loc is not None and loc.exists(f"{MODEL}/zarr.json")
+
+
 def load_from_repository(url: str, storage_options=None):
-    """The model at ``DIR/current`` or ``DIR/<version>`` of a models directory that is a repository, else None."""
+    """The model saved at ``url`` (a repository), or at ``DIR/current`` / ``DIR/<version>`` of a nightly models
+    directory that is one; None when neither is a repository."""
+    own = _own_repository(url, storage_options)
+    if own is not None:
+        return read_repo_model(own, MODEL, str(url))
     found = repository_parent(url, storage_options)
     if found is None:
         return None
