@@ -83,7 +83,7 @@ def test_the_public_homes_are_the_implementations():
     from streamrank import _repo_models
     from streamrank.io import _icechunk_repo, _remote
 
-    for name in ("is_url", "Remote", "PreconditionFailed"):
+    for name in ("is_url", "Remote"):
         assert getattr(io, name) is getattr(_remote, name)
     for name in ("RepoLocation", "CommitConflict", "open_location", "tag_branch_tip"):
         assert getattr(io, name) is getattr(_icechunk_repo, name)

@@ -12,9 +12,8 @@ Object storage (a store, or a models directory, at ``s3://...``; ``gs://``, ``az
     :func:`open_location` gives its :class:`RepoLocation` (a write is a transaction, committed in
     one commit; an overlapping commit is refused with :class:`CommitConflict` naming the winner),
     :func:`tag_branch_tip` tags it, :func:`read_repo_model` / :func:`write_repo_model` keep models
-    in it.  :class:`Remote` is one prefix on an fsspec filesystem (the previous layout, read-only;
-    ``sr.save`` at a URL) with conditional writes; a condition that does not hold raises
-    :class:`PreconditionFailed`.
+    in it.  :class:`Remote` is one prefix on an fsspec filesystem (plain object reads: stores and
+    models of the previous layout, read-only).
 Ingesting in chunks
     :func:`with_last` pairs each chunk of a reader (:func:`~streamrank.io.npz.iter_npz`,
     :func:`~streamrank.io.svmlight.iter_svmlight`, :func:`~streamrank.io.parquet.iter_parquet`) with
@@ -33,7 +32,6 @@ from __future__ import annotations
 _HOMES = {
     "is_url": "streamrank.io._remote",
     "Remote": "streamrank.io._remote",
-    "PreconditionFailed": "streamrank.io._remote",
     "RepoLocation": "streamrank.io._icechunk_repo",
     "CommitConflict": "streamrank.io._icechunk_repo",
     "open_location": "streamrank.io._icechunk_repo",
@@ -43,7 +41,7 @@ _HOMES = {
     "with_last": "streamrank._itertools",
 }
 
-__all__ = ["CommitConflict", "PreconditionFailed", "Remote", "RepoLocation", "is_url", "open_location",
+__all__ = ["CommitConflict", "Remote", "RepoLocation", "is_url", "open_location",
            "read_repo_model", "tag_branch_tip", "with_last", "write_repo_model"]
 
 

@@ -342,9 +342,6 @@ class RepoLocation(Remote):
         if not self._writable:
             raise RuntimeError(f"{self.url}: {what} outside a transaction (a bug)")
 
-    def _refuse(self, what: str):
-        raise RuntimeError(f"{self.url}: an Icechunk repository is written through transactions, not {what}")
-
     # --------------------------------------------------------- transactions
     def begin(self):
         """A writable session at the branch tip (the transaction's base)."""

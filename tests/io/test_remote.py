@@ -1,43 +1,16 @@
-"""streamrank.io._remote against a real S3 server on loopback (moto, tests/_s3_server.py) and memory://."""
+"""streamrank.io._remote (plain object reads) against a real S3 server on loopback (moto, tests/_s3_server.py),
+the repositories' clients (gs://, az://, a missing icechunk), and a store on memory://."""
 from __future__ import annotations
 
 import pytest
 
-from streamrank.io._remote import ConditionalWritesUnsupported, PreconditionFailed, Remote, is_url, local_path
+from streamrank.io._remote import Remote, is_url, local_path
 
 
 def test_is_url_tells_local_paths_from_urls():
     assert is_url("s3://b/x.zarr") and is_url("memory://x") and is_url("gs://b/x")
     assert not is_url("/tmp/x.zarr") and not is_url("x.zarr") and not is_url("file:///tmp/x.zarr")
     assert local_path("file:///tmp/x.zarr") == "/tmp/x.zarr"
-
-
-def _conditional_writes(r):
-    tag = r.put_if_absent("lock", b"one")
-    with pytest.raises(PreconditionFailed):
-        r.put_if_absent("lock", b"two")
-    assert r.read_with_etag("lock") == (b"one", tag)
-    tag2 = r.put_if_match("lock", b"three", tag)
-    assert tag2 != tag and r.read("lock") == b"three"
-    with pytest.raises(PreconditionFailed):          # a stale ETag loses
-        r.put_if_match("lock", b"four", tag)
-    with pytest.raises(PreconditionFailed):
-        r.delete_if_match("lock", tag)
-    assert r.read("lock") == b"three" and r.etag("lock") == tag2
-    r.delete_if_match("lock", tag2)
-    assert r.etag("lock") is None and not r.exists("lock")
-    r.put_if_absent("lock", b"again")                # absent again: create succeeds
-
-
-def test_conditional_writes_on_s3(s3_server, s3_url):
-    r = Remote(s3_url + "/store.zarr", s3_server.storage_options)
-    _conditional_writes(r)
-
-
-def test_conditional_writes_on_memory():
-    r = Remote("memory://streamrank-test-remote/store.zarr")
-    _conditional_writes(r)
-    r.fs.rm(r.root, recursive=True)
 
 
 def test_reads_many_objects_at_once_and_lists(s3_server, s3_url):
@@ -62,17 +35,30 @@ def test_a_remote_is_pickled_as_url_and_options(s3_server, s3_url):
     assert r2.url == r.url and r2.read("k") == b"v"
 
 
-def test_conditional_writes_are_refused_where_the_filesystem_has_none(tmp_path):
-    import fsspec
+def test_a_missing_icechunk_is_one_line_naming_the_extra(monkeypatch):
+    import sys
 
-    class NoCond(Remote):            # a filesystem without conditional writes: the refusal names what is missing
-        def __init__(self):
-            self.url, self.protocol, self.storage_options = "ftp://h/s.zarr", "ftp", {}
-            self.fs = fsspec.filesystem("memory")
-            self.root = "/nocond"
+    import streamrank as sr
 
-    with pytest.raises(ConditionalWritesUnsupported, match="no conditional writes"):
-        NoCond().put_if_absent("lock", b"x")
+    monkeypatch.setitem(sys.modules, "icechunk", None)          # as if not installed
+    with pytest.raises(ImportError) as err:
+        sr.GroupStore.create("s3://bucket/x.zarr", 3)
+    msg = str(err.value)
+    assert "\n" not in msg and "icechunk" in msg and "pip install 'streamrank[s3]'" in msg
+
+
+def test_storage_of_gs_and_az_urls_builds_icechunk_clients():
+    """gs:// and az:// go through the same engine; no emulator runs here (see docs), so only the client
+    configuration is checked: credentials from storage_options, and what is missing named."""
+    from streamrank.io._icechunk_repo import storage_of
+
+    assert type(storage_of("gs://bucket/p/x.zarr", {"token": "anon"})).__name__ == "Storage"
+    assert type(storage_of("az://container/p/x.zarr", {"account_name": "acct", "account_key": "a2V5"})).__name__ \
+        == "Storage"
+    with pytest.raises(ValueError, match="account_name"):
+        storage_of("az://container/x.zarr", {})
+    with pytest.raises(ValueError, match="not supported"):
+        storage_of("ftp://host/x.zarr")
 
 
 def test_environment_variables_reach_the_client(s3_server, s3_url, monkeypatch):
@@ -81,6 +67,13 @@ def test_environment_variables_reach_the_client(s3_server, s3_url, monkeypatch):
     r = Remote(s3_url + "/env.zarr")                 # no storage_options: AWS_* variables only
     r.write("k", b"v")
     assert r.read("k") == b"v"
+    import numpy as np
+
+    import streamrank as sr
+
+    s = sr.GroupStore.create(s3_url + "/repo.zarr", 2)        # the Icechunk client too (endpoint, keys, region)
+    assert s.append(np.ones((2, 2)), [1, 0], [5, 5], batch_id="a")
+    assert sr.GroupStore.open(s3_url + "/repo.zarr").verify() == 1
 
 
 def test_a_group_store_on_memory_url_appends_and_verifies():
