@@ -101,7 +101,7 @@ def storage_of(url: str, storage_options: dict | None = None):
     ``AWS_DEFAULT_REGION``).  ``gs://``: ``token`` (a service-account file),
     ``anon``; otherwise the Google environment.  ``az://container/prefix``:
     ``account_name`` (or ``AZURE_STORAGE_ACCOUNT_NAME``), ``account_key`` /
-    ``sas_token``; otherwise the Azure environment.
+    ``sas_token``, ``use_emulator`` (Azurite); otherwise the Azure environment.
     """
     ic = icechunk_module()
     opts = dict(storage_options or {})
@@ -145,6 +145,8 @@ def storage_of(url: str, storage_options: dict | None = None):
             raise ValueError(f"{url}: an Azure store needs storage_options={{'account_name': ...}} "
                              "(or AZURE_STORAGE_ACCOUNT_NAME)")
         kw = dict(account=account, container=bucket, prefix=prefix)
+        if opts.get("use_emulator"):          # Azurite on 127.0.0.1:10000 (its well-known account)
+            kw["config"] = {"azure_storage_use_emulator": "true"}
         if opts.get("account_key"):
             kw["access_key"] = opts["account_key"]
         elif opts.get("sas_token"):
