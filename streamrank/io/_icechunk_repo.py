@@ -19,7 +19,7 @@ repository at that prefix, holding the store's zarr group on its branch
   second is refused, nothing of it visible; re-running it (same
   ``batch_id``) appends it on top of the winner's.
 * readers open a **read-only session** at a snapshot: what they read is one
-  commit, whole, however long they read; :meth:`RepoLocation.at` opens one
+  commit, whole, however long they read; ``RepoLocation(url, as_of=...)`` opens one
   at a tag (the nightly pipeline tags each promoted day) or a snapshot id.
 
 So there is nothing to expire and nothing to fence: a writer that stalls
