@@ -79,8 +79,8 @@ def read_repo_model(loc, path: str, where: str):
     return read_group(group, where, stored_bytes, chunk_bytes)
 
 
-def repository_parent(url: str, storage_options=None):
-    """``(RepoLocation of the parent, last part)`` if the parent of ``url`` is a repository, else None."""
+def _repository_at(url: str, storage_options=None, as_of=None):
+    """The RepoLocation of ``url`` if a repository is there (and icechunk is installed), else None."""
     from .io._icechunk_repo import SCHEMES, RepoLocation
     from .io._remote import protocol_of
 
@@ -89,31 +89,27 @@ def repository_parent(url: str, storage_options=None):
     try:
         import icechunk  # noqa: F401
     except ImportError:
-        return None
+        return None            # (a model of the previous layout still loads)
+    loc = RepoLocation(url, storage_options, as_of=as_of or None)
+    return loc if loc.exists_repo() else None
+
+
+def repository_parent(url: str, storage_options=None):
+    """``(RepoLocation of the parent, last part)`` if the parent of ``url`` is a repository, else None."""
     parent, _, last = str(url).rstrip("/").rpartition("/")
     if "://" not in parent or parent.endswith("://") or "/" not in parent.split("://", 1)[1]:
         return None
     last, _, tag = last.partition("@")
-    loc = RepoLocation(parent, storage_options, as_of=tag or None)
-    if not loc.exists_repo():
-        return None
-    return loc, last
+    loc = _repository_at(parent, storage_options, tag)
+    return None if loc is None else (loc, last)
 
 
 def _own_repository(url: str, storage_options=None):
     """The RepoLocation of ``url`` (``url@ID``: as of a tag or snapshot id) if it is a repository, else None."""
-    from .io._icechunk_repo import SCHEMES, RepoLocation
-    from .io._remote import protocol_of
-
-    if protocol_of(url) not in SCHEMES:
-        return None
-    try:
-        import icechunk  # noqa: F401
-    except ImportError:
-        return None
-    base, _, tag = str(url).rstrip("/").rpartition("@") if "@" in str(url).split("://", 1)[1] else (url, "", "")
-    loc = RepoLocation(base, storage_options, as_of=tag or None)
-    return loc if loc.exists_repo() else None
+    base, tag = str(url).rstrip("/"), None
+    if "@" in base.split("://", 1)[1]:
+        base, _, tag = base.rpartition("@")
+    return _repository_at(base, storage_options, tag)
 
 
 def published_in_repository(url: str, storage_options=None) -> bool:

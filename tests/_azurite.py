@@ -75,12 +75,8 @@ class Azurite:
         return f"az://{name}"
 
     def stop(self) -> None:
-        if self._proc.poll() is None:
-            self._proc.terminate()
-            try:
-                self._proc.wait(10)
-            except subprocess.TimeoutExpired:   # pragma: no cover
-                self._proc.kill()
-                self._proc.wait()
+        from _s3_server import stop_server
+
+        stop_server(self._proc)
         self._log.close()
         shutil.rmtree(self._dir, ignore_errors=True)

@@ -17,7 +17,7 @@ import pytest
 import streamrank as sr
 from streamrank import _remote_models as rm
 from streamrank import _repo_models as repo_models
-from streamrank.io._icechunk_repo import RepoLocation
+from streamrank.io._icechunk_repo import RepoLocation, transaction
 from streamrank.persistence import ModelFormatError
 
 
@@ -140,11 +140,11 @@ def test_reader_racing_a_writer_never_sees_a_mix(s3_server, s3_url, two_models, 
 
 
 def _rogue_commit(url, so, change):
+    """``change(loc)`` committed behind streamrank's back (damage, a hand edit), through the same transaction."""
     loc = RepoLocation(url, so)
-    session = loc.repo.writable_session("main")
-    loc._session, loc._writable = session, True
-    change(loc)
-    session.commit("rogue edit")
+    with transaction(loc):
+        change(loc)
+        loc.commit("rogue edit")
 
 
 def test_damaged_models_in_a_repository_are_clear_errors(s3_server, s3_url, two_models):

@@ -17,7 +17,7 @@ import pytest
 import scipy.sparse as sp
 
 import streamrank as sr
-from streamrank.io._icechunk_repo import CommitConflict, RepoLocation
+from streamrank.io._icechunk_repo import CommitConflict, RepoLocation, transaction
 from streamrank.io._remote import Remote
 from streamrank.io.schema import StoreFormatError
 
@@ -44,12 +44,11 @@ def _objects(url, so) -> dict:
 
 
 def _rogue_commit(url, so, change):
-    """``change(loc)`` committed to the store's repository behind streamrank's back (damage, a hand edit)."""
+    """``change(loc)`` committed behind streamrank's back (damage, a hand edit), through the same transaction."""
     loc = RepoLocation(url, so)
-    session = loc.repo.writable_session("main")
-    loc._session, loc._writable = session, True
-    change(loc)
-    session.commit("rogue edit")
+    with transaction(loc):
+        change(loc)
+        loc.commit("rogue edit")
 
 
 def _files(path) -> dict:
