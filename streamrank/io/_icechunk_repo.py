@@ -175,7 +175,14 @@ def open_location(url: str, storage_options: dict | None = None, *, as_of: str |
     protocol = protocol_of(url)
     if protocol not in SCHEMES:
         return Remote(url, storage_options)          # other fsspec filesystems: read-only, as before
-    loc = RepoLocation(url, storage_options, as_of=as_of)
+    try:
+        loc = RepoLocation(url, storage_options, as_of=as_of)
+    except ImportError:                              # no icechunk: a store of the previous layout still reads
+        legacy = _legacy_remote(url, storage_options)
+        if as_of is None and legacy is not None and legacy.exists("zarr.json"):
+            legacy.legacy = True
+            return legacy
+        raise
     if loc.exists_repo():
         return loc
     legacy = _legacy_remote(url, storage_options)

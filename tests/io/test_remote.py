@@ -91,3 +91,33 @@ def test_a_group_store_on_memory_url_appends_and_verifies():
 
     assert type(r._loc).__name__ == "RepoLocation" and r._loc.repo.list_branches() == {"main"}
     _memory_storages.pop(url)                       # (the repository lives in this process only)
+
+
+def test_commits_that_do_not_overlap_are_rebased_overlapping_ones_refused():
+    """Two transactions from the same tip: disjoint changes (new groups) — the second is rebased onto the first;
+    the same node changed by both — the second is refused, naming the first (nothing of it committed)."""
+    import zarr
+
+    from streamrank.io._icechunk_repo import CommitConflict, RepoLocation, _memory_storages, transaction
+
+    url = "memory://streamrank-test-rebase/r"
+    first, second = RepoLocation(url), RepoLocation(url)
+    first.create_repo()
+    with transaction(first):
+        zarr.open_group(store=first.zarr_store(), mode="a").attrs["n"] = 0
+        first.commit("root")
+    with transaction(first), transaction(second):
+        zarr.open_group(store=first.zarr_store(), mode="a").create_group("a")
+        zarr.open_group(store=second.zarr_store(), mode="a").create_group("b")
+        first.commit("add a")
+        second.commit("add b")                         # rebased: it touched nothing "add a" did
+    both = zarr.open_group(store=RepoLocation(url).zarr_store(read_only=True), mode="r")
+    assert sorted(n for n, _ in both.groups()) == ["a", "b"]
+    with transaction(first), transaction(second):
+        zarr.open_group(store=first.zarr_store(), mode="a").attrs["n"] = 1
+        zarr.open_group(store=second.zarr_store(), mode="a").attrs["n"] = 2
+        winner = first.commit("n = 1")
+        with pytest.raises(CommitConflict, match=f"{winner}.*'n = 1'.*nothing of this transaction"):
+            second.commit("n = 2")
+    assert zarr.open_group(store=RepoLocation(url).zarr_store(read_only=True), mode="r").attrs["n"] == 1
+    _memory_storages.pop(url)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import logging
+import sys
 
 import numpy as np
 import pytest
@@ -33,7 +34,8 @@ def _legacy_store(tmp_path, s3_server, url, n=600, seed=0):
     return X, y, q
 
 
-def test_a_store_of_the_previous_layout_opens_read_only_with_a_hint(s3_server, s3_url, tmp_path, caplog):
+def test_a_store_of_the_previous_layout_opens_read_only_with_a_hint(s3_server, s3_url, tmp_path, caplog,
+                                                                    monkeypatch):
     so = s3_server.storage_options
     url = s3_url + "/old.zarr"
     X, y, q = _legacy_store(tmp_path, s3_server, url)
@@ -44,6 +46,9 @@ def test_a_store_of_the_previous_layout_opens_read_only_with_a_hint(s3_server, s
     assert r.verify() == 2 and np.array_equal(np.vstack([b.X for b in r.blocks(shuffle=False)]), X)
     with pytest.raises(PermissionError, match="streamrank migrate"):
         sr.GroupStore.open(url, "a", storage_options=so)
+    with monkeypatch.context() as m:                  # without icechunk installed it still reads
+        m.setitem(sys.modules, "icechunk", None)
+        assert sr.GroupStore.open(url, storage_options=so).verify() == 2
     with pytest.raises(PermissionError, match="previous object-storage layout.*cannot be re-created"):
         sr.GroupStore.create(url, 4, storage_options=so, overwrite=True)
 

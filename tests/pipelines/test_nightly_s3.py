@@ -136,8 +136,8 @@ def _has_excluded(d):
 
 
 def test_a_rejected_day_is_excluded_on_s3_too(tmp_path, s3_server, s3_url):
-    """excluded.json lives in the bucket (one PUT under the run's lease); the next night trains without the
-    rejected day, and --readmit takes it back."""
+    """The exclusions live in the bucket (an attribute of the models repository, committed with the run); the next
+    night trains without the rejected day, and --readmit takes it back."""
     so = s3_server.storage_options
     models = s3_url + "/excl"
     _night(tmp_path, 1, models, so)
