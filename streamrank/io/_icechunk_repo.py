@@ -62,6 +62,7 @@ BRANCH = "main"
 #: URL schemes kept in an Icechunk repository
 SCHEMES = ("s3", "s3a", "gs", "gcs", "az", "abfs", "abfss", "memory")
 
+_TAIL_KEPT = 8                     # last bytes kept of each chunk a transaction writes (its CRC-32C trailer)
 _memory_storages: dict = {}        # memory:// URL -> icechunk in-memory storage (one process)
 _memory_guard = threading.Lock()
 
@@ -179,7 +180,11 @@ def open_location(url: str, storage_options: dict | None = None, *, as_of: str |
         loc = RepoLocation(url, storage_options, as_of=as_of)
     except ImportError:                              # no icechunk: a store of the previous layout still reads
         legacy = _legacy_remote(url, storage_options)
-        if as_of is None and legacy is not None and legacy.exists("zarr.json"):
+        try:
+            old = as_of is None and legacy is not None and legacy.exists("zarr.json")
+        except Exception:   # noqa: BLE001 - unreachable or no credentials: the missing package is the news
+            old = False
+        if old:
             legacy.legacy = True
             return legacy
         raise
@@ -246,6 +251,7 @@ class RepoLocation(Remote):
         self._repo = None
         self._session = None
         self._writable = False
+        self._tails = {}          # chunk key -> its last bytes, for chunks written in this transaction
         self.committed_snapshot = None
 
     def __repr__(self):
@@ -300,6 +306,10 @@ class RepoLocation(Remote):
 
     def read_tail(self, rel: str, n: int) -> bytes:
         from zarr.abc.store import SuffixByteRequest
+
+        tail = self._tails.get(rel) if self._writable else None
+        if tail is not None and len(tail) >= n:      # a chunk this transaction wrote: no request for its trailer
+            return tail[len(tail) - n:]
 
         got = _run(self.session.store.get(rel, _proto(), SuffixByteRequest(int(n))))
         if got is None:
@@ -358,12 +368,14 @@ class RepoLocation(Remote):
             raise PermissionError(f"{self.url} is open as of {self.as_of or self._snapshot}: read-only")
         self._session = self.repo.writable_session(BRANCH)
         self._writable = True
+        self._tails = {}
         self.committed_snapshot = None
         return self._session.snapshot_id
 
     def end(self, base: str) -> None:
         """Back to a read-only session: at the new commit, or (nothing committed) at the transaction's base."""
         self._writable = False
+        self._tails = {}
         self._session = self.repo.readonly_session(snapshot_id=self.committed_snapshot or base)
 
     def commit_attrs(self, attrs: dict) -> str:
@@ -545,6 +557,11 @@ def _make_session_store():
         @property
         def read_only(self) -> bool:
             return self._ro
+
+        async def set(self, key, value):
+            await self._store.set(key, value)
+            if self._loc._writable and "/c/" in f"/{key}":      # the CRC-32C trailer commit_bindings reads back
+                self._loc._tails[key] = value.to_bytes()[-_TAIL_KEPT:]
 
         def _check_writable(self) -> None:
             if self._ro:

@@ -42,7 +42,7 @@ def test_a_missing_icechunk_is_one_line_naming_the_extra(monkeypatch):
 
     monkeypatch.setitem(sys.modules, "icechunk", None)          # as if not installed
     with pytest.raises(ImportError) as err:
-        sr.GroupStore.create("s3://bucket/x.zarr", 3)
+        sr.GroupStore.create("memory://streamrank-no-icechunk/x.zarr", 3)
     msg = str(err.value)
     assert "\n" not in msg and "icechunk" in msg and "pip install 'streamrank[s3]'" in msg
 
