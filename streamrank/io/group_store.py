@@ -436,7 +436,8 @@ class GroupStore(GroupAppend, GroupVerify, RowColumnReads, BlockSource):
     def __reduce__(self):
         # shipped to dask workers as (path or URL and its options, committed counts), never as data:
         # the worker reopens the store read-only at the same commit
-        return (_reopen, (self.path, self._rows, self._groups, self._nnz, self.storage_options))
+        return (_reopen, (self.path, self._rows, self._groups, self._nnz, self.storage_options,
+                          getattr(self._loc, "snapshot_id", None)))   # a repository: the same snapshot
 
     # ----------------------------------------------------------- properties
     @property
@@ -601,5 +602,5 @@ class GroupStore(GroupAppend, GroupVerify, RowColumnReads, BlockSource):
 _PRIVATE = object()
 
 
-def _reopen(path, rows, groups, nnz, storage_options=None):
-    return GroupStore.open(path, storage_options=storage_options)._pin(rows, groups, nnz)
+def _reopen(path, rows, groups, nnz, storage_options=None, as_of=None):
+    return GroupStore.open(path, storage_options=storage_options, as_of=as_of)._pin(rows, groups, nnz)

@@ -252,7 +252,8 @@ class TupleStore(TupleSource):
 
     def __reduce__(self):
         # shipped (e.g. to dask workers) as path + committed counts, never as data
-        return (_reopen_tuples, (self.path, dict(self._c), self.storage_options))
+        return (_reopen_tuples, (self.path, dict(self._c), self.storage_options,
+                                 getattr(self._loc, "snapshot_id", None)))   # a repository: the same snapshot
 
     # ------------------------------------------------------------ read hooks
     def _n_cols(self, side):
@@ -437,8 +438,8 @@ def _commit_record(loc, attrs):
     write_attrs(loc, attrs)
 
 
-def _reopen_tuples(path, counts, storage_options=None):
-    ts = TupleStore.open(path, storage_options=storage_options)
+def _reopen_tuples(path, counts, storage_options=None, as_of=None):
+    ts = TupleStore.open(path, storage_options=storage_options, as_of=as_of)
     if any(counts[k] > ts._c[k] for k in _COUNTS):
         raise StoreFormatError(f"{path}: holds less than the snapshot being restored; the store was rewritten")
     ts._c = dict(counts)

@@ -86,9 +86,10 @@ def test_group_store_on_s3_equals_the_local_store_chunk_for_chunk(s3_server, s3_
         Xa, Xb = (a.X.toarray(), b.X.toarray()) if sparse else (a.X, b.X)
         assert np.array_equal(Xa, Xb) and np.array_equal(a.y, b.y) and np.array_equal(a.qid, b.qid)
     assert np.array_equal(r.qid, q[::7])
-    # a store pickles (to dask workers) as URL + options + committed counts, never as data
+    # a store pickles (to dask workers) as URL + options + committed counts + its snapshot, never as data
     w = pickle.loads(pickle.dumps(r))
     assert w.path == url and w.n_rows == r.n_rows and len(pickle.dumps(r)) < 2000
+    assert w._loc.snapshot_id == r._loc.snapshot_id
 
 
 def test_a_fit_from_s3_equals_the_fit_from_the_local_store(s3_server, s3_url, tmp_path):
@@ -202,6 +203,8 @@ def test_each_commit_is_a_snapshot_readers_keep_theirs(s3_server, s3_url):
     r = sr.GroupStore.open(url, storage_options=so)
     assert w.append(X[140:], y[140:], q[140:], batch_id="d1")
     assert r.n_rows == 140 and r.verify() == 1                    # the reader's snapshot: one commit, whole
+    shipped = pickle.loads(pickle.dumps(r))                        # (a dask worker reads that snapshot too)
+    assert shipped._loc.snapshot_id == r._loc.snapshot_id and shipped.verify() == 1
     assert np.array_equal(np.vstack([blk.X for blk in r.blocks(shuffle=False)]), X[:140])
     assert sr.GroupStore.open(url, storage_options=so).n_rows == len(y)
     repo = RepoLocation(url, so).repo
