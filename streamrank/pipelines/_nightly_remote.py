@@ -105,6 +105,8 @@ class RemoteModelsDir:
         if self.loc._writable:              # already inside the run's transaction
             yield None
             return
+        if not self.loc.exists_repo():
+            self._refuse_previous_layout()
         self.loc.create_repo()
         base = self.loc.begin()
         self._promoted = None
@@ -121,6 +123,20 @@ class RemoteModelsDir:
                     self._tag(self._promoted, sid)
         finally:
             self.loc.end(base)
+
+    def _refuse_previous_layout(self):
+        """A models directory written by the previous layout (objects ``current``, ``vNNNN/version.json``) is
+        not silently restarted beside: the run stops, saying so."""
+        from streamrank.io import Remote
+
+        try:
+            old = Remote(self.url, self.storage_options).exists("current")
+        except ImportError:
+            return
+        if old:
+            raise self._error(f"{self.url} is a nightly models directory of the previous object-storage layout (a "
+                              "'current' object, no Icechunk repository); it is read-only now: point --models at a "
+                              "new URL (the first night there trains in full)")
 
     def _tag(self, version, sid):
         repo = self.loc.repo

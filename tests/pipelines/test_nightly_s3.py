@@ -155,3 +155,14 @@ def test_a_rejected_day_is_excluded_on_s3_too(tmp_path, s3_server, s3_url):
     s = sr.GroupStore.open(tmp_path / "logs.zarr")
     ref = sr.RankRLS(alpha=sr.load(models + "/v0004", storage_options=so).alpha, solver="primal").fit(s)
     np.testing.assert_allclose(sr.load(models + "/v0004", storage_options=so).coef_, ref.coef_, rtol=1e-10)
+
+
+def test_a_models_directory_of_the_previous_layout_is_not_restarted_beside(tmp_path, s3_server, s3_url):
+    from streamrank.io import Remote
+
+    so = s3_server.storage_options
+    models = s3_url + "/old-nightly"
+    Remote(models, so).write("current", b"v0003\n")
+    with pytest.raises(nightly.ModelsDirError, match="previous object-storage layout.*new URL"):
+        _night(tmp_path, 1, models, so)
+    assert not RemoteModelsDir(models, so).loc.exists_repo()
