@@ -547,3 +547,13 @@ def _stored_bytes(chunk_dir: Path) -> int:
 
 def _dumps(obj) -> str:
     return json.dumps(_jsonable(obj))
+
+
+def __getattr__(name):
+    """``read_repo_model`` / ``write_repo_model``: a model as a group of an Icechunk repository (a nightly models
+    directory at a URL), in :mod:`streamrank._repo_models`, imported on first use."""
+    if name in ("read_repo_model", "write_repo_model"):
+        from . import _repo_models
+
+        return getattr(_repo_models, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -24,7 +24,7 @@ FLOORS = {
     "streamrank._moments_kernels": 2, "streamrank.normalize": 2,
     "streamrank.io.weighted": 2,                 # a weighted view of a source, checked with laplacian.check_weight
     "streamrank.laplacian": 2, "streamrank.kernels": 2,
-    "streamrank.base": 3, "streamrank.persistence": 3, "streamrank._model_files": 3, "streamrank._model_record": 3, "streamrank._remote_models": 3, "streamrank.rankrls": 3, "streamrank.sgd": 3, "streamrank.metrics": 3,
+    "streamrank.base": 3, "streamrank.persistence": 3, "streamrank._model_files": 3, "streamrank._model_record": 3, "streamrank._remote_models": 3, "streamrank._repo_models": 3, "streamrank.rankrls": 3, "streamrank.sgd": 3, "streamrank.metrics": 3,
     "streamrank.exporters": 3,
     "streamrank.datasets": 4, "streamrank.distributed": 4, "streamrank.plot": 4,
     "streamrank.cli": 5, "streamrank.demo": 5,

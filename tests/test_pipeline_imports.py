@@ -87,8 +87,10 @@ def test_the_public_homes_are_the_implementations():
         assert getattr(io, name) is getattr(_remote, name)
     for name in ("RepoLocation", "CommitConflict", "open_location", "tag_branch_tip"):
         assert getattr(io, name) is getattr(_icechunk_repo, name)
+    from streamrank import persistence
+
     for name in ("read_repo_model", "write_repo_model"):
-        assert getattr(io, name) is getattr(_repo_models, name)
+        assert getattr(persistence, name) is getattr(_repo_models, name)
     assert io.with_last is _itertools.with_last
     assert set(io.__all__) <= set(dir(io))
     try:

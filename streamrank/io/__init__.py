@@ -11,9 +11,9 @@ Object storage (a store, or a models directory, at ``s3://...``; ``gs://``, ``az
     models directory there is an Icechunk repository (:mod:`streamrank.io._icechunk_repo`):
     :func:`open_location` gives its :class:`RepoLocation` (a write is a transaction, committed in
     one commit; an overlapping commit is refused with :class:`CommitConflict` naming the winner),
-    :func:`tag_branch_tip` tags it, :func:`read_repo_model` / :func:`write_repo_model` keep models
-    in it.  :class:`Remote` is one prefix on an fsspec filesystem (plain object reads: stores and
-    models of the previous layout, read-only).
+    :func:`tag_branch_tip` tags it (models in it: ``streamrank.persistence.read_repo_model``).
+    :class:`Remote` is one prefix on an fsspec filesystem (plain object reads: stores and models
+    of the previous layout, read-only).
 Ingesting in chunks
     :func:`with_last` pairs each chunk of a reader (:func:`~streamrank.io.npz.iter_npz`,
     :func:`~streamrank.io.svmlight.iter_svmlight`, :func:`~streamrank.io.parquet.iter_parquet`) with
@@ -36,13 +36,10 @@ _HOMES = {
     "CommitConflict": "streamrank.io._icechunk_repo",
     "open_location": "streamrank.io._icechunk_repo",
     "tag_branch_tip": "streamrank.io._icechunk_repo",
-    "read_repo_model": "streamrank._repo_models",
-    "write_repo_model": "streamrank._repo_models",
     "with_last": "streamrank._itertools",
 }
 
-__all__ = ["CommitConflict", "Remote", "RepoLocation", "is_url", "open_location",
-           "read_repo_model", "tag_branch_tip", "with_last", "write_repo_model"]
+__all__ = ["CommitConflict", "Remote", "RepoLocation", "is_url", "open_location", "tag_branch_tip", "with_last"]
 
 
 def __getattr__(name):

@@ -62,7 +62,6 @@ BRANCH = "main"
 #: URL schemes kept in an Icechunk repository
 SCHEMES = ("s3", "s3a", "gs", "gcs", "az", "abfs", "abfss", "memory")
 
-_TAIL_KEPT = 8                     # last bytes kept of each chunk a transaction writes (its CRC-32C trailer)
 _memory_storages: dict = {}        # memory:// URL -> icechunk in-memory storage (one process)
 _memory_guard = threading.Lock()
 
@@ -355,6 +354,8 @@ class RepoLocation(Remote):
         return self.exists_repo()
 
     def zarr_store(self, read_only: bool = False):
+        from ._session_store import SessionStore
+
         return SessionStore(self, read_only)
 
     def _check_writing(self, what):
@@ -519,87 +520,3 @@ def creating(loc: RepoLocation, overwrite: bool):
         yield None
     finally:
         loc.end(base)
-
-
-def _wrapper_base():
-    from zarr.storage import WrapperStore
-
-    return WrapperStore
-
-
-def _make_session_store():
-    WrapperStore = _wrapper_base()
-
-    class SessionStore(WrapperStore):
-        """zarr's view of a :class:`RepoLocation`: every call goes to its *current* session's store.
-
-        Arrays opened once keep working across transactions (each append's
-        writable session, then the read-only session at its commit).
-        """
-
-        def __init__(self, loc, read_only: bool = False):
-            self._loc, self._ro = loc, bool(read_only)
-
-        @property
-        def _store(self):
-            return self._loc.session.store
-
-        @_store.setter
-        def _store(self, value):    # pragma: no cover - WrapperStore never sets it after __init__
-            pass
-
-        def _with_store(self, store):
-            return type(self)(self._loc, self._ro)
-
-        def with_read_only(self, read_only: bool = False):
-            return type(self)(self._loc, read_only)
-
-        @property
-        def read_only(self) -> bool:
-            return self._ro
-
-        async def set(self, key, value):
-            await self._store.set(key, value)
-            if self._loc._writable and "/c/" in f"/{key}":      # the CRC-32C trailer commit_bindings reads back
-                self._loc._tails[key] = value.to_bytes()[-_TAIL_KEPT:]
-
-        def _check_writable(self) -> None:
-            if self._ro:
-                raise ValueError(f"{self._loc.url} is open read-only")
-
-        @property
-        def _is_open(self) -> bool:
-            return True
-
-        @_is_open.setter
-        def _is_open(self, value) -> None:
-            pass
-
-        async def _open(self) -> None:
-            return None
-
-        async def _ensure_open(self) -> None:
-            return None
-
-        def __eq__(self, other):
-            return type(self) is type(other) and self._loc is other._loc
-
-        def __hash__(self):
-            return id(self._loc)
-
-        def __repr__(self):
-            return f"SessionStore({self._loc.url!r})"
-
-        __str__ = __repr__
-
-    return SessionStore
-
-
-class _LazySessionStore:
-    cls = None
-
-
-def SessionStore(loc, read_only: bool = False):    # noqa: N802 - a class built on first use (zarr imported late)
-    if _LazySessionStore.cls is None:
-        _LazySessionStore.cls = _make_session_store()
-    return _LazySessionStore.cls(loc, read_only)

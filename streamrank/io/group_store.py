@@ -17,20 +17,16 @@ counts, so a crash at any point leaves the store readable at its previous
 state.  A ``batch_id`` already in the log is skipped (``append`` returns
 False).  One writer at a time: an advisory ``flock`` on
 ``<store>/.streamrank.lock`` for a local directory (released by the OS if the
-writer dies); at a URL no lock: each append is one Icechunk commit, and of two
-overlapping appends the second commit is refused, naming the first.
+writer dies); at a URL none: overlapping commits are refused (see below).
 
 Stores at URLs
 --------------
 ``GroupStore.create("s3://bucket/prefix/train.zarr", n, storage_options=...)``
 and ``GroupStore.open(url, storage_options=...)`` keep a store on object
-storage in an Icechunk repository (:mod:`streamrank.io._icechunk_repo`; the
-``s3`` extra): each append is one commit, a reader reads one commit whole,
-``open(url, as_of=TAG)`` an older one.  Row chunks are decoded by the same
-code as local chunk files (CRC-32C, the chunk bindings of the commit record,
-the read checks) from the bytes the session's zarr store returns, a block's
-chunk requests in flight together (:mod:`streamrank.io._remote_chunks`);
-``verify()`` works the same.
+storage in an Icechunk repository (:mod:`streamrank.io._icechunk_repo`):
+a reader reads one commit whole (``open(url, as_of=TAG)`` an older one).  Row
+chunks are decoded by the same code as local chunk files (CRC-32C, bindings,
+read checks), several requests in flight (:mod:`streamrank.io._remote_chunks`).
 """
 from __future__ import annotations
 
@@ -263,9 +259,7 @@ class GroupStore(GroupAppend, GroupVerify, RowColumnReads, BlockSource):
         """Open an existing store: ``mode="r"`` (read only) or ``"a"`` (append).
 
         ``path``: a directory or a URL (``s3://…``) with its ``storage_options``
-        (see :meth:`create`).  ``as_of``: for a store at a URL (an Icechunk
-        repository), a tag (the nightly pipeline tags each promoted version) or
-        a snapshot id: the store read as it was then (read-only).
+        (see :meth:`create`); ``as_of``: a tag or snapshot id of a store at a URL (read-only).
         """
         return cls(path, mode, _token=_PRIVATE, storage_options=storage_options, as_of=as_of)
 
@@ -435,9 +429,9 @@ class GroupStore(GroupAppend, GroupVerify, RowColumnReads, BlockSource):
 
     def __reduce__(self):
         # shipped to dask workers as (path or URL and its options, committed counts), never as data:
-        # the worker reopens the store read-only at the same commit
+        # the worker reopens the store read-only at the same commit (a repository's: the same snapshot)
         return (_reopen, (self.path, self._rows, self._groups, self._nnz, self.storage_options,
-                          getattr(self._loc, "snapshot_id", None)))   # a repository: the same snapshot
+                          getattr(self._loc, "snapshot_id", None)))
 
     # ----------------------------------------------------------- properties
     @property

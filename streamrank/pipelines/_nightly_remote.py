@@ -180,7 +180,7 @@ class RemoteModelsDir:
         return dict(meta)
 
     def load(self, version):
-        from streamrank.io import read_repo_model
+        from streamrank.persistence import read_repo_model
 
         return read_repo_model(self.loc, f"{version}/model", self.version_url(version))
 
@@ -206,7 +206,7 @@ class RemoteModelsDir:
 
     def write_version(self, name, model, meta, arrays=None):
         """Model (+ statistics) and metadata of ``name``, in the run's transaction."""
-        from streamrank.io import write_repo_model
+        from streamrank.persistence import write_repo_model
 
         write_repo_model(self.loc, f"{name}/model", model)
         g = self._root(write=True)[name]
