@@ -161,20 +161,25 @@ def main(argv=None, server=None) -> int:
             if k == max(in_flight):
                 best = t
         # the server's own ceiling: the store's chunk objects (Icechunk's chunks/, every array's: X and y are
-        # nearly all of it) fetched raw through fsspec (no Icechunk, no decoding), 16 requests at a time
+        # nearly all of it) fetched raw through fsspec (no Icechunk, no decoding), 16 and 64 requests at a time;
+        # the faster of the two is the ceiling
         from streamrank.io._remote import Remote
 
         rem = Remote(url, so)
         keys = [k for k in rem.list() if k.startswith("chunks/")]
-        t0 = time.perf_counter()
-        nbytes = 0
-        for i in range(0, len(keys), 16):
-            nbytes += sum(len(b) for b in rem.read_many(keys[i:i + 16]))
-        t = time.perf_counter() - t0
-        print(f"   {'raw GETs of the chunks, 16':<28} {a.rows / t:>14,.0f} rows/s   {t_local / t:.2f} of local "
-              f"({nbytes / t / 2**20:.0f} MiB/s of stored bytes: the loopback server's ceiling)")
+        ceiling = None
+        for width in (16, 64):
+            t0 = time.perf_counter()
+            nbytes = 0
+            for i in range(0, len(keys), width):
+                nbytes += sum(len(b) for b in rem.read_many(keys[i:i + width]))
+            t = time.perf_counter() - t0
+            ceiling = t if ceiling is None else min(ceiling, t)
+            print(f"   {'raw GETs of the chunks, %d' % width:<28} {a.rows / t:>14,.0f} rows/s   {t_local / t:.2f} of "
+                  f"local ({nbytes / t / 2**20:.0f} MiB/s of stored bytes: the loopback server's ceiling)")
         if best is not None:
-            print(f"   streaming at {max(in_flight)} in flight / raw GET ceiling: {t / best:.2f} (issue 39: >= 0.9)")
+            print(f"   streaming at {max(in_flight)} in flight / raw GET ceiling: {ceiling / best:.2f} "
+                  "(issue 39: >= 0.9)")
         counter.take()
 
         print("\n2. requests (counted by the server)")
