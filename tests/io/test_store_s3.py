@@ -123,6 +123,12 @@ def test_tuple_store_on_s3(s3_server, s3_url, tmp_path):
     want = [b.D_pos.toarray() for b in sr.TupleStore.open(tmp_path / "t.zarr").batches(batch_size=16, shuffle_buffer=0)]
     assert all(np.array_equal(a, b) for a, b in zip(got, want)) and len(got) == 4
     assert pickle.loads(pickle.dumps(r)).n_tuples == 50
+    # a second batch is a second commit; the first is still readable as of its snapshot
+    first = r._loc.snapshot_id
+    assert stores[0].append(Q, D, t[:10], batch_id="b")
+    assert sr.TupleStore.open(url, storage_options=so).n_tuples == 60
+    then = sr.TupleStore.open(url, storage_options=so, as_of=first)
+    assert then.n_tuples == 50 and then.verify() == 1
 
 
 def test_damaged_or_missing_chunks_on_s3_are_errors_not_rows(s3_server, s3_url):
