@@ -1,9 +1,10 @@
 """Stores on az:// through the same Icechunk engine, against Azurite on loopback (tests/_azurite.py).
 
 Skipped where Azurite is not installed (an npm package: ``npm install azurite``,
-``azurite-blob`` on PATH or in ``STREAMRANK_AZURITE``).  gs:// has no emulator
-Icechunk's client can be pointed at here: it is configured
-(tests/io/test_remote.py) but not exercised.
+``azurite-blob`` on PATH or in ``STREAMRANK_AZURITE``).  gs:// is configured
+(tests/io/test_remote.py) but not exercised: fake-gcs-server (1.x, the PyPI
+wrapper's binary) answers Icechunk's XML-API object PUTs with 400 "invalid
+uploadType", and no other emulator takes Icechunk's GCS client.
 """
 from __future__ import annotations
 
