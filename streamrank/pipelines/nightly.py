@@ -1,6 +1,6 @@
-"""Nightly retraining on growing logs (DESIGN §1; issue 6).
+"""Nightly retraining on growing logs.
 
-One run = one night::
+One run = one night:
 
     streamrank nightly --store STORE --new DAYFILE... --models DIR \\
         [--learner rankrls|sparse-kernel|sgd-bilinear|sgd-pairwise] [--alphas GRID] [--full] [--keep N]
@@ -29,7 +29,7 @@ One run = one night::
    the model has not seen, step counter and cumulative-L1 state intact) and
    equals one run over all tuples.  ``--full`` retrains from scratch.
 3. **Select λ** from the fold statistics (squared ranking loss of each fold
-   under the model trained without it, DESIGN §3.2 — no pass over history)
+   under the model trained without it — no pass over history)
    and **validate** with NDCG@10 and disagreement (SGD-bilinear: tuple
    error).  The promotion decision compares two models that have *not* seen
    the validation data:
@@ -55,7 +55,7 @@ One run = one night::
    Those newest-day numbers describe tonight's data; for the statistics
    learners they do not decide: after a promotion the candidate without the
    day *is* the current model (same groups, same folds, same λ), so the two
-   scored identically every night (issue 24).  The decision is the **gate**
+   scored identically every night.  The decision is the **gate**
    (:mod:`streamrank.pipelines._nightly_gate`): the final candidate (trained
    with the new data) and the current model are both scored *out of fold*
    on the newest history groups the current model was trained on (each group
@@ -467,7 +467,7 @@ def main(argv=None) -> int:
     if not (args.new or args.reject or args.readmit):
         parser.error("--new DAYFILE... is required (unless --reject / --readmit / --rollback is given)")
     weighting = weighting_of(args, parser.error)
-    return run_main("nightly", args.verbose, lambda: _with_progress(args, lambda: run_night(
+    return run_main("streamrank nightly", args.verbose, lambda: _with_progress(args, lambda: run_night(
         args.store, args.new, args.models, learner=args.learner, alphas=args.alphas, full=args.full,
         keep=args.keep, tolerance=args.tolerance, folds=args.folds, validation=args.validation,
         max_rows=args.max_rows, plot=not args.no_plot, verify=args.verify,
