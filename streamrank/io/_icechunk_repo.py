@@ -404,8 +404,8 @@ class RepoLocation(Remote):
         self._check_writing("commit")
         ic = icechunk_module()
         try:
-            sid = self._session.commit(message, metadata=metadata, rebase_with=ic.BasicConflictSolver(),
-                                       rebase_tries=3)
+            solver = ic.BasicConflictSolver(on_chunk_conflict=ic.VersionSelection.Fail)   # never pick a side
+            sid = self._session.commit(message, metadata=metadata, rebase_with=solver, rebase_tries=3)
         except (ic.ConflictError, ic.RebaseFailedError) as exc:
             raise CommitConflict(self._conflict_message(message)) from exc
         self.committed_snapshot = sid

@@ -121,3 +121,27 @@ def test_commits_that_do_not_overlap_are_rebased_overlapping_ones_refused():
             second.commit("n = 2")
     assert zarr.open_group(store=RepoLocation(url).zarr_store(read_only=True), mode="r").attrs["n"] == 1
     _memory_storages.pop(url)
+
+
+def test_the_same_chunk_written_by_two_transactions_is_refused_not_resolved():
+    """No side is picked for a chunk both wrote (BasicConflictSolver with Fail), even when nothing else overlaps."""
+    import numpy as np
+    import zarr
+
+    from streamrank.io._icechunk_repo import CommitConflict, RepoLocation, _memory_storages, transaction
+
+    url = "memory://streamrank-test-chunks/r"
+    first, second = RepoLocation(url), RepoLocation(url)
+    first.create_repo()
+    with transaction(first):
+        zarr.open_group(store=first.zarr_store(), mode="a").create_array("a", shape=(4,), chunks=(2,), dtype="f8")
+        first.commit("array")
+    with transaction(first), transaction(second):
+        zarr.open_array(store=first.zarr_store(), path="a", mode="r+")[:2] = 1.0
+        zarr.open_array(store=second.zarr_store(), path="a", mode="r+")[:2] = 2.0
+        first.commit("a[:2] = 1")
+        with pytest.raises(CommitConflict, match="'a\\[:2\\] = 1'"):
+            second.commit("a[:2] = 2")
+    got = zarr.open_array(store=RepoLocation(url).zarr_store(read_only=True), path="a", mode="r")[:2]
+    assert np.array_equal(got, [1.0, 1.0])
+    _memory_storages.pop(url)
