@@ -19,15 +19,26 @@ user who runs streamrank:
   (:func:`own_leftover`): a dead writer's ``.partial`` or ``.old`` entry is
   removed only if it is not a symbolic link and belongs to the user sweeping.
 
+"Another user can write" means the other-write bit, or the group-write bit
+of a group that holds anyone but the owner.  A *user-private group* -- the
+owner's own group, with the owner as its only member, which Debian, Ubuntu
+and Fedora give every user and pair with ``umask 002`` -- counts as nobody
+else (:func:`group_of_one`, the rule Debian's OpenSSH applies to
+``StrictModes``): under that umask every directory numba or Python makes is
+group-writable, and refusing them would turn the cache off for most users of
+those systems.
+
 Everything here is POSIX ``lstat``/``open`` flags; on a platform without
 ``os.getuid`` (Windows) the ownership checks are skipped.
 """
 from __future__ import annotations
 
+import functools
 import os
 import stat
 
-__all__ = ["unsafe_dir_reason", "open_lock_file", "own_leftover", "UnsafeFileError"]
+__all__ = ["unsafe_dir_reason", "unsafe_file_reason", "others_can_write", "group_of_one", "open_lock_file",
+           "own_leftover", "foreign_link", "UnsafeFileError"]
 
 
 class UnsafeFileError(OSError):
@@ -36,6 +47,69 @@ class UnsafeFileError(OSError):
 
 def _uid():
     return os.getuid() if hasattr(os, "getuid") else None
+
+
+@functools.cache
+def group_of_one(gid: int, uid: int) -> bool:
+    """True if group ``gid`` has exactly one member, the user ``uid`` (a user-private group).
+
+    Members are the users whose primary group it is (the password database)
+    and those the group database lists; the group must be known, and one of
+    them must be ``uid``.  Asked only of group-writable entries, once per
+    process for each ``(gid, uid)``.
+    """
+    try:
+        import grp
+        import pwd
+
+        group = grp.getgrgid(gid)
+        owner = pwd.getpwuid(uid)
+        primary = {p.pw_uid for p in pwd.getpwall() if p.pw_gid == gid}
+    except (ImportError, KeyError, OSError):
+        return False
+    listed = set(group.gr_mem)
+    return primary <= {uid} and listed <= {owner.pw_name} and bool(primary or listed)
+
+
+def others_can_write(st) -> bool:
+    """Whether the entry of ``os.lstat`` result ``st`` may be written by a user other than its owner (and root).
+
+    The other-write bit, or the group-write bit of a group that is not the
+    owner's alone (:func:`group_of_one`).
+    """
+    if st.st_mode & stat.S_IWOTH:
+        return True
+    return bool(st.st_mode & stat.S_IWGRP) and not group_of_one(st.st_gid, st.st_uid)
+
+
+def unsafe_file_reason(path) -> str | None:
+    """Why the file ``path`` is not one to load compiled code from, or ``None`` if it is (or does not exist).
+
+    With ``lstat``: a regular file (not a symbolic link), owned by the current
+    user or root, that no other user can write (:func:`others_can_write`).
+    numba's cache index and data files are checked with it before they are
+    unpickled, so a file another user planted while the directory was open to
+    them (or made writable since) is never loaded, even from a directory that
+    passes :func:`unsafe_dir_reason` now.
+    """
+    uid = _uid()
+    if uid is None:
+        return None
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        return f"{path} cannot be examined ({exc.strerror})"
+    if stat.S_ISLNK(st.st_mode):
+        return f"{path} is a symbolic link"
+    if not stat.S_ISREG(st.st_mode):
+        return f"{path} is not a regular file"
+    if st.st_uid not in (0, uid):
+        return f"{path} is owned by uid {st.st_uid}, not by you (uid {uid}) or root"
+    if others_can_write(st):
+        return f"{path} is writable by other users (mode {stat.S_IMODE(st.st_mode):04o})"
+    return None
 
 
 def unsafe_dir_reason(path) -> str | None:
@@ -87,9 +161,8 @@ def unsafe_dir_reason(path) -> str | None:
             return f"{p} is not a directory"
         if st.st_uid not in trusted:
             return f"{p} is owned by uid {st.st_uid}, not by you (uid {uid}) or root"
-        writable_by_others = st.st_mode & (stat.S_IWGRP | stat.S_IWOTH)
         last = i == len(parts)
-        if writable_by_others and (last or not st.st_mode & stat.S_ISVTX):
+        if others_can_write(st) and (last or not st.st_mode & stat.S_ISVTX):
             return f"{p} is writable by other users (mode {stat.S_IMODE(st.st_mode):04o})"
     return None
 
@@ -143,3 +216,20 @@ def own_leftover(path) -> bool:
         return False
     uid = _uid()
     return uid is None or st.st_uid == uid
+
+
+def foreign_link(path) -> int | None:
+    """The uid of another user who owns the symbolic link ``path``, or ``None`` (not a link, or the user's or root's).
+
+    A destructive write (emptying a directory to re-create a store in it)
+    refuses to go through a link another user planted at the path it was
+    given: in a shared ``/tmp`` that link could point at the victim's own data.
+    """
+    uid = _uid()
+    try:
+        st = os.lstat(path)
+    except OSError:
+        return None
+    if uid is None or not stat.S_ISLNK(st.st_mode) or st.st_uid in (0, uid):
+        return None
+    return st.st_uid

@@ -84,8 +84,14 @@ def creating_store(p, overwrite: bool):
         with creating_remote(p, overwrite):
             yield
         return
+    from .._shared_paths import foreign_link
+
     p = Path(p)
     check_store_path(p)
+    owner = foreign_link(p)
+    if owner is not None:
+        raise FileExistsError(f"{p} is a symbolic link owned by uid {owner}, another user; refusing to create a "
+                              "store through it (it may point at a directory of yours)")
     if os.path.lexists(p):
         if not overwrite:
             raise FileExistsError(f"{p} already exists; pass overwrite=True to replace it")

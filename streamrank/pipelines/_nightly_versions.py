@@ -320,8 +320,8 @@ def finish_report(report, models_dir, keep, plot, out):
 def _write_local_report(models_dir, stamp, report):
     rdir = Path(models_dir) / "reports"
     rdir.mkdir(exist_ok=True)
-    tmp = rdir / f".{stamp}.json.tmp"
-    with open(tmp, "w") as fh:
+    tmp = _tmp_name(rdir, f"{stamp}.json", "tmp")
+    with open(tmp, "x") as fh:                 # a fresh random name: never an existing file or a planted link
         json.dump(report, fh, indent=1, sort_keys=True)
     os.replace(tmp, rdir / f"{stamp}.json")
 

@@ -1,0 +1,232 @@
+"""Files another local user planted inside the victim's own places, and writes at names they could predict (issue 38).
+
+``test_shared_locations.py`` covers directories another user controls.  Here
+the directory is (now) the victim's own, but a file in it is not to be
+trusted, and each write streamrank makes beside shared data goes to a name
+nobody could plant first:
+
+* numba cache files: an index or data file planted while the directory was
+  open to others (and the directory closed since), and a file of the
+  victim's that others can write, are never unpickled; a control run of
+  plain numba shows each plant would have run;
+* a user-private group (``umask 002``, Debian/Ubuntu/Fedora) still caches;
+* a store's commit record (``zarr.json``'s temporary file) and a nightly
+  report's temporary file are new files of random names: a link planted at
+  the names they had is not written through;
+* re-creating a store through a link another user planted is refused (it
+  would have emptied the directory the link points to).
+
+Every test runs the victim as a real unprivileged uid (``two_users.py``);
+the suite skips them when not run as root.
+"""
+from __future__ import annotations
+
+import os
+import sys
+import warnings
+
+import numpy as np
+import pytest
+
+from .two_users import ATTACKER, VICTIM, _Payload, _precious, _shared_store, as_user, needs_root, start_as
+
+pytestmark = needs_root
+
+
+def _cache_paths(cache_dir, code_dir):
+    """Where numba keeps the kernel's index and first data file under ``cache_dir`` (it makes the directories)."""
+    import numba
+
+    numba.config.CACHE_DIR = cache_dir
+    sys.path.insert(0, code_dir)
+    sys.modules.pop("victim_kernels", None)
+    import victim_kernels
+
+    cf = numba.njit(cache=True)(victim_kernels.add_one)._cache._cache_file
+    return {"index": cf._index_path, "data": cf._data_path(cf._data_name(1))}
+
+
+def _run(cache_dir, code_dir, plain=False):
+    """The victim's process: the kernel's value, its cache hits and the warnings it saw."""
+    import pickle  # noqa: F401 - numba's cache unpickles through it
+
+    import numba
+
+    import streamrank._numba as snb
+
+    numba.config.CACHE_DIR = cache_dir
+    snb._CACHE_DIR_VERDICTS.clear()
+    snb._UNSAFE_WARNED[0] = False
+    sys.path.insert(0, code_dir)
+    sys.modules.pop("victim_kernels", None)
+    import victim_kernels
+
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        k = numba.njit(cache=True)(victim_kernels.add_one) if plain else victim_kernels.fast_add_one
+        value = k(41)
+    return {"value": value, "hits": sum(k.stats.cache_hits.values()), "warnings": [str(w.message) for w in seen]}
+
+
+def _write_payload(path, marker):
+    import pickle
+
+    with open(path, "wb") as f:                  # truncates in place when the file is another's but writable
+        pickle.dump(_Payload(marker), f)
+
+
+def _plant_new_file(path, marker):
+    """The attacker replaces ``path`` by a file of its own (the directory is open to it)."""
+    _write_payload(path + ".mine", marker)
+    os.replace(path + ".mine", path)
+
+
+def _chmod(mode, *paths):
+    for p in paths:
+        os.chmod(p, mode)
+
+
+@pytest.mark.parametrize("plain", [False, True], ids=["streamrank", "control: plain numba"])
+@pytest.mark.parametrize("plant", ["index planted", "data planted", "own index writable by others"])
+def test_a_planted_cache_file_in_the_users_own_directory_is_not_unpickled(shared, plant, plain):
+    cache = str(shared["dir"] / f"cache-{VICTIM}")
+    paths = as_user(VICTIM, _cache_paths, cache, shared["code"])
+    sub = os.path.dirname(paths["index"])
+    if plant == "index planted":                 # before the first run, while the victim's directories were 0777
+        as_user(VICTIM, _chmod, 0o777, cache, sub)       # (numba made them when it chose the place)
+        as_user(ATTACKER, _write_payload, paths["index"], shared["marker"])
+        as_user(VICTIM, _chmod, 0o755, cache, sub)
+    else:                                        # a real cache of the victim's first
+        as_user(VICTIM, _run, cache, shared["code"], plain=plain)
+        if plant == "data planted":
+            as_user(VICTIM, _chmod, 0o777, sub)
+            as_user(ATTACKER, _plant_new_file, paths["data"], shared["marker"])
+            as_user(VICTIM, _chmod, 0o755, sub)
+        else:
+            as_user(VICTIM, _chmod, 0o666, paths["index"])     # made under umask 0, say
+            as_user(ATTACKER, _write_payload, paths["index"], shared["marker"])
+    try:
+        got = as_user(VICTIM, _run, cache, shared["code"], plain=plain)
+    except AssertionError:
+        assert plain, "streamrank's run failed"
+        got = None                               # numba choked on what the payload returned: it ran all the same
+    if plain:
+        assert os.path.exists(shared["marker"]), "control: plain numba should have run the planted pickle"
+        return
+    assert not os.path.exists(shared["marker"]), "the planted pickle ran as the victim"
+    assert got["value"] == 42 and got["hits"] == 0
+    assert len(got["warnings"]) == 1 and "cache file not loaded" in got["warnings"][0], got["warnings"]
+    again = as_user(VICTIM, _run, cache, shared["code"])     # the file was replaced by the victim's own
+    assert again == {"value": 42, "hits": 1, "warnings": []}
+    assert os.stat(paths["index"]).st_uid == VICTIM
+
+
+def test_a_user_private_group_still_caches(shared):
+    """``umask 002`` with the user's own group (root's here: its only member): numba's 0775 directories are fine."""
+    from streamrank._shared_paths import group_of_one
+
+    if not group_of_one(0, 0):
+        pytest.skip("root's group has other members on this system")
+    cache = str(shared["dir"] / "cache-upg")
+    first = as_user(0, _run, cache, shared["code"], umask=0o002)
+    sub = os.path.dirname(as_user(0, _cache_paths, cache, shared["code"])["index"])
+    assert os.stat(sub).st_mode & 0o777 == 0o775
+    assert first["warnings"] == [] and first["hits"] == 0
+    assert as_user(0, _run, cache, shared["code"], umask=0o002) == {"value": 42, "hits": 1, "warnings": []}
+    os.chown(sub, 0, VICTIM)                     # the same mode, a group with other members: refused
+    shared_group = as_user(0, _run, cache, shared["code"], umask=0o002)
+    assert shared_group["hits"] == 0 and "writable by other users" in shared_group["warnings"][0]
+
+
+def _append_paused(store, ready_w, go_r):
+    """The victim appends to the store, pausing just before its commit record is written."""
+    import streamrank as sr
+    import streamrank.io.group_store as gs
+
+    write_attrs = gs.write_attrs
+
+    def paused(loc, attrs):
+        os.write(ready_w, b"r")
+        assert os.read(go_r, 1) == b"g"
+        write_attrs(loc, attrs)
+
+    gs.write_attrs = paused
+    sr.GroupStore.open(store, "a").append(np.ones((2, 3)), np.ones(2), np.array([3, 3]))
+    return sr.GroupStore.open(store).n_rows
+
+
+def test_a_stores_commit_record_is_not_written_through_a_link_at_a_predictable_name(shared):
+    """Links planted (after the append's sweep of ``*.partial``) at every name the commit's temporary file could
+    have had by its pid: the victim's file is untouched and the commit is a regular ``zarr.json``."""
+    precious = _precious(shared)
+    store = _shared_store(shared)
+    ready_r, ready_w = os.pipe()
+    go_r, go_w = os.pipe()
+    child = start_as(VICTIM, _append_paused, str(store), ready_w, go_r)
+    assert os.read(ready_r, 1) == b"r"
+    for name in (f"zarr.json.{child.pid}.partial", f".zarr.json.{child.pid}.partial"):
+        as_user(ATTACKER, os.symlink, str(precious), str(store / name))
+    os.write(go_w, b"g")
+    assert child.result() == 8
+    assert precious.read_text() == "keep me\n"
+    assert not os.path.islink(store / "zarr.json")
+
+
+def _report(models, stamp):
+    from streamrank.pipelines._nightly_versions import _write_local_report
+
+    _write_local_report(models, stamp, {"started": stamp, "ok": True})
+    return sorted(os.listdir(os.path.join(models, "reports")))
+
+
+def test_a_nightly_report_is_not_written_through_a_link_at_its_temporary_name(shared):
+    precious = _precious(shared)
+    models = shared["dir"] / "models"
+    (models / "reports").mkdir(parents=True)
+    for d in (models, models / "reports"):
+        d.chmod(0o777)                           # a team's models directory
+    stamp = "20261128T221500000+0000"
+    link = models / "reports" / f".{stamp}.json.tmp"    # the name the temporary file had (the run's start time)
+    as_user(ATTACKER, os.symlink, str(precious), str(link))
+    assert f"{stamp}.json" in as_user(VICTIM, _report, str(models), stamp)
+    assert precious.read_text() == "keep me\n"
+    assert os.path.islink(link)
+
+
+def _create_over(path):
+    import streamrank as sr
+
+    try:
+        sr.GroupStore.create(path, n_features=3, overwrite=True)
+    except FileExistsError as exc:
+        return str(exc)
+    return "created"
+
+
+def _own_store(path):
+    import streamrank as sr
+
+    sr.GroupStore.create(path, n_features=3).append(np.ones((2, 3)), np.ones(2), np.array([1, 1]))
+
+
+def _rows(path):
+    import streamrank as sr
+
+    return sr.GroupStore.open(path).n_rows
+
+
+def test_re_creating_a_store_through_another_users_link_is_refused(shared):
+    """``create(..., overwrite=True)`` at a path in ``/tmp`` where another user put a link to the victim's store:
+    following it would have emptied the victim's store."""
+    home = _precious(shared).parent
+    mine = home / "mine.zarr"
+    as_user(VICTIM, _own_store, str(mine))
+    planted = shared["dir"] / "demo.zarr"
+    as_user(ATTACKER, os.symlink, str(mine), str(planted))
+    got = as_user(VICTIM, _create_over, str(planted))
+    assert "symbolic link owned by uid" in got and str(ATTACKER) in got
+    assert as_user(VICTIM, _rows, str(mine)) == 2
+    os.unlink(planted)
+    as_user(VICTIM, os.symlink, str(mine), str(planted))    # the user's own link is followed as before
+    assert as_user(VICTIM, _create_over, str(planted)) == "created"
+    assert as_user(VICTIM, _rows, str(mine)) == 0
