@@ -507,10 +507,17 @@ def jit(*args, **kwargs):
     options = {**_POLICY, **kwargs}
     if args and callable(args[0]) and len(args) == 1:  # @jit, or @jit_parallel (which passes parallel=True)
         return LazyKernel(args[0], options)
-    if args:  # explicit signatures: numba.njit(sigs, **options)
-        import numba
+    if args:  # explicit signatures, compiled now (unused in streamrank): the cache checked and locked all the same
+        sigs = args[0] if isinstance(args[0], list) else [args[0]]
 
-        return numba.njit(*args, **options)  # compiles eagerly at import: not locked (unused in streamrank)
+        def eager(fn):
+            d = _njit(fn, options)
+            for sig in sigs:
+                d.compile(sig)
+            d.disable_compile()                 # as numba.njit(sigs) does: no other signature
+            return d
+
+        return eager
     return lambda fn: LazyKernel(fn, options)
 
 

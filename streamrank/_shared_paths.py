@@ -38,11 +38,12 @@ import os
 import stat
 
 __all__ = ["unsafe_dir_reason", "unsafe_file_reason", "others_can_write", "group_of_one", "open_lock_file",
-           "own_leftover", "foreign_link", "UnsafeFileError"]
+           "own_leftover", "refuse_foreign_link", "UnsafeFileError"]
 
 
-class UnsafeFileError(OSError):
-    """A lock or state file at a path that is not a plain regular file (a planted link, a FIFO, a hard link)."""
+class UnsafeFileError(PermissionError):
+    """A lock or state file at a path that is not a plain regular file (a planted link, a FIFO, a hard link), or
+    a place to write reached through another user's symbolic link: refused (the command line's exit 5)."""
 
 
 def _uid():
@@ -218,18 +219,20 @@ def own_leftover(path) -> bool:
     return uid is None or st.st_uid == uid
 
 
-def foreign_link(path) -> int | None:
-    """The uid of another user who owns the symbolic link ``path``, or ``None`` (not a link, or the user's or root's).
+def refuse_foreign_link(path, what: str) -> None:
+    """:class:`UnsafeFileError` if ``path`` is a symbolic link that another user owns.
 
-    A destructive write (emptying a directory to re-create a store in it)
-    refuses to go through a link another user planted at the path it was
-    given: in a shared ``/tmp`` that link could point at the victim's own data.
+    A store or models directory streamrank writes (appends, re-creation that
+    empties it, pruning old versions) is never reached through a link another
+    user planted at the path it was given: in a shared ``/tmp`` that link
+    could point at a directory of the victim's own.  The user's and root's
+    own links are followed as before.
     """
     uid = _uid()
     try:
         st = os.lstat(path)
     except OSError:
-        return None
-    if uid is None or not stat.S_ISLNK(st.st_mode) or st.st_uid in (0, uid):
-        return None
-    return st.st_uid
+        return
+    if uid is not None and stat.S_ISLNK(st.st_mode) and st.st_uid not in (0, uid):
+        raise UnsafeFileError(f"{path} is a symbolic link owned by uid {st.st_uid}, another user; refusing to "
+                              f"{what} through it (it may point at a directory of yours)")

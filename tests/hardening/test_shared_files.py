@@ -13,8 +13,9 @@ nobody could plant first:
 * a store's commit record (``zarr.json``'s temporary file) and a nightly
   report's temporary file are new files of random names: a link planted at
   the names they had is not written through;
-* re-creating a store through a link another user planted is refused (it
-  would have emptied the directory the link points to).
+* appending to or re-creating a store, or locking a nightly models
+  directory, through a link another user planted is refused (it would have
+  written into, emptied or pruned the directory the link points to).
 
 Every test runs the victim as a real unprivileged uid (``two_users.py``);
 the suite skips them when not run as root.
@@ -198,9 +199,19 @@ def _create_over(path):
 
     try:
         sr.GroupStore.create(path, n_features=3, overwrite=True)
-    except FileExistsError as exc:
-        return str(exc)
+    except OSError as exc:
+        return f"{type(exc).__name__}: {exc}"
     return "created"
+
+
+def _append_to(path):
+    import streamrank as sr
+
+    try:
+        sr.GroupStore.open(path, "a").append(np.zeros((1, 3)), np.zeros(1), np.array([9]))
+    except OSError as exc:
+        return f"{type(exc).__name__}: {exc}"
+    return "appended"
 
 
 def _own_store(path):
@@ -215,18 +226,43 @@ def _rows(path):
     return sr.GroupStore.open(path).n_rows
 
 
-def test_re_creating_a_store_through_another_users_link_is_refused(shared):
-    """``create(..., overwrite=True)`` at a path in ``/tmp`` where another user put a link to the victim's store:
-    following it would have emptied the victim's store."""
+def test_a_store_is_not_written_through_another_users_link(shared):
+    """A path in ``/tmp`` where another user put a link to the victim's store: appending would have written the
+    victim's rows into it, and ``create(..., overwrite=True)`` (ingest into an empty place) would have emptied it."""
     home = _precious(shared).parent
     mine = home / "mine.zarr"
     as_user(VICTIM, _own_store, str(mine))
     planted = shared["dir"] / "demo.zarr"
     as_user(ATTACKER, os.symlink, str(mine), str(planted))
-    got = as_user(VICTIM, _create_over, str(planted))
-    assert "symbolic link owned by uid" in got and str(ATTACKER) in got
+    for write in (_append_to, _create_over):
+        got = as_user(VICTIM, write, str(planted))
+        assert got.startswith("UnsafeFileError") and f"symbolic link owned by uid {ATTACKER}" in got, got
     assert as_user(VICTIM, _rows, str(mine)) == 2
     os.unlink(planted)
     as_user(VICTIM, os.symlink, str(mine), str(planted))    # the user's own link is followed as before
+    assert as_user(VICTIM, _append_to, str(planted)) == "appended"
     assert as_user(VICTIM, _create_over, str(planted)) == "created"
     assert as_user(VICTIM, _rows, str(mine)) == 0
+
+
+def _lock_models(models):
+    from streamrank.pipelines._nightly_versions import models_lock
+
+    try:
+        with models_lock(models):
+            return "locked"
+    except OSError as exc:
+        return f"{type(exc).__name__}: {exc}"
+
+
+def test_a_models_directory_is_not_locked_through_another_users_link(shared):
+    """The nightly run writes versions and prunes old ones in the directory it locks: never one reached through
+    another user's link (the victim's production models, say)."""
+    prod = _precious(shared).parent / "models"
+    as_user(VICTIM, os.mkdir, str(prod))
+    planted = shared["dir"] / "nightly"
+    as_user(ATTACKER, os.symlink, str(prod), str(planted))
+    got = as_user(VICTIM, _lock_models, str(planted))
+    assert got.startswith("UnsafeFileError") and "models directory" in got, got
+    assert os.listdir(prod) == []
+    assert as_user(VICTIM, _lock_models, str(prod)) == "locked"
