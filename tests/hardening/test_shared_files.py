@@ -31,6 +31,8 @@ import pytest
 
 from .two_users import ATTACKER, VICTIM, _Payload, _precious, _shared_store, as_user, needs_root, start_as
 
+DEAD = 4_194_305            # above Linux's largest pid: certainly not a running process
+
 pytestmark = needs_root
 
 
@@ -88,14 +90,20 @@ def _chmod(mode, *paths):
 
 
 @pytest.mark.parametrize("plain", [False, True], ids=["streamrank", "control: plain numba"])
-@pytest.mark.parametrize("plant", ["index planted", "data planted", "own index writable by others"])
+@pytest.mark.parametrize("plant", ["index planted", "index planted as a link", "data planted",
+                                   "own index writable by others"])
 def test_a_planted_cache_file_in_the_users_own_directory_is_not_unpickled(shared, plant, plain):
     cache = str(shared["dir"] / f"cache-{VICTIM}")
     paths = as_user(VICTIM, _cache_paths, cache, shared["code"])
     sub = os.path.dirname(paths["index"])
-    if plant == "index planted":                 # before the first run, while the victim's directories were 0777
+    if plant.startswith("index planted"):        # before the first run, while the victim's directories were 0777
         as_user(VICTIM, _chmod, 0o777, cache, sub)       # (numba made them when it chose the place)
-        as_user(ATTACKER, _write_payload, paths["index"], shared["marker"])
+        if plant.endswith("link"):
+            payload = str(shared["dir"] / "payload")
+            as_user(ATTACKER, _write_payload, payload, shared["marker"])
+            as_user(ATTACKER, os.symlink, payload, paths["index"])
+        else:
+            as_user(ATTACKER, _write_payload, paths["index"], shared["marker"])
         as_user(VICTIM, _chmod, 0o755, cache, sub)
     else:                                        # a real cache of the victim's first
         as_user(VICTIM, _run, cache, shared["code"], plain=plain)
@@ -119,7 +127,7 @@ def test_a_planted_cache_file_in_the_users_own_directory_is_not_unpickled(shared
     assert len(got["warnings"]) == 1 and "cache file not loaded" in got["warnings"][0], got["warnings"]
     again = as_user(VICTIM, _run, cache, shared["code"])     # the file was replaced by the victim's own
     assert again == {"value": 42, "hits": 1, "warnings": []}
-    assert os.stat(paths["index"]).st_uid == VICTIM
+    assert os.lstat(paths["index"]).st_uid == VICTIM and not os.path.islink(paths["index"])
 
 
 def test_a_user_private_group_still_caches(shared):
@@ -266,3 +274,27 @@ def test_a_models_directory_is_not_locked_through_another_users_link(shared):
     assert got.startswith("UnsafeFileError") and "models directory" in got, got
     assert os.listdir(prod) == []
     assert as_user(VICTIM, _lock_models, str(prod)) == "locked"
+
+
+def _clean(models):
+    from streamrank.pipelines._nightly_versions import _clean_partial
+
+    _clean_partial(models)
+    return sorted(os.listdir(models))
+
+
+def test_the_nightly_sweep_never_removes_through_a_link(shared):
+    """A dead run's temporary version (``.<name>.<pid>-<random>.partial``) is swept; a link planted under such a
+    name, pointing at the victim's directory, is left (and what it points to untouched), as is another user's."""
+    precious = _precious(shared)
+    models = shared["dir"] / "models"
+    models.mkdir()
+    models.chmod(0o777)
+    link = models / f".v1.{DEAD}-aa.partial"
+    theirs = models / f".v2.{DEAD}-bb.partial"
+    mine = models / f".v3.{DEAD}-cc.partial"
+    as_user(ATTACKER, os.symlink, str(precious.parent), str(link))
+    as_user(ATTACKER, os.mkdir, str(theirs))
+    as_user(VICTIM, os.mkdir, str(mine))
+    assert as_user(VICTIM, _clean, str(models)) == sorted([link.name, theirs.name])
+    assert precious.read_text() == "keep me\n"
