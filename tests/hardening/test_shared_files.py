@@ -29,7 +29,8 @@ import warnings
 import numpy as np
 import pytest
 
-from .two_users import ATTACKER, VICTIM, _Payload, _precious, _shared_store, as_user, needs_root, start_as
+from .two_users import (ATTACKER, VICTIM, _nightly_lock, _Payload, _precious, _shared_store, as_user, needs_root,
+                        start_as)
 
 DEAD = 4_194_305            # above Linux's largest pid: certainly not a running process
 
@@ -253,16 +254,6 @@ def test_a_store_is_not_written_through_another_users_link(shared):
     assert as_user(VICTIM, _rows, str(mine)) == 0
 
 
-def _lock_models(models):
-    from streamrank.pipelines._nightly_versions import models_lock
-
-    try:
-        with models_lock(models):
-            return "locked"
-    except OSError as exc:
-        return f"{type(exc).__name__}: {exc}"
-
-
 def test_a_models_directory_is_not_locked_through_another_users_link(shared):
     """The nightly run writes versions and prunes old ones in the directory it locks: never one reached through
     another user's link (the victim's production models, say)."""
@@ -270,10 +261,10 @@ def test_a_models_directory_is_not_locked_through_another_users_link(shared):
     as_user(VICTIM, os.mkdir, str(prod))
     planted = shared["dir"] / "nightly"
     as_user(ATTACKER, os.symlink, str(prod), str(planted))
-    got = as_user(VICTIM, _lock_models, str(planted))
+    got = as_user(VICTIM, _nightly_lock, str(planted))
     assert got.startswith("UnsafeFileError") and "models directory" in got, got
     assert os.listdir(prod) == []
-    assert as_user(VICTIM, _lock_models, str(prod)) == "locked"
+    assert as_user(VICTIM, _nightly_lock, str(prod)) == "locked"
 
 
 def _clean(models):

@@ -31,7 +31,8 @@ from pathlib import Path
 
 import pytest
 
-from .two_users import ATTACKER, VICTIM, _plant_index, _precious, _shared_store, _victim_run, as_user, needs_root
+from .two_users import (ATTACKER, VICTIM, _nightly_lock, _plant_index, _precious, _shared_store, _victim_run,
+                        as_user, needs_root)
 
 pytestmark = needs_root
 
@@ -141,16 +142,6 @@ def test_store_writer_lock_is_not_followed_through_a_planted_link(shared):
     got = as_user(VICTIM, _append_one, str(store))
     assert "UnsafeFileError" in got and "symbolic link" in got and ".streamrank.lock" in got
     assert precious.read_text() == "keep me\n"
-
-
-def _nightly_lock(models):
-    from streamrank.pipelines._nightly_versions import models_lock
-
-    try:
-        with models_lock(models):
-            return "locked"
-    except OSError as exc:
-        return f"{type(exc).__name__}: {exc}"
 
 
 def test_nightly_models_lock_is_not_followed_through_a_planted_link(shared):

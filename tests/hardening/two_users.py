@@ -223,3 +223,12 @@ def _shared_store(shared):
     return p
 
 
+def _nightly_lock(models):
+    """Hold the nightly lock of ``models`` once: ``"locked"``, or the error it raised."""
+    from streamrank.pipelines._nightly_versions import models_lock
+
+    try:
+        with models_lock(models):
+            return "locked"
+    except OSError as exc:
+        return f"{type(exc).__name__}: {exc}"
