@@ -5,7 +5,7 @@ that another user can write (``/tmp``, a shared team directory, a store on a
 group-writable volume) may hold anything that user put there: a directory
 made in advance under the name streamrank will use, a file planted at a
 path it will open, a symbolic link pointing at one of the victim's own files.
-Three rules keep such a plant from running code or clobbering a file as the
+These rules keep such a plant from running code or clobbering a file as the
 user who runs streamrank:
 
 * **compiled code is loaded only from a directory nobody else can write**
@@ -17,7 +17,14 @@ user who runs streamrank:
   overwrite a file the link points to;
 * **a sweep removes only the current user's leftovers, never through a link**
   (:func:`own_leftover`): a dead writer's ``.partial`` or ``.old`` entry is
-  removed only if it is not a symbolic link and belongs to the user sweeping.
+  removed only if it is not a symbolic link and belongs to the user sweeping;
+* **a store or models directory is not written through another user's
+  link** (:func:`refuse_foreign_link`): a link in ``/tmp`` at the path the
+  user gave could point at a store or models of the user's own.
+
+Temporary files are new files of random names, created exclusively
+(``O_EXCL``: :func:`streamrank._tempfiles.temp_sibling`, ``open(..., "x")``),
+so no link planted at a name streamrank will write is ever written through.
 
 "Another user can write" means the other-write bit, or the group-write bit
 of a group that holds anyone but the owner.  A *user-private group* -- the
