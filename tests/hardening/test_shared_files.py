@@ -10,6 +10,8 @@ nobody could plant first:
   victim's that others can write, are never unpickled; a control run of
   plain numba shows each plant would have run;
 * a user-private group (``umask 002``, Debian/Ubuntu/Fedora) still caches;
+* the fallback's own ``mkdtemp`` directory (the predictable one taken) is
+  removed when the process exits, not when a forked child does;
 * a store's commit record (``zarr.json``'s temporary file) and a nightly
   report's temporary file are new files of random names: a link planted at
   the names they had is not written through;
@@ -289,3 +291,40 @@ def test_the_nightly_sweep_never_removes_through_a_link(shared):
     as_user(VICTIM, os.mkdir, str(mine))
     assert as_user(VICTIM, _clean, str(models)) == sorted([link.name, theirs.name])
     assert precious.read_text() == "keep me\n"
+
+
+def _fallback_and_its_exit(tmpdir):
+    """The fallback in ``tmpdir`` (the predictable name taken): the process's own directory, and what its exit
+    handler does when a forked child exits (nothing: the directory is the parent's) and when the process does."""
+    import atexit
+    import tempfile
+
+    import streamrank._numba as snb
+
+    handlers = []
+    register, atexit.register = atexit.register, lambda fn, *a, **k: handlers.append(fn)
+    try:
+        tempfile.tempdir = tmpdir
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            path = snb._fallback_cache_dir()
+    finally:
+        atexit.register = register
+    pid = os.fork()
+    if pid == 0:                                 # a forked child (a dask worker, the CLI's command) exits
+        for fn in handlers:
+            fn()
+        os._exit(0)
+    os.waitpid(pid, 0)
+    after_child = os.path.isdir(path)
+    for fn in handlers:
+        fn()
+    return {"path": path, "after_child": after_child, "after_exit": os.path.exists(path)}
+
+
+def test_the_fallbacks_own_directory_is_removed_when_the_process_exits(shared):
+    predictable = shared["dir"] / f"streamrank-numba-{VICTIM}"
+    as_user(ATTACKER, os.mkdir, str(predictable), 0o777, umask=0)
+    got = as_user(VICTIM, _fallback_and_its_exit, str(shared["dir"]))
+    assert got["path"] != str(predictable) and os.path.dirname(got["path"]) == str(shared["dir"])
+    assert got["after_child"] and not got["after_exit"]
