@@ -41,14 +41,11 @@ Questions answered in one run (section numbers as printed):
    is printed a second time with that decode on one thread
    (``MAX_THREADS = 1``): the same setup unless blosc threads were turned
    back on, so the two show the spread of the measurement.  All of this is
-   the check kernels' cost (``streamrank._numba.twins(False)``: what a big
-   store's reads run once numba is set up or the twins' budget is spent).
+   the check kernels' cost (every read runs them).
    Float chunks are checked on their shuffled bytes before the unshuffle
    (``decode_chunk_finite_streams``); the paired figure is printed once more
    with that kernel off (the check after c-blosc's own unshuffle, as before
-   it: the same process, so the two compare directly); a further paired figure gives the checks' numpy twins (chunks decoded
-   whole, no fused check), which a process that has not set numba up runs
-   on a small store (issue 22).  Section 6c gives each check kernel's own
+   it: the same process, so the two compare directly).  Section 6c gives each check kernel's own
    speed on one 512 KiB block in cache against numpy's ``max`` of it: a
    kernel that has lost its vectorisation shows there first.
 
@@ -239,23 +236,8 @@ def _check_decoders(path, sparse):
 
 
 def bench_read_checks(path, max_rows, repeat, label="6"):
-    """Share of a block pass (no prefetch) spent on the read checks; see section 6 of the docstring.
-
-    Measured with the check kernels (``twins(False)``: a big store's reads once its first ~0.5 s of estimated
-    checks have gone by, or once numba is set up), and, in the paired figure, also with the checks' numpy
-    twins (what a process that has not set numba up runs on a small store's chunks, decoded whole).
-    """
-    try:
-        from streamrank._numba import twins
-    except ImportError:     # a streamrank from before the twins (comparisons)
-        return _bench_read_checks(path, max_rows, repeat, label, None)
-    with twins(False):
-        return _bench_read_checks(path, max_rows, repeat, label, twins)
-
-
-def _bench_read_checks(path, max_rows, repeat, label, twins):
-    import contextlib
-
+    """Share of a block pass (no prefetch) spent on the read checks (their kernels); see section 6 of the
+    docstring."""
     import zarr
 
     import streamrank as sr
@@ -300,7 +282,7 @@ def _bench_read_checks(path, max_rows, repeat, label, twins):
     knob = BB is not None and hasattr(BB, "MAX_THREADS")
     streams = BB is not None and BB.available() and bool(BB._state.get("streams"))
     ways = ("unchecked", "checked") + (("checked, 1 thread",) if knob else ()) \
-        + (("checked, after unshuffle",) if streams else ()) + (("numpy",) if twins else ())
+        + (("checked, after unshuffle",) if streams else ())
 
     def paired_blocks(r):
         """Process CPU of reading every block of a pass unchecked, checked, and checked with the block-wise
@@ -318,10 +300,9 @@ def _bench_read_checks(path, max_rows, repeat, label, twins):
                     if streams:
                         BB._state["streams"] = way != "checked, after unshuffle"
                     fresh = sr.GroupStore.open(path)
-                    with twins(True) if way == "numpy" else contextlib.nullcontext():
-                        c0 = time.process_time()
-                        fresh.read_block(*entry)
-                        spent[way] += time.process_time() - c0
+                    c0 = time.process_time()
+                    fresh.read_block(*entry)
+                    spent[way] += time.process_time() - c0
         finally:
             RC.CHECK_READS = True
             if knob:
@@ -371,10 +352,6 @@ def _bench_read_checks(path, max_rows, repeat, label, twins):
         k = ways.index("checked, after unshuffle") - 1
         print(f"   the same paired per block, floats checked after c-blosc's unshuffle (the streams kernel off): "
               f"{100 * (float(np.median(block_ratios[:, k])) - 1):+.1f} % {short}")
-    if "numpy" in ways:
-        k = ways.index("numpy") - 1
-        print(f"   the same paired per block, checks by their numpy twins (chunks decoded whole; a process that "
-              f"has not set numba up): {100 * (float(np.median(block_ratios[:, k])) - 1):+.1f} % {short}")
     print(f"   CPU of a checked pass / unchecked pass - 1      {100 * (float(np.median(ratios)) - 1):+7.2f} %  "
           "(median of rounds; unpaired, swings with the machine's load)")
     print(f"   wall of a checked pass / unchecked pass - 1     {100 * (float(np.median(wall_ratios)) - 1):+7.2f} %  "
@@ -390,7 +367,6 @@ def bench_check_kernels(repeat, label="6c"):
     (which reads the block once with vector loads) has lost its vectorisation -- as the stride loops did when
     LLVM compiled their loads as gathers (10-12x slower on an AMD Zen 4, issue 16).
     """
-    from streamrank._numba import twins
     from streamrank.io._check_kernels import first_nonfinite, first_out_of_range
     from streamrank.io._unshuffle_kernels import first_nonfinite_f32_streams, unshuffle4
 
@@ -409,17 +385,16 @@ def bench_check_kernels(repeat, label="6c"):
     n_calls = 100
     print(f"\n{label}. check kernels on one 512 KiB block in cache, best of {max(3, repeat)} x {n_calls} calls")
     base = None
-    with twins(False):
-        for what, (fn, args) in runs.items():
-            fn(*args)                                # compile / load
-            best = float("inf")
-            for _ in range(max(3, repeat)):
-                t0 = time.perf_counter()
-                for _ in range(n_calls):
-                    fn(*args)
-                best = min(best, (time.perf_counter() - t0) / n_calls)
-            base = best if base is None else base
-            print(f"   {what:58s} {m * 4 / best / 1e9:6.1f} GB/s   time / numpy max {best / base:5.2f}")
+    for what, (fn, args) in runs.items():
+        fn(*args)                                # compile / load
+        best = float("inf")
+        for _ in range(max(3, repeat)):
+            t0 = time.perf_counter()
+            for _ in range(n_calls):
+                fn(*args)
+            best = min(best, (time.perf_counter() - t0) / n_calls)
+        base = best if base is None else base
+        print(f"   {what:58s} {m * 4 / best / 1e9:6.1f} GB/s   time / numpy max {best / base:5.2f}")
 
 
 def _child_stream(path, max_rows):

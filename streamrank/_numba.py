@@ -13,19 +13,15 @@ Policy
 * ``parallel=True`` only through :func:`jit_parallel`, for embarrassingly
   parallel loops, and always with a serial twin (``jit``) tested against it.
 
-Made on first use; twins for small inputs
------------------------------------------
+Made on first use
+-----------------
 :func:`jit` returns a :class:`LazyKernel`: importing a kernel module imports
 no numba, and the dispatcher is made (numba imported, the module's names
-bound for numba's typing) on the kernel's first call.  Until a process has
-made one, callers may run a kernel's *twin* -- a numpy form of it, or its own
-source as plain Python (:func:`python_twin`) -- for inputs small enough that
-the twin finishes before numba would have been imported and set up
-(:func:`use_twin`, a budget of :data:`TWIN_BUDGET_S` of estimated work).  A
-twin returns the kernel's result (its tests compare them bit for bit); the
-choice changes how long a call takes, never what it returns.  Tests run the
-kernels (``tests/conftest.py`` forces :func:`twins` off) except where they
-ask for the twins; ``streamrank warmup`` forces the kernels too.
+bound for numba's typing) on the kernel's first call, so a command that runs
+no kernel (``--help``, an argument error) never imports numba.  Every call
+runs the kernel: one source per algorithm, no second implementation for
+small inputs.  The first run's compile is paid once, by ``streamrank
+warmup`` or the first use, and numba's cache serves every later process.
 
 Where the cache lives
 ---------------------
@@ -83,7 +79,6 @@ import contextlib
 import functools
 import importlib
 import os
-import sys
 import tempfile
 import threading
 import types
@@ -94,69 +89,23 @@ try:
 except ImportError:  # pragma: no cover - not POSIX
     fcntl = None
 
-__all__ = ["jit", "jit_parallel", "prange", "numba_ready", "use_twin", "twins", "python_twin", "TWIN_BUDGET_S"]
+__all__ = ["jit", "jit_parallel", "prange", "numba_ready"]
 
 _POLICY = dict(cache=True, nogil=True, fastmath=False)
 
-#: guards the making of dispatchers and the twins' budget (re-entrant: making one kernel makes its callees)
+#: guards the making of dispatchers (re-entrant: making one kernel makes its callees)
 _LOCK = threading.RLock()
 _READY = False            # True once this process has made a numba dispatcher of a streamrank kernel
 
 
 def prange(*args):
-    """``numba.prange`` in a kernel; ``range`` when the kernel's Python runs (its module is bound at first call)."""
+    """``numba.prange`` in a kernel (its module is bound at first call); ``range`` in the kernel's plain Python."""
     return range(*args)
 
 
 def numba_ready() -> bool:
     """True once this process has set numba up for a streamrank kernel (imported it and made a dispatcher)."""
     return _READY
-
-
-#: Seconds of estimated work a process may spend in kernels' twins (numpy, or the kernel's own Python) before
-#: its first kernel runs.  A warm process pays 0.5-0.9 s to import numba and set it up on its first dispatch
-#: (``benchmarks/cold_start.py``: "floor"), and a cold one compiles each kernel besides (0.2-4 s); work that
-#: numpy or plain Python finishes in less than that is cheaper without numba.  Past the budget (or once any
-#: kernel ran) every call takes the kernel, so a long run loses at most about this much: the rent-or-buy rule,
-#: which rents until the rent paid reaches the price.  The twins' estimates are set at 1.3-2x their measured
-#: times (their modules give the figures), so 0.5 s of estimate is 0.25-0.4 s of real work, below the price.
-#: (0.3 s until MQ2008 Fold1 train's ingest, charged 0.28 s, showed how close a 6 MB file came to it.)
-TWIN_BUDGET_S = 0.5
-_budget = [TWIN_BUDGET_S]
-_forced: list = [None]    # twins(True/False): every decision forced (tests, benchmarks)
-
-
-def use_twin(estimate_s: float) -> bool:
-    """Whether a caller runs a kernel's twin for work estimated at ``estimate_s`` seconds of the twin.
-
-    True while no kernel has been set up in this process and the twins have
-    spent (by their estimates) less than :data:`TWIN_BUDGET_S`; the estimate
-    is then taken from the budget.  A twin gives the kernel's result (the
-    same first bad position, the same metric values to the last bits or
-    within a few ulps, as its tests show), only by other means: the decision
-    changes how long a call takes, never what it returns.
-    """
-    forced = _forced[0]
-    if forced is not None:
-        return forced
-    if _READY:
-        return False
-    with _LOCK:
-        if _READY or estimate_s > _budget[0]:
-            return False
-        _budget[0] -= estimate_s
-        return True
-
-
-@contextlib.contextmanager
-def twins(enabled: bool):
-    """Force :func:`use_twin` to answer ``enabled`` inside the block (tests and benchmarks of both paths)."""
-    before = _forced[0]
-    _forced[0] = bool(enabled)
-    try:
-        yield
-    finally:
-        _forced[0] = before
 
 
 def _fallback_cache_dir() -> str:
@@ -383,13 +332,11 @@ class LazyKernel:
     """A kernel whose numba dispatcher is made on its first call (or first use of a dispatcher attribute).
 
     Importing a kernel module costs no numba import: a command that runs no
-    kernel (``--help``, ``info``, an argument error, a small ``evaluate``
-    whose metrics run their twins) never imports numba.  On first use the
+    kernel (``--help``, ``info``, an argument error) never imports numba.  On first use the
     dispatcher is made with the compile policy, and the names the kernel's
     module refers to are bound for numba (:func:`_bind_globals`): other
     kernels to their dispatchers, :func:`prange` to ``numba.prange``.
-    ``py_func`` is the plain Python function (what the twins of the metrics
-    run).  Calls and attributes (``signatures``, ``stats``, ``py_func``...)
+    ``py_func`` is the plain Python function.  Calls and attributes (``signatures``, ``stats``, ``py_func``...)
     behave as the dispatcher's.
     """
 
@@ -434,44 +381,6 @@ class LazyKernel:
     def __repr__(self):
         state = "made" if self._dispatcher is not None else "not made yet"
         return f"<streamrank kernel {self.__module__}.{self.__qualname__} ({state})>"
-
-
-def python_twin(kernel):
-    """``kernel`` as plain Python that calls the plain Python of the kernels it calls (no numba import).
-
-    The same source run by the interpreter: what a kernel computes with
-    float64 scalars and numpy arrays it computes the same way, only ~100x
-    slower, so it suits small inputs under :func:`use_twin`.  Made once per
-    kernel (a copy of its module's globals with every kernel replaced by its
-    twin).
-    """
-    with _LOCK:
-        return _python_twin(kernel, {})
-
-
-def _python_twin(kernel, made: dict):
-    fn = kernel.py_func
-    twin = _TWINS.get(fn) or made.get(fn)
-    if twin is not None:
-        return twin
-    g = dict(fn.__globals__)
-    twin = made[fn] = types.FunctionType(fn.__code__, g, fn.__name__, fn.__defaults__, fn.__closure__)
-    twin.__kwdefaults__, twin.__doc__, twin.__qualname__ = fn.__kwdefaults__, fn.__doc__, fn.__qualname__
-    for name, value in list(g.items()):
-        if isinstance(value, LazyKernel) or (callable(value) and _is_dispatcher(value)):
-            g[name] = _python_twin(value, made)
-        elif getattr(value, "__name__", None) == "prange" and value is not prange:   # numba.prange, once bound
-            g[name] = prange
-    _TWINS[fn] = twin
-    return twin
-
-
-_TWINS: dict = {}
-
-
-def _is_dispatcher(value) -> bool:
-    numba = sys.modules.get("numba")        # no dispatcher exists before numba is imported
-    return numba is not None and isinstance(value, numba.core.dispatcher.Dispatcher)
 
 
 def _kernel_by_name(module: str, qualname: str):

@@ -59,9 +59,9 @@ import re
 
 from .io._remote import filesystem as _filesystem
 from .io._remote import is_url
-from .persistence import ModelFormatError, open_objects, read_group, write_group
+from ._model_zarr import ModelFormatError, open_objects
 
-__all__ = ["is_url", "save_url", "load_url", "POINTER", "VERSIONS", "SWEEP_GRACE_S", "LOAD_ATTEMPTS"]
+__all__ = ["is_url", "publish", "load_url", "POINTER", "VERSIONS", "SWEEP_GRACE_S", "LOAD_ATTEMPTS"]
 
 POINTER = "model.json"
 VERSIONS = "versions"
@@ -95,11 +95,13 @@ def _version_time(version: str) -> float:
 
 
 # ------------------------------------------------------------------ save
-def save_url(model, url, storage_options=None, root_attrs=None) -> str:
-    """Write ``model`` under a fresh version of ``url``, publish it (one PUT), sweep; returns the version.
+def publish(url, storage_options, class_name: str, write) -> str:
+    """Write a model under a fresh version of ``url``, publish it (one PUT), sweep; returns the version.
 
-    The zarr group is built in memory and its objects are uploaded together
-    (all requests in flight at once), then the pointer is written.
+    ``write(group)`` writes the model (of class ``class_name``) into the
+    empty zarr group it is given (``persistence.write_group``): the group is
+    built in memory and its objects are uploaded together (all requests in
+    flight at once), then the pointer is written.
     """
     import zarr
     from zarr.storage import MemoryStore
@@ -113,11 +115,11 @@ def save_url(model, url, storage_options=None, root_attrs=None) -> str:
     fs, root = filesystem(url, storage_options)
     version = _new_version()
     objects: dict = {}
-    write_group(zarr.open_group(store=MemoryStore(objects), mode="w"), model, root_attrs)
+    write(zarr.open_group(store=MemoryStore(objects), mode="w"))
     prefix = _join(root, VERSIONS, version)
     fs.pipe({f"{prefix}/{k}": v.to_bytes() for k, v in objects.items()})
     pointer = {"streamrank": "model-pointer", "format_version": POINTER_FORMAT_VERSION, "version": version,
-               "class": type(model).__name__, "saved": _dt.datetime.now(_dt.timezone.utc).isoformat()}
+               "class": class_name, "saved": _dt.datetime.now(_dt.timezone.utc).isoformat()}
     fs.pipe_file(_join(root, POINTER), json.dumps(pointer).encode())   # the publication: one object write
     sweep(fs, root)
     return version
@@ -263,8 +265,12 @@ def published(url, storage_options=None) -> bool:
     return fs.exists(_join(root, POINTER))
 
 
-def load_url(url, storage_options=None):
-    """Load the model published at ``url`` (or a nightly ``DIR/current`` pointer): see the module doc."""
+def load_url(url, storage_options, read):
+    """Load the model published at ``url`` (or a nightly ``DIR/current`` pointer): see the module doc.
+
+    ``read(group, where, stored_bytes, chunk_bytes)`` validates and returns the model held by the fetched
+    zarr group (``persistence.read_group``).
+    """
     fs, root = filesystem(url, storage_options)
     fs.invalidate_cache(root)
     if root.rstrip("/").rsplit("/", 1)[-1] == NIGHTLY_POINTER and fs.isfile(root):
@@ -301,7 +307,7 @@ def load_url(url, storage_options=None):
             return sum(s for k, s in listing.items() if k == head or k.startswith(head + "/"))
 
         # every object of one immutable version, fetched whole: the model is that version, nothing else
-        return read_group(group, where, stored_bytes, objects.get)
+        return read(group, where, stored_bytes, objects.get)
     raise ModelFormatError(f"{url}: the model was replaced {LOAD_ATTEMPTS} times while it was being read; "
                            "try again")
 

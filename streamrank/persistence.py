@@ -67,16 +67,18 @@ import uuid
 from pathlib import Path
 
 import numpy as np
+import scipy.sparse as sp
 
+from . import _learners
 from . import _model_files, _model_record
 from ._model_files import ModelArray, ModelGroup
-from ._sparse import sp
+from ._model_zarr import ModelFormatError, open_objects
 
 if TYPE_CHECKING:
     from ._typing import PathLike
     from .base import BaseRanker
 
-__all__ = ["save", "load", "register_model", "MODEL_FORMAT_VERSION", "ModelFormatError", "write_group",
+__all__ = ["save", "load", "save_url", "register_model", "MODEL_FORMAT_VERSION", "ModelFormatError", "write_group",
            "read_group"]
 
 MODEL_FORMAT_VERSION = 1
@@ -85,14 +87,10 @@ CSR_CHUNK = 1 << 22
 _REGISTRY: dict[str, type] = {}
 
 
-class ModelFormatError(ValueError):
-    """A saved model is corrupt, incomplete or of an unknown format version."""
-
-
 def register_model(cls):
     """Class decorator: make ``cls`` loadable by :func:`load` (found by its class name).
 
-    The package's learners live in the modules of ``streamrank.LEARNER_MODULES``,
+    The package's learners live in the modules of ``streamrank._learners.LEARNER_MODULES``,
     which :func:`load` imports (an import error there is raised, never
     skipped); ``tests/core/test_estimator_api.py`` checks that every learner
     of the package is registered and listed.  Two different classes of the
@@ -134,7 +132,6 @@ def save(model: BaseRanker, path: PathLike, storage_options: dict | None = None)
     reader sees the old or the new model, never a mix
     (:mod:`streamrank._remote_models`).
     """
-    from ._remote_models import save_url
     from .io._remote import is_url, local_path
 
     if is_url(path):
@@ -142,6 +139,14 @@ def save(model: BaseRanker, path: PathLike, storage_options: dict | None = None)
     if storage_options:
         raise ValueError(f"storage_options are for a URL of object storage; {str(path)!r} is a local path")
     save_local(model, Path(local_path(path)))
+
+
+def save_url(model, url, storage_options=None, root_attrs=None) -> str:
+    """``sr.save`` of ``model`` at the URL ``url``: a fresh version published by one object write
+    (:mod:`streamrank._remote_models`); returns the version."""
+    from ._remote_models import publish
+
+    return publish(url, storage_options, type(model).__name__, lambda group: write_group(group, model, root_attrs))
 
 
 def save_local(model, path: Path, root_attrs=None) -> None:
@@ -335,7 +340,7 @@ def load(path: PathLike, storage_options: dict | None = None) -> BaseRanker:
     from .io._remote import is_url, local_path
 
     if is_url(path):
-        return load_url(path, storage_options)
+        return load_url(path, storage_options, read_group)
     if storage_options:
         raise ValueError(f"storage_options are for a URL of object storage; {str(path)!r} is a local path")
     path = Path(local_path(path))
@@ -390,20 +395,6 @@ def _zarr_group(path: Path):
     return open_objects(objects, path), objects.get
 
 
-def open_objects(objects: dict, where):
-    """The zarr group held by ``objects`` (``{key: bytes}`` of a model's files, in memory), read-only."""
-    import zarr
-    from zarr.core.buffer import default_buffer_prototype
-    from zarr.storage import MemoryStore
-
-    proto = default_buffer_prototype()
-    try:
-        store = MemoryStore({k: proto.buffer.from_bytes(v) for k, v in objects.items()}, read_only=True)
-        return zarr.open_group(store=store, mode="r")
-    except Exception as exc:
-        raise ModelFormatError(f"{where} is not a readable streamrank model: {exc}") from exc
-
-
 def read_group(root, path, stored_bytes, chunk_bytes=None):
     """The model held by the zarr group ``root`` (named ``path`` in errors), validated on the way.
 
@@ -416,8 +407,6 @@ def read_group(root, path, stored_bytes, chunk_bytes=None):
     :class:`~streamrank._model_files.ModelGroup` does as it reads them.
     """
     import importlib
-
-    import streamrank
 
     try:
         meta = dict(root.attrs)
@@ -433,8 +422,8 @@ def read_group(root, path, stored_bytes, chunk_bytes=None):
         )
     name = meta.get("class")
     if isinstance(name, str) and name not in _REGISTRY:  # import this learner's module only (start-up cost)
-        own = streamrank._NAMES.get(name)
-        for mod in [own] if own in streamrank.LEARNER_MODULES else streamrank.LEARNER_MODULES:
+        own = _learners.LEARNERS.get(name)
+        for mod in [own] if own in _learners.LEARNER_MODULES else _learners.LEARNER_MODULES:
             importlib.import_module(mod)    # a learner module that does not import is an error, not skipped
     cls = _REGISTRY.get(name) if isinstance(name, str) else None
     if cls is None:

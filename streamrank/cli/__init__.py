@@ -1,19 +1,7 @@
 """The ``streamrank`` command line.
 
-::
-
-    streamrank ingest   SRC... --store PATH [--format letor|npz|zarr|parquet] [--batch-id ID]
-                        [--label COL --qid COL [--features COL,... | --features-from-prefix P]]
-    streamrank info     PATH | --model M [--top N]
-    streamrank fit      --store PATH --model OUT --learner LEARNER [options] [--alpha A | --alphas GRID --cv K]
-    streamrank evaluate --model M --store PATH [--metrics ndcg@10,disagreement,map,auc]
-    streamrank predict  --model M --store PATH --out SCORES.npy|SCORES.zarr [--run RUN.trec]
-    streamrank export   --model M --format onnx|opensearch|elasticsearch|solr|json --out PATH
-    streamrank cv       --store PATH --learner LEARNER --alphas GRID --folds K|query
-    streamrank plot     --model M --out PNG
-    streamrank nightly  --store PATH --new DAYFILE... --models DIR [--learner LEARNER] [--alphas GRID]
-    streamrank distributed --store PATH --model OUT [--workers N | --scheduler ADDR] --learner LEARNER
-    streamrank recipe   synthetic|letor|clicks|newsgroups|mnist|reuters [options]
+The commands and their usage lines: ``streamrank --help`` (the lines are
+:data:`streamrank.cli._app.SYNOPSIS`); each command's options: ``streamrank COMMAND --help``.
 
 Learners: ``rankrls`` (RankRLS, primal statistics), ``cg`` (RankRLS, conjugate
 gradient), ``kernel`` (KernelRankRLS, exact dual), ``sparse-kernel``

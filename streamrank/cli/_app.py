@@ -23,6 +23,22 @@ from ._plot import cmd_plot
 from ._warmup import add_parser as add_warmup_parser
 
 
+#: the usage lines of ``streamrank --help``
+SYNOPSIS = """\
+    streamrank ingest   SRC... --store PATH [--format letor|npz|zarr|parquet] [--batch-id ID]
+                        [--label COL --qid COL [--features COL,... | --features-from-prefix P]]
+    streamrank info     PATH | --model M [--top N]
+    streamrank fit      --store PATH --model OUT --learner LEARNER [options] [--alpha A | --alphas GRID --cv K]
+    streamrank evaluate --model M --store PATH [--metrics ndcg@10,disagreement,map,auc]
+    streamrank predict  --model M --store PATH --out SCORES.npy|SCORES.zarr [--run RUN.trec]
+    streamrank export   --model M --format onnx|opensearch|elasticsearch|solr|json --out PATH
+    streamrank cv       --store PATH --learner LEARNER --alphas GRID --folds K|query
+    streamrank plot     --model M --out PNG
+    streamrank nightly  --store PATH --new DAYFILE... --models DIR [--learner LEARNER] [--alphas GRID]
+    streamrank distributed --store PATH --model OUT [--workers N | --scheduler ADDR] --learner LEARNER
+    streamrank recipe   synthetic|letor|clicks|newsgroups|mnist|reuters [options]"""
+
+
 EXAMPLES = {
     "ingest": """examples:
   streamrank ingest /data/MQ2008_QueryLevelNorm.tar.gz:MQ2008/Fold1/train.txt --store train.zarr
@@ -190,16 +206,9 @@ def _features_type(text: str):
     return names
 
 
-def _synopsis() -> str:
-    """The usage lines at the top of the package docstring (``streamrank/cli/__init__.py``)."""
-    from . import __doc__ as doc
-
-    return "\n".join(doc.split("::\n\n")[1].split("\n\n")[0].splitlines())
-
-
 def build_parser() -> argparse.ArgumentParser:
     top = _Parser(prog="streamrank", description="streamrank: learning to rank from data that does not fit in "
-                  "memory.\n\n" + _synopsis(),
+                  "memory.\n\n" + SYNOPSIS,
         formatter_class=argparse.RawDescriptionHelpFormatter,
         epilog="exit codes: " + "; ".join(f"{k} {v}" for k, v in EXIT_CODES.items())
         + "\nRun 'streamrank COMMAND --help' for each command's options and an example.")
@@ -361,7 +370,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--dpi", type=int, default=100)
     _common(p)
     p.set_defaults(func=cmd_plot)
-    add_warmup_parser(sub, _common)
+    add_warmup_parser(sub, _common, main)
     for p in sub.choices.values():      # every command that takes a store or a model: object-storage options
         if any(a.dest in ("store", "model") for a in p._actions):
             p.add_argument("--storage-options", metavar="JSON", type=parse_storage_options, default=None,
@@ -429,17 +438,12 @@ def main(argv=None) -> int:
     from ._supervise import can_supervise, supervised
 
     if console and can_supervise():           # the console script: Ctrl-C stops even native code (_supervise)
-        return supervised(lambda: _run(args, console=True), args.command)
-    return _run(args, console=console)
+        return supervised(lambda: _run(args), args.command)
+    return _run(args)
 
 
-def _run(args, console: bool = False) -> int:
-    """Run the parsed command: logging, signals, one-line errors and exit codes.
-
-    ``console``: this process is the console script's (or its supervised
-    child), which owns the garbage collector: the command's heavy imports
-    run with it paused (:mod:`streamrank.cli._preload`).
-    """
+def _run(args) -> int:
+    """Run the parsed command: logging, signals, one-line errors and exit codes."""
     import warnings
 
     saved_log = (list(log.handlers), log.level, log.propagate)
@@ -457,10 +461,6 @@ def _run(args, console: bool = False) -> int:
             if not args.verbose:
                 warnings.simplefilter("ignore", category=RuntimeWarning)
             warnings.showwarning = _show_warning(args)
-            if console:
-                from ._preload import preload_for
-
-                preload_for(args)
             return int(args.func(args) or 0)
     except KeyboardInterrupt:
         print(f"streamrank {args.command}: interrupted; nothing half-written was left (stores keep their "

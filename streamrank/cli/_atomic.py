@@ -140,7 +140,7 @@ def _save_model(model, out, cli_meta: dict) -> None:
     from ..io._remote import is_url
 
     if is_url(out):   # object storage: a fresh version published by one PUT (--storage-options, else the env)
-        from .._remote_models import save_url
+        from ..persistence import save_url
         from ._stores import STORAGE_OPTIONS
 
         save_url(model, str(out), STORAGE_OPTIONS, root_attrs={"cli": _jsonable(cli_meta)})

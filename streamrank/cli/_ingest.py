@@ -274,7 +274,7 @@ def _ingest_npz(args, src, counts):
     One append per chunk: ``ID#0``, ``ID#1``, ... (a file of one chunk: ``ID``);
     a killed ingest leaves the committed chunks and a rerun skips them.
     """
-    from .._sparse import sp
+    import scipy.sparse as sp
     from ..io.npz import iter_npz
     from ..io.row_columns import check_same_columns
 

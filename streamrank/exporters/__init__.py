@@ -20,13 +20,13 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-import importlib
 import json
 import os
 from pathlib import Path
 
 from .._tempfiles import temp_sibling
 from ._describe import CannotExport, ModelDescription, describe
+from ._optional import require
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -37,18 +37,6 @@ if TYPE_CHECKING:
 __all__ = ["export", "FORMATS", "CannotExport", "describe", "ModelDescription", "require"]
 
 FORMATS = ("onnx", "opensearch", "elasticsearch", "solr", "json")
-
-_EXTRAS = {"onnx": "export", "onnxruntime": "test"}
-
-
-def require(module: str):
-    """Import an optional dependency, or raise a one-line ImportError naming the extra that installs it."""
-    try:
-        return importlib.import_module(module)
-    except ImportError:
-        extra = _EXTRAS.get(module, "export")
-        raise ImportError(f"this needs the {module!r} package: pip install 'streamrank[{extra}]'") from None
-
 
 def _write_atomic(path: Path, data: bytes) -> None:
     """Write ``data`` to a temporary sibling and rename it into place (a crash leaves the old file)."""

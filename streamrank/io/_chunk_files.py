@@ -32,9 +32,7 @@ several times more.  A chunk of a single blosc block (``y``'s short chunks)
 is decoded and checked by the same one kernel call on one thread.  The
 last, partly filled chunk of a commit, a frame the kernels do not take and
 any bad value take the whole-chunk decode and the plain check, which name
-the entry as before; so does a chunk whose
-check runs its numpy twin (``_read_checks.check_twin``, decided once per
-chunk: numba not set up yet in this process, issue 22).
+the entry as before.
 """
 from __future__ import annotations
 
@@ -151,18 +149,14 @@ class ChunkFileDecoder:
         c = int(c)
         n = self.chunk_shape[0] if valid is None else min(int(valid), self.chunk_shape[0])
         check = self.check if n > 0 else None
-        fused = twin = None           # the tail chunk: its binding is checked before its values, as before
+        fused = None                  # the tail chunk: its binding is checked before its values, as before
         n_check = n * (out.size // max(1, out.shape[0]))
         if check is not None and (self.tail is None or self.tail[0] != c):
-            twin = _read_checks.check_twin(check, n_check)      # numpy or kernels: once for the chunk
-            fused = _read_checks.fused_check(check, twin)
+            fused = _read_checks.fused_check(check)
         checked = self._decode(c, out, fused, n_check)
         self._check_tail(c, out)
         if check is not None and not checked:
-            if twin is None:
-                check(c * self.chunk_shape[0], out[:n])
-            else:
-                check(c * self.chunk_shape[0], out[:n], twin=twin)
+            check(c * self.chunk_shape[0], out[:n])
 
     def _check_tail(self, c: int, out: np.ndarray) -> None:
         """The last chunk of the commit, whose file a later append rewrites: its committed rows are bound."""

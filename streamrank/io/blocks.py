@@ -30,9 +30,9 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Iterator
 
 import numpy as np
+import scipy.sparse as sp
 
 from .._defaults import DEFAULT_BLOCK_ROWS
-from .._sparse import sp
 
 if TYPE_CHECKING:
     from .._typing import Seed

@@ -39,8 +39,8 @@ import os
 import sys
 
 import numpy as np
+import scipy.sparse as sp
 
-from .._sparse import sp
 from ._local_zarr import LocalArray, local_root
 from ._qid_text import QID_TEXT_ARRAYS, QidText, create_qid_text
 from .groups import (
@@ -161,9 +161,9 @@ class GroupStore(GroupAppend, GroupVerify, RowColumnReads, BlockSource):
         docids : bool
             Keep one document id (a string) per row: every append then takes
             ``docid=`` (:mod:`streamrank.io.docids`; run files name documents by them).
-        row_columns : subset of ("weight", "click", "position")
+        row_columns : subset of ("weight", "click", "position", "ranker")
             Per-row click-log columns kept beside ``y``; every append then takes
-            them (``weight=``, ``click=``, ``position=``): :mod:`streamrank.io.row_columns`.
+            them (``weight=``, ``click=``, ``position=``, ``ranker=``): :mod:`streamrank.io.row_columns`.
         group_identity : {"batch", "global"}
             What a group is (see :mod:`streamrank.io.groups`): ``"batch"``
             (default) — a group is (batch, qid), the same query id in a later

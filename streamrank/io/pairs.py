@@ -379,7 +379,7 @@ def _rows_of_ranks(src, pieces, vals, cls, rank, output):
 
 def _gather_rows(src, pieces, rows):
     """``X[rows]`` (in the order of ``rows``), one pass over the pieces holding them."""
-    from .._sparse import sp
+    import scipy.sparse as sp
 
     out = parts = None
     pos_parts = []

@@ -32,8 +32,8 @@ from pathlib import Path
 from typing import Iterator
 
 import numpy as np
+import scipy.sparse as sp
 
-from .._sparse import sp
 from .._tables import QID_COLUMN_NAMES, require_pyarrow
 
 __all__ = ["parquet_files", "ParquetChunk", "iter_parquet", "ingest_parquet", "parquet_batch_id",

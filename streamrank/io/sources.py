@@ -10,8 +10,8 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 import numpy as np
+import scipy.sparse as sp
 
-from .._sparse import sp
 from .._validation import (
     check_finite,
     check_qid,

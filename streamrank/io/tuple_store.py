@@ -28,8 +28,8 @@ from typing import TYPE_CHECKING
 import logging
 
 import numpy as np
+import scipy.sparse as sp
 
-from .._sparse import sp
 from ._read_checks import check_csr_piece, check_offsets, check_tuple_rows
 from ._row_cache import RowCache
 from .tuples import (  # noqa: F401  (re-exported: streamrank.io.tuple_store keeps its names)

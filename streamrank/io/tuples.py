@@ -29,8 +29,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Iterator
 
 import numpy as np
+import scipy.sparse as sp
 
-from .._sparse import sp
 from .._validation import check_finite
 from ._row_cache import _check_cache_bytes
 from .group_store import _positive_int

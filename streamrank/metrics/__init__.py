@@ -76,13 +76,6 @@ LETOR MQ2008 and OHSUMED.  trec_eval's relevance level is 1: for integer
 grades the same as ``y > 0``.  trec_eval's NDCG ignores negative grades;
 streamrank's linear gain counts them.
 
-Small inputs without numba
---------------------------
-Until a process has set numba up, a metric on a small input (a few
-thousand rows) runs its kernel's own source as plain Python instead, which
-is cheaper than importing numba (:mod:`streamrank.metrics._twin_calls`);
-the values are the kernel's, to the last bit.
-
 Return values
 -------------
 A float by default (NaN when no query is left); ``return_details=True``

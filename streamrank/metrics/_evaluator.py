@@ -13,7 +13,6 @@ import numpy as np
 
 from .._metric_names import KINDS, check_k, metric_name, parse_metrics  # noqa: F401 - re-exported
 from . import _kernels as _k
-from ._twin_calls import err_seconds, run, twin_seconds
 from ._checks import (EMPTIES, GAINS, TIES, MetricResult, apply_empty, check_doc_ids, check_group_ptr,
                       check_option, check_scores, ideal_labels, normalize_qrels, trec_scores)
 
@@ -36,13 +35,12 @@ def per_group_values(kind, y, s, gp, ks, *, gain="exp2", max_grade=4.0, iy=None,
         if y.size and (y.min() < 0 or y.max() > max_grade):
             raise ValueError(f"err: labels must lie in [0, max_grade={max_grade:g}]; y_true holds "
                              f"{y.min():g}..{y.max():g} (set max_grade to the top of the grading scale)")
-        run(_k.err_groups, lambda: err_seconds(_k.err_groups, s, gp, karr), y, s, gp, karr, exp2, float(max_grade),
-            out)
+        _k.err_groups(y, s, gp, karr, exp2, float(max_grade), out)
         out[np.isnan(out) & (n_rel[:, None] > 0)] = 0.0      # relevant items judged, none retrieved
     elif kind == "map":
         _k.average_precision_groups(y, s, gp, n_rel, karr, out)
     elif kind in ("precision", "recall"):
-        run(_k.hits_groups, lambda: twin_seconds(_k.hits_groups, gp, len(ks)), y, s, gp, karr, out)
+        _k.hits_groups(y, s, gp, karr, out)
         with np.errstate(invalid="ignore", divide="ignore"):
             if kind == "precision":
                 out /= np.where(karr[None, :] > 0, karr[None, :], np.maximum(np.diff(gp), 1)[:, None])
@@ -50,8 +48,7 @@ def per_group_values(kind, y, s, gp, ks, *, gain="exp2", max_grade=4.0, iy=None,
                 out /= n_rel[:, None]
         out[n_rel <= 0] = np.nan
     elif kind == "rr":
-        run(_k.reciprocal_rank_groups, lambda: twin_seconds(_k.reciprocal_rank_groups, gp, len(ks)), y, s, gp, karr,
-            out)
+        _k.reciprocal_rank_groups(y, s, gp, karr, out)
         out[np.isnan(out) & (n_rel[:, None] > 0)] = 0.0
     else:
         disc, ties, pairs = (np.empty(g, dtype=np.int64) for _ in range(3))

@@ -20,11 +20,6 @@ So the kernels write their small steps (the cut-off, the gain, the end of a
 run of ties, the Fenwick tree's walks) inline, allocate only with
 ``np.empty`` and zero by loops; only :func:`_stable_order_into` is shared.
 
-Twins: the thin functions here and the metrics' other call sites run a
-kernel through :func:`streamrank.metrics._twin_calls.run`, which takes the
-kernel's own source as plain Python (no numba import) while that is
-cheaper than setting numba up (issue 22); the values are the kernel's.
-
 Ties in the scores: every kernel returns the *expected* value under a
 uniformly random order of the items tied in ``s`` (McSherry & Najork, ECIR
 2008), computed in closed form per run of tied items.  A run occupying the
@@ -42,7 +37,6 @@ from __future__ import annotations
 import numpy as np
 
 from .._numba import jit
-from ._twin_calls import run, twin_seconds
 
 __all__ = ["trec_rank_groups", "ndcg_groups", "err_groups", "average_precision_groups", "hits_groups",
            "reciprocal_rank_groups", "cindex_group", "cindex_groups", "auc_counts"]
@@ -50,9 +44,7 @@ __all__ = ["trec_rank_groups", "ndcg_groups", "err_groups", "average_precision_g
 
 def _stable_order(a, lo, hi, direction):
     """:func:`_stable_order_into` with its own scratch (for Python callers and the tests)."""
-    gp = np.array([lo, hi], dtype=np.int64)
-    return run(_stable_order_into, lambda: twin_seconds(_stable_order_into, gp),
-               a, lo, hi, direction, np.empty(2 * (hi - lo), dtype=np.int64)).copy()
+    return _stable_order_into(a, lo, hi, direction, np.empty(2 * (hi - lo), dtype=np.int64)).copy()
 
 
 @jit
@@ -118,9 +110,8 @@ def ndcg_groups(y, s, gp, iy, igp, ks, exp2, out):
     when qrels are given).  NaN when the ideal DCG@k is <= 0.
     """
     max_n = max(1, int(np.max(np.diff(gp), initial=0)), int(np.max(np.diff(igp), initial=0)))
-    run(_ndcg_groups, lambda: twin_seconds(_ndcg_groups, gp, ks.shape[0],     # + the judged lists' sorts (qrels)
-                                           extra=0.0 if igp is gp else twin_seconds(_stable_order_into, igp)),
-        y, s, gp, iy, igp, ks, exp2, out, np.empty(max_n), np.empty(ks.shape[0]), np.empty(2 * max_n, dtype=np.int64))
+    _ndcg_groups(y, s, gp, iy, igp, ks, exp2, out, np.empty(max_n), np.empty(ks.shape[0]),
+                 np.empty(2 * max_n, dtype=np.int64))
 
 
 @jit
@@ -262,8 +253,7 @@ def average_precision_groups(y, s, gp, n_rel, ks, out):
     ``n_rel[g] == 0``.
     """
     max_n = max(1, int(np.max(np.diff(gp), initial=0)))
-    run(_average_precision_groups, lambda: twin_seconds(_average_precision_groups, gp, ks.shape[0]),
-        y, s, gp, n_rel, ks, out, np.empty(max_n), np.empty(2 * max_n, dtype=np.int64))
+    _average_precision_groups(y, s, gp, n_rel, ks, out, np.empty(max_n), np.empty(2 * max_n, dtype=np.int64))
 
 
 @jit
@@ -458,8 +448,7 @@ def cindex_groups(y, s, gp, disc, ties, pairs):
     a smaller, equal and larger score.
     """
     max_n = max(1, int(np.max(np.diff(gp), initial=0)))
-    run(_cindex_groups, lambda: twin_seconds(_cindex_groups, gp),
-        y, s, gp, disc, ties, pairs, np.empty(4 * max_n + 1, dtype=np.int64))
+    _cindex_groups(y, s, gp, disc, ties, pairs, np.empty(4 * max_n + 1, dtype=np.int64))
 
 
 @jit

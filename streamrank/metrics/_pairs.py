@@ -9,7 +9,6 @@ from .._validation import _as_numeric, check_finite
 from . import _kernels as _k
 from ._checks import check_scores, reject_source
 from ._evaluator import array_metric
-from ._twin_calls import run, twin_seconds
 
 if TYPE_CHECKING:
     import numpy as np
@@ -43,7 +42,7 @@ def _auc_1d(y, s, column=None):
         where = "" if column is None else f" in column {column}"
         raise ValueError(f"auc needs both positive (y > 0) and negative rows in y_true{where}; "
                          f"got {n_pos} positive of {len(y)}")
-    wrong, pairs = run(_k.auc_counts, lambda: twin_seconds(_k.auc_counts, [0, len(y)]), y, s)
+    wrong, pairs = _k.auc_counts(y, s)
     return 1.0 - wrong / pairs
 
 

@@ -21,11 +21,8 @@ __all__ = ["LEARNERS", "build_parser"]
 LEARNERS = ("rankrls", "sparse-kernel", "sgd-bilinear", "sgd-pairwise")
 
 
-def _nightly_doc():
-    """The nightly module's docstring (its first paragraph is the parser's description)."""
-    from streamrank.pipelines import nightly
-
-    return nightly.__doc__
+#: the parser's description (the first line of :mod:`streamrank.pipelines.nightly`'s docstring, which says the rest)
+DESCRIPTION = "Nightly retraining on growing logs."
 
 
 def _parse_alphas(text):
@@ -39,7 +36,7 @@ def _parse_alphas(text):
 
 
 def build_parser():
-    p = argparse.ArgumentParser(prog="streamrank nightly", description=_nightly_doc().split("\n\n")[0],
+    p = argparse.ArgumentParser(prog="streamrank nightly", description=DESCRIPTION,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--store", required=True, help="GroupStore of all logs so far (created if missing)")
     p.add_argument("--new", nargs="+", default=[], metavar="DAYFILE",

@@ -46,7 +46,7 @@ EXCLUDED = "excluded.json"
 
 def read_exclusions(models_dir) -> dict:
     """``DIR/excluded.json`` (``{"excluded": [], "history": []}`` when absent); a damaged file is an error."""
-    from streamrank.pipelines._nightly_versions import ModelsDirError
+    from streamrank.pipelines._nightly_errors import ModelsDirError
 
     remote = as_models_dir(models_dir)
     try:

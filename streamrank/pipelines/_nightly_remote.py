@@ -19,7 +19,7 @@ instead of rename and ``flock``:
 * **One writer**: a run holds the lease ``DIR/.streamrank.lock``
   (:class:`streamrank.io.WriterLease`: created with ``If-None-Match``,
   renewed while the run lives, taken over only after it expired); a second
-  run fails at once with :class:`~streamrank.pipelines._nightly_versions.ModelsLocked`.
+  run fails at once with :class:`~streamrank.pipelines._nightly_errors.ModelsLocked`.
   The lease is checked again before every write; a run whose lease was
   taken over (or whose pointer ETag no longer matches) stops with
   ``ModelsLocked`` (exit 5) without promoting.
@@ -39,6 +39,7 @@ import numpy as np
 
 import streamrank as sr
 from streamrank.io import PreconditionFailed, Remote, is_url
+from streamrank.pipelines._nightly_errors import ModelsDirError, ModelsLocked
 
 __all__ = ["RemoteModelsDir", "as_models_dir"]
 
@@ -78,15 +79,12 @@ class RemoteModelsDir:
         return f"{self.url}/{version}"
 
     def _error(self, msg):
-        from streamrank.pipelines._nightly_versions import ModelsDirError
-
         return ModelsDirError(msg)
 
     # ------------------------------------------------------------------ lock
     @contextlib.contextmanager
     def lock(self):
         """The run's lease on ``DIR/.streamrank.lock``; :class:`ModelsLocked` if another run holds it."""
-        from streamrank.pipelines._nightly_versions import ModelsLocked
         from streamrank.io import WriterLease, WriterLockHeld
 
         try:
@@ -164,8 +162,6 @@ class RemoteModelsDir:
 
     # --------------------------------------------------------------- writing
     def _locked(self, msg):
-        from streamrank.pipelines._nightly_versions import ModelsLocked
-
         return ModelsLocked(msg)
 
     def _check_lease(self):

@@ -36,6 +36,7 @@ from pathlib import Path
 import numpy as np
 
 import streamrank as sr
+from streamrank.pipelines._nightly_errors import ModelsDirError, ModelsLocked
 from streamrank.pipelines._nightly_remote import RemoteModelsDir, as_models_dir
 
 __all__ = ["POINTER", "META", "KERNEL_STATS", "LOCK", "ModelsDirError", "ModelsLocked", "models_lock",
@@ -47,14 +48,6 @@ POINTER = "current"
 META = "version.json"
 KERNEL_STATS = "statistics.npz"
 LOCK = ".nightly.lock"
-
-
-class ModelsDirError(ValueError):
-    """The models directory holds something the pipeline did not write (a damaged pointer or version)."""
-
-
-class ModelsLocked(RuntimeError):
-    """Another process holds the models directory's lock (one writer at a time)."""
 
 
 @contextlib.contextmanager

@@ -303,6 +303,7 @@ def _run_locked(store_path, new_files, models_dir, learner, alphas, full, keep, 
                 max_rows, plot, out, learner_params, verify, chunk_bytes, columns=None, storage_options=None,
                 gate_fraction=None, reject=(), readmit=(), weighting=None):
     from streamrank.pipelines import _nightly_exclusions as ex
+    from streamrank.pipelines._nightly_propensity import estimate_night, forces_full
     from streamrank.pipelines._nightly_weights import check_same_weighting, weighted_store
 
     tuples = learner == "sgd-bilinear"
@@ -346,6 +347,9 @@ def _run_locked(store_path, new_files, models_dir, learner, alphas, full, keep, 
         if was != now:
             report["retrain"] = f"the excluded days inside the current model's data changed ({was} -> {now})"
             base = None
+    if base is not None and forces_full(weighting):
+        report["retrain"] = forces_full(weighting)
+        base = None
     if base is not None:
         check_same_weighting(read_version(models_dir, base), weighting, base)
     seen = 0 if base is None else cur_seen
@@ -368,7 +372,12 @@ def _run_locked(store_path, new_files, models_dir, learner, alphas, full, keep, 
         base_model = load_version(models_dir, base) if base is not None else None
         cur_model = load_version(models_dir, cur) if cur else None
         h0 = _holdout(log, unit, total, cur_seen if cur else 0, validation)
-        train_on = weighted_store(store, weighting, storage_options)    # the store, or its weighted view
+        p_est = p_note = None
+        if forces_full(weighting):
+            with phase("propensity (estimated from the accepted days)"):
+                p_est, p_note = estimate_night(store, weighting, read_version(models_dir, cur) if cur else None,
+                                               excl, max_rows)
+        train_on = weighted_store(store, weighting, storage_options, p_est)    # the store, or its weighted view
         model, sel, held, extra = _train(learner, train_on, base_model,
                                          stats_location(models_dir, base) if base else None,
                                          seen, alphas, folds, max_rows, learner_params, h0, k, excl, fraction)
@@ -412,6 +421,8 @@ def _run_locked(store_path, new_files, models_dir, learner, alphas, full, keep, 
             meta["gate"] = gate_rec
         if weighting:
             meta["weighting"] = weighting
+        if p_note is not None:
+            meta["propensity_estimate"] = p_note
         if switched:
             meta["switched_from"] = switched
         with phase("write the version"):

@@ -69,8 +69,8 @@ the same in the local pass (:mod:`streamrank.rankrls.cg`) and on the workers
 from __future__ import annotations
 
 import numpy as np
+import scipy.sparse as sp
 
-from .._sparse import sp
 from ..laplacian import apply_laplacian, group_weights
 from ._gram import _id_sums
 

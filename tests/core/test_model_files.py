@@ -315,7 +315,7 @@ def _fresh(code: str, cwd, *args, importtime=False):
 
 
 def test_console_fit_evaluate_predict_of_a_local_dense_store_import_no_zarr_or_numcodecs(tmp_path):
-    """``python -m streamrank.cli`` (the console path, with its preload), per ``-X importtime``; the model it
+    """``python -m streamrank.cli`` (the console path), per ``-X importtime``; the model it
     writes is the one zarr writes, and loads through zarr."""
     rng = np.random.default_rng(7)
     X, y, q = rng.normal(size=(80, 6)), rng.integers(0, 3, 80).astype(float), np.repeat(np.arange(10), 8)

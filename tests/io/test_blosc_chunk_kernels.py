@@ -16,7 +16,6 @@ import pytest
 from numcodecs import blosc
 
 import streamrank as sr
-from streamrank._numba import twins
 from streamrank.io import _blosc_blocks as B
 from streamrank.io.schema import StoreFormatError
 
@@ -207,7 +206,7 @@ def _store(tmp_path, rows=60_000, n=40):
 
 def test_store_y_chunks_of_one_block_take_the_fused_check(tmp_path, monkeypatch):
     """y's full chunks (one blosc block each) are decoded and checked by one kernel call, not by numcodecs'
-    whole-chunk decode and a separate check; the blocks read are the same as with the numpy twins."""
+    whole-chunk decode and a separate check; the blocks read are the stored ones."""
     path, X, y = _store(tmp_path)
     full = int(sr.GroupStore.open(path)._y.chunks[0])
     first = np.fromfile(path / "y" / "c" / "0", np.uint8)
@@ -215,8 +214,7 @@ def test_store_y_chunks_of_one_block_take_the_fused_check(tmp_path, monkeypatch)
     calls = []
     real = blosc.decompress
     monkeypatch.setattr(blosc, "decompress", lambda src, dest=None: calls.append(dest.shape) or real(src, dest))
-    with twins(False):
-        got = [(b.X.copy(), b.y.copy()) for b in sr.GroupStore.open(path).blocks(max_rows=25_000, prefetch=False)]
+    got = [(b.X.copy(), b.y.copy()) for b in sr.GroupStore.open(path).blocks(max_rows=25_000, prefetch=False)]
     assert -(-y.size // full) == 3
     assert calls.count((full,)) == 1, calls             # of y's 3 chunks only the partly filled last one whole
     np.testing.assert_array_equal(np.concatenate([g[1] for g in got]), y)
@@ -226,7 +224,7 @@ def test_store_y_chunks_of_one_block_take_the_fused_check(tmp_path, monkeypatch)
 @pytest.mark.parametrize("bad_row", [0, 1_234, 26_213, 26_214, 59_999])
 def test_store_bad_y_named_the_same_by_every_path(tmp_path, bad_row):
     """A NaN edited into y (bindings refreshed, as an attacker would): the same message with the fused
-    one-call check, the numpy twins, and blosc's threads on (the plan-and-run path)."""
+    one-call check and blosc's threads on (the plan-and-run path)."""
     import importlib.util
     from pathlib import Path
 
@@ -236,8 +234,8 @@ def test_store_bad_y_named_the_same_by_every_path(tmp_path, bad_row):
     path, _X, _y = _store(tmp_path)
     edits.poke(str(path), "y", (bad_row,), np.nan)
     messages = []
-    for forced, threads in ((True, 1), (False, 1), (False, 2)):
-        with twins(forced), pytest.MonkeyPatch.context() as mp:
+    for threads in (1, 2):
+        with pytest.MonkeyPatch.context() as mp:
             mp.setattr(B, "_numcodecs_threads", lambda t=threads: t)
             with pytest.raises(StoreFormatError) as err:
                 for _ in sr.GroupStore.open(path).blocks(max_rows=25_000, prefetch=False):

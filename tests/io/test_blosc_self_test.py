@@ -46,14 +46,12 @@ def test_checked_read_of_a_local_store_imports_no_numcodecs_and_decodes_on_one_t
     np.save(tmp_path / "X.npy", X)
     code = f"""
 import sys, numpy as np
-from streamrank._numba import twins
 import streamrank as sr
 from streamrank.io import _blosc_blocks as B
 calls = []
 real = B.decode_checked
 B.decode_checked = lambda *a: calls.append(real(*a)) or calls[-1]
-with twins(False):
-    got = np.concatenate([b.X for b in sr.GroupStore.open({str(tmp_path / 's')!r}).blocks(25_000, prefetch=False)])
+got = np.concatenate([b.X for b in sr.GroupStore.open({str(tmp_path / 's')!r}).blocks(25_000, prefetch=False)])
 assert np.array_equal(got, np.load({str(tmp_path / 'X.npy')!r}))
 assert calls and all(c is True for c in calls), calls
 assert B.available() and B._numcodecs_threads() == 1

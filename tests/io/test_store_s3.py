@@ -172,14 +172,14 @@ def test_two_writers_racing_one_wins_one_is_refused_nothing_lost(s3_server, s3_u
 _KILLED_WRITER = textwrap.dedent('''
     import sys, time, numpy as np
     import streamrank as sr
-    import streamrank.io.group_store as gs
+    import streamrank.io._group_append as append   # its write_attrs: the commit point of an append
     url, flag = sys.argv[1], sys.argv[2]
     rng = np.random.default_rng(0)
     store = sr.GroupStore.open(url, "a")
     def stop_before_commit(loc, attrs):     # every data chunk is written; the commit record is not
         open(flag, "w").close()
         time.sleep(600)
-    gs.write_attrs = stop_before_commit
+    append.write_attrs = stop_before_commit
     X = np.arange(300 * 4, dtype=np.float32).reshape(300, 4)
     store.append(X, np.ones(300), np.repeat(np.arange(30), 10) + 1000, batch_id="day-1")
 ''')

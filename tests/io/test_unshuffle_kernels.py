@@ -15,7 +15,6 @@ from hypothesis import strategies as st
 from numcodecs import blosc
 
 import streamrank as sr
-from streamrank._numba import twins
 from streamrank.io import _blosc_blocks as B
 from streamrank.io import _unshuffle_kernels as U
 from streamrank.io.schema import StoreFormatError
@@ -313,8 +312,8 @@ def test_each_thread_has_its_own_scratch():
 @pytestmark_kernels
 @pytest.mark.parametrize("bad_row", [0, 26_213, 59_999])
 def test_store_bad_X_named_the_same_by_every_path(tmp_path, bad_row):
-    """A NaN edited into X (bindings refreshed): the same message from the streams kernel, the fused kernel and
-    the numpy twins; a clean store reads the same blocks every way."""
+    """A NaN edited into X (bindings refreshed): the same message from the streams kernel and the fused kernel;
+    a clean store reads the same blocks every way."""
     import importlib.util
     from pathlib import Path
 
@@ -326,13 +325,12 @@ def test_store_bad_X_named_the_same_by_every_path(tmp_path, bad_row):
     y = rng.integers(0, 5, 60_000).astype(np.float64)
     path = tmp_path / "s"
     sr.GroupStore.create(path, n_features=40).append(X, y, np.repeat(np.arange(600), 100))
-    with twins(False):
-        got = [b.X.copy() for b in sr.GroupStore.open(path).blocks(max_rows=25_000, prefetch=False)]
+    got = [b.X.copy() for b in sr.GroupStore.open(path).blocks(max_rows=25_000, prefetch=False)]
     np.testing.assert_array_equal(np.concatenate(got), X)
     edits.poke(str(path), "X", (bad_row, 3), np.nan)
     messages = []
-    for forced, streams in ((True, True), (False, True), (False, False)):
-        with twins(forced), pytest.MonkeyPatch.context() as mp:
+    for streams in (True, False):
+        with pytest.MonkeyPatch.context() as mp:
             B._kernels()
             mp.setitem(B._state, "streams", streams)
             with pytest.raises(StoreFormatError) as err:

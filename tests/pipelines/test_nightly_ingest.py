@@ -22,9 +22,9 @@ CHILD = textwrap.dedent("""
     import os, signal, sys
     sys.path.insert(0, {root!r})
     from streamrank.pipelines import nightly
-    import streamrank.io.group_store as gs
+    import streamrank.io._group_append as append   # its write_attrs: the commit point of an append
 
-    real, calls = gs.write_attrs, []
+    real, calls = append.write_attrs, []
 
     def die_at_third(*args, **kwargs):   # two chunks committed, the third one's commit never happens
         calls.append(1)
@@ -32,7 +32,7 @@ CHILD = textwrap.dedent("""
             os.kill(os.getpid(), signal.SIGKILL)
         return real(*args, **kwargs)
 
-    gs.write_attrs = die_at_third
+    append.write_attrs = die_at_third
     sys.exit(nightly.main(sys.argv[1:]))
 """)
 
