@@ -34,14 +34,24 @@ kernels; streamrank then caches in ``$TMPDIR/streamrank-numba-<uid>`` and
 says so once (set ``NUMBA_CACHE_DIR`` to choose the place).
 
 Whichever of these numba uses, streamrank loads compiled code from it only
-if no other user can write it: the directory and each one above it must be
-owned by the current user or root, with no group/other write bit (a sticky
-``/tmp`` above it is fine), and no symbolic link on the way may belong to
-another user.  numba reads its cache with ``pickle``, so a cache directory
-another user can write is code that user runs as you.  An unsafe directory
-is not used (the kernels compile in memory, one warning says why); a
-predictable ``$TMPDIR/streamrank-numba-<uid>`` made by someone else is
-replaced by a fresh ``tempfile.mkdtemp`` directory for the process.
+if no other user can write it (``SECURITY.md``): numba reads its cache
+with ``pickle``, so a cache directory another user can write is code that
+user runs as you.  When a kernel's dispatcher is made -- numba has chosen
+(and made) the directory, and has read nothing from it yet -- the directory
+and each one above it must be owned by the current user or root and
+writable by no one else (a sticky ``/tmp`` above it is fine; a group-write
+bit only for the owner's own user-private group, the ``umask 002`` of
+Debian, Ubuntu and Fedora), and no symbolic link on the way may belong to
+another user (:func:`streamrank._shared_paths.unsafe_dir_reason`).  Then
+each index and data file is checked with ``lstat`` before numba unpickles it
+(a regular file of the user's or root's that no one else can write): a file
+planted while the directory was open to others is taken as missing,
+compiled again and replaced.  An unsafe directory is not used (the kernels
+compile in memory); one warning per process says what was refused and why.
+The fallback ``$TMPDIR/streamrank-numba-<uid>`` is made with ``mkdir``
+(mode 0700) and then checked the same way; one made by someone else (a
+directory, or a symbolic link to one) is replaced by a fresh
+``tempfile.mkdtemp`` directory for the process, removed when it exits.
 
 Kernels that call kernels
 -------------------------
@@ -126,10 +136,20 @@ def _fallback_cache_dir() -> str:
         note = ""
     else:
         path = numba.config.CACHE_DIR = tempfile.mkdtemp(prefix="streamrank-numba-")
+        _remove_at_exit(path)
         note = f" ({reason}: not used; this process's cache is not kept for the next one)"
     warnings.warn(f"no writable numba cache beside the package or in the home directory: compiled kernels are "
                   f"cached in {path}{note} (set NUMBA_CACHE_DIR to choose)", RuntimeWarning, stacklevel=4)
     return path
+
+
+def _remove_at_exit(path) -> None:
+    """Remove the process's own ``mkdtemp`` cache when it exits (not when a forked child does: it is the parent's)."""
+    import atexit
+    import shutil
+
+    owner = os.getpid()
+    atexit.register(lambda: os.getpid() == owner and shutil.rmtree(path, ignore_errors=True))
 
 
 #: cache directory -> why it is unsafe (None: safe); each directory is examined once per process
@@ -162,11 +182,37 @@ def _refuse_unsafe_cache(dispatcher):
     from numba.core.caching import NullCache
 
     dispatcher._cache = NullCache()
+    _warn_unsafe(f"numba cache {path} is not used: {reason}; another user could plant code there. "
+                 f"streamrank's kernels compile in memory in this process (set NUMBA_CACHE_DIR to a "
+                 f"directory only you can write)")
+
+
+def _warn_unsafe(message: str) -> None:
+    """The one warning per process about a cache directory or file that was not used."""
     if not _UNSAFE_WARNED[0]:
         _UNSAFE_WARNED[0] = True
-        warnings.warn(f"numba cache {path} is not used: {reason}; another user could plant code there. "
-                      f"streamrank's kernels compile in memory in this process (set NUMBA_CACHE_DIR to a "
-                      f"directory only you can write)", RuntimeWarning, stacklevel=5)
+        warnings.warn(message, RuntimeWarning, stacklevel=6)
+
+
+def _refused_file(path) -> bool:
+    """True (and the one warning) if the cache file ``path`` is not one to unpickle (another user could write it).
+
+    numba's index and data files are checked with
+    :func:`~streamrank._shared_paths.unsafe_file_reason` before numba reads
+    them: a file another user planted while the directory was open to them,
+    or one made writable since, is taken as missing -- the kernel compiles
+    again and its save replaces the file (a rename inside the user's own
+    directory).  The directory itself passed :func:`_refuse_unsafe_cache`, so
+    nobody else can swap the file between this check and numba's ``open``.
+    """
+    from ._shared_paths import unsafe_file_reason
+
+    reason = unsafe_file_reason(path)
+    if reason is None:
+        return False
+    _warn_unsafe(f"numba cache file not loaded: {reason}; another user could have planted it. The kernel is "
+                 f"compiled again and the file replaced")
+    return True
 
 
 @contextlib.contextmanager
@@ -186,13 +232,27 @@ def _exclusive(path):
 
 @functools.cache
 def _locked_cache_file_class():
-    """numba's index + data files, saved under an exclusive lock (see "Several processes, one cache")."""
+    """numba's index + data files, saved under an exclusive lock (see "Several processes, one cache") and loaded
+    only from files no other user can write (:func:`_refused_file`)."""
     from numba.core.caching import IndexDataCacheFile
 
     class _LockedCacheFile(IndexDataCacheFile):
         def save(self, key, data):
+            if fcntl is None:             # pragma: no cover - not POSIX: numba's own save
+                return super().save(key, data)
             with _exclusive(self._index_path + ".lock"):
                 super().save(key, data)
+
+        def _load_index(self):
+            if _refused_file(self._index_path):
+                return {}                 # as numba takes a missing index: compile, and save a new one
+            return super()._load_index()
+
+        def _load_data(self, name):
+            path = self._data_path(name)
+            if _refused_file(path):
+                raise FileNotFoundError(path)   # numba's load() takes it as a removed data file: compile again
+            return super()._load_data(name)
 
     return IndexDataCacheFile, _LockedCacheFile
 
@@ -248,7 +308,7 @@ def _lock_saves(dispatcher):
     _refuse_unsafe_cache(dispatcher)
     cache_file = getattr(getattr(dispatcher, "_cache", None), "_cache_file", None)
     plain, locked = _locked_cache_file_class()
-    if fcntl is not None and type(cache_file) is plain:
+    if type(cache_file) is plain:
         cache_file.__class__ = locked
     py_func = getattr(dispatcher, "py_func", None)
     if cache_file is not None and py_func is not None:
@@ -356,10 +416,17 @@ def jit(*args, **kwargs):
     options = {**_POLICY, **kwargs}
     if args and callable(args[0]) and len(args) == 1:  # @jit, or @jit_parallel (which passes parallel=True)
         return LazyKernel(args[0], options)
-    if args:  # explicit signatures: numba.njit(sigs, **options)
-        import numba
+    if args:  # explicit signatures, compiled now (unused in streamrank): the cache checked and locked all the same
+        sigs = args[0] if isinstance(args[0], list) else [args[0]]
 
-        return numba.njit(*args, **options)  # compiles eagerly at import: not locked (unused in streamrank)
+        def eager(fn):
+            d = _njit(fn, options)
+            for sig in sigs:
+                d.compile(sig)
+            d.disable_compile()                 # as numba.njit(sigs) does: no other signature
+            return d
+
+        return eager
     return lambda fn: LazyKernel(fn, options)
 
 

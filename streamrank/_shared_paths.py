@@ -5,7 +5,7 @@ that another user can write (``/tmp``, a shared team directory, a store on a
 group-writable volume) may hold anything that user put there: a directory
 made in advance under the name streamrank will use, a file planted at a
 path it will open, a symbolic link pointing at one of the victim's own files.
-Three rules keep such a plant from running code or clobbering a file as the
+These rules keep such a plant from running code or clobbering a file as the
 user who runs streamrank:
 
 * **compiled code is loaded only from a directory nobody else can write**
@@ -17,25 +17,107 @@ user who runs streamrank:
   overwrite a file the link points to;
 * **a sweep removes only the current user's leftovers, never through a link**
   (:func:`own_leftover`): a dead writer's ``.partial`` or ``.old`` entry is
-  removed only if it is not a symbolic link and belongs to the user sweeping.
+  removed only if it is not a symbolic link and belongs to the user sweeping;
+* **a store or models directory is not written through another user's
+  link** (:func:`refuse_foreign_link`): a link in ``/tmp`` at the path the
+  user gave could point at a store or models of the user's own.
+
+Temporary files are new files of random names, created exclusively
+(``O_EXCL``: :func:`streamrank._tempfiles.temp_sibling`, ``open(..., "x")``),
+so no link planted at a name streamrank will write is ever written through.
+
+"Another user can write" means the other-write bit, or the group-write bit
+of a group that holds anyone but the owner.  A *user-private group* -- the
+owner's own group, with the owner as its only member, which Debian, Ubuntu
+and Fedora give every user and pair with ``umask 002`` -- counts as nobody
+else (:func:`group_of_one`, the rule Debian's OpenSSH applies to
+``StrictModes``): under that umask every directory numba or Python makes is
+group-writable, and refusing them would turn the cache off for most users of
+those systems.
 
 Everything here is POSIX ``lstat``/``open`` flags; on a platform without
 ``os.getuid`` (Windows) the ownership checks are skipped.
 """
 from __future__ import annotations
 
+import functools
 import os
 import stat
 
-__all__ = ["unsafe_dir_reason", "open_lock_file", "own_leftover", "UnsafeFileError"]
+__all__ = ["unsafe_dir_reason", "unsafe_file_reason", "others_can_write", "group_of_one", "open_lock_file",
+           "own_leftover", "refuse_foreign_link", "UnsafeFileError"]
 
 
-class UnsafeFileError(OSError):
-    """A lock or state file at a path that is not a plain regular file (a planted link, a FIFO, a hard link)."""
+class UnsafeFileError(PermissionError):
+    """A lock or state file at a path that is not a plain regular file (a planted link, a FIFO, a hard link), or
+    a place to write reached through another user's symbolic link: refused (the command line's exit 5)."""
 
 
 def _uid():
     return os.getuid() if hasattr(os, "getuid") else None
+
+
+@functools.cache
+def group_of_one(gid: int, uid: int) -> bool:
+    """True if group ``gid`` has exactly one member, the user ``uid`` (a user-private group).
+
+    Members are the users whose primary group it is (the password database)
+    and those the group database lists; the group must be known, and one of
+    them must be ``uid``.  Asked only of group-writable entries, once per
+    process for each ``(gid, uid)``.
+    """
+    try:
+        import grp
+        import pwd
+
+        group = grp.getgrgid(gid)
+        owner = pwd.getpwuid(uid)
+        primary = {p.pw_uid for p in pwd.getpwall() if p.pw_gid == gid}
+    except (ImportError, KeyError, OSError):
+        return False
+    listed = set(group.gr_mem)
+    return primary <= {uid} and listed <= {owner.pw_name} and bool(primary or listed)
+
+
+def others_can_write(st) -> bool:
+    """Whether the entry of ``os.lstat`` result ``st`` may be written by a user other than its owner (and root).
+
+    The other-write bit, or the group-write bit of a group that is not the
+    owner's alone (:func:`group_of_one`).
+    """
+    if st.st_mode & stat.S_IWOTH:
+        return True
+    return bool(st.st_mode & stat.S_IWGRP) and not group_of_one(st.st_gid, st.st_uid)
+
+
+def unsafe_file_reason(path) -> str | None:
+    """Why the file ``path`` is not one to load compiled code from, or ``None`` if it is (or does not exist).
+
+    With ``lstat``: a regular file (not a symbolic link), owned by the current
+    user or root, that no other user can write (:func:`others_can_write`).
+    numba's cache index and data files are checked with it before they are
+    unpickled, so a file another user planted while the directory was open to
+    them (or made writable since) is never loaded, even from a directory that
+    passes :func:`unsafe_dir_reason` now.
+    """
+    uid = _uid()
+    if uid is None:
+        return None
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        return f"{path} cannot be examined ({exc.strerror})"
+    if stat.S_ISLNK(st.st_mode):
+        return f"{path} is a symbolic link"
+    if not stat.S_ISREG(st.st_mode):
+        return f"{path} is not a regular file"
+    if st.st_uid not in (0, uid):
+        return f"{path} is owned by uid {st.st_uid}, not by you (uid {uid}) or root"
+    if others_can_write(st):
+        return f"{path} is writable by other users (mode {stat.S_IMODE(st.st_mode):04o})"
+    return None
 
 
 def unsafe_dir_reason(path) -> str | None:
@@ -87,9 +169,8 @@ def unsafe_dir_reason(path) -> str | None:
             return f"{p} is not a directory"
         if st.st_uid not in trusted:
             return f"{p} is owned by uid {st.st_uid}, not by you (uid {uid}) or root"
-        writable_by_others = st.st_mode & (stat.S_IWGRP | stat.S_IWOTH)
         last = i == len(parts)
-        if writable_by_others and (last or not st.st_mode & stat.S_ISVTX):
+        if others_can_write(st) and (last or not st.st_mode & stat.S_ISVTX):
             return f"{p} is writable by other users (mode {stat.S_IMODE(st.st_mode):04o})"
     return None
 
@@ -143,3 +224,22 @@ def own_leftover(path) -> bool:
         return False
     uid = _uid()
     return uid is None or st.st_uid == uid
+
+
+def refuse_foreign_link(path, what: str) -> None:
+    """:class:`UnsafeFileError` if ``path`` is a symbolic link that another user owns.
+
+    A store or models directory streamrank writes (appends, re-creation that
+    empties it, pruning old versions) is never reached through a link another
+    user planted at the path it was given: in a shared ``/tmp`` that link
+    could point at a directory of the victim's own.  The user's and root's
+    own links are followed as before.
+    """
+    uid = _uid()
+    try:
+        st = os.lstat(path)
+    except OSError:
+        return
+    if uid is not None and stat.S_ISLNK(st.st_mode) and st.st_uid not in (0, uid):
+        raise UnsafeFileError(f"{path} is a symbolic link owned by uid {st.st_uid}, another user; refusing to "
+                              f"{what} through it (it may point at a directory of yours)")

@@ -87,7 +87,7 @@ def _write_file(path: Path, data) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(f".{os.urandom(16).hex()}.partial")
     try:
-        with open(tmp, "wb") as f:
+        with open(tmp, "xb") as f:       # exclusive: a random new name, never an existing file or a link
             f.write(data)
         os.replace(tmp, path)
     except BaseException:

@@ -69,8 +69,9 @@ def writer_lock(path, what: str = "appended to"):
         return
     import fcntl
 
-    from .._shared_paths import open_lock_file
+    from .._shared_paths import open_lock_file, refuse_foreign_link
 
+    refuse_foreign_link(path, "write a store")
     fd = open_lock_file(os.path.join(path, LOCK_NAME))   # never through a planted link
     try:
         try:
@@ -101,8 +102,11 @@ def creating_store(p, overwrite: bool):
         with creating(_repository(p, "re-created"), overwrite):
             yield
         return
+    from .._shared_paths import refuse_foreign_link
+
     p = Path(p)
     check_store_path(p)
+    refuse_foreign_link(p, "re-create a store")
     if os.path.lexists(p):
         if not overwrite:
             raise FileExistsError(f"{p} already exists; pass overwrite=True to replace it")

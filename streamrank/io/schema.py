@@ -560,12 +560,19 @@ def write_attrs(path, attrs: dict) -> None:
     meta = Path(path) / "zarr.json"
     doc = json.loads(meta.read_text())
     doc["attributes"] = attrs
-    tmp = meta.with_name(f"zarr.json.{os.getpid()}.partial")
-    with open(tmp, "w") as f:
-        json.dump(doc, f, indent=1)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, meta)
+    from .._tempfiles import temp_sibling
+
+    fd, tmp = temp_sibling(meta)      # a new file of a random name: never a link planted at a predictable one
+    try:
+        with os.fdopen(fd, "w") as f:
+            json.dump(doc, f, indent=1)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, meta)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
+        raise
 
 
 def _meta_name(path, rel: str) -> str:

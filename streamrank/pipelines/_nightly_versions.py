@@ -66,8 +66,9 @@ def models_lock(models_dir):
         return
     import fcntl
 
-    from streamrank.io import open_lock_file
+    from streamrank._shared_paths import open_lock_file, refuse_foreign_link
 
+    refuse_foreign_link(models_dir, "write a models directory")     # versions are written and pruned there
     path = Path(models_dir) / LOCK
     while True:
         fd = open_lock_file(path)        # never through a planted link: the holder truncates and writes it
@@ -312,8 +313,8 @@ def finish_report(report, models_dir, keep, plot, out):
 def _write_local_report(models_dir, stamp, report):
     rdir = Path(models_dir) / "reports"
     rdir.mkdir(exist_ok=True)
-    tmp = rdir / f".{stamp}.json.tmp"
-    with open(tmp, "w") as fh:
+    tmp = _tmp_name(rdir, f"{stamp}.json", "tmp")
+    with open(tmp, "x") as fh:                 # a fresh random name: never an existing file or a planted link
         json.dump(report, fh, indent=1, sort_keys=True)
     os.replace(tmp, rdir / f"{stamp}.json")
 
