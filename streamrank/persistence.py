@@ -144,9 +144,9 @@ def save(model: BaseRanker, path: PathLike, storage_options: dict | None = None)
 def save_url(model, url, storage_options=None, root_attrs=None) -> str:
     """``sr.save`` of ``model`` at the URL ``url``: a fresh version published by one object write
     (:mod:`streamrank._remote_models`); returns the version."""
-    from ._remote_models import publish
+    from ._remote_models import save_url as _save_url
 
-    return publish(url, storage_options, type(model).__name__, lambda group: write_group(group, model, root_attrs))
+    return _save_url(model, url, storage_options, root_attrs, write=write_group)
 
 
 def save_local(model, path: Path, root_attrs=None) -> None:
@@ -543,3 +543,16 @@ def _stored_bytes(chunk_dir: Path) -> int:
 
 def _dumps(obj) -> str:
     return json.dumps(_jsonable(obj))
+
+
+def __getattr__(name):
+    """``read_repo_model`` / ``write_repo_model``: a model as a group of an Icechunk repository (a nightly models
+    directory at a URL), in :mod:`streamrank._repo_models`, imported on first use."""
+    if name in ("read_repo_model", "write_repo_model"):
+        import functools
+
+        from . import _repo_models
+
+        io = {"read": read_group} if name == "read_repo_model" else {"write": write_group}
+        return functools.partial(getattr(_repo_models, name), **io)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

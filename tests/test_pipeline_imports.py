@@ -8,14 +8,11 @@ package itself (``streamrank.pipelines._nightly_*``) are fine, and so is
 ``streamrank._phases``: the progress-phase hook every layer reports through
 (learners, io, CLI, pipelines; a no-op without a reporter), floor 0 — an
 instrumentation point, not a piece of another package's implementation.
-``streamrank._shared_paths`` is the other such module: the checks every
-layer applies to files in places another user can write (lock files, links,
-sweeps; ``SECURITY.md``), floor 0, not part of the public API.
 
 What the pipelines need from the rest of the package has a public home: exit
 codes and ``exit_code`` in :mod:`streamrank.cli`, the progress display as
-``streamrank.cli.progress_reporting``, object storage and its writer lease
-(``is_url``, ``Remote``, ``WriterLease``, ...) and ``with_last`` in
+``streamrank.cli.progress_reporting``, object storage and its repositories
+(``is_url``, ``Remote``, ``RepoLocation``, ...) and ``with_last`` in
 :mod:`streamrank.io`, ``offending_row`` in :mod:`streamrank.io.groups`,
 ``copy_tuple_store`` in :mod:`streamrank.io.tuple_copy`.  No private import
 is left, and the test keeps it so.
@@ -30,7 +27,7 @@ import streamrank as sr
 PIPELINES = Path(sr.__file__).parent / "pipelines"
 SCRIPTS = Path(sr.__file__).parents[1] / "pipelines"      # the checkout's cron scripts (run the same main)
 PACKAGE = "streamrank.pipelines"
-SHARED_HOOKS = {"streamrank._phases", "streamrank._shared_paths"}      # see the module docstring
+SHARED_HOOKS = {"streamrank._phases"}      # see the module docstring
 
 REMAINING: set = set()      # the private imports still allowed: none (it could only shrink)
 
@@ -83,12 +80,21 @@ def test_the_public_homes_are_the_implementations():
     import streamrank.io as io
     from streamrank import _itertools
     from streamrank.cli import _common
-    from streamrank.io import _lease, _remote
+    from streamrank import _repo_models
+    from streamrank.io import _icechunk_repo, _remote
 
-    for name in ("is_url", "Remote", "PreconditionFailed"):
+    for name in ("is_url", "Remote"):
         assert getattr(io, name) is getattr(_remote, name)
-    for name in ("WriterLease", "WriterLockHeld", "LeaseLost"):
-        assert getattr(io, name) is getattr(_lease, name)
+    for name in ("RepoLocation", "CommitConflict", "open_location", "tag_branch_tip"):
+        assert getattr(io, name) is getattr(_icechunk_repo, name)
+    from streamrank import persistence
+
+    for name in ("read_repo_model", "write_repo_model"):     # bound to persistence's reader/writer of a group
+        assert getattr(persistence, name).func is getattr(_repo_models, name)
+    from streamrank import _shared_paths
+
+    assert io.open_lock_file is _shared_paths.open_lock_file
+    assert io.refuse_foreign_link is _shared_paths.refuse_foreign_link
     assert io.with_last is _itertools.with_last
     assert set(io.__all__) <= set(dir(io))
     try:

@@ -84,6 +84,7 @@ from ._common import (DEFAULT_MAX_ROWS, EXIT_BUG, EXIT_CODES, EXIT_DATA, EXIT_NO
 from ._grid import parse_grid, parse_storage_options
 
 __all__ = ["main", "build_parser", "parse_grid", "parse_storage_options", "progress_reporting", "exit_code",
+           "check_model_out",
            "EXIT_CODES", "EXIT_OK", "EXIT_BUG", "EXIT_USAGE", "EXIT_NOT_FOUND", "EXIT_DATA", "EXIT_WRITE",
            "EXIT_UNSUPPORTED", "EXIT_SIGINT", "EXIT_SIGTERM"]
 
@@ -95,6 +96,19 @@ def __getattr__(name):
 
         return progress_reporting
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def check_model_out(path, *, overwrite: bool = False, storage_options=None) -> None:
+    """Refuse to write a model at ``path`` over a store or another file, or over a model without ``overwrite``.
+
+    What ``streamrank fit`` checks before any work (``--overwrite``, ``--storage-options`` for a URL); the
+    pipelines call it so that every command refuses the same things the same way.
+    """
+    from . import _stores
+    from ._atomic import _check_model_out
+
+    _stores.STORAGE_OPTIONS = storage_options
+    _check_model_out(path, overwrite=overwrite)
 
 
 def _console():  # pragma: no cover - the installed script calls main() and exits

@@ -16,6 +16,7 @@ from ._fit import cmd_cv, cmd_fit
 from ._grid import _folds_type, _grid_type, _positive_float, parse_storage_options
 from ._fit_weights import add_weight_args
 from ._info import cmd_info
+from ._migrate import cmd_migrate
 from ._row_columns import add_column_args
 from ._ingest import cmd_ingest
 from ._options import Given, GivenTrue
@@ -371,6 +372,15 @@ def build_parser() -> argparse.ArgumentParser:
     _common(p)
     p.set_defaults(func=cmd_plot)
     add_warmup_parser(sub, _common, main)
+
+    p = sub.add_parser("migrate", help="copy a store of the previous object-storage layout into a repository",
+                       formatter_class=fmt, description="Copy the store at STORE (a URL in the previous layout, "
+                       "or a local directory) byte for byte into a new Icechunk repository at DST (one commit), "
+                       "verifying every batch of the source and of the copy. Nothing is deleted at STORE.")
+    p.add_argument("store", metavar="STORE")
+    p.add_argument("dst", metavar="DST")
+    _common(p)
+    p.set_defaults(func=cmd_migrate)
     for p in sub.choices.values():      # every command that takes a store or a model: object-storage options
         if any(a.dest in ("store", "model") for a in p._actions):
             p.add_argument("--storage-options", metavar="JSON", type=parse_storage_options, default=None,

@@ -1,19 +1,22 @@
 """Where a store lives and who may write it: its location, the writer lock and (re-)creation.
 
-A store's *location* is a local directory (a path string) or a
-:class:`~streamrank.io._remote.Remote` (a URL on object storage).  The same
+A store's *location* is a local directory (a path string) or, at a URL, a
+:class:`~streamrank.io._icechunk_repo.RepoLocation` (an Icechunk repository;
+a :class:`~streamrank.io._remote.Remote` for a store of the previous layout,
+read-only).  The same
 three operations serve both stores (:class:`~streamrank.GroupStore`,
 :class:`~streamrank.TupleStore`) in both places:
 
 * :func:`writer_lock` — one writer at a time.  Locally an advisory ``flock``
   on ``<store>/.streamrank.lock`` (released by the OS if the writer dies) and
   the commit is an atomic rename (:func:`streamrank.io.schema.write_attrs`);
-  at a URL a lease held through conditional writes and a conditional commit
-  (:mod:`streamrank.io._remote_commit`, where the protocol is written down).
+  at a URL no lock: the append is an Icechunk transaction, committed in one
+  commit or refused (:mod:`streamrank.io._icechunk_repo`).
 * :func:`creating_store` — an empty store place held under that lock (only a
   zarr store or an empty place is ever emptied).
 * :func:`zarr_store` — zarr's own store for the location: ``LocalStore``, or
-  ``FsspecStore`` wrapped so a missing chunk is an error.
+  the repository session's store (``FsspecStore`` for the previous layout)
+  wrapped so a missing chunk is an error.
 """
 from __future__ import annotations
 
@@ -30,11 +33,25 @@ __all__ = ["LOCK_NAME", "location", "writer_lock", "creating_store", "new_store_
 LOCK_NAME = ".streamrank.lock"
 
 
-def location(path, storage_options=None):
+def location(path, storage_options=None, as_of=None, mode=None):
     """``(name, loc)``: the store's name for messages and attributes, and its location (str path or Remote)."""
     if is_url(path):
-        remote = Remote(str(path), storage_options)
+        from ._icechunk_repo import open_location
+
+        remote = open_location(str(path), storage_options, as_of=as_of)
+        if mode == "a" and as_of is not None:
+            raise ValueError(f"{remote.url}: a store opened as of {as_of!r} is read-only (mode='r')")
+        if getattr(remote, "legacy", False) and mode is not None:
+            from ._icechunk_repo import legacy_hint
+
+            if mode == "a":
+                raise PermissionError(legacy_hint(remote.url))
+            import logging
+
+            logging.getLogger("streamrank").warning(legacy_hint(remote.url))
         return remote.url, remote
+    if as_of is not None:
+        raise ValueError(f"as_of= (a tag) applies to stores at URLs (Icechunk repositories), not to {path}")
     if storage_options:
         raise ValueError(f"storage_options apply to stores at URLs (s3://…), not to the local path {path}")
     p = local_path(os.fspath(path))
@@ -45,10 +62,10 @@ def location(path, storage_options=None):
 def writer_lock(path, what: str = "appended to"):
     """Exclusive writer lock of the store at ``path`` (a local path or a Remote); one writer at a time."""
     if isinstance(path, Remote):
-        from ._remote_commit import remote_writer
+        from ._icechunk_repo import transaction
 
-        with remote_writer(path, what) as lease:
-            yield lease
+        with transaction(_repository(path, what)):
+            yield None
         return
     import fcntl
 
@@ -80,9 +97,9 @@ def creating_store(p, overwrite: bool):
     from .schema import check_store_path
 
     if isinstance(p, Remote):
-        from ._remote_commit import creating_remote
+        from ._icechunk_repo import creating
 
-        with creating_remote(p, overwrite):
+        with creating(_repository(p, "re-created"), overwrite):
             yield
         return
     from .._shared_paths import refuse_foreign_link
@@ -107,6 +124,41 @@ def creating_store(p, overwrite: bool):
         yield
 
 
+def _repository(loc, what: str):
+    """The Icechunk location a write at a URL goes through; a store of the previous layout is read-only."""
+    from ._icechunk_repo import RepoLocation, legacy_hint
+
+    if isinstance(loc, RepoLocation):
+        return loc
+    if getattr(loc, "legacy", False):
+        raise PermissionError(legacy_hint(loc.url) + f"; it cannot be {what}")
+    raise PermissionError(f"{loc.url}: stores at {loc.protocol}:// are read-only (appends and creation need an "
+                          "Icechunk repository: s3://, gs://, az://)")
+
+
+def strict_chunk_store(store, url: str):
+    """zarr's store wrapped so that a missing chunk is an error, not the fill value (stores that write every chunk).
+
+    ``wrapper.strict = False`` while an append writes (zarr reads a new
+    chunk it is about to fill, which does not exist yet).
+    """
+    from zarr.storage import WrapperStore
+
+    from .schema import StoreFormatError
+
+    class StrictChunkStore(WrapperStore):
+        strict = True
+
+        async def get(self, key, prototype, byte_range=None):
+            got = await self._store.get(key, prototype, byte_range)
+            if got is None and self.strict and "/c/" in f"/{key}":
+                raise StoreFormatError(f"{url}/{key}: chunk is missing (deleted after it was written: this store "
+                                       "writes every chunk)")
+            return got
+
+    return StrictChunkStore(store)
+
+
 def new_store_id() -> str:
     """A random identity for a new store (what an appender checks it still writes to)."""
     import uuid
@@ -119,8 +171,6 @@ def zarr_store(loc, read_only: bool = False):
     import zarr
 
     if isinstance(loc, Remote):
-        from ._remote_commit import strict_chunk_store
-
         return strict_chunk_store(loc.zarr_store(read_only=read_only), loc.url)
     return zarr.storage.LocalStore(str(loc), read_only=read_only)
 

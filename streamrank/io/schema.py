@@ -1,8 +1,8 @@
 """On-disk layout of streamrank's zarr stores — described in one place.
 
 Both stores are zarr v3 groups, in a local directory or at a URL of object
-storage (``s3://…``; :mod:`streamrank.io._remote`, commit protocol there:
-:mod:`streamrank.io._remote_commit`).  Functions here that read or write
+storage (``s3://…``: an Icechunk repository, one commit per append,
+:mod:`streamrank.io._icechunk_repo`).  Functions here that read or write
 store files take the store's *location*: a local path (str) or a
 :class:`~streamrank.io._remote.Remote`.  Their arrays may be *longer*
 than what is committed (a torn append); readers use only the committed counts
@@ -255,7 +255,7 @@ class CheckedArray:
         """In a store that writes every chunk, the chunk files a read covers must all exist (zarr would fill)."""
         first = key[0] if isinstance(key, tuple) else key
         if not self._strict or not isinstance(first, slice) or "://" in self._path:
-            return                  # (a store at a URL: its zarr store refuses missing chunks, _remote_commit)
+            return                  # (a store at a URL: its zarr store refuses missing chunks, _writer)
         a, b, _ = first.indices(self._arr.shape[0])
         if b <= a:
             return
@@ -548,14 +548,14 @@ def write_attrs(path, attrs: dict) -> None:
     flushed to disk, and is renamed over ``zarr.json`` (``os.replace`` is
     atomic on POSIX): a reader — or a writer killed half-way — sees either the
     old or the new commit record, never a mixture.  This is the commit point
-    of every append.  At a URL (a :class:`~streamrank.io._remote.Remote`)
-    the document is one object written with ``If-Match``:
-    :func:`streamrank.io._remote_commit.commit_remote`.
+    of every append.  At a URL (a :class:`~streamrank.io._icechunk_repo.RepoLocation`)
+    the document is written in the append's transaction and committed with
+    everything else in one Icechunk commit (:meth:`RepoLocation.commit_attrs`).
     """
     if isinstance(path, Remote):
-        from ._remote_commit import commit_remote
+        from ._writer import _repository
 
-        commit_remote(path, attrs)
+        _repository(path, "written").commit_attrs(attrs)     # one Icechunk commit (io/_icechunk_repo)
         return
     meta = Path(path) / "zarr.json"
     doc = json.loads(meta.read_text())

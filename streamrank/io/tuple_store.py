@@ -102,12 +102,12 @@ class TupleStore(TupleSource):
     [(1, 4), (1, 4)]
     """
 
-    def __init__(self, path, mode="r", *, _token=None, storage_options=None):
+    def __init__(self, path, mode="r", *, _token=None, storage_options=None, as_of=None):
         if _token is not _PRIVATE:
             raise TypeError("use TupleStore.create(path, ...) or TupleStore.open(path)")
         if mode not in ("r", "a"):
             raise ValueError(f"mode must be 'r' (read) or 'a' (append), got {mode!r}")
-        self.path, self._loc = location(path, storage_options)
+        self.path, self._loc = location(path, storage_options, as_of=as_of, mode=mode)
         self.storage_options = dict(storage_options) if storage_options else None
         self.mode = mode
         self._load()
@@ -154,9 +154,11 @@ class TupleStore(TupleSource):
         })
 
     @classmethod
-    def open(cls, path: PathLike, mode: str = "r", *, storage_options: dict | None = None) -> TupleStore:
-        """Open an existing tuple store: ``mode="r"`` or ``"a"`` (append); a directory or a URL."""
-        return cls(path, mode, _token=_PRIVATE, storage_options=storage_options)
+    def open(cls, path: PathLike, mode: str = "r", *, storage_options: dict | None = None,
+             as_of: str | None = None) -> TupleStore:
+        """Open an existing tuple store: ``mode="r"`` or ``"a"`` (append); a directory or a URL
+        (``as_of``: a tag or snapshot id of a store at a URL, read-only, see :meth:`GroupStore.open`)."""
+        return cls(path, mode, _token=_PRIVATE, storage_options=storage_options, as_of=as_of)
 
     def _load(self):
         import zarr
@@ -250,7 +252,8 @@ class TupleStore(TupleSource):
 
     def __reduce__(self):
         # shipped (e.g. to dask workers) as path + committed counts, never as data
-        return (_reopen_tuples, (self.path, dict(self._c), self.storage_options))
+        return (_reopen_tuples, (self.path, dict(self._c), self.storage_options,
+                                 getattr(self._loc, "snapshot_id", None)))   # a repository: the same snapshot
 
     # ------------------------------------------------------------ read hooks
     def _n_cols(self, side):
@@ -437,8 +440,8 @@ def _commit_record(loc, attrs):
     write_attrs(loc, attrs)
 
 
-def _reopen_tuples(path, counts, storage_options=None):
-    ts = TupleStore.open(path, storage_options=storage_options)
+def _reopen_tuples(path, counts, storage_options=None, as_of=None):
+    ts = TupleStore.open(path, storage_options=storage_options, as_of=as_of)
     if any(counts[k] > ts._c[k] for k in _COUNTS):
         raise StoreFormatError(f"{path}: holds less than the snapshot being restored; the store was rewritten")
     ts._c = dict(counts)

@@ -44,6 +44,9 @@ def build_parser():
                         "name its columns), or a zarr store (may be left out with --reject / --readmit)")
     p.add_argument("--reject", action="append", default=[], metavar="DAY",
                    help="exclude a day (its file, or its sha256: batch id) from training from now on; repeatable")
+    p.add_argument("--rollback", default=None, metavar="TAG",
+                   help="models directory at a URL: promote again the version that the run tagged TAG promoted "
+                        "(one commit; every promoted version is tagged with its name), then exit")
     p.add_argument("--readmit", action="append", default=[], metavar="DAY",
                    help="take an excluded day (rejected by the gate or by hand) back into training; repeatable")
     p.add_argument("--gate-fraction", type=float, default=None, metavar="F",

@@ -10,9 +10,9 @@ records the days to leave out, ``DIR/excluded.json``::
                    "scores": {…the gate's record…}, "at": "<UTC time>"}, …],
      "history": [{"event": "readmitted", "day": …, "at": …}, …]}
 
-written atomically (temp file, fsync, ``os.replace``; on object storage one
-PUT under the run's lease) and only by a run holding the models-directory
-lock.  A day is the unit of the store's batch log that one day file made
+written atomically (temp file, fsync, ``os.replace``; on object storage an
+attribute of the repository, committed with the run) and only by a run
+holding the models-directory lock (or transaction).  A day is the unit of the store's batch log that one day file made
 (:func:`streamrank.pipelines._nightly_ingest.day_entries`): its span of
 groups (tuples for sgd-bilinear) is taken from the log, so the view that
 leaves it out (:func:`streamrank.pipelines._nightly_views.group_view`) is
@@ -50,7 +50,7 @@ def read_exclusions(models_dir) -> dict:
 
     remote = as_models_dir(models_dir)
     try:
-        raw = remote.remote.read(EXCLUDED) if remote is not None else (Path(models_dir) / EXCLUDED).read_bytes()
+        raw = remote.read_excluded() if remote is not None else (Path(models_dir) / EXCLUDED).read_bytes()
     except FileNotFoundError:
         return {"excluded": [], "history": []}
     try:
@@ -71,8 +71,7 @@ def _write(models_dir, doc) -> None:
     data = json.dumps(doc, indent=1, sort_keys=True).encode()
     remote = as_models_dir(models_dir)
     if remote is not None:
-        remote._check_lease()
-        remote.remote.write(EXCLUDED, data)
+        remote.write_excluded(data)
         return
     from streamrank.pipelines._nightly_versions import replace_file
 

@@ -273,11 +273,13 @@ def newest_day(log):
 
 def _store_at(store_path, storage_options=None):
     """``(location, exists?, open/create keyword arguments)`` of a store path or URL (object storage)."""
-    from streamrank.io import Remote, is_url
+    from streamrank.io import is_url
 
     if is_url(store_path):
+        from streamrank.io import open_location
+
         url = str(store_path)
-        return url, Remote(url, storage_options).exists("zarr.json"), {"storage_options": storage_options}
+        return url, open_location(url, storage_options).exists("zarr.json"), {"storage_options": storage_options}
     p = Path(store_path)
     return p, (p / "zarr.json").exists(), {}
 

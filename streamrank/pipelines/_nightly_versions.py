@@ -17,10 +17,9 @@ name with a ``version.json``): anything else — empty, a directory, a path
 such as ``../../elsewhere`` — is a :class:`ModelsDirError` naming the file,
 as is a missing or unreadable ``version.json``.
 
-A models directory at a URL (``s3://bucket/nightly``) keeps the same layout
-and guarantees with object storage's means — versions published by
-``sr.save`` at URLs, ``current`` moved by one conditional PUT, a lease
-instead of ``flock``: every function here hands it to
+A models directory at a URL (``s3://bucket/nightly``) is an Icechunk
+repository with the same guarantees from transactions — a run is one commit,
+an overlapping run's commit is refused — : every function here hands it to
 :class:`~streamrank.pipelines._nightly_remote.RemoteModelsDir`.
 """
 from __future__ import annotations
@@ -61,13 +60,13 @@ def models_lock(models_dir):
     meanwhile locks the new one instead, so two runs never hold two files.
     """
     remote = as_models_dir(models_dir)
-    if remote is not None:          # object storage: a lease held through conditional writes
+    if remote is not None:          # object storage: the run's transaction (no lock: conflicts at its commit)
         with remote.lock():
             yield
         return
     import fcntl
 
-    from streamrank._shared_paths import open_lock_file, refuse_foreign_link
+    from streamrank.io import open_lock_file, refuse_foreign_link
 
     refuse_foreign_link(models_dir, "write a models directory")     # versions are written and pruned there
     path = Path(models_dir) / LOCK

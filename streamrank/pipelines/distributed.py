@@ -45,11 +45,9 @@ def _opts(args):
 
 def _check_model_out(args):
     """Refuse an existing model unless ``--overwrite``, as ``streamrank fit`` does, before any work."""
-    from streamrank.cli import _stores
-    from streamrank.cli._atomic import _check_model_out as check
+    from streamrank.cli import check_model_out
 
-    _stores.STORAGE_OPTIONS = _opts(args)
-    check(args.model, overwrite=getattr(args, "overwrite", False))
+    check_model_out(args.model, overwrite=getattr(args, "overwrite", False), storage_options=_opts(args))
 
 
 def build_estimator(args):
@@ -208,7 +206,7 @@ def run_pairwise(args, out):
 
 
 def build_parser():
-    from streamrank.cli._grid import parse_storage_options
+    from streamrank.cli import parse_storage_options
 
     from streamrank.pipelines.nightly import _parse_alphas
 

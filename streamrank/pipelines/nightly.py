@@ -87,6 +87,10 @@ One run = one night:
 One run per models directory: a run holds an exclusive lock on
 ``DIR/.nightly.lock`` from ingest to report; a second run started meanwhile
 exits at once (code 5, "locked by another nightly run"), changing nothing.
+A models directory at a URL has no lock: of two overlapping runs the first
+to commit wins and the other exits 5 naming that commit, changing nothing;
+``--rollback TAG`` promotes again the version a tag (each promoted version's
+name) promoted.
 The start-up sweep removes only temporary versions of dead processes.
 ``current`` must name a complete version inside ``DIR``; a damaged pointer
 or ``version.json`` is an error naming the file, never a silent retrain.
@@ -259,10 +263,10 @@ def run_night(store_path, new_files, models_dir, *, learner="rankrls", alphas=No
 
     ``models_dir`` and ``store_path`` may be URLs of object storage
     (``s3://bucket/nightly``; ``storage_options`` for their filesystem, else
-    the client's environment variables): versions, the ``current`` pointer,
-    the one-writer lease and reports live there
-    (:mod:`streamrank.pipelines._nightly_remote`); the store is appended with
-    its own commit protocol (:mod:`streamrank.io._remote_commit`).
+    the client's environment variables): the models directory is then an
+    Icechunk repository, a run one commit, each promoted version a tag
+    (:mod:`streamrank.pipelines._nightly_remote`); the store is one too, each
+    append a commit (:mod:`streamrank.io._icechunk_repo`).
 
     ``learner_params``: constructor parameters of a new model (e.g. sparse
     kernel ``{"n_basis": 500, "gamma": 0.1, "random_state": 0}``).
@@ -292,6 +296,10 @@ def run_night(store_path, new_files, models_dir, *, learner="rankrls", alphas=No
         if models_dir.exists() and not models_dir.is_dir():
             raise NotADirectoryError(f"--models {models_dir} exists and is not a directory")
         models_dir.mkdir(parents=True, exist_ok=True)
+    if hasattr(models_dir, "store_tagger") and is_url(store_path):      # both repositories: tag the store too
+        from streamrank.io import tag_branch_tip
+
+        models_dir.store_tagger = lambda tag: tag_branch_tip(str(store_path), storage_options, tag)
     with models_lock(models_dir):  # one run per models directory: ingest, train, promote, prune
         _clean_partial(models_dir)
         return _run_locked(store_path, new_files, models_dir, learner, alphas, full, keep, tolerance, folds,
@@ -444,6 +452,18 @@ def _run_locked(store_path, new_files, models_dir, learner, alphas, full, keep, 
 
 
 # ------------------------------------------------------------------- CLI
+def rollback(models_dir, tag, storage_options=None, out=None) -> int:
+    """``--rollback TAG``: promote again the version the tag promoted (a models directory at a URL)."""
+    out = sys.stdout if out is None else out
+    d = open_models_dir(models_dir, storage_options)
+    if not hasattr(d, "rollback"):
+        raise ValueError(f"--rollback needs a models directory at a URL (an Icechunk repository); {models_dir} is "
+                         "local: promote a version by hand with its directory name")
+    version = d.rollback(tag)
+    out.write(f"nightly: rolled back to tag {tag}: current={version}\n")
+    return 0
+
+
 def main(argv=None) -> int:
     """Run one night; every failure is one line on stderr and an exit code (those of ``streamrank``:
     3 not found, 4 bad data, 5 cannot write — lock held, disk full —, 1 unexpected; ``--verbose``
@@ -452,8 +472,11 @@ def main(argv=None) -> int:
 
     parser = build_parser()
     args = parser.parse_args(argv)
+    if args.rollback:
+        return run_main("nightly", args.verbose, lambda: rollback(args.models, args.rollback,
+                                                                  storage_options=args.storage_options))
     if not (args.new or args.reject or args.readmit):
-        parser.error("--new DAYFILE... is required (unless --reject / --readmit is given)")
+        parser.error("--new DAYFILE... is required (unless --reject / --readmit / --rollback is given)")
     weighting = weighting_of(args, parser.error)
     return run_main("streamrank nightly", args.verbose, lambda: _with_progress(args, lambda: run_night(
         args.store, args.new, args.models, learner=args.learner, alphas=args.alphas, full=args.full,
