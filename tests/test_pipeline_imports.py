@@ -8,9 +8,6 @@ package itself (``streamrank.pipelines._nightly_*``) are fine, and so is
 ``streamrank._phases``: the progress-phase hook every layer reports through
 (learners, io, CLI, pipelines; a no-op without a reporter), floor 0 — an
 instrumentation point, not a piece of another package's implementation.
-``streamrank._shared_paths`` is the other such module: the checks every
-layer applies to files in places another user can write (lock files, links,
-sweeps; ``SECURITY.md``), floor 0, not part of the public API.
 
 What the pipelines need from the rest of the package has a public home: exit
 codes and ``exit_code`` in :mod:`streamrank.cli`, the progress display as
@@ -30,7 +27,7 @@ import streamrank as sr
 PIPELINES = Path(sr.__file__).parent / "pipelines"
 SCRIPTS = Path(sr.__file__).parents[1] / "pipelines"      # the checkout's cron scripts (run the same main)
 PACKAGE = "streamrank.pipelines"
-SHARED_HOOKS = {"streamrank._phases", "streamrank._shared_paths"}      # see the module docstring
+SHARED_HOOKS = {"streamrank._phases"}      # see the module docstring
 
 REMAINING: set = set()      # the private imports still allowed: none (it could only shrink)
 
@@ -97,6 +94,7 @@ def test_the_public_homes_are_the_implementations():
     from streamrank import _shared_paths
 
     assert io.open_lock_file is _shared_paths.open_lock_file
+    assert io.refuse_foreign_link is _shared_paths.refuse_foreign_link
     assert io.with_last is _itertools.with_last
     assert set(io.__all__) <= set(dir(io))
     try:

@@ -38,10 +38,11 @@ _HOMES = {
     "tag_branch_tip": "streamrank.io._icechunk_repo",
     "with_last": "streamrank._itertools",
     "open_lock_file": "streamrank._shared_paths",
+    "refuse_foreign_link": "streamrank._shared_paths",
 }
 
-__all__ = ["CommitConflict", "Remote", "RepoLocation", "is_url", "open_location", "open_lock_file", "tag_branch_tip",
-           "with_last"]
+__all__ = ["CommitConflict", "Remote", "RepoLocation", "is_url", "open_location", "open_lock_file",
+           "refuse_foreign_link", "tag_branch_tip", "with_last"]
 
 
 def __getattr__(name):

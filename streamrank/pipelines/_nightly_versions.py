@@ -66,7 +66,7 @@ def models_lock(models_dir):
         return
     import fcntl
 
-    from streamrank._shared_paths import open_lock_file, refuse_foreign_link
+    from streamrank.io import open_lock_file, refuse_foreign_link
 
     refuse_foreign_link(models_dir, "write a models directory")     # versions are written and pruned there
     path = Path(models_dir) / LOCK

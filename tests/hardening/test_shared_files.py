@@ -153,16 +153,15 @@ def test_a_user_private_group_still_caches(shared):
 def _append_paused(store, ready_w, go_r):
     """The victim appends to the store, pausing just before its commit record is written."""
     import streamrank as sr
-    import streamrank.io.group_store as gs
-
-    write_attrs = gs.write_attrs
+    import streamrank.io._group_append as ga
+    from streamrank.io import schema
 
     def paused(loc, attrs):
         os.write(ready_w, b"r")
         assert os.read(go_r, 1) == b"g"
-        write_attrs(loc, attrs)
+        schema.write_attrs(loc, attrs)
 
-    gs.write_attrs = paused
+    ga.write_attrs = paused                      # the name the append's commit point calls
     sr.GroupStore.open(store, "a").append(np.ones((2, 3)), np.ones(2), np.array([3, 3]))
     return sr.GroupStore.open(store).n_rows
 
@@ -175,7 +174,11 @@ def test_a_stores_commit_record_is_not_written_through_a_link_at_a_predictable_n
     ready_r, ready_w = os.pipe()
     go_r, go_w = os.pipe()
     child = start_as(VICTIM, _append_paused, str(store), ready_w, go_r)
-    assert os.read(ready_r, 1) == b"r"
+    os.close(ready_w)                            # a child that fails before the pause: EOF here, not a hang
+    os.close(go_r)
+    if os.read(ready_r, 1) != b"r":
+        child.result()                           # raises the child's error
+        pytest.fail("the append committed without reaching the paused commit point")
     for name in (f"zarr.json.{child.pid}.partial", f".zarr.json.{child.pid}.partial"):
         as_user(ATTACKER, os.symlink, str(precious), str(store / name))
     os.write(go_w, b"g")
