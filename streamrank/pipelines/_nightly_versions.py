@@ -332,6 +332,13 @@ def open_stats(version_dir):
 
 
 def summary_line(report) -> str:
+    line = _summary(report)
+    for q in report.get("quarantined") or []:   # the data checks (:mod:`streamrank.pipelines._nightly_checks`)
+        line += f"; quarantined {Path(q['file']).name} ({', '.join(q['failed'])})"
+    return line
+
+
+def _summary(report) -> str:
     ing = report.get("ingest", [])
     new = sum(b["rows"][1] - b["rows"][0] for b in ing if b["appended"])
     dup = sum(1 for b in ing if not b["appended"])
