@@ -10,8 +10,9 @@ before it is appended) and checked against the days accepted before it:
     trains on (``--weights``: ``weight``; ``--ips``: ``click`` and ``position``) — the same as on the
     accepted days.
 ``label_set``
-    integer grades (at most 64 distinct values): every label value of the day was seen on an accepted
-    day; real labels: the day's range lies within the accepted range (figure: the values outside).
+    the fraction of the day's rows whose label lies outside the range of labels seen on the accepted
+    days; fails above ``--max-new-labels`` (default 0.05: a rare new extreme grade passes, a rescaled or
+    shifted label scale does not).
 ``label_drift``
     population stability index of the label distribution, ``PSI = Σ (p_d − p_b) ln(p_d / p_b)`` over
     the label values (each share floored at 1e-4), against the accepted days' distribution
@@ -37,7 +38,9 @@ before it is appended) and checked against the days accepted before it:
 ``duplicates``
     the fraction of the day's groups (tuples) whose content — the rows' features and labels, whatever
     their query ids and order within the group — equals a group of an earlier ingested day of the window
-    (accepted or not; a 64-bit hash per group); fails above ``--max-duplicates`` (default 0.5).
+    (accepted or not; a 64-bit hash per group); fails above ``--max-duplicates`` (default 0.5).  Only
+    groups with at least two distinct labels count (a group with one label holds no preference: click
+    sessions without a click recur every day with the same documents).
 
 The accepted days are the days of the store's log, newest first, that have a profile and are not in
 ``excluded.json``, at most ``--check-window`` (default 7) of them; their moments are pooled exactly.
@@ -76,7 +79,8 @@ DAYS = "days"
 CHECKS = ("schema", "label_set", "label_drift", "feature_drift", "zero_fraction", "agreement", "volume",
           "duplicates")
 DEFAULTS = {"window": 7, "max_feature_drift": 1.0, "max_zero_shift": 0.5, "max_label_psi": 0.25,
-            "max_ndcg_drop": 0.15, "max_disagreement_rise": 0.15, "volume_ratio": 4.0, "max_duplicates": 0.5}
+            "max_ndcg_drop": 0.15, "max_disagreement_rise": 0.15, "volume_ratio": 4.0, "max_duplicates": 0.5,
+            "max_new_labels": 0.05}
 _MAX_LABEL_VALUES = 64
 _PSI_FLOOR = 1e-4
 
@@ -219,7 +223,7 @@ class DayProfile:
             self._ev = RankingEvaluator(k, ("ndcg", "disagreement"))
 
     def add(self, X, y, qid, row_cols=None, feature_names=None):
-        y = np.asarray(y, dtype=np.float64)
+        y = np.asarray(y, dtype=np.float64) + 0.0       # -0.0 is the label 0
         if y.ndim != 1 or X.shape[0] == 0:
             return
         if self.moments is None:
@@ -244,7 +248,8 @@ class DayProfile:
         with np.errstate(over="ignore"):
             gh = np.add.reduceat(_mix(h), starts) if len(starts) else np.zeros(0, np.uint64)
             gh = _mix(gh + np.diff(np.r_[starts, len(y)]).astype(np.uint64))
-        self.group_hashes.append(gh)
+        informative = np.minimum.reduceat(y, starts) < np.maximum.reduceat(y, starts) if len(starts) else []
+        self.group_hashes.append(gh[informative])      # groups with a preference (two labels or more)
         if self._ev is not None:
             from streamrank.metrics._sources import score_block
 
@@ -338,6 +343,8 @@ def add_check_options(p) -> None:
                    help="largest standardized mean shift of a feature (default %(default)s)")
     g.add_argument("--max-zero-shift", type=float, default=DEFAULTS["max_zero_shift"], metavar="Z",
                    help="largest change of a feature's fraction of zeros (default %(default)s)")
+    g.add_argument("--max-new-labels", type=float, default=DEFAULTS["max_new_labels"], metavar="F",
+                   help="largest fraction of rows with a label outside the accepted range (default %(default)s)")
     g.add_argument("--max-label-psi", type=float, default=DEFAULTS["max_label_psi"], metavar="P",
                    help="largest population stability index of the labels (default %(default)s)")
     g.add_argument("--max-ndcg-drop", type=float, default=DEFAULTS["max_ndcg_drop"], metavar="X",
@@ -364,11 +371,13 @@ def check_options_of(args, error=None) -> dict | None:
 def validate_options(opts, error=None) -> dict:
     out = dict(DEFAULTS, **(opts or {}))
     unknown = set(out) - set(DEFAULTS)
-    bad = [f"{k}={out[k]!r}" for k in DEFAULTS if not (isinstance(out[k], (int, float)) and out[k] > 0)]
+    bad = [f"{k}={out[k]!r}" for k in DEFAULTS if not (isinstance(out[k], (int, float)) and out[k] >= 0)]
+    if not out["window"] >= 1:
+        bad.append(f"window={out['window']!r} (must be >= 1)")
     if out["volume_ratio"] < 1:
         bad.append(f"volume_ratio={out['volume_ratio']!r} (must be >= 1)")
     msg = (f"unknown data check option(s) {sorted(unknown)}" if unknown else
-           f"data check thresholds must be positive numbers: {', '.join(bad)}" if bad else None)
+           f"data check thresholds must be numbers >= 0: {', '.join(bad)}" if bad else None)
     if msg:
         if error is not None:
             error(msg)
@@ -516,22 +525,25 @@ def run_checks(rec, hashes, baseline, previous_hashes, opts, required_columns=()
     if rec["kind"] == "tuples":
         out.append(_skip("label_set", "tuples carry preferences, not labels (see agreement)"))
         out.append(_skip("label_drift", "tuples carry preferences, not labels (see agreement)"))
-    elif rec["labels"] is not None and baseline["labels"] is not None:
-        new = sorted(float(k) for k in rec["labels"] if k not in baseline["labels"])
-        share = sum(rec["labels"][repr(v)] for v in new) / max(rec["rows"], 1)
-        acc = sorted(float(k) for k in baseline["labels"])
-        out.append(_res("label_set", not new, share, 0.0,
-                        f"label value(s) {_vals(new)} outside the accepted {_vals(acc)}" if new else
-                        f"every label in the accepted {_vals(acc)}", fraction_of_rows=share))
-        psi = _psi(rec["labels"], baseline["labels"])
-        out.append(_res("label_drift", psi <= opts["max_label_psi"], psi, opts["max_label_psi"],
-                        "population stability index of the label distribution"))
     else:
-        lo, hi = rec["label_moments"]["min"][0], rec["label_moments"]["max"][0]
         blo, bhi = baseline["label_min"], baseline["label_max"]
-        ok = lo is not None and blo is not None and lo >= blo and hi <= bhi
-        out.append(_res("label_set", ok, [lo, hi], [blo, bhi], "label range against the accepted range"))
-        out.append(_skip("label_drift", "real-valued labels: see label_set's range and feature_drift"))
+        if rec["labels"] is not None:
+            vals = {float(k): c for k, c in rec["labels"].items()}
+            out_vals = sorted(v for v in vals if v < blo or v > bhi)
+            share = sum(vals[v] for v in out_vals) / max(rec["rows"], 1)
+            what = f"label value(s) {_vals(out_vals)}" if out_vals else "no label"
+        else:          # real-valued labels: only the range is known
+            lo, hi = rec["label_moments"]["min"][0], rec["label_moments"]["max"][0]
+            share = 0.0 if (lo >= blo and hi <= bhi) else 1.0
+            what = f"labels in [{lo:g}, {hi:g}]" if share else "no label"
+        out.append(_res("label_set", share <= opts["max_new_labels"], share, opts["max_new_labels"],
+                        f"fraction of rows with a label outside the accepted [{blo:g}, {bhi:g}]: {what}"))
+        if rec["labels"] is not None and baseline["labels"] is not None:
+            psi = _psi(rec["labels"], baseline["labels"])
+            out.append(_res("label_drift", psi <= opts["max_label_psi"], psi, opts["max_label_psi"],
+                            "population stability index of the label distribution"))
+        else:
+            out.append(_skip("label_drift", "real-valued labels: see label_set's range and feature_drift"))
 
     # features
     if not schema_ok or rec["features"] is None or baseline["features"] is None:

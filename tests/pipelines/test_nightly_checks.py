@@ -1,0 +1,218 @@
+"""The nightly data checks (issue 36): a broken day is quarantined before it trains, named by its check.
+
+Three good days of 300 queries x 12 documents (8 features, grades 0..3 from a linear rule), then a broken
+day: labels 3 - y (the gate promoted it: it cost 0.0003 NDCG), a zeroed feature column, labels x 2, a
+repeat of yesterday's rows under new query ids, a tenth of the rows.  Each is ingested (the store keeps
+it), excluded, and named by its check; the good days after it are promoted; ``--readmit`` takes it back
+and ``--force`` trains on it, both recorded with who and when.
+"""
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import scipy.sparse as sp
+
+import streamrank as sr
+from check_days import broken, good_day, save
+from streamrank.pipelines import nightly
+from streamrank.pipelines._nightly_checks import _Moments, _psi, read_day_record, row_hashes
+
+ALPHAS = "2^-4:2^8:7"
+SCRIPT = Path(sys.executable).parent / "streamrank"
+
+
+def _main(store, models, *args):
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        rc = nightly.main(["--store", str(store), "--models", str(models), "--alphas", ALPHAS, "--no-plot",
+                           *map(str, args)])
+    return rc, out.getvalue(), err.getvalue()
+
+
+def _report(models):
+    return json.loads(sorted((models / "reports").glob("*.json"))[-1].read_text())
+
+
+@pytest.fixture(scope="module")
+def three_good(tmp_path_factory):
+    """A store and models directory after three good nights (copied by each test)."""
+    d = tmp_path_factory.mktemp("checks")
+    store, models = d / "s.zarr", d / "m"
+    for i in (1, 2, 3):
+        rc, out, err = _main(store, models, "--new", save(d / f"d{i}.npz", good_day(i)))
+        assert rc == 0 and "-> promoted" in out, (out, err)
+    return d
+
+
+def _copy(base, tmp):
+    shutil.copytree(base / "s.zarr", tmp / "s.zarr")
+    shutil.copytree(base / "m", tmp / "m")
+    return tmp / "s.zarr", tmp / "m"
+
+
+# ------------------------------------------------------------------ pieces
+def test_row_hashes_are_the_same_for_dense_and_csr_rows_and_see_every_value():
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(50, 7)).astype(np.float32)
+    X[rng.random(X.shape) < 0.4] = 0
+    y = rng.integers(0, 3, 50).astype(float)
+    h = row_hashes(X, y)
+    assert np.array_equal(h, row_hashes(sp.csr_matrix(X), y))
+    assert len(np.unique(h)) == 50
+    X2 = X.copy()
+    X2[3, 6] += 1
+    y2 = y.copy()
+    y2[4] += 1
+    assert np.flatnonzero(row_hashes(X2, y) != h).tolist() == [3]
+    assert np.flatnonzero(row_hashes(X, y2) != h).tolist() == [4]
+
+
+def test_pooled_moments_equal_numpy_on_the_rows_joined():
+    rng = np.random.default_rng(1)
+    parts = [rng.normal(size=(n, 4)) * [1, 2, 0, 3] for n in (5, 17, 1)]
+    m = _Moments(4)
+    for p in parts[:2]:
+        m.add(p)
+    m.merge(_Moments.from_json(_roundtrip(_one(parts[2]))))
+    X = np.vstack(parts)
+    assert np.allclose(m.mean, X.mean(0)) and np.allclose(m.var, X.var(0))
+    assert m.zeros.tolist() == (X == 0).sum(0).tolist() and np.array_equal(m.max, X.max(0))
+    s = _Moments(4)
+    s.add(sp.csr_matrix(X))
+    assert np.allclose(s.mean, X.mean(0)) and np.allclose(s.var, X.var(0)) and np.array_equal(s.min, X.min(0))
+
+
+def _one(X):
+    m = _Moments(X.shape[1])
+    m.add(X)
+    return m.to_json()
+
+
+def _roundtrip(doc):
+    return json.loads(json.dumps(doc))
+
+
+def test_psi_is_the_documented_sum():
+    p, q = {"0.0": 50, "1.0": 50}, {"0.0": 80, "1.0": 20}
+    a, b = np.array([0.5, 0.5]), np.array([0.8, 0.2])
+    assert _psi(p, q) == pytest.approx(np.sum((a - b) * np.log(a / b)))
+    assert _psi(p, p) == 0.0
+
+
+# ------------------------------------------------------------------ the issue's days
+@pytest.mark.skipif(not SCRIPT.exists(), reason="needs the streamrank console script")
+def test_cli_quarantines_the_inverted_day_promotes_the_next_and_readmits_it(three_good, tmp_path):
+    """The issue's reproduction through the real command: exit 7 and one line, the day kept in the store."""
+    store, models = _copy(three_good, tmp_path)
+    env = dict(os.environ, PYTHONPATH=str(Path(nightly.__file__).parents[2]))
+
+    def run(*args):
+        return subprocess.run([str(SCRIPT), "nightly", "--store", str(store), "--models", str(models),
+                               "--alphas", ALPHAS, "--no-plot", *map(str, args)],
+                              capture_output=True, text=True, timeout=300, env=env)
+
+    inverted = save(tmp_path / "d4_inverted.npz", broken("inverted", 4))
+    n_before = sr.GroupStore.open(store).n_groups
+    p = run("--new", inverted)
+    assert p.returncode == 7, (p.stdout, p.stderr)
+    lines = p.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("nightly: quarantined d4_inverted.npz (sha256:"), p.stderr
+    assert "agreement 0." in lines[0] and "(threshold 0." in lines[0] and "ndcg@10 0." in lines[0], lines[0]
+    assert "label_set" not in lines[0]           # grades 3 - y are the same set: only agreement sees it
+    assert "; quarantined d4_inverted.npz (agreement)" in p.stdout and "current=v0003" in p.stdout
+    rep = _report(models)
+    assert set(rep["checks"]["days"][0]["checks"]) == {"schema", "label_set", "label_drift", "feature_drift",
+                                                       "zero_fraction", "agreement", "volume", "duplicates"}
+    by = rep["checks"]["days"][0]["checks"]
+    assert by["agreement"]["status"] == "failed" and all(
+        by[c]["status"] == "passed" for c in by if c != "agreement"), by
+    day = rep["quarantined"][0]["day"]
+    # nothing is lost: the day is in the store, excluded from training
+    s = sr.GroupStore.open(store)
+    assert s.n_groups == n_before + 300
+    excl = json.loads((models / "excluded.json").read_text())["excluded"]
+    assert [e["day"] for e in excl] == [day] and excl[0]["reason"] == "quarantined by the data checks: agreement"
+    rec = read_day_record(models, day)
+    assert rec["decision"] == "quarantined" and rec["agreement"]["model"] == "v0003"
+    # the good day after it is promoted, trained without it
+    p = run("--new", save(tmp_path / "d5.npz", good_day(5)))
+    assert p.returncode == 0 and "-> promoted; current=v0004" in p.stdout, (p.stdout, p.stderr)
+    v4 = json.loads((models / "v0004" / "version.json").read_text())
+    assert v4["excluded"] == [day]
+    # re-admitted by hand: recorded with who and when; the next night retrains with it
+    p = run("--readmit", inverted)
+    assert p.returncode == 0, p.stderr
+    rep = _report(models)
+    assert rep["readmitted"] == [day] and rep["overrides"][0]["action"] == "readmit"
+    assert rep["overrides"][0]["user"] and rep["overrides"][0]["at"]
+    assert "retrain" in rep
+    rec = read_day_record(models, day)
+    assert rec["readmitted"]["user"] == rep["overrides"][0]["user"]
+    assert json.loads((models / "excluded.json").read_text())["excluded"] == []
+
+
+@pytest.mark.parametrize("kind, check", [("zeroed", "zero_fraction"), ("rescaled", "label_set"),
+                                         ("repeat", "duplicates"), ("tenth", "volume")])
+def test_each_broken_day_is_caught_by_its_check(three_good, tmp_path, kind, check):
+    store, models = _copy(three_good, tmp_path)
+    yesterday = good_day(3)
+    rc, out, err = _main(store, models, "--new", save(tmp_path / f"{kind}.npz", broken(kind, 4, yesterday)))
+    assert rc == 7, (out, err)
+    assert check in out.split("; quarantined ")[1], out
+    assert f"{check} " in err or f"{check}:" in err, err
+    rep = _report(models)
+    failed = rep["quarantined"][0]["failed"]
+    assert check in failed, failed
+    res = rep["checks"]["days"][0]["checks"][check]
+    assert res["status"] == "failed" and res["figure"] is not None and res["threshold"] is not None
+    # the next good day is checked against the accepted days only, and promoted
+    rc, out, err = _main(store, models, "--new", save(tmp_path / "d5.npz", good_day(5)))
+    assert rc == 0 and "-> promoted; current=v0004" in out, (out, err)
+    assert _report(models)["checks"]["days"][0]["decision"] == "accepted"
+
+
+def test_force_trains_on_a_failing_day_and_records_who(three_good, tmp_path):
+    store, models = _copy(three_good, tmp_path)
+    rc, out, err = _main(store, models, "--new", save(tmp_path / "tenth.npz", broken("tenth", 4)), "--force")
+    assert rc == 0 and "quarantined" not in out and "v0004" in out, (out, err)
+    rep = _report(models)
+    assert rep["checks"]["days"][0]["decision"] == "forced" and rep["checks"]["days"][0]["failed"] == ["volume"]
+    assert rep["overrides"][0]["action"] == "force" and rep["overrides"][0]["user"]
+    assert not (models / "excluded.json").exists()
+    assert sr.load(models / "current").n_features_in_ == 8
+
+
+def test_a_day_ingested_without_its_profile_is_profiled_from_the_store(three_good, tmp_path):
+    """A night killed between the ingest and the checks: the re-run reads the day from the store once."""
+    store, models = _copy(three_good, tmp_path)
+    day = save(tmp_path / "inv.npz", broken("inverted", 4))
+    nightly.ingest(store, [day])               # the ingest of a night that died before its checks
+    rc, out, err = _main(store, models, "--new", day)
+    assert rc == 7 and "agreement" in err, (out, err)
+    rec = read_day_record(models, _report(models)["quarantined"][0]["day"])
+    assert rec["profiled_from"].startswith("store")
+    rc2, out2, err2 = _main(store, models, "--new", day)        # the same night again: still quarantined
+    assert rc2 == 7 and err2 == err and "up to date" in out2
+
+
+def test_no_checks_lets_the_day_through_to_the_gate(three_good, tmp_path):
+    store, models = _copy(three_good, tmp_path)
+    rc, out, err = _main(store, models, "--new", save(tmp_path / "inv.npz", broken("inverted", 4)), "--no-checks")
+    assert rc == 0 and "-> promoted" in out, (out, err)    # the issue's finding: the gate alone promotes it
+    assert "checks" not in _report(models)
+
+
+def test_bad_thresholds_are_usage_errors(tmp_path):
+    with pytest.raises(SystemExit) as e, contextlib.redirect_stderr(io.StringIO()):
+        nightly.main(["--store", str(tmp_path / "s"), "--models", str(tmp_path / "m"), "--new", "x.npz",
+                      "--volume-ratio", "0.5"])
+    assert e.value.code == 2
