@@ -216,3 +216,76 @@ def test_bad_thresholds_are_usage_errors(tmp_path):
         nightly.main(["--store", str(tmp_path / "s"), "--models", str(tmp_path / "m"), "--new", "x.npz",
                       "--volume-ratio", "0.5"])
     assert e.value.code == 2
+
+
+# ------------------------------------------------------------------ every learner line
+@pytest.mark.slow   # five nights of each learner: ~3 s
+@pytest.mark.parametrize("learner", ["sparse-kernel", "sgd-pairwise"])
+def test_the_other_group_learners_quarantine_the_inverted_day(tmp_path, learner):
+    store, models = tmp_path / "s.zarr", tmp_path / "m"
+    extra = ["--learner", learner] + (["--n-basis", "60", "--gamma", "0.1"] if learner == "sparse-kernel" else [])
+    for i in (1, 2, 3):
+        rc, out, err = _main(store, models, "--new", save(tmp_path / f"d{i}.npz", good_day(i)), *extra)
+        assert rc == 0 and "-> promoted" in out, (out, err)
+    rc, out, err = _main(store, models, "--new", save(tmp_path / "inv.npz", broken("inverted", 4)), *extra)
+    assert rc == 7 and "quarantined inv.npz (agreement)" in out and "current=v0003" in out, (out, err)
+    rc, out, err = _main(store, models, "--new", save(tmp_path / "d5.npz", good_day(5)), *extra)
+    assert rc == 0 and "-> promoted; current=v0004" in out, (out, err)
+    assert len(nightly.read_version(models, "v0004")["excluded"]) == 1      # trained without the inverted day
+
+
+@pytest.mark.slow   # five sgd-bilinear nights on MQ2008 tuple days: ~3 s
+def test_sgd_bilinear_quarantines_inverted_and_repeated_tuple_days(tmp_path):
+    from mq_days import ARCHIVE, read_queries, tuple_day
+
+    if not ARCHIVE.exists():
+        pytest.skip("MQ2008 archive not available")
+    lines, starts = read_queries()
+    store, models = tmp_path / "t.zarr", tmp_path / "m"
+    args = ("--learner", "sgd-bilinear", "--gate-fraction", "0")     # the checks alone decide what trains
+    for i in range(3):
+        rc, out, err = _main(store, models, "--new", tuple_day(tmp_path / f"t{i}.npz", lines, starts, 90 * i,
+                                                               90 * i + 90), *args)
+        assert rc == 0 and "-> promoted" in out, (out, err)
+    inv = tuple_day(tmp_path / "inv.npz", lines, starts, 270, 360, invert=True)
+    rc, out, err = _main(store, models, "--new", inv, *args)
+    assert rc == 7 and "quarantined inv.npz (agreement)" in out, (out, err)
+    assert "agreement 0." in err and "(threshold 0." in err and "disagreement 0." in err, err
+    rep = _report(models)["checks"]["days"][0]
+    assert rep["checks"]["label_set"]["status"] == "skipped" and rep["checks"]["volume"]["status"] == "passed"
+    # yesterday's tuples again (a new file: the same content under another seed's sampling is not a copy)
+    rep_day = tmp_path / "repeat.npz"
+    with np.load(tmp_path / "t2.npz") as z:
+        np.savez(rep_day, **{k: z[k] for k in z.files}, note=np.array([1]))   # other bytes, same tuples
+    rc, out, err = _main(store, models, "--new", rep_day, *args)
+    assert rc == 7 and "duplicates" in _report(models)["quarantined"][0]["failed"], (out, err)
+    assert "duplicates 1 (threshold 0.5" in err
+    rc, out, err = _main(store, models, "--new", tuple_day(tmp_path / "t4.npz", lines, starts, 360, 450), *args)
+    assert rc == 0 and _report(models)["checks"]["days"][0]["decision"] == "accepted", (out, err)
+
+
+# ------------------------------------------------------------------ real days
+@pytest.mark.slow   # five MQ2008 nights and an inverted one: ~3 s
+def test_mq2008_s1_to_s5_as_five_days_are_all_accepted_and_an_inverted_s5_is_not(tmp_path):
+    from mq_days import ARCHIVE, read_queries, text_day
+
+    if not ARCHIVE.exists():
+        pytest.skip("MQ2008 archive not available")
+    store, models = tmp_path / "s.zarr", tmp_path / "m"
+    files = []
+    for i in range(1, 6):
+        lines, starts = read_queries(f"MQ2008/S{i}.txt")
+        files.append(text_day(tmp_path / f"S{i}.txt", lines, starts, 0, len(starts) - 1))
+    inverted = text_day(tmp_path / "S5_inverted.txt", lines, starts, 0, len(starts) - 1, invert=True)
+    for f in files[:4]:
+        rc, out, err = _main(store, models, "--new", f)
+        assert rc == 0 and "-> promoted" in out, (out, err)
+    shutil.copytree(store, tmp_path / "s4.zarr")
+    shutil.copytree(models, tmp_path / "m4")
+    rc, out, err = _main(store, models, "--new", files[4])
+    assert rc == 0 and "-> promoted" in out, (out, err)
+    reports = sorted((models / "reports").glob("*.json"))
+    decisions = [d["decision"] for r in reports for d in json.loads(r.read_text())["checks"]["days"]]
+    assert decisions == ["accepted"] * 5
+    rc, out, err = _main(tmp_path / "s4.zarr", tmp_path / "m4", "--new", inverted)
+    assert rc == 7 and "agreement" in err, (out, err)
