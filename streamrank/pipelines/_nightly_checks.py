@@ -25,11 +25,13 @@ before it is appended) and checked against the days accepted before it:
     per feature, the change in the fraction of zeros against the accepted days (a column that died is
     a jump to 1); fails above ``--max-zero-shift`` (default 0.5).
 ``agreement``
-    the current model's NDCG@k and pairwise disagreement on the day, against their median over the
-    accepted days (each day's figure under the model current when it was checked): fails when NDCG drops
-    by more than ``--max-ndcg-drop`` (default 0.15) or disagreement rises by more than
-    ``--max-disagreement-rise`` (default 0.15).  Before any accepted day has a figure, it fails only when
-    the model orders the day's pairs worse than chance (disagreement > 0.5).  Inverted or shuffled
+    the current model's NDCG@k and pairwise disagreement on the day, against a reference: the median of
+    the accepted days' figures (each day's under the model current when it was checked), or the current
+    version's own validation figure (``version.json["metrics"]``) where that is worse — a model that got
+    worse by itself does not make good days fail.  Fails when NDCG drops by more than ``--max-ndcg-drop``
+    (default 0.15) below it or disagreement rises by more than ``--max-disagreement-rise`` (default 0.15)
+    above it.  With neither (a current model without metrics), it fails only when the model orders the
+    day's pairs worse than chance (disagreement > 0.5).  Inverted or shuffled
     labels collapse it.  sgd-bilinear: the tuple error (fraction of preferences the model orders the
     other way) plays the disagreement, with the same thresholds.
 ``volume``
@@ -492,7 +494,7 @@ def _fmt(v):
     return str(v)
 
 
-def run_checks(rec, hashes, baseline, previous_hashes, opts, required_columns=()):
+def run_checks(rec, hashes, baseline, previous_hashes, opts, required_columns=(), model_ref=None):
     """Every check of the day record ``rec`` against ``baseline`` (:func:`pool`); a list of results."""
     out = []
     name = "schema"
@@ -506,7 +508,7 @@ def run_checks(rec, hashes, baseline, previous_hashes, opts, required_columns=()
         for n in CHECKS[1:]:
             if n != "agreement":
                 out.append(_skip(n, "no accepted day to compare with"))
-        out.append(_agreement(rec, None, opts))
+        out.append(_agreement(rec, None, opts, model_ref))
         return out
     if rec["n_features"] != baseline["n_features"]:
         problems.append(f"{rec['n_features']} features, accepted days {baseline['n_features']}")
@@ -571,7 +573,7 @@ def run_checks(rec, hashes, baseline, previous_hashes, opts, required_columns=()
                         f"({acc.zero_fraction[j]:.3g} -> {day.zero_fraction[j]:.3g})" if len(z) else None,
                         feature=names[j] if len(z) else None, per_feature=[float(v) for v in z]))
 
-    out.append(_agreement(rec, baseline, opts))
+    out.append(_agreement(rec, baseline, opts, model_ref))
 
     # volume
     fails, figs = [], {}
@@ -605,12 +607,21 @@ def _finite_or_inf(a):
     return [float(x) if np.isfinite(x) else "inf" for x in a]
 
 
-def _agreement(rec, baseline, opts):
+def _agreement(rec, baseline, opts, model_ref=None):
     a = rec.get("agreement")
     if not a:
         return _skip("agreement", "no current model to score the day")
     past = (baseline or {}).get("agreement") or []
     dis, ndcg = a.get("disagreement"), a.get("ndcg")
+    ref = {k: v for k, v in (model_ref or {}).items() if v is not None}
+    if not past and ref:
+        past = [ref]
+    elif ref:           # the current model's own validation figure, when it is below what older models did
+        md, mn = _median([p.get("disagreement") for p in past]), _median([p.get("ndcg") for p in past])
+        past = [{"disagreement": max(x for x in (md, ref.get("disagreement")) if x is not None)
+                 if md is not None or ref.get("disagreement") is not None else None,
+                 "ndcg": min(x for x in (mn, ref.get("ndcg")) if x is not None)
+                 if mn is not None or ref.get("ndcg") is not None else None}] * max(1, len(past))
     if not past:
         ok = dis is None or dis <= 0.5
         return _res("agreement", ok, dis, 0.5, "the current model's disagreement on the day, against chance "
@@ -626,8 +637,8 @@ def _agreement(rec, baseline, opts):
     thr = (med_n - opts["max_ndcg_drop"]) if ndcg is not None and med_n is not None else \
         (med_d + opts["max_disagreement_rise"] if med_d is not None else None)
     return _res("agreement", not fails, figure, thr,
-                "; ".join(fails) or f"the current model on the day against its median on {len(past)} accepted "
-                "day(s)", ndcg=ndcg, disagreement=dis, median_ndcg=med_n, median_disagreement=med_d,
+                "; ".join(fails) or "the current model on the day against its figures on the accepted days",
+                ndcg=ndcg, disagreement=dis, median_ndcg=med_n, median_disagreement=med_d,
                 metric=a.get("metric"))
 
 
@@ -689,8 +700,12 @@ class DayChecks:
     ``required_columns``: the store row columns the line trains on.
     """
 
-    def __init__(self, models_dir, opts, *, model=None, k=10, tuples=False, required_columns=(), model_name=None):
+    def __init__(self, models_dir, opts, *, model=None, k=10, tuples=False, required_columns=(), model_name=None,
+                 model_metrics=None):
         self.models_dir, self.opts = models_dir, validate_options(opts)
+        m = model_metrics or {}
+        self.model_ref = {"ndcg": m.get(f"ndcg@{k}"), "disagreement": m.get("tuple_error" if tuples else
+                                                                              "disagreement")}
         self.model, self.k, self.tuples = model, k, tuples
         self.model_name = model_name
         self.required = tuple(required_columns)
@@ -769,7 +784,7 @@ class DayChecks:
                 accepted.append(r)
         prev = [read_day_hashes(self.models_dir, d) for d in recent]
         prev = np.concatenate(prev) if prev else None
-        checks = run_checks(record, hashes, pool(accepted), prev, self.opts, self.required)
+        checks = run_checks(record, hashes, pool(accepted), prev, self.opts, self.required, self.model_ref)
         failed = [c["check"] for c in checks if c["status"] == "failed"]
         if record.get("agreement") is not None:
             record["agreement"]["model"] = self.model_name
