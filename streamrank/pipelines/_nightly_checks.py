@@ -87,7 +87,7 @@ _MAX_LABEL_VALUES = 64
 _PSI_FLOOR = 1e-4
 
 _M1, _M2 = np.uint64(0xBF58476D1CE4E5B9), np.uint64(0x94D049BB133111EB)
-_LABEL_SALT, _COL_SHIFT = np.uint64(0x9E3779B97F4A7C15), np.uint64(32)
+_LABEL_SALT = np.uint64(0x9E3779B97F4A7C15)
 
 
 def _mix(z):
@@ -97,29 +97,41 @@ def _mix(z):
     return z ^ (z >> np.uint64(31))
 
 
-def row_hashes(X, y=None):
-    """A 64-bit hash of each row's nonzero (column, float32 value) pairs and its label (dense or CSR alike)."""
+def _salt(n):
+    """Per-column uint64 salts of the row fingerprints (fixed: the same on every night)."""
+    rng = np.random.default_rng(0x5EED)
+    return rng.integers(0, np.iinfo(np.int64).max, size=max(int(n), 1), dtype=np.int64).astype(np.uint64)[:n]
+
+
+def fingerprints(X, y=None):
+    """``(h, zeros)``: a 64-bit hash of each row's nonzero (column, float32 value) entries and its label
+    (the same for a dense and a CSR row), and each column's count of zeros, in one pass
+    (:mod:`streamrank.pipelines._checks_kernels`)."""
+    from streamrank.pipelines._checks_kernels import csr_fingerprints, dense_fingerprints
+
+    n = X.shape[1]
+    h = np.zeros(X.shape[0], dtype=np.uint64)
+    zeros = np.zeros(n, dtype=np.int64)
+    if sp.issparse(X):
+        X = sp.csr_matrix(X)
+        data = np.ascontiguousarray(X.data, dtype=np.float32)
+        csr_fingerprints(np.asarray(X.indptr, np.int64), np.asarray(X.indices, np.int64), data,
+                         data.view(np.uint32), _salt(n), zeros, h)
+    else:
+        X32 = np.ascontiguousarray(X, dtype=np.float32)
+        dense_fingerprints(X32, X32.view(np.uint32), _salt(n), zeros, h)
     with np.errstate(over="ignore"):
-        if sp.issparse(X):
-            X = sp.csr_matrix(X)
-            v = np.asarray(X.data, dtype=np.float32).view(np.uint32).astype(np.uint64)
-            keep = X.data != 0
-            key = (X.indices.astype(np.uint64) << _COL_SHIFT) | v
-            m = np.where(keep, _mix(key), np.uint64(0))
-            h = np.zeros(X.shape[0], dtype=np.uint64)
-            rows = np.repeat(np.arange(X.shape[0]), np.diff(X.indptr))
-            np.add.at(h, rows, m)
-        else:
-            X32 = np.ascontiguousarray(X, dtype=np.float32)
-            key = X32.view(np.uint32).astype(np.uint64)
-            key |= np.arange(X32.shape[1], dtype=np.uint64) << _COL_SHIFT
-            m = _mix(key)
-            m[X32 == 0] = 0
-            h = m.sum(axis=1, dtype=np.uint64)
         if y is not None:
-            yb = np.ascontiguousarray(y, dtype=np.float64).reshape(len(h), -1)
-            h += _mix(yb.view(np.uint64).sum(axis=1, dtype=np.uint64) ^ _LABEL_SALT)
-        return h
+            yb = np.ascontiguousarray(np.asarray(y, dtype=np.float64) + 0.0).reshape(len(h), -1)
+            h = _mix(h ^ _mix(yb.view(np.uint64).sum(axis=1, dtype=np.uint64) ^ _LABEL_SALT))
+        else:
+            h = _mix(h)
+    return h, zeros
+
+
+def row_hashes(X, y=None):
+    """The row part of :func:`fingerprints`."""
+    return fingerprints(X, y)[0]
 
 
 def _group_starts(qid):
@@ -131,67 +143,50 @@ def _group_starts(qid):
 
 # ------------------------------------------------------------------ moments
 class _Moments:
-    """Per-feature count, mean, M2 (Chan et al.'s pairwise update), zeros, min, max."""
+    """Per-feature moments (:class:`streamrank.normalize.FeatureMoments`: n, mean, M2, min, max) and zeros."""
 
     def __init__(self, d):
-        self.n, self.mean, self.m2 = 0, np.zeros(d), np.zeros(d)
+        from streamrank.normalize import FeatureMoments
+
+        self.fm = FeatureMoments(d)
         self.zeros = np.zeros(d, dtype=np.int64)
-        self.min, self.max = np.full(d, np.inf), np.full(d, -np.inf)
 
-    def add(self, X):
-        k = X.shape[0]
-        if k == 0:
+    def add(self, X, zeros=None):
+        if X.shape[0] == 0:
             return
-        if sp.issparse(X):
-            X = sp.csr_matrix(X, dtype=np.float64)
-            mean = np.asarray(X.sum(axis=0)).ravel() / k
-            sq = np.asarray(X.multiply(X).sum(axis=0)).ravel()
-            m2 = np.maximum(sq - k * mean * mean, 0.0)
-            nnz = np.bincount(X.indices[X.data != 0], minlength=X.shape[1])
-            zeros = k - nnz
-            lo, hi = X.min(axis=0).toarray().ravel(), X.max(axis=0).toarray().ravel()
-        else:
-            X = np.asarray(X, dtype=np.float64)
-            mean = X.mean(axis=0)
-            m2 = ((X - mean) ** 2).sum(axis=0)
-            zeros = (X == 0).sum(axis=0)
-            lo, hi = X.min(axis=0), X.max(axis=0)
-        self._merge(k, mean, m2, zeros, lo, hi)
-
-    def _merge(self, k, mean, m2, zeros, lo, hi):
-        n = self.n + k
-        delta = mean - self.mean
-        self.m2 = self.m2 + m2 + delta * delta * (self.n * k / n)
-        self.mean = self.mean + delta * (k / n)
-        self.n = n
-        self.zeros = self.zeros + zeros
-        self.min, self.max = np.minimum(self.min, lo), np.maximum(self.max, hi)
+        self.fm.update(X)
+        self.zeros = self.zeros + (fingerprints(X)[1] if zeros is None else zeros)
 
     def merge(self, other):
-        if other.n:
-            self._merge(other.n, other.mean, other.m2, other.zeros, other.min, other.max)
+        self.fm.merge(other.fm)
+        self.zeros = self.zeros + other.zeros
         return self
 
+    n = property(lambda self: self.fm.n)
+    mean = property(lambda self: self.fm.mean)
+    min = property(lambda self: self.fm.min)
+    max = property(lambda self: self.fm.max)
+
     def to_json(self):
-        return {"n": int(self.n), "mean": self.mean.tolist(), "m2": self.m2.tolist(),
-                "zeros": self.zeros.tolist(), "min": _finite(self.min), "max": _finite(self.max)}
+        return {"n": int(self.fm.n), "mean": self.fm.mean.tolist(), "m2": self.fm.m2.tolist(),
+                "zeros": self.zeros.tolist(), "min": _finite(self.fm.min), "max": _finite(self.fm.max)}
 
     @classmethod
     def from_json(cls, doc):
         m = cls(len(doc["mean"]))
-        m.n, m.mean, m.m2 = int(doc["n"]), np.asarray(doc["mean"], float), np.asarray(doc["m2"], float)
+        m.fm.n, m.fm.mean, m.fm.m2 = int(doc["n"]), np.asarray(doc["mean"], float), np.asarray(doc["m2"], float)
         m.zeros = np.asarray(doc["zeros"], np.int64)
-        m.min = np.asarray([np.inf if v is None else v for v in doc["min"]], float)
-        m.max = np.asarray([-np.inf if v is None else v for v in doc["max"]], float)
+        m.fm.min = np.asarray([np.inf if v is None else v for v in doc["min"]], float)
+        m.fm.max = np.asarray([-np.inf if v is None else v for v in doc["max"]], float)
         return m
 
     @property
     def var(self):
-        return self.m2 / max(self.n, 1)
+        return self.fm.m2 / max(self.fm.n, 1)
 
     @property
     def zero_fraction(self):
-        return self.zeros / max(self.n, 1)
+        return self.zeros / max(self.fm.n, 1)
 
 
 def _finite(a):
@@ -230,11 +225,12 @@ class DayProfile:
             return
         if self.moments is None:
             self.moments = _Moments(X.shape[1])
-        self.moments.add(X)
+        h, zeros = fingerprints(X, y)
+        self.moments.add(X, zeros)
         self.rows += len(y)
         starts = _group_starts(qid)
         self.groups += len(starts)
-        self.label_moments.add(y[:, None])
+        self.label_moments.add(y[:, None], np.array([np.count_nonzero(y == 0)]))
         self.integer_labels &= bool(np.all(y == np.round(y)))
         if self.labels is not None:
             vals, cnt = np.unique(y, return_counts=True)
@@ -246,9 +242,8 @@ class DayProfile:
             self.feature_names = [str(n) for n in feature_names]
         if row_cols:
             self.row_columns |= set(row_cols)
-        h = row_hashes(X, y)
         with np.errstate(over="ignore"):
-            gh = np.add.reduceat(_mix(h), starts) if len(starts) else np.zeros(0, np.uint64)
+            gh = np.add.reduceat(h, starts) if len(starts) else np.zeros(0, np.uint64)
             gh = _mix(gh + np.diff(np.r_[starts, len(y)]).astype(np.uint64))
         informative = np.minimum.reduceat(y, starts) < np.maximum.reduceat(y, starts) if len(starts) else []
         self.group_hashes.append(gh[informative])      # groups with a preference (two labels or more)
@@ -811,7 +806,9 @@ class DayChecks:
 
 
 def _brief(checks):
-    return {c["check"]: {k: c.get(k) for k in ("status", "figure", "threshold")} for c in checks}
+    """Each check's status, figure and threshold for the run report (and the figures that checks.png draws)."""
+    keep = ("status", "figure", "threshold", "per_feature", "ratios", "ndcg", "disagreement", "metric", "detail")
+    return {c["check"]: {k: c[k] for k in keep if k in c} for c in checks}
 
 
 def _day_span(log, unit, day):

@@ -380,4 +380,20 @@ def _plot(models_dir):
     import matplotlib.pyplot as plt
 
     plt.close(fig)
+    _plot_checks(models_dir)
     return str(path)
+
+
+def _plot_checks(models_dir):
+    """``DIR/checks.png``: the data checks of every day (:func:`streamrank.plot.nightly_checks_history`),
+    when some report holds them."""
+    from streamrank.plot import nightly_checks_history
+
+    try:
+        fig = nightly_checks_history(models_dir, Path(models_dir) / "checks.png")
+    except ValueError:          # no report with checks yet (every night ran with --no-checks)
+        return None
+    import matplotlib.pyplot as plt
+
+    plt.close(fig)
+    return str(Path(models_dir) / "checks.png")

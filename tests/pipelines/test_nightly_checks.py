@@ -289,3 +289,39 @@ def test_mq2008_s1_to_s5_as_five_days_are_all_accepted_and_an_inverted_s5_is_not
     assert decisions == ["accepted"] * 5
     rc, out, err = _main(tmp_path / "s4.zarr", tmp_path / "m4", "--new", inverted)
     assert rc == 7 and "agreement" in err, (out, err)
+
+
+def test_checks_png_shows_every_day_and_marks_the_quarantined_one(three_good, tmp_path):
+    pytest.importorskip("matplotlib")
+    store, models = _copy(three_good, tmp_path)
+    rep = nightly.run_night(store, [save(tmp_path / "zeroed.npz", broken("zeroed", 4))], models,
+                            alphas=[1.0, 16.0], out=io.StringIO())
+    assert rep["quarantined"] and (models / "checks.png").stat().st_size > 0 and (models / "metrics.png").exists()
+    fig = sr.plot.nightly_checks_history(models)
+    top, bottom = fig.axes
+    labels = {t.get_text() for t in top.get_legend().get_texts()}
+    assert labels >= {"feature_drift", "zero_fraction", "label_drift", "duplicates", "volume"}
+    zero = next(ln for ln in top.get_lines() if ln.get_label() == "zero_fraction")
+    assert zero.get_ydata()[-1] == pytest.approx(1.0 / 0.5) and len(zero.get_xdata()) == 4     # 4 days checked
+    assert any(ln.get_label() == "ndcg@10" for ln in bottom.get_lines())
+    assert sum(1 for ln in top.get_lines() if ln.get_color() == "0.75") == 8      # every feature's drift
+
+
+def test_fingerprint_kernels_match_a_plain_numpy_formula():
+    from streamrank.pipelines._nightly_checks import _salt, fingerprints
+
+    rng = np.random.default_rng(2)
+    X = rng.normal(size=(30, 5)).astype(np.float32)
+    X[rng.random(X.shape) < 0.5] = 0
+    X[0, 1] = -0.0                                      # a negative zero is a zero
+    h, zeros = fingerprints(X)
+    assert zeros.tolist() == (X == 0).sum(0).tolist()
+    with np.errstate(over="ignore"):
+        m = (X.view(np.uint32).astype(np.uint64) ^ _salt(5)) * np.uint64(0x9E3779B97F4A7C15)
+        m ^= m >> np.uint64(32)
+        m[X == 0] = 0
+        from streamrank.pipelines._nightly_checks import _mix
+
+        assert np.array_equal(h, _mix(m.sum(axis=1, dtype=np.uint64)))
+    hs, zs = fingerprints(sp.csr_matrix(X))
+    assert np.array_equal(hs, h) and np.array_equal(zs, zeros)
