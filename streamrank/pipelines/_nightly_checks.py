@@ -25,7 +25,8 @@ before it is appended) and checked against the days accepted before it:
     per feature, the change in the fraction of zeros against the accepted days (a column that died is
     a jump to 1); fails above ``--max-zero-shift`` (default 0.5).
 ``agreement``
-    the current model's NDCG@k and pairwise disagreement on the day, against a reference: the median of
+    the current model's NDCG@k and pairwise disagreement on the day (on at most :data:`AGREEMENT_GROUPS`
+    of its groups with two labels or more: those of smallest content hash), against a reference: the median of
     the accepted days' figures (each day's under the model current when it was checked), or the current
     version's own validation figure (``version.json["metrics"]``) where that is worse — a model that got
     worse by itself does not make good days fail.  Fails when NDCG drops by more than ``--max-ndcg-drop``
@@ -84,6 +85,9 @@ DEFAULTS = {"window": 7, "max_feature_drift": 1.0, "max_zero_shift": 0.5, "max_l
             "max_ndcg_drop": 0.15, "max_disagreement_rise": 0.15, "volume_ratio": 4.0, "max_duplicates": 0.5,
             "max_new_labels": 0.05}
 _MAX_LABEL_VALUES = 64
+#: ``agreement`` scores at most this many groups of a day: those of smallest content hash (a uniform
+#: sample, the same whatever the chunking); the standard error of a mean NDCG over them is < 0.01.
+AGREEMENT_GROUPS = 4000
 _PSI_FLOOR = 1e-4
 
 _M1, _M2 = np.uint64(0xBF58476D1CE4E5B9), np.uint64(0x94D049BB133111EB)
@@ -213,11 +217,10 @@ class DayProfile:
         self.feature_names = None
         self.row_columns: set = set()
         self.group_hashes: list = []
-        self._ev = None
-        if model is not None:
-            from streamrank.metrics._evaluator import RankingEvaluator
-
-            self._ev = RankingEvaluator(k, ("ndcg", "disagreement"))
+        # agreement: the current model on the AGREEMENT_GROUPS informative groups of smallest content hash
+        self._tau = np.iinfo(np.uint64).max          # a group is scored when its hash is below this
+        self._kept = []                              # (hashes, ndcg, disagreement) of the scored groups
+        self._n_kept = 0
 
     def add(self, X, y, qid, row_cols=None, feature_names=None):
         y = np.asarray(y, dtype=np.float64) + 0.0       # -0.0 is the label 0
@@ -247,20 +250,46 @@ class DayProfile:
             gh = _mix(gh + np.diff(np.r_[starts, len(y)]).astype(np.uint64))
         informative = np.minimum.reduceat(y, starts) < np.maximum.reduceat(y, starts) if len(starts) else []
         self.group_hashes.append(gh[informative])      # groups with a preference (two labels or more)
-        if self._ev is not None:
-            from streamrank.metrics._sources import score_block
+        if self.model is not None:
+            self._score(X, y, starts, gh, informative)
 
-            s = np.asarray(score_block(self.model, X), dtype=np.float64).reshape(len(y), -1)[:, 0]
-            self._ev.update(y, s, np.r_[starts, len(y)])
+    def _score(self, X, y, starts, gh, informative):
+        """Score the chunk's informative groups whose hash is below the running threshold (a bottom-k sample
+        of the day by content hash: the same groups whatever the chunking or the order of the day)."""
+        from streamrank.metrics._evaluator import RankingEvaluator
+        from streamrank.metrics._sources import score_block
+
+        sel = np.asarray(informative, dtype=bool) & (gh < self._tau)
+        if not sel.any():
+            return
+        sizes = np.diff(np.r_[starts, len(y)])
+        rows = np.repeat(sel, sizes)
+        ys = y[rows]
+        sc = np.asarray(score_block(self.model, X[rows]), dtype=np.float64).reshape(len(ys), -1)[:, 0]
+        ev = RankingEvaluator(self.k, ("ndcg", "disagreement"), keep_per_query=True)
+        ev.update(ys, sc, np.r_[0, np.cumsum(sizes[sel])])
+        res = ev.result()
+        self._kept.append((gh[sel], res[f"ndcg@{self.k}"].per_query, res["disagreement"].per_query))
+        self._n_kept += int(sel.sum())
+        if self._n_kept > 2 * AGREEMENT_GROUPS:          # keep the AGREEMENT_GROUPS smallest hashes
+            h, nd, di = (np.concatenate(a) for a in zip(*self._kept))
+            keep = np.argsort(h, kind="stable")[:AGREEMENT_GROUPS]
+            self._kept = [(h[keep], nd[keep], di[keep])]
+            self._n_kept = AGREEMENT_GROUPS
+            self._tau = h[keep[-1]]
 
     def agreement(self):
-        if self._ev is None or self._ev.n_rows == 0:
+        if self.model is None or not self._kept:
             return None
-        res = self._ev.result()
+        h, nd, di = (np.concatenate(a) for a in zip(*self._kept))
+        if len(h) > AGREEMENT_GROUPS:
+            keep = np.argsort(h, kind="stable")[:AGREEMENT_GROUPS]
+            nd, di = nd[keep], di[keep]
         out = {}
-        for name, r in res.items():
-            out["ndcg" if name.startswith("ndcg") else name] = None if math.isnan(r.value) else float(r.value)
-        out["metric"] = f"ndcg@{self.k}"
+        for name, v in (("ndcg", nd), ("disagreement", di)):
+            v = v[~np.isnan(v)]
+            out[name] = float(v.mean()) if len(v) else None
+        out.update(metric=f"ndcg@{self.k}", groups_scored=int(len(nd)))
         return out
 
     def record(self):
