@@ -246,6 +246,9 @@ def _clean_partial(models_dir):
         for p in Path(models_dir).glob(f".{name}.*.tmp"):
             if not writer_alive(p):
                 p.unlink(missing_ok=True)
+    for p in Path(models_dir).glob("days/.*.tmp"):     # the data checks' day profiles
+        if not writer_alive(p):
+            p.unlink(missing_ok=True)
 
 
 def prune(models_dir, keep):

@@ -4,7 +4,7 @@ One run = one night::
 
     streamrank nightly --store STORE --new DAYFILE... --models DIR \\
         [--learner rankrls|sparse-kernel|sgd-bilinear|sgd-pairwise] [--alphas GRID] [--full] [--keep N]
-        [--reject DAY] [--readmit DAY] [--gate-fraction F]
+        [--reject DAY] [--readmit DAY] [--gate-fraction F] [--force] [--no-checks] [--max-... thresholds]
 
 1. **Ingest** each DAYFILE (LETOR/svmlight text, ``.npz`` with ``X, y, qid``,
    or a zarr :class:`~streamrank.GroupStore`) into STORE in bounded chunks of
@@ -17,7 +17,12 @@ One run = one night::
    With ``--learner sgd-bilinear`` STORE is a :class:`~streamrank.TupleStore`
    and a DAYFILE is an ``.npz`` with ``Q``, ``D``, ``tuples`` (rows local to
    the file) or a TupleStore.  ``sgd-pairwise`` uses a GroupStore like
-   RankRLS.
+   RankRLS.  Each day is profiled in the same pass and checked against the
+   accepted days (:mod:`streamrank.pipelines._nightly_checks`: schema, labels,
+   feature drift, the current model's agreement, volume, duplicates); a day
+   that fails is quarantined — kept in the store, excluded from training — and
+   the night exits 7 after training on the rest (``--force`` / ``--readmit``
+   override it, recorded with who and when).
 2. **Update** the model incrementally (:mod:`streamrank.pipelines._nightly_learners`):
    RankRLS keeps its statistics (G = XᵀLX, B = XᵀLY and the per-fold
    statistics of k-fold group CV) in the saved model; a night reads only the
