@@ -338,6 +338,9 @@ def summary_line(report) -> str:
     line = _summary(report)
     for q in report.get("quarantined") or []:   # the data checks (:mod:`streamrank.pipelines._nightly_checks`)
         line += f"; quarantined {Path(q['file']).name} ({', '.join(q['failed'])})"
+    for d in (report.get("checks") or {}).get("days") or []:
+        if d["decision"] == "forced" and d["failed"]:
+            line += f"; trained on {Path(d['file']).name} despite its failed checks ({', '.join(d['failed'])}: --force)"
     return line
 
 

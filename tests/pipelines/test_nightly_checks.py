@@ -109,6 +109,7 @@ def test_psi_is_the_documented_sum():
 
 
 # ------------------------------------------------------------------ the issue's days
+@pytest.mark.slow   # three runs of the console script: ~4 s
 @pytest.mark.skipif(not SCRIPT.exists(), reason="needs the streamrank console script")
 def test_cli_quarantines_the_inverted_day_promotes_the_next_and_readmits_it(three_good, tmp_path):
     """The issue's reproduction through the real command: exit 7 and one line, the day kept in the store."""
@@ -184,6 +185,7 @@ def test_force_trains_on_a_failing_day_and_records_who(three_good, tmp_path):
     store, models = _copy(three_good, tmp_path)
     rc, out, err = _main(store, models, "--new", save(tmp_path / "tenth.npz", broken("tenth", 4)), "--force")
     assert rc == 0 and "quarantined" not in out and "v0004" in out, (out, err)
+    assert "; trained on tenth.npz despite its failed checks (volume: --force)" in out
     rep = _report(models)
     assert rep["checks"]["days"][0]["decision"] == "forced" and rep["checks"]["days"][0]["failed"] == ["volume"]
     assert rep["overrides"][0]["action"] == "force" and rep["overrides"][0]["user"]
@@ -291,6 +293,7 @@ def test_mq2008_s1_to_s5_as_five_days_are_all_accepted_and_an_inverted_s5_is_not
     assert rc == 7 and "agreement" in err, (out, err)
 
 
+@pytest.mark.slow   # a night with both plots (matplotlib): ~2.5 s
 def test_checks_png_shows_every_day_and_marks_the_quarantined_one(three_good, tmp_path):
     pytest.importorskip("matplotlib")
     store, models = _copy(three_good, tmp_path)
