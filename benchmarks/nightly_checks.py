@@ -94,6 +94,14 @@ def false_quarantines(n_sequences, seed=0):
                         if any(c["status"] != "skipped" for k, c in d["checks"].items() if k != "schema"):
                             checked += 1
                         quarantined += d["decision"] == "quarantined"
+                        ag = d["checks"].get("agreement", {})
+                        if isinstance(ag.get("figure"), float) and isinstance(ag.get("threshold"), float):
+                            worst["agreement margin"] = min(worst.get("agreement margin", 1.0),
+                                                            ag["figure"] - ag["threshold"])
+                        vol = d["checks"].get("volume", {}).get("ratios")
+                        if vol:
+                            worst["volume ratio max"] = max(worst.get("volume ratio max", 0.0), *vol.values())
+                            worst["volume ratio min"] = min(worst.get("volume ratio min", 9.9), *vol.values())
                         for k, c in d["checks"].items():
                             if k != "agreement" and isinstance(c.get("figure"), float) and isinstance(c.get("threshold"), float) \
                                     and c["threshold"] > 0:
@@ -168,10 +176,13 @@ def main(argv=None):
                 continue
             checked = sum(r[1] for r in mine)
             bad = sum(r[2] for r in mine)
-            worst = {k: max(r[3].get(k, 0.0) for r in mine) for k in sorted({k for r in mine for k in r[3]})}
+            keys = sorted({k for r in mine for k in r[3]})
+            worst = {k: (min if ("margin" in k or k.endswith("min")) else max)(r[3][k] for r in mine if k in r[3])
+                     for k in keys}
             print(f"{src:10s} sequences {len(mine):3d}  days checked {checked:4d}  quarantined {bad:3d}  "
                   f"false-quarantine rate {bad / max(checked, 1):.4f}")
-            print("           largest figure / threshold over all days: "
+            print("           over all days: largest figure / threshold, smallest agreement margin "
+                  "(NDCG@10 - threshold), volume ratio extremes: "
                   + ", ".join(f"{k} {v:.2f}" for k, v in worst.items()))
     if not a.skip_cost:
         print(f"== 2. cost: a night ingesting a {n_rows:,}-row day (46 features) after a night of as many, "

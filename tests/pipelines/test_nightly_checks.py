@@ -24,7 +24,9 @@ import scipy.sparse as sp
 import streamrank as sr
 from check_days import broken, good_day, save
 from streamrank.pipelines import nightly
-from streamrank.pipelines._nightly_checks import _Moments, _psi, read_day_record, row_hashes
+from streamrank.pipelines._nightly_check_rules import _psi
+from streamrank.pipelines._nightly_checks import read_day_record
+from streamrank.pipelines._nightly_profiles import _Moments, row_hashes
 
 ALPHAS = "2^-4:2^8:7"
 SCRIPT = Path(sys.executable).parent / "streamrank"
@@ -311,7 +313,8 @@ def test_checks_png_shows_every_day_and_marks_the_quarantined_one(three_good, tm
 
 
 def test_fingerprint_kernels_match_a_plain_numpy_formula():
-    from streamrank.pipelines._nightly_checks import _salt, fingerprints
+    from streamrank.io.fingerprints import column_salts as _salt
+    from streamrank.pipelines._nightly_profiles import fingerprints
 
     rng = np.random.default_rng(2)
     X = rng.normal(size=(30, 5)).astype(np.float32)
@@ -323,7 +326,7 @@ def test_fingerprint_kernels_match_a_plain_numpy_formula():
         m = (X.view(np.uint32).astype(np.uint64) ^ _salt(5)) * np.uint64(0x9E3779B97F4A7C15)
         m ^= m >> np.uint64(32)
         m[X == 0] = 0
-        from streamrank.pipelines._nightly_checks import _mix
+        from streamrank.io.fingerprints import mix64 as _mix
 
         assert np.array_equal(h, _mix(m.sum(axis=1, dtype=np.uint64)))
     hs, zs = fingerprints(sp.csr_matrix(X))

@@ -1,4 +1,4 @@
-"""Row fingerprints and zero counts of one block in one pass (numba), for the nightly data checks.
+"""Row fingerprints and zero counts of one block in one pass (numba), for :mod:`streamrank.io.fingerprints`.
 
 ``dense_fingerprints(X, Xu, salt, zeros, h)``: X a C-contiguous float32 (rows, n) block, Xu the same
 memory viewed as uint32, ``salt`` n uint64 column salts; adds the zeros of each column to ``zeros`` and
@@ -6,13 +6,14 @@ writes ``h[i] = Σ_{j: x_ij ≠ 0} f(bits(x_ij) ^ salt_j)`` with ``f(z) = m ^ (m
 (wrapping uint64 arithmetic).  ``csr_fingerprints(indptr, indices, data, du, salt, zeros, h)`` is the
 same over a CSR block's stored entries (explicit zeros skipped, implicit ones counted), so a row has
 one fingerprint whatever its storage.  The per-entry function is cheap (one multiply) and the sum is
-order-free; :mod:`streamrank.pipelines._nightly_checks` mixes each row's sum once more with its label.
+order-free; :func:`streamrank.io.fingerprints.row_fingerprints` mixes each row's sum once more with its
+label.
 """
 from __future__ import annotations
 
 import numpy as np
 
-from streamrank._numba import jit
+from .._numba import jit
 
 __all__ = ["dense_fingerprints", "csr_fingerprints"]
 
