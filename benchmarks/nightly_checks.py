@@ -96,8 +96,11 @@ def false_quarantines(n_sequences, seed=0):
                         quarantined += d["decision"] == "quarantined"
                         ag = d["checks"].get("agreement", {})
                         if isinstance(ag.get("figure"), float) and isinstance(ag.get("threshold"), float):
-                            worst["agreement margin"] = min(worst.get("agreement margin", 1.0),
+                            worst["ndcg margin"] = min(worst.get("ndcg margin", 1.0),
                                                             ag["figure"] - ag["threshold"])
+                        if ag.get("disagreement") is not None and ag.get("median_disagreement") is not None:
+                            m = ag["median_disagreement"] + 0.15 - ag["disagreement"]      # the default rise
+                            worst["disagreement margin"] = min(worst.get("disagreement margin", 1.0), m)
                         vol = d["checks"].get("volume", {}).get("ratios")
                         if vol:
                             worst["volume ratio max"] = max(worst.get("volume ratio max", 0.0), *vol.values())
@@ -182,7 +185,7 @@ def main(argv=None):
             print(f"{src:10s} sequences {len(mine):3d}  days checked {checked:4d}  quarantined {bad:3d}  "
                   f"false-quarantine rate {bad / max(checked, 1):.4f}")
             print("           over all days: largest figure / threshold, smallest agreement margin "
-                  "(NDCG@10 - threshold), volume ratio extremes: "
+                  "(NDCG@10 - threshold; threshold - disagreement), volume ratio extremes: "
                   + ", ".join(f"{k} {v:.2f}" for k, v in worst.items()))
     if not a.skip_cost:
         print(f"== 2. cost: a night ingesting a {n_rows:,}-row day (46 features) after a night of as many, "
