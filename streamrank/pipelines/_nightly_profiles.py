@@ -127,6 +127,8 @@ class DayProfile:
 
     def add(self, X, y, qid, row_cols=None, feature_names=None):
         y = np.asarray(y, dtype=np.float64) + 0.0       # -0.0 is the label 0
+        if y.ndim == 2:            # a multi-output store: the first output, as validation scores it
+            y = y[:, 0]
         if y.ndim != 1 or X.shape[0] == 0:
             return
         if self.moments is None:
@@ -153,8 +155,8 @@ class DayProfile:
             gh = _mix(gh + np.diff(np.r_[starts, len(y)]).astype(np.uint64))
         informative = np.minimum.reduceat(y, starts) < np.maximum.reduceat(y, starts) if len(starts) else []
         self.group_hashes.append(gh[informative])      # groups with a preference (two labels or more)
-        if self.model is not None:
-            self._score(X, y, starts, gh, informative)
+        if self.model is not None and X.shape[1] == getattr(self.model, "n_features_in_", X.shape[1]):
+            self._score(X, y, starts, gh, informative)      # (another feature count: the append refuses it)
 
     def _score(self, X, y, starts, gh, informative):
         """Score the chunk's informative groups whose hash is below the running threshold (a bottom-k sample

@@ -331,3 +331,11 @@ def test_fingerprint_kernels_match_a_plain_numpy_formula():
         assert np.array_equal(h, _mix(m.sum(axis=1, dtype=np.uint64)))
     hs, zs = fingerprints(sp.csr_matrix(X))
     assert np.array_equal(hs, h) and np.array_equal(zs, zeros)
+
+
+def test_a_day_with_another_feature_count_is_refused_by_the_store_not_by_the_checks(three_good, tmp_path):
+    store, models = _copy(three_good, tmp_path)
+    X, y, q = good_day(4)
+    rc, out, err = _main(store, models, "--new", save(tmp_path / "wide.npz", (np.hstack([X, X[:, :1]]), y, q)))
+    assert rc == 4 and "9" in err and "8" in err and "predict" not in err, err
+    assert sr.GroupStore.open(store).n_groups == 900
