@@ -77,6 +77,8 @@ def _synthetic_sequences(tmp, n, rng):
 
 
 def false_quarantines(n_sequences, seed=0):
+    from streamrank.pipelines._nightly_checks import DEFAULTS
+
     rng = np.random.default_rng(seed)
     rows = []
     with tempfile.TemporaryDirectory() as t:
@@ -95,11 +97,11 @@ def false_quarantines(n_sequences, seed=0):
                             checked += 1
                         quarantined += d["decision"] == "quarantined"
                         ag = d["checks"].get("agreement", {})
-                        if isinstance(ag.get("figure"), float) and isinstance(ag.get("threshold"), float):
-                            worst["ndcg margin"] = min(worst.get("ndcg margin", 1.0),
-                                                            ag["figure"] - ag["threshold"])
+                        if ag.get("ndcg") is not None and ag.get("median_ndcg") is not None:
+                            m = ag["ndcg"] - (ag["median_ndcg"] - DEFAULTS["max_ndcg_drop"])
+                            worst["ndcg margin"] = min(worst.get("ndcg margin", 1.0), m)
                         if ag.get("disagreement") is not None and ag.get("median_disagreement") is not None:
-                            m = ag["median_disagreement"] + 0.15 - ag["disagreement"]      # the default rise
+                            m = ag["median_disagreement"] + DEFAULTS["max_disagreement_rise"] - ag["disagreement"]
                             worst["disagreement margin"] = min(worst.get("disagreement margin", 1.0), m)
                         vol = d["checks"].get("volume", {}).get("ratios")
                         if vol:

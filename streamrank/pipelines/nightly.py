@@ -217,7 +217,9 @@ def _checker(models_dir, checks, cur_model, cur, k, tuples, weighting):
         required = (weighting["weights"],)
     elif weighting and "ips" in weighting:
         required = ("click", "position")
-    metrics = read_version(models_dir, cur).get("metrics") if cur else None
+    meta = read_version(models_dir, cur) if cur else {}
+    # its own validation figure, unless scored in-sample (the first night: optimistic, a reference too strict)
+    metrics = meta.get("metrics") if (meta.get("validation") or {}).get("scheme") != "in-sample" else None
     return _checks.DayChecks(models_dir, dict(checks or {}), model=cur_model, model_name=cur, k=k, tuples=tuples,
                              required_columns=required, model_metrics=metrics)
 
