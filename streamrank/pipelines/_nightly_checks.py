@@ -29,7 +29,7 @@ before it is appended) and checked against the days accepted before it:
     :data:`~streamrank.pipelines._nightly_profiles.AGREEMENT_GROUPS` of its groups with two labels or
     more: those of smallest content hash), against a reference: the median of the accepted days'
     figures (each day's under the model current when it was checked), or the current version's own
-    validation figure (``version.json["metrics"]``, unless scored in-sample) where that is worse — a
+    validation figure (``version.json["metrics"]`` of an incremental night, out of sample) where that is worse — a
     model that got worse by itself does not make good days fail.  Fails when NDCG drops by more than
     ``--max-ndcg-drop`` (default 0.25) below it or disagreement rises by more than
     ``--max-disagreement-rise`` (default 0.2) above it.  With no reference it fails only when the model
