@@ -339,3 +339,37 @@ def test_a_day_with_another_feature_count_is_refused_by_the_store_not_by_the_che
     rc, out, err = _main(store, models, "--new", save(tmp_path / "wide.npz", (np.hstack([X, X[:, :1]]), y, q)))
     assert rc == 4 and "9" in err and "8" in err and "predict" not in err, err
     assert sr.GroupStore.open(store).n_groups == 900
+
+
+def test_agreement_sample_is_the_same_whatever_the_chunking(monkeypatch):
+    """The bottom-k sample by group hash: the same groups (and figures) for any chunk size or day order."""
+    from streamrank.pipelines import _nightly_profiles as prof
+
+    monkeypatch.setattr(prof, "AGREEMENT_GROUPS", 40)
+    X, y, q = good_day(7)
+    model = sr.RankRLS(alpha=1.0).fit(X, y, q)
+
+    def figures(cut, order=None):
+        p = prof.DayProfile(model)
+        groups = np.split(np.arange(len(y)), np.flatnonzero(np.diff(q)) + 1)
+        if order is not None:
+            groups = [groups[i] for i in order]
+        rows = np.concatenate(groups)
+        Xs, ys, qs = X[rows], y[rows], q[rows]
+        for a in range(0, len(ys), cut):
+            p.add(Xs[a:a + cut], ys[a:a + cut], qs[a:a + cut])
+        return p.agreement()
+
+    base = figures(12 * 7)
+    assert base["groups_scored"] == 40
+    for cut, order in ((12, None), (12 * 100, None), (12 * 13, np.random.default_rng(0).permutation(300))):
+        got = figures(cut, order)
+        assert got["groups_scored"] == 40
+        assert got["ndcg"] == pytest.approx(base["ndcg"], abs=1e-12)
+        assert got["disagreement"] == pytest.approx(base["disagreement"], abs=1e-12)
+    full = prof.DayProfile(model)
+    monkeypatch.setattr(prof, "AGREEMENT_GROUPS", 10_000)
+    full.add(X, y, q)
+    want = sr.metrics.evaluate(sr.as_source(X, y, q), model, k=10)
+    assert full.agreement()["ndcg"] == pytest.approx(want["ndcg@10"].value, abs=1e-12)
+    assert full.agreement()["disagreement"] == pytest.approx(want["disagreement"].value, abs=1e-12)
