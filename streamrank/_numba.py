@@ -37,6 +37,16 @@ container or service account) numba itself would refuse to import the
 kernels; streamrank then caches in ``$TMPDIR/streamrank-numba-<uid>`` and
 says so once (set ``NUMBA_CACHE_DIR`` to choose the place).
 
+Whichever of these numba uses, streamrank loads compiled code from it only
+if no other user can write it: the directory and each one above it must be
+owned by the current user or root, with no group/other write bit (a sticky
+``/tmp`` above it is fine), and no symbolic link on the way may belong to
+another user.  numba reads its cache with ``pickle``, so a cache directory
+another user can write is code that user runs as you.  An unsafe directory
+is not used (the kernels compile in memory, one warning says why); a
+predictable ``$TMPDIR/streamrank-numba-<uid>`` made by someone else is
+replaced by a fresh ``tempfile.mkdtemp`` directory for the process.
+
 Kernels that call kernels
 -------------------------
 numba keys a cached kernel on its own source file: edit a kernel another
@@ -140,26 +150,89 @@ def twins(enabled: bool):
 
 
 def _fallback_cache_dir() -> str:
-    """A writable cache directory for when numba finds none (see the module doc); warns once."""
+    """A writable cache directory for when numba finds none (see the module doc); warns once.
+
+    ``$TMPDIR/streamrank-numba-<uid>`` when this process made it or it
+    passes :func:`~streamrank._shared_paths.unsafe_dir_reason` (owned by this
+    user, not a symbolic link, no group/other write bit); otherwise a fresh
+    directory with an unpredictable name (``tempfile.mkdtemp``, mode 0700) for
+    this process alone, since another user may have made the predictable one
+    first to plant compiled code in it.
+    """
+    from ._shared_paths import unsafe_dir_reason
+
     uid = os.getuid() if hasattr(os, "getuid") else "user"
     path = os.path.join(tempfile.gettempdir(), f"streamrank-numba-{uid}")
-    os.makedirs(path, mode=0o700, exist_ok=True)
+    try:
+        os.mkdir(path, 0o700)
+    except FileExistsError:
+        pass
+    except OSError:
+        pass                              # unwritable temp dir: the check below says so
+    reason = unsafe_dir_reason(path)
     import numba
 
-    numba.config.CACHE_DIR = path
+    if reason is None:
+        numba.config.CACHE_DIR = path
+        note = ""
+    else:
+        path = numba.config.CACHE_DIR = tempfile.mkdtemp(prefix="streamrank-numba-")
+        note = f" ({reason}: not used; this process's cache is not kept for the next one)"
     warnings.warn(f"no writable numba cache beside the package or in the home directory: compiled kernels are "
-                  f"cached in {path} (set NUMBA_CACHE_DIR to choose)", RuntimeWarning, stacklevel=4)
+                  f"cached in {path}{note} (set NUMBA_CACHE_DIR to choose)", RuntimeWarning, stacklevel=4)
     return path
+
+
+#: cache directory -> why it is unsafe (None: safe); each directory is examined once per process
+_CACHE_DIR_VERDICTS: dict = {}
+_UNSAFE_WARNED = [False]
+
+
+def _refuse_unsafe_cache(dispatcher):
+    """Turn the on-disk cache of ``dispatcher`` off if its directory is one another user can write.
+
+    numba reads its cache index and data files with ``pickle``: whoever can
+    write the cache directory runs code as the process that loads it.  The
+    directory numba chose (``NUMBA_CACHE_DIR``, ``__pycache__`` beside the
+    sources, ``~/.cache/numba`` or the fallback above) is checked before the
+    kernel's first call, which is when numba first reads it; if it fails
+    :func:`~streamrank._shared_paths.unsafe_dir_reason` the kernel compiles
+    in memory instead, and one warning per process says why.
+    """
+    cache = getattr(dispatcher, "_cache", None)
+    path = getattr(cache, "_cache_path", None)
+    if path is None:
+        return
+    if path not in _CACHE_DIR_VERDICTS:
+        from ._shared_paths import unsafe_dir_reason
+
+        _CACHE_DIR_VERDICTS[path] = unsafe_dir_reason(path)
+    reason = _CACHE_DIR_VERDICTS[path]
+    if reason is None:
+        return
+    from numba.core.caching import NullCache
+
+    dispatcher._cache = NullCache()
+    if not _UNSAFE_WARNED[0]:
+        _UNSAFE_WARNED[0] = True
+        warnings.warn(f"numba cache {path} is not used: {reason}; another user could plant code there. "
+                      f"streamrank's kernels compile in memory in this process (set NUMBA_CACHE_DIR to a "
+                      f"directory only you can write)", RuntimeWarning, stacklevel=5)
 
 
 @contextlib.contextmanager
 def _exclusive(path):
-    with open(path, "a+b") as f:
-        fcntl.flock(f.fileno(), fcntl.LOCK_EX)
+    from ._shared_paths import open_lock_file
+
+    fd = open_lock_file(path)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
         try:
             yield
         finally:
-            fcntl.flock(f.fileno(), fcntl.LOCK_UN)
+            fcntl.flock(fd, fcntl.LOCK_UN)
+    finally:
+        os.close(fd)
 
 
 @functools.cache
@@ -223,6 +296,7 @@ def _stamp_sources(cache_file, py_file):
 
 
 def _lock_saves(dispatcher):
+    _refuse_unsafe_cache(dispatcher)
     cache_file = getattr(getattr(dispatcher, "_cache", None), "_cache_file", None)
     plain, locked = _locked_cache_file_class()
     if fcntl is not None and type(cache_file) is plain:

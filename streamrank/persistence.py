@@ -13,7 +13,7 @@ Every array is written as zarr v3, codecs ``bytes`` (little endian) ->
 ``zstd`` -> ``crc32c``, fill value 0, keys ``c/i/j``, every chunk written
 (zeros too).
 
-**What a load trusts: nothing read from disk** (issue 16).  Before any
+**What a load trusts: nothing read from disk**.  Before any
 learner sees an array: its data type is numeric; its declared size is bounded
 by its chunk files (:func:`_check_stored_size`); every chunk's CRC-32C and
 zstd's declared size are checked before it is decoded; each learner's
@@ -47,7 +47,7 @@ never executes code: the class is looked up by name in a registry of
 streamrank learners, never imported from the file.
 
 A model on local disk is written and read without importing zarr or
-numcodecs (:mod:`streamrank._model_files`, issue 22: their import was a third
+numcodecs (:mod:`streamrank._model_files`: their import was a third
 of a warm ``streamrank fit`` or ``evaluate``), byte for byte the files zarr
 writes; zarr still writes what that module does not (another dtype, an array
 that is not numpy), reads any model whose documents are not exactly that
@@ -268,11 +268,18 @@ def _sibling(path: Path, kind: str) -> Path:
 
 
 def writer_alive(leftover: Path) -> bool:
-    """True unless the pid in a leftover's name is certainly dead (unknown names count as alive).
+    """True unless ``leftover`` is certainly a dead writer's own, to be swept (unknown names count as alive).
 
     ``leftover`` is named ``.<name>.<pid>-<random>.<kind>`` (an atomic write's temporary file).
     Package-public: the CLI's and the nightly's atomic writers sweep their leftovers with it too.
+    A symbolic link planted under such a name, or an entry another user owns,
+    counts as alive: a sweep never removes through a link or another user's files
+    (:func:`streamrank._shared_paths.own_leftover`).
     """
+    from ._shared_paths import own_leftover
+
+    if os.path.lexists(leftover) and not own_leftover(leftover):
+        return True
     tag = leftover.name.rsplit(".", 2)[-2]
     pid = tag.split("-", 1)[0]
     if "-" not in tag or not pid.isdigit():

@@ -167,10 +167,13 @@ def nightly_history(source: Any, path: PathLike | None = None, *, metrics: Seque
     metrics : names to draw (default: every metric in the reports, e.g.
         ``ndcg@10`` and ``disagreement``).
 
-    Top panel: the candidate's metrics per run (filled marker: promoted,
-    hollow: rejected) and the current model's on the same validation slice
-    (dashed).  Bottom panel: the λ chosen each night (log scale).  Runs with
-    nothing new ("up-to-date") are shown as grey ticks at the bottom.
+    Top panel: the candidate's metrics per run on the night's validation slice
+    (the newest day held out, or ``--validation``; filled marker: promoted,
+    hollow: rejected; a cross: scored in-sample, as on a first night) and the
+    current model's on the same slice (dashed).  These are not the promotion
+    gate's figures (the summary line's "gate ..." and ``version.json["gate"]``).
+    Bottom panel: the λ chosen each night (log scale).  Runs with nothing new
+    ("up-to-date") are shown as grey ticks at the bottom.
     """
     plt = _plt()
     reports = sorted(_read_reports(source), key=lambda r: r.get("started", ""))
@@ -189,11 +192,15 @@ def nightly_history(source: Any, path: PathLike | None = None, *, metrics: Seque
         ok = ~np.isnan(vals)
         ax.plot(x[prom & ok], vals[prom & ok], "o", color=color, ms=6)
         ax.plot(x[~prom & ok], vals[~prom & ok], "o", mfc="white", mec=color, ms=6)
+        insample = np.array([(r.get("validation") or {}).get("scheme") == "in-sample" for r in reports])
+        if np.any(insample & ok):
+            ax.plot(x[insample & ok], vals[insample & ok], "x", color="k", ms=8,
+                    label="in-sample (no held-out day)" if i == 0 else None)
         if np.any(~np.isnan(cur)):
             ax.plot(x, cur, "--", color=color, lw=1, alpha=0.7, label=f"{name} (current model)")
     idle = np.array([r.get("status") == "up-to-date" for r in reports])
-    ax.set_ylabel("validation metric")
-    ax.set_title(title or "nightly runs (filled: promoted, hollow: rejected)")
+    ax.set_ylabel("newest-day validation metric")
+    ax.set_title(title or "nightly runs on the newest day (filled: promoted, hollow: rejected; not the gate)")
     ax.grid(True, alpha=0.3)
     if names:
         ax.legend(loc="best", fontsize="small")

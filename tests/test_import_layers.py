@@ -17,7 +17,7 @@ ROOT = Path(__file__).resolve().parents[1] / "streamrank"
 #: floors, lowest first; a module's floor is that of the longest matching prefix
 FLOORS = {
     "streamrank._validation": 0, "streamrank._sparse": 0, "streamrank._defaults": 0, "streamrank._typing": 0, "streamrank._memory": 0, "streamrank._qid": 0,
-    "streamrank._numba": 0, "streamrank._metric_names": 0, "streamrank._phases": 0, "streamrank._itertools": 0, "streamrank._tables": 0, "streamrank._state_checks": 0,
+    "streamrank._numba": 0, "streamrank._metric_names": 0, "streamrank._phases": 0, "streamrank._itertools": 0, "streamrank._tempfiles": 0, "streamrank._tables": 0, "streamrank._state_checks": 0, "streamrank._shared_paths": 0,
     "streamrank.clicks": 0,
     "streamrank.io": 1,
     "streamrank._laplacian_kernels": 2, "streamrank._kernel_kernels": 2,

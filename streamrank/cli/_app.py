@@ -67,6 +67,7 @@ from the learner's statistics (rankrls, kernel, sparse-kernel only).""",
   streamrank predict --model m.zarr --store test.zarr --out scores.npy
   streamrank predict --model m.zarr --store test.zarr --out scores.zarr   # + qid, group_ptr
   streamrank predict --model m.zarr --store test.zarr --run run.trec      # TREC run (qid Q0 docid rank score tag)
+  streamrank predict --model m.zarr --store test.zarr --run run.trec --qrels qrels.txt   # + the store's labels
   streamrank predict --model m.zarr --data day.parquet --qid query --out scores.npy   # no label needed
   streamrank predict --model m.zarr --data test.txt --run run.trec   # doc ids: the lines' '#docid = ID'""",
     "export": """examples:
@@ -308,6 +309,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="also (or instead) write a TREC run file: qid Q0 docid rank score tag, doc ids from the "
                         "store (ingest --docids), a text file's '#docid = ID' comments or --docid-column, "
                         "else row<N>")
+    p.add_argument("--qrels", default=None, metavar="QRELS",
+                   help="with --run, from a store: also write its labels as TREC judgments (qid 0 docid rel), "
+                        "the rows named as in the run, for evaluate --run RUN --qrels QRELS")
     p.add_argument("--run-tag", default="streamrank", metavar="TAG", help="the run's tag column (default streamrank)")
     p.add_argument("--output", type=int, default=0, help="--run: score column of a multi-output model")
     p.add_argument("--max-rows", type=int, default=DEFAULT_MAX_ROWS)

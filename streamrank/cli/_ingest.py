@@ -173,6 +173,8 @@ def _ingest_letor(args, src, member, counts):
                                    chunk_bytes=int(args.chunk_mb * 2**20), name=name,
                                    null_value=args.null_value,
                                    max_features=getattr(args, "max_features", 1 << 24))
+            if store is not None and wanted is None:
+                chunks = _blame_the_store(chunks, args.store, n_features)
             for i, chunk in enumerate(chunks):
                 X, y, qid = chunk
                 lines = chunk.lines
@@ -220,6 +222,18 @@ def _ingest_letor(args, src, member, counts):
             raise ValueError(f"{name}: no data lines (and --features not given); nothing to ingest")
         _open_group_target(args.store, n_features, sparse=sparse, docids=ids is not None,
                            group_identity=args.group_identity)
+
+
+def _blame_the_store(chunks, store, n_features):
+    """The text's chunks; a feature index beyond an existing store's width is said to be the store's limit (the
+    text itself may be well formed: it was meant for another store)."""
+    try:
+        yield from chunks
+    except ValueError as exc:
+        if "feature index out of range" not in str(exc):
+            raise
+        raise ValueError(f"the existing store {store} holds {n_features} features, and {exc}: this text has more; "
+                         "ingest it into another --store") from None
 
 
 def _check_feature_count(chunk, n_features, name, target) -> None:

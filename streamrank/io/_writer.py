@@ -52,7 +52,9 @@ def writer_lock(path, what: str = "appended to"):
         return
     import fcntl
 
-    fd = os.open(os.path.join(path, LOCK_NAME), os.O_RDWR | os.O_CREAT, 0o644)
+    from .._shared_paths import open_lock_file
+
+    fd = open_lock_file(os.path.join(path, LOCK_NAME))   # never through a planted link
     try:
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)

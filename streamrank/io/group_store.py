@@ -153,9 +153,9 @@ class GroupStore(GroupAppend, GroupVerify, RowColumnReads, BlockSource):
         n_outputs : int
             Number of score columns of ``y`` (1: ``y`` is 1-D).
         overwrite : bool
-            Replace an existing store at ``path`` (only a zarr store or an
-            empty directory is ever deleted).
+            Replace an existing store at ``path`` (only a zarr store or an empty directory is ever deleted).
         feature_names : sequence of str, optional
+            Names of the feature columns, kept with the store (exports name the features by them).
         chunk_rows : int, optional
             Rows per chunk of ``X`` and ``y`` (default: about 4 MiB of dense ``X``).
         docids : bool
@@ -579,7 +579,7 @@ class GroupStore(GroupAppend, GroupVerify, RowColumnReads, BlockSource):
     _batch_id_pending = None
 
     def _load_qid_kind(self, attrs):
-        """Group identity and qid kind from the attributes (stores before issue 18: global, int)."""
+        """Group identity and qid kind from the attributes (older stores: global, int)."""
         self._group_identity = attrs.get("group_identity", "global")
         if self._group_identity not in GROUP_IDENTITIES:
             raise StoreFormatError(f"{self.path}: group_identity {self._group_identity!r} is not one of "

@@ -2,11 +2,13 @@
 
 A store created with ``GroupStore.create(..., row_columns=("click", "position"))``
 (any subset of :data:`ROW_COLUMNS`) keeps, beside ``X`` and ``y``, one value
-per row in each named array, chunked along rows like ``y``::
+per row in each named array, chunked along rows like ``y``:
 
-    weight     (m,) float64   a row weight w_i >= 0 (``sample_weight``; pair weight w_i w_j)
-    click      (m,) uint8     1 = the row was clicked, 0 = shown and not clicked
-    position   (m,) int32     the 1-based rank the logging ranker showed the row at
+| array | shape / dtype | holds |
+|---|---|---|
+| ``weight`` | (m,) float64 | a row weight w_i >= 0 (``sample_weight``; pair weight w_i w_j) |
+| ``click`` | (m,) uint8 | 1 = the row was clicked, 0 = shown and not clicked |
+| ``position`` | (m,) int32 | the 1-based rank the logging ranker showed the row at |
 
 Every append then takes them (``append(..., weight=, click=, position=)``:
 all the store's columns, no other), validated with the batch before a byte
@@ -17,7 +19,7 @@ record), hashed into the batch checksum (components ``col.weight``,
 ``col.click``, ``col.position``; ``verify()`` re-reads them), bound to their
 place by the commit record's chunk CRCs like ``y``
 (:mod:`streamrank.io._chunk_binding`) and cut back by the torn-tail repair.
-Data read back is untrusted (DESIGN §6): every decoded chunk is range-checked
+Data read back is untrusted: every decoded chunk is range-checked
 (:func:`column_check`) before a learner sees it.
 
 Reading: ``store.read_column(name, r0, r1)``; as training input,

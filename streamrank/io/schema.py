@@ -10,19 +10,17 @@ kept in the group attributes, never the array shapes.
 
 Scored-group store (``format = "streamrank.group_store"``)
 -----------------------------------------------------------
-=================  ===================  =========================================
-array              shape / dtype        meaning
-=================  ===================  =========================================
-``X``              (m, n) float32       dense features, row-chunked
-``X/indptr``       (m + 1,) int64       CSR row offsets (global nonzero index)
-``X/indices``      (nnz,) int32         CSR column of each nonzero
-``X/data``         (nnz,) float32       CSR value of each nonzero
-``y``              (m,) or (m, v) f8    scores (v = ``n_outputs`` > 1)
-``group_ptr``      (q + 1,) int64       rows of group g: ``group_ptr[g]:group_ptr[g+1]``
-``qid``            (q,) int64           original query id of each group
-``docid/offsets``  (m + 1,) int64       optional (``docids=True``): byte range of row r's document id
-``docid/bytes``    (total,) uint8       optional: the ids, UTF-8 (:mod:`streamrank.io.docids`)
-=================  ===================  =========================================
+| array | shape / dtype | meaning |
+|---|---|---|
+| ``X`` | (m, n) float32 | dense features, row-chunked |
+| ``X/indptr`` | (m + 1,) int64 | CSR row offsets (global nonzero index) |
+| ``X/indices`` | (nnz,) int32 | CSR column of each nonzero |
+| ``X/data`` | (nnz,) float32 | CSR value of each nonzero |
+| ``y`` | (m,) or (m, v) f8 | scores (v = ``n_outputs`` > 1) |
+| ``group_ptr`` | (q + 1,) int64 | rows of group g: ``group_ptr[g]:group_ptr[g+1]`` |
+| ``qid`` | (q,) int64 | original query id of each group |
+| ``docid/offsets`` | (m + 1,) int64 | optional (``docids=True``): byte range of row r's document id |
+| ``docid/bytes`` | (total,) uint8 | optional: the ids, UTF-8 (:mod:`streamrank.io.docids`) |
 
 (``X`` is an array for dense stores and a sub-group holding the CSR triple
 for sparse stores.)
@@ -107,7 +105,7 @@ def compressors(itemsize: int):
     float32 features, so it is the default of every array.  The checksum
     (zarr's ``crc32c`` codec, 4 bytes a chunk) makes a damaged chunk file an
     error when it is read instead of garbage rows; :class:`CheckedArray`
-    names the file.  In zarr's JSON form, which zarr takes as well: no zarr import (issue 22, ``_local_zarr``).
+    names the file.  In zarr's JSON form, which zarr takes as well: no zarr import (``_local_zarr``).
     """
     from ._local_zarr import blosc_codec, crc32c_codec
     return (blosc_codec(itemsize), crc32c_codec())
@@ -121,7 +119,7 @@ EVERY_CHUNK = "every_chunk_written"
 def every_chunk(zarr_too: bool = True):
     """Open arrays inside this so that their writes store every chunk, also one of zeros (see EVERY_CHUNK).
 
-    ``zarr_too=False``: only ``_local_zarr`` arrays are opened inside (no zarr import, issue 22).
+    ``zarr_too=False``: only ``_local_zarr`` arrays are opened inside (no zarr import).
     """
     from ._local_zarr import _WRITE_EMPTY, write_empty_chunks
     token = write_empty_chunks(True)

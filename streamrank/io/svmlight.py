@@ -28,7 +28,7 @@ Files without ``qid:`` yield ``qid=None`` (one global group, rows cut
 anywhere).  The bytes are parsed by a numba kernel
 (:mod:`streamrank.io._svmlight_kernels`), or -- while
 :func:`streamrank._numba.use_twin` says so (numba not set up in this process
-and the twins' budget not spent: a small file, issue 22) -- by its numpy fast
+and the twins' budget not spent: a small file) -- by its numpy fast
 path :mod:`streamrank.io._svmlight_twin`, which gives the kernel's arrays bit
 for bit on well-formed text and hands anything else (every error) to the
 kernel.
@@ -244,7 +244,8 @@ def iter_svmlight(source, *, n_features: int | None = None, dense: bool = True,
 
     Parameters
     ----------
-    source : path (plain or gzip) or binary file object (e.g. a tar member)
+    source
+        path (plain or gzip) or binary file object (e.g. a tar member)
     n_features : int, optional
         Number of columns.  If None it is inferred from the first chunk (the
         largest index seen there); a later line with a larger index then
@@ -376,7 +377,7 @@ def read_svmlight(source, *, n_features: int | None = None, dense: bool = False,
     Unlike :func:`iter_svmlight`, ``n_features=None`` is inferred from the
     whole file.  For files larger than memory use :func:`iter_svmlight`.
 
-    ``dense=True`` never builds a CSR matrix (issue 22: reading a dense file
+    ``dense=True`` never builds a CSR matrix (reading a dense file
     imports no scipy).  Its ``X`` is the one this function returned when it
     went through CSR's ``toarray()``, bit for bit: ``toarray`` added each
     stored value to a zero, so a value that rounds to float32 ``-0.0`` (say

@@ -3,7 +3,7 @@
 A :class:`TupleStore` holds sparse query vectors ``Q`` (CSR), sparse item
 vectors ``D`` (CSR) and ``tuples`` (l, 3) int64 rows ``(query row, preferred
 item row, other item row)`` with a ``magnitude`` (l,) (1.0 unless given) — the
-input of the bilinear ranker of DESIGN §3.6.  Layout and commit protocol as in
+input of the bilinear ranker (:class:`~streamrank.SparseSGDRanker`).  Layout and commit protocol as in
 :mod:`streamrank.io.schema`: appends are atomic and idempotent exactly like
 :class:`~streamrank.GroupStore` appends (data first beyond the committed
 counts, the commit record last; a torn tail is cut back by the next append):
@@ -328,8 +328,10 @@ class TupleStore(TupleSource):
 
         Parameters
         ----------
-        Q : CSR (or dense) (q, n_query_features), or None for no new queries
-        D : CSR (or dense) (d, n_item_features), or None for no new items
+        Q
+            CSR (or dense) (q, n_query_features), or None for no new queries
+        D
+            CSR (or dense) (d, n_item_features), or None for no new items
         tuples : int array (l, 3)
             ``(query row, preferred item row, other item row)``.  With
             ``rows="local"`` (default) the indices refer to the rows of the

@@ -2,15 +2,17 @@
 
 Metrics of arrays ``(y_true, y_score, qid=None, k, *, gain, empty, ties, doc_ids, ...)``
 -----------------------------------------------------------------------------------------
-``ndcg``                    NDCG@k, gain ``2**rel - 1`` or ``rel``, discount ``1/log2(rank + 1)``
-``err``                     expected reciprocal rank ERR@k (Chapelle et al. 2009)
-``mean_average_precision``  mean AP (AP@k with ``k``)
-``precision``               precision@k
-``recall``                  recall@k
-``reciprocal_rank``         mean reciprocal rank of the first relevant item (MRR, MRR@k)
-``disagreement``            mean over queries of 1 - C-index (pairs with y_i < y_j put the wrong way)
-``auc``                     area under the ROC curve of one global group
-``tuple_error``             fraction of (q, d+, d-) tuples with f(q, d+) not above f(q, d-)
+| metric | what it measures |
+|---|---|
+| ``ndcg`` | NDCG@k, gain ``2**rel - 1`` or ``rel``, discount ``1/log2(rank + 1)`` |
+| ``err`` | expected reciprocal rank ERR@k (Chapelle et al. 2009) |
+| ``mean_average_precision`` | mean AP (AP@k with ``k``) |
+| ``precision`` | precision@k |
+| ``recall`` | recall@k |
+| ``reciprocal_rank`` | mean reciprocal rank of the first relevant item (MRR, MRR@k) |
+| ``disagreement`` | mean over queries of 1 - C-index (pairs with y_i < y_j put the wrong way) |
+| ``auc`` | area under the ROC curve of one global group |
+| ``tuple_error`` | fraction of (q, d+, d-) tuples with f(q, d+) not above f(q, d-) |
 
 ``qid=None`` means one global group; the rows of a query are contiguous.
 ``k`` is an int, None (the whole list) or a list (``{k: value}``, one pass).
@@ -56,20 +58,18 @@ Conventions (options, the same name on every metric and in the CLI)
 
 Matching trec_eval (``gain="linear", empty="zero", ties="trec", doc_ids=...``)
 ----------------------------------------------------------------------------
-=====================================  ===========================
-streamrank                             trec_eval measure
-=====================================  ===========================
-``ndcg(..., k=K)``                     ``ndcg_cut.K``
-``ndcg(..., k=None)``                  ``ndcg``
-``mean_average_precision(...)``        ``map``
-``mean_average_precision(..., k=K)``   ``map_cut.K``
-``precision(..., k=K)``                ``P.K``
-``precision(..., k=None)``             ``set_P``
-``recall(..., k=K)``                   ``recall.K``
-``recall(..., k=None)``                ``set_recall``
-``reciprocal_rank(...)``               ``recip_rank``
-``err(..., k=K)``                      none (gdeval ``ERR@K`` with ``max_grade=4``, exp2 gain)
-=====================================  ===========================
+| streamrank | trec_eval measure |
+|---|---|
+| ``ndcg(..., k=K)`` | ``ndcg_cut.K`` |
+| ``ndcg(..., k=None)`` | ``ndcg`` |
+| ``mean_average_precision(...)`` | ``map`` |
+| ``mean_average_precision(..., k=K)`` | ``map_cut.K`` |
+| ``precision(..., k=K)`` | ``P.K`` |
+| ``precision(..., k=None)`` | ``set_P`` |
+| ``recall(..., k=K)`` | ``recall.K`` |
+| ``recall(..., k=None)`` | ``set_recall`` |
+| ``reciprocal_rank(...)`` | ``recip_rank`` |
+| ``err(..., k=K)`` | none (gdeval ``ERR@K`` with ``max_grade=4``, exp2 gain) |
 
 The test suite checks each equality per query to 1e-12 with pytrec_eval on
 LETOR MQ2008 and OHSUMED.  trec_eval's relevance level is 1: for integer
@@ -80,8 +80,8 @@ Small inputs without numba
 --------------------------
 Until a process has set numba up, a metric on a small input (a few
 thousand rows) runs its kernel's own source as plain Python instead, which
-is cheaper than importing numba (:mod:`streamrank.metrics._twin_calls`,
-issue 22); the values are the kernel's, to the last bit.
+is cheaper than importing numba (:mod:`streamrank.metrics._twin_calls`);
+the values are the kernel's, to the last bit.
 
 Return values
 -------------

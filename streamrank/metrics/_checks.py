@@ -26,6 +26,7 @@ class MetricResult:
     Attributes
     ----------
     name : str
+        The metric's name as parsed (``"ndcg@10"``).
     value : float
         Mean over the ``n_queries`` evaluated queries (NaN if none).
     n_queries : int

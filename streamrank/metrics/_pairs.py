@@ -22,8 +22,9 @@ def disagreement(y_true: ArrayLike, y_score: ArrayLike, qid: ArrayLike | None = 
                  per_query: bool = False, return_details: bool = False) -> float | np.ndarray | MetricResult:
     """Mean over queries of ``1 - C-index`` (disagreement error).
 
-    For a query, ``(#{y_i < y_j, s_i > s_j} + w #{y_i < y_j, s_i = s_j}) /
-    #{y_i < y_j}`` with ``w = 1/2`` (``ties="half"`` or ``"expected"``: the
+    For a query, the fraction of its ordered pairs put the wrong way:
+    ``(#{y_i < y_j, s_i > s_j} + w #{y_i < y_j, s_i = s_j}) / #{y_i < y_j}``
+    with ``w = 1/2`` (``ties="half"`` or ``"expected"``: the
     C-index / AUC convention and the expected error of a random order,
     default) or ``w = 1`` (``ties="error"``: eq. (1) of Pahikkala et al.
     2009 exactly, where sign(0) = -1 makes a tie an error).  Queries without

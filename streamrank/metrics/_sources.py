@@ -61,7 +61,8 @@ def evaluate(source: BlockSource | Iterable[Block], model: Any, k: int | None = 
     source : BlockSource or iterable of Block
         A GroupStore, ``sr.as_source(X, y, qid)``, or blocks; groups cut
         across blocks are joined before they are evaluated.
-    model : fitted model (``predict(X)``) or callable ``model(X)``
+    model : fitted model or callable
+        A fitted model (``predict(X)``) or a callable ``model(X)``.
     k : int or None
         Cut-off of a bare ``ndcg``/``err``/``p``/``recall``.
     metrics : str or list of str

@@ -35,7 +35,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from streamrank.pipelines._nightly_ingest import content_hash, day_base, day_entries, day_span
+from streamrank.pipelines._nightly_ingest import archive_member, content_hash, day_base, day_entries, day_span
 from streamrank.pipelines._nightly_remote import as_models_dir
 
 __all__ = ["EXCLUDED", "read_exclusions", "excluded_spans", "excluded_days", "night_days", "exclude_days",
@@ -122,7 +122,7 @@ def resolve_day(log, unit, ref) -> dict:
     ref = str(ref)
     bid = ref if ref.startswith("sha256:") else None
     if bid is None:
-        if not Path(ref).exists():
+        if not Path(ref).exists() and archive_member(ref) is None:
             raise FileNotFoundError(f"{ref}: neither a day file nor a sha256: batch id of the store")
         bid = content_hash(ref)
     base = day_base(log, bid.split("#", 1)[0])

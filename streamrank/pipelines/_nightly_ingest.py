@@ -57,11 +57,53 @@ DEFAULT_CHUNK_BYTES = 8 << 20
 logger = logging.getLogger(__name__)
 
 
+_ARCHIVES = (".tar.gz", ".tgz", ".tar", ".tar.bz2", ".tar.xz")
+
+
+def archive_member(path):
+    """``(archive, member)`` of a day named ``ARCHIVE.tar.gz:MEMBER`` (as ``streamrank ingest`` takes it), else
+    None; a missing archive or member is a FileNotFoundError naming it."""
+    text = str(path)
+    for ext in _ARCHIVES:
+        i = text.find(ext + ":")
+        if i > 0 and not Path(text).exists():
+            archive, member = text[:i + len(ext)], text[i + len(ext) + 1:]
+            if not Path(archive).is_file():
+                raise FileNotFoundError(f"{archive} does not exist (the archive of the day {text})")
+            import tarfile
+
+            with tarfile.open(archive, "r:*") as tf:
+                try:
+                    tf.getmember(member)
+                except KeyError:
+                    raise FileNotFoundError(f"{archive} has no member {member!r}") from None
+            return archive, member
+    return None
+
+
+def _open_member(archive, member):
+    import tarfile
+
+    tf = tarfile.open(archive, "r:*")
+    f = tf.extractfile(member)
+    if f is None:
+        tf.close()
+        raise ValueError(f"{archive}:{member} is not a regular file")
+    return tf, f
+
+
 def content_hash(path) -> str:
-    """``sha256:<hex>`` of a day's content: file bytes, or a zarr store's logged batch checksums."""
+    """``sha256:<hex>`` of a day's content: file bytes (a member's, for ``ARCHIVE:MEMBER``), or a zarr store's
+    logged batch checksums."""
     p = Path(path)
     h = hashlib.sha256()
-    if p.is_dir():
+    am = archive_member(path)
+    if am is not None:
+        tf, f = _open_member(*am)
+        with tf, f:
+            for chunk in iter(lambda: f.read(1 << 20), b""):
+                h.update(chunk)
+    elif p.is_dir():
         try:
             store = sr.GroupStore.open(p)
         except Exception:
@@ -131,6 +173,7 @@ def iter_day(path, *, n_features=None, sparse=False, chunk_bytes=DEFAULT_CHUNK_B
     ``X`` comes as CSR when ``sparse``, else dense.
     """
     p = Path(path)
+    am = archive_member(path)
 
     def conv(X):
         if sparse and not sp.issparse(X):
@@ -139,7 +182,17 @@ def iter_day(path, *, n_features=None, sparse=False, chunk_bytes=DEFAULT_CHUNK_B
             return X.toarray()
         return X
 
-    if _is_parquet(p):
+    if am is not None:                          # a member of a tar archive: LETOR text, read in place
+        from streamrank.io.svmlight import iter_svmlight
+
+        tf, f = _open_member(*am)
+        with tf, f:
+            for chunk in iter_svmlight(f, n_features=n_features, dense=not sparse, chunk_bytes=int(chunk_bytes),
+                                       name=str(path)):
+                if chunk.qid is None:
+                    raise ValueError(f"{path}: the day file has no qid: fields; nightly logs need query ids")
+                yield chunk
+    elif _is_parquet(p):
         yield from _parquet_day(p, columns, sparse, chunk_bytes, feature_names)
     elif p.is_dir():
         store = sr.GroupStore.open(p)

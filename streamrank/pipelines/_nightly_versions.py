@@ -63,7 +63,9 @@ def models_lock(models_dir):
 
     An advisory ``flock``: the OS releases it when the holder dies, so a killed
     run never blocks the next night.  The holder's pid and start time are
-    written into the file for the loser's message.
+    written into the file for the loser's message.  The holder removes the file
+    when it is done (still holding the lock); a run that locked a file removed
+    meanwhile locks the new one instead, so two runs never hold two files.
     """
     remote = as_models_dir(models_dir)
     if remote is not None:          # object storage: a lease held through conditional writes
@@ -72,9 +74,11 @@ def models_lock(models_dir):
         return
     import fcntl
 
+    from streamrank._shared_paths import open_lock_file
+
     path = Path(models_dir) / LOCK
-    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
-    try:
+    while True:
+        fd = open_lock_file(path)        # never through a planted link: the holder truncates and writes it
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
@@ -82,12 +86,28 @@ def models_lock(models_dir):
                 holder = os.pread(fd, 200, 0).decode("utf-8", "replace").strip() or "unknown"
             except OSError:
                 holder = "unknown"
+            os.close(fd)
             raise ModelsLocked(f"{models_dir} is locked by another nightly run ({holder}; lock {path}); "
                                "one writer at a time: this run changed nothing") from None
+        except BaseException:
+            os.close(fd)
+            raise
+        try:
+            same = os.lstat(path).st_ino == os.fstat(fd).st_ino
+        except FileNotFoundError:
+            same = False
+        if same:
+            break
+        os.close(fd)                 # its holder removed that file when done: lock the one at the path now
+    try:
         os.ftruncate(fd, 0)
         os.pwrite(fd, f"pid {os.getpid()}, started {_now()}".encode(), 0)
         yield
     finally:
+        try:
+            os.unlink(path)          # still locked: a run waiting on this file retries on the path
+        except FileNotFoundError:
+            pass
         os.close(fd)
 
 
@@ -216,7 +236,7 @@ def replace_file(models_dir, name, data: bytes) -> None:
     fsync of the directory so the rename survives a power cut."""
     d = Path(models_dir)
     tmp = _tmp_name(d, name, "tmp")
-    with open(tmp, "wb") as fh:
+    with open(tmp, "xb") as fh:                # a fresh random name: never an existing file or a link
         fh.write(data)
         fh.flush()
         os.fsync(fh.fileno())
@@ -357,6 +377,12 @@ def _summary(report) -> str:
     val = f"{mk} {m[mk]:.4f}" if mk else ""
     if c and mk:
         val += f" (current {c[mk]:.4f})"
+    v = report.get("validation") or {}      # where the figure above comes from (metrics.png draws it)
+    where_v = {"holdout": "on the held-out newest day", "progressive": "progressive on the newest day",
+               "in-sample": "in-sample: no earlier data to hold the newest day out of",
+               "fixed-store": f"on --validation {v.get('store')}"}.get(v.get("scheme"), "")
+    if val and where_v:
+        val += f" {where_v}"
     g = report.get("gate")
     if g:   # the decision: both models out of fold on the history they were trained on
         gk = g["metric"]
@@ -365,7 +391,9 @@ def _summary(report) -> str:
                      else f"on {g['n_groups']} held-out history queries")
         else:
             where = f"out of fold on {g.get('n_groups', g['groups'][1] - g['groups'][0])} history groups"
-        val = f"{gk} {g['candidate'][gk]:.4f} (current {g['current'][gk]:.4f}) {where}"
+        newest = f"newest day {mk} {m[mk]:.4f}" + (f" (current {c[mk]:.4f})" if c and mk else "") if mk else ""
+        val = (f"{newest}; " if newest else "") + \
+            f"gate {gk} {g['candidate'][gk]:.4f} (current {g['current'][gk]:.4f}) {where}"
     alpha = f" alpha={report['alpha']:.4g}" if report.get("alpha") is not None else ""
     tail = f"; excluded from training: {', '.join(d[:15] + '…' for d in report['excluded'])}" \
         if report.get("excluded") else ""

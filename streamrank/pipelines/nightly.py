@@ -1,6 +1,6 @@
-"""Nightly retraining on growing logs (DESIGN §1; issue 6).
+"""Nightly retraining on growing logs.
 
-One run = one night::
+One run = one night:
 
     streamrank nightly --store STORE --new DAYFILE... --models DIR \\
         [--learner rankrls|sparse-kernel|sgd-bilinear|sgd-pairwise] [--alphas GRID] [--full] [--keep N]
@@ -34,7 +34,7 @@ One run = one night::
    the model has not seen, step counter and cumulative-L1 state intact) and
    equals one run over all tuples.  ``--full`` retrains from scratch.
 3. **Select λ** from the fold statistics (squared ranking loss of each fold
-   under the model trained without it, DESIGN §3.2 — no pass over history)
+   under the model trained without it — no pass over history)
    and **validate** with NDCG@10 and disagreement (SGD-bilinear: tuple
    error).  The promotion decision compares two models that have *not* seen
    the validation data:
@@ -60,7 +60,7 @@ One run = one night::
    Those newest-day numbers describe tonight's data; for the statistics
    learners they do not decide: after a promotion the candidate without the
    day *is* the current model (same groups, same folds, same λ), so the two
-   scored identically every night (issue 24).  The decision is the **gate**
+   scored identically every night.  The decision is the **gate**
    (:mod:`streamrank.pipelines._nightly_gate`): the final candidate (trained
    with the new data) and the current model are both scored *out of fold*
    on the newest history groups the current model was trained on (each group
@@ -500,14 +500,14 @@ def main(argv=None) -> int:
             storage_options=args.storage_options, gate_fraction=args.gate_fraction, reject=args.reject,
             readmit=args.readmit, weighting=weighting, checks=checks, force=args.force)
 
-    code = run_main("nightly", args.verbose, lambda: _with_progress(args, night),
+    code = run_main("streamrank nightly", args.verbose, lambda: _with_progress(args, night),
                     interrupted="interrupted; the store keeps its last commit and current its last promoted version")
     quarantined = (done.get("report") or {}).get("quarantined")
     if code == 0 and quarantined:    # the night ran; one line names every failed check of every quarantined day
         from streamrank.cli import EXIT_QUARANTINED
 
-        print("nightly: quarantined " + " | ".join(f"{Path(q['file']).name} ({q['day'][:19]}…): {q['line']}"
-                                                   for q in quarantined), file=sys.stderr, flush=True)
+        days = " | ".join(f"{Path(q['file']).name} ({q['day'][:19]}…): {q['line']}" for q in quarantined)
+        print(f"streamrank nightly: quarantined {days}", file=sys.stderr, flush=True)
         return EXIT_QUARANTINED
     return code
 

@@ -128,7 +128,8 @@ def test_cli_quarantines_the_inverted_day_promotes_the_next_and_readmits_it(thre
     p = run("--new", inverted)
     assert p.returncode == 7, (p.stdout, p.stderr)
     lines = p.stderr.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("nightly: quarantined d4_inverted.npz (sha256:"), p.stderr
+    assert len(lines) == 1, p.stderr
+    assert lines[0].startswith("streamrank nightly: quarantined d4_inverted.npz (sha256:"), p.stderr
     assert "agreement 0." in lines[0] and "(threshold 0." in lines[0] and "ndcg@10 0." in lines[0], lines[0]
     assert "label_set" not in lines[0]           # grades 3 - y are the same set: only agreement sees it
     assert "; quarantined d4_inverted.npz (agreement)" in p.stdout and "current=v0003" in p.stdout

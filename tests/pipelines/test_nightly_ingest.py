@@ -142,7 +142,7 @@ def test_verify_new_batches_and_full_verify(tmp_path, capsys):
     assert nightly.main(["--store", str(store), "--new", str(days[2]), "--models", str(models), "--alphas", "1",
                          "--no-plot", "--verify", "--full"]) == 4
     err = capsys.readouterr().err.strip()
-    assert len(err.splitlines()) == 1 and err.startswith("nightly: error: ") and "batch 'sha256:" in err
+    assert len(err.splitlines()) == 1 and err.startswith("streamrank nightly: error: ") and "batch 'sha256:" in err
     assert nightly.current_version(models) == before and len(nightly.list_versions(models)) == 3
 
 
