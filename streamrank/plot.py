@@ -334,7 +334,8 @@ def nightly_checks_history(source: Any, path: PathLike | None = None, *, figsize
     ax.set_ylabel("figure / threshold")
     ax.set_title(title or "nightly data checks per day (> 1 fails; grey: every feature's drift)")
     ax.grid(True, alpha=0.3)
-    ax.legend(loc="upper left", fontsize="x-small", ncol=3)
+    if ax.get_legend_handles_labels()[0]:        # the first day has nothing to compare with: no line yet
+        ax.legend(loc="upper left", fontsize="x-small", ncol=3)
     ag = [d["checks"].get("agreement", {}) for d in days]
     for key, style in (("ndcg", "s-"), ("disagreement", "^-")):
         v = np.array([np.nan if c.get(key) is None else float(c[key]) for c in ag])
@@ -350,7 +351,7 @@ def nightly_checks_history(source: Any, path: PathLike | None = None, *, figsize
     ax2.set_ylabel("current model on the day")
     ax2.set_xlabel("day")
     ax2.grid(True, alpha=0.3)
-    if ax2.lines:
+    if ax2.get_legend_handles_labels()[0]:
         ax2.legend(loc="best", fontsize="x-small")
     ax2.set_xticks(x)
     ax2.set_xticklabels([Path(d.get("file") or d["day"]).stem[:12] for d in days],
