@@ -9,9 +9,10 @@ Two questions, each its own section:
    quarantined good days / days checked against a baseline (nights 2-5).  Target: 0.
 2. **Cost.** A night that ingests a 1,000,000-row day (46 features, ``.npz``) after a first night of
    as many rows, with the checks and with ``checks=None``, each on a fresh copy of the same store and
-   models directory (best of ``--repeat`` runs).  The checks' share of the night is
-   ``(with - without) / with``; their profile (the ingest pass's extra work: moments, label counts,
-   group hashes, the current model's scores) is also timed alone on the same chunks.  Target: <= 10 %.
+   models directory.  The checks' share is the time the night itself spent in them
+   (``report["checks"]["seconds"]``: the profile's work in the ingest pass — moments, label counts, group
+   hashes, the current model's scores — and the checks) over the same night's wall time, which a loaded
+   machine slows alike; the end-to-end difference (best of ``--repeat``) is printed too.  Target: <= 10 %.
 
 Usage::
 
@@ -132,6 +133,7 @@ def cost(n_rows, repeat):
         base_s, base_m = tmp / "s0.zarr", tmp / "m0"
         _night(base_s, base_m, first)
         times = {"checks": [], "none": []}
+        shares = []
         for r in range(repeat):
             for mode in (("none", "checks") if r % 2 == 0 else ("checks", "none")):     # alternate the order
                 s, m = tmp / f"s-{mode}-{r}.zarr", tmp / f"m-{mode}-{r}"
@@ -143,6 +145,9 @@ def cost(n_rows, repeat):
                 assert rep["status"] == "promoted", rep["status"]
                 if mode == "checks":
                     assert rep["checks"]["days"][0]["decision"] == "accepted", rep["checks"]
+                    shares.append(rep["checks"]["seconds"] / times[mode][-1])   # measured inside the same night
+                    print(f"  night {times[mode][-1]:.2f} s: checks {rep['checks']['seconds']:.2f} s, of which "
+                          f"profiles {rep['checks']['profile_seconds']:.2f} s", flush=True)
                 shutil.rmtree(s)
                 shutil.rmtree(m)
         import streamrank as sr
@@ -157,7 +162,7 @@ def cost(n_rows, repeat):
                 p.add(X, y, q)
             p.agreement()
             prof_t.append(time.perf_counter() - t0)
-        return min(times["checks"]), min(times["none"]), min(prof_t)
+        return min(times["checks"]), min(times["none"]), min(prof_t), shares
 
 
 def main(argv=None):
@@ -192,10 +197,12 @@ def main(argv=None):
     if not a.skip_cost:
         print(f"== 2. cost: a night ingesting a {n_rows:,}-row day (46 features) after a night of as many, "
               f"best of {a.repeat}")
-        with_c, without, prof = cost(n_rows, a.repeat)
-        print(f"night with checks {with_c:.2f} s, without {without:.2f} s: checks' share "
-              f"{(with_c - without) / with_c:+.1%} of the night; the profile alone {prof:.2f} s "
-              f"({prof / with_c:.1%} of the night)")
+        with_c, without, prof, shares = cost(n_rows, a.repeat)
+        print(f"time inside the checks (profiles in the ingest pass + the checks), over the same night's wall "
+              f"time: {', '.join(f'{x:.1%}' for x in shares)} (median {np.median(shares):.1%})")
+        print(f"the profile of the day alone (in this process, best of {a.repeat}): {prof:.2f} s")
+        print(f"end to end, best of {a.repeat} (noisy on a shared machine): with checks {with_c:.2f} s, without "
+              f"{without:.2f} s ({(with_c - without) / with_c:+.1%})")
 
 
 if __name__ == "__main__":

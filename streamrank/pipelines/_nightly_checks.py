@@ -70,6 +70,7 @@ import getpass
 import io
 import json
 import os
+import time
 from pathlib import Path
 
 import numpy as np
@@ -251,6 +252,7 @@ class DayChecks:
         from streamrank.pipelines import _nightly_exclusions as ex
         from streamrank.pipelines._nightly_ingest import day_base
 
+        t0 = time.perf_counter()
         order = {}
         for i, e in enumerate(log):
             order.setdefault(str(e.get("batch_id") or "").split("#", 1)[0], i)
@@ -285,6 +287,8 @@ class DayChecks:
             elif doc["decision"] == "quarantined":
                 summary["readmitted"] = doc.get("readmitted")
             out["days"].append(summary)
+        prof = sum(p.seconds for p in self.profiles.values())      # inside the ingest pass
+        out.update(seconds=round(time.perf_counter() - t0 + prof, 4), profile_seconds=round(prof, 4))
         return out
 
     def _check(self, store, log, unit, day, rec, excluded, order):

@@ -10,6 +10,8 @@ NDCG@k and disagreement on a bottom-k sample of the groups by hash (:data:`AGREE
 """
 from __future__ import annotations
 
+import time
+
 import numpy as np
 import scipy.sparse as sp
 
@@ -122,10 +124,18 @@ class DayProfile:
         self.group_hashes: list = []
         # agreement: the current model on the AGREEMENT_GROUPS informative groups of smallest content hash
         self._tau = np.iinfo(np.uint64).max          # a group is scored when its hash is below this
-        self._kept = []                              # (hashes, ndcg, disagreement) of the scored groups
+        self._kept = []                              # (hashes, sizes, X, y) of the sampled groups
         self._n_kept = 0
+        self.seconds = 0.0                           # time spent profiling (the checks' share of the ingest)
 
     def add(self, X, y, qid, row_cols=None, feature_names=None):
+        t0 = time.perf_counter()
+        try:
+            self._add(X, y, qid, row_cols, feature_names)
+        finally:
+            self.seconds += time.perf_counter() - t0
+
+    def _add(self, X, y, qid, row_cols, feature_names):
         y = np.asarray(y, dtype=np.float64) + 0.0       # -0.0 is the label 0
         if y.ndim == 2:            # a multi-output store: the first output, as validation scores it
             y = y[:, 0]
@@ -159,41 +169,50 @@ class DayProfile:
             self._score(X, y, starts, gh, informative)      # (another feature count: the append refuses it)
 
     def _score(self, X, y, starts, gh, informative):
-        """Score the chunk's informative groups whose hash is below the running threshold (a bottom-k sample
-        of the day by content hash: the same groups whatever the chunking or the order of the day)."""
-        from streamrank.metrics import RankingEvaluator
-
+        """Keep the rows of the chunk's informative groups whose hash is below the running threshold (a
+        bottom-k sample of the day by content hash: the same groups whatever the chunking or the order of
+        the day); they are scored once, at the end (:meth:`agreement`)."""
         sel = np.asarray(informative, dtype=bool) & (gh < self._tau)
         if not sel.any():
             return
         sizes = np.diff(np.r_[starts, len(y)])
         rows = np.repeat(sel, sizes)
-        ys = y[rows]
-        sc = np.asarray(self.model.predict(X[rows]), dtype=np.float64).reshape(len(ys), -1)[:, 0]
-        ev = RankingEvaluator(self.k, ("ndcg", "disagreement"), keep_per_query=True)
-        ev.update(ys, sc, np.r_[0, np.cumsum(sizes[sel])])
-        res = ev.result()
-        self._kept.append((gh[sel], res[f"ndcg@{self.k}"].per_query, res["disagreement"].per_query))
+        self._kept.append((gh[sel], sizes[sel], X[rows], y[rows]))
         self._n_kept += int(sel.sum())
         if self._n_kept > 2 * AGREEMENT_GROUPS:          # keep the AGREEMENT_GROUPS smallest hashes
-            h, nd, di = (np.concatenate(a) for a in zip(*self._kept))
-            keep = np.argsort(h, kind="stable")[:AGREEMENT_GROUPS]
-            self._kept = [(h[keep], nd[keep], di[keep])]
+            self._kept = [self._bottom_k()]
             self._n_kept = AGREEMENT_GROUPS
-            self._tau = h[keep[-1]]
+            self._tau = self._kept[0][0].max()
+
+    def _bottom_k(self):
+        """``(hashes, sizes, X, y)`` of the kept groups of the AGREEMENT_GROUPS smallest hashes, in day order."""
+        h, sizes = np.concatenate([k[0] for k in self._kept]), np.concatenate([k[1] for k in self._kept])
+        Xs = [k[2] for k in self._kept]
+        X = sp.vstack(Xs, format="csr") if sp.issparse(Xs[0]) else np.concatenate(Xs)
+        y = np.concatenate([k[3] for k in self._kept])
+        if len(h) > AGREEMENT_GROUPS:
+            keep = np.zeros(len(h), dtype=bool)
+            keep[np.argsort(h, kind="stable")[:AGREEMENT_GROUPS]] = True
+            rows = np.repeat(keep, sizes)
+            return h[keep], sizes[keep], X[rows], y[rows]
+        return h, sizes, X, y
 
     def agreement(self):
         if self.model is None or not self._kept:
             return None
-        h, nd, di = (np.concatenate(a) for a in zip(*self._kept))
-        if len(h) > AGREEMENT_GROUPS:
-            keep = np.argsort(h, kind="stable")[:AGREEMENT_GROUPS]
-            nd, di = nd[keep], di[keep]
+        from streamrank.metrics import RankingEvaluator
+
+        self._kept = [self._bottom_k()]
+        _, sizes, X, y = self._kept[0]
+        sc = np.asarray(self.model.predict(X), dtype=np.float64).reshape(len(y), -1)[:, 0]
+        ev = RankingEvaluator(self.k, ("ndcg", "disagreement"))
+        ev.update(y, sc, np.r_[0, np.cumsum(sizes)])
+        res = ev.result()
         out = {}
-        for name, v in (("ndcg", nd), ("disagreement", di)):
-            v = v[~np.isnan(v)]
-            out[name] = float(v.mean()) if len(v) else None
-        out.update(metric=f"ndcg@{self.k}", groups_scored=int(len(nd)))
+        for name, key in (("ndcg", f"ndcg@{self.k}"), ("disagreement", "disagreement")):
+            v = res[key].value
+            out[name] = None if np.isnan(v) else float(v)
+        out.update(metric=f"ndcg@{self.k}", groups_scored=int(len(sizes)))
         return out
 
     def record(self):
@@ -228,6 +247,13 @@ class TupleProfile(DayProfile):
         self._err = [0.0, 0]
 
     def add_tuples(self, Q, Dp, Dn, q_rows=None):
+        t0 = time.perf_counter()
+        try:
+            self._add_tuples(Q, Dp, Dn, q_rows)
+        finally:
+            self.seconds += time.perf_counter() - t0
+
+    def _add_tuples(self, Q, Dp, Dn, q_rows=None):
         n = Q.shape[0]
         if n == 0:
             return
