@@ -107,6 +107,7 @@ def test_the_public_homes_are_the_implementations():
 
     assert cli.exit_code is _common.exit_code
     assert [getattr(cli, f"EXIT_{n}") for n in ("OK", "BUG", "USAGE", "NOT_FOUND", "DATA", "WRITE",
-                                                 "UNSUPPORTED", "SIGINT", "SIGTERM")] == sorted(cli.EXIT_CODES)
+                                                 "UNSUPPORTED", "QUARANTINED", "SIGINT",
+                                                 "SIGTERM")] == sorted(cli.EXIT_CODES)
     assert cli.exit_code(cli.UsageError("x")) == cli.EXIT_USAGE
     assert cli.exit_code(RuntimeError("store is locked: one writer at a time")) == cli.EXIT_WRITE

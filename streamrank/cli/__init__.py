@@ -52,6 +52,8 @@ Exit codes
 5      cannot write: the output exists and is not replaceable, or another
        process is appending to the store (one writer at a time)
 6      unsupported combination (e.g. --cv query with --learner cg)
+7      nightly only: the night ran, but a new day failed the data checks and
+       was quarantined (kept in the store, excluded from training)
 130    interrupted (Ctrl-C / SIGINT; 143 for SIGTERM): nothing half-written
        is left — models are written to a temporary directory and renamed,
        store appends are atomic (an interrupted ingest resumes where it
@@ -79,14 +81,14 @@ import sys
 from ._app import build_parser, main
 from ._atomic import _replace_dir, _save_model  # noqa: F401
 from ._common import (DEFAULT_MAX_ROWS, EXIT_BUG, EXIT_CODES, EXIT_DATA, EXIT_NOT_FOUND,  # noqa: F401
-                      EXIT_OK, EXIT_SIGINT, EXIT_SIGTERM, EXIT_UNSUPPORTED, EXIT_USAGE, EXIT_WRITE, FORMATS,
-                      LEARNERS, METRICS, Unsupported, UsageError, exit_code)
+                      EXIT_OK, EXIT_QUARANTINED, EXIT_SIGINT, EXIT_SIGTERM, EXIT_UNSUPPORTED, EXIT_USAGE,
+                      EXIT_WRITE, FORMATS, LEARNERS, METRICS, Unsupported, UsageError, exit_code)
 from ._grid import parse_grid, parse_storage_options
 
 __all__ = ["main", "build_parser", "parse_grid", "parse_storage_options", "progress_reporting", "exit_code",
            "check_model_out",
            "EXIT_CODES", "EXIT_OK", "EXIT_BUG", "EXIT_USAGE", "EXIT_NOT_FOUND", "EXIT_DATA", "EXIT_WRITE",
-           "EXIT_UNSUPPORTED", "EXIT_SIGINT", "EXIT_SIGTERM"]
+           "EXIT_UNSUPPORTED", "EXIT_QUARANTINED", "EXIT_SIGINT", "EXIT_SIGTERM"]
 
 
 def __getattr__(name):

@@ -14,6 +14,7 @@ import argparse
 import sys
 
 from streamrank.pipelines._nightly_learners import DEFAULT_BLOCK_ROWS, DEFAULT_FOLDS
+from streamrank.pipelines._nightly_checks import add_check_options
 from streamrank.pipelines._nightly_weights import add_weight_options
 
 __all__ = ["LEARNERS", "build_parser"]
@@ -98,6 +99,7 @@ def build_parser():
     p.add_argument("--kernel", default="rbf", help="sparse-kernel: kernel name")
     p.add_argument("--gamma", type=float, default=1.0, help="sparse-kernel: kernel width")
     add_weight_options(p)
+    add_check_options(p)
     p.add_argument("--seed", type=int, default=0,
                    help="sparse-kernel: seed of the basis reservoir; sgd-pairwise: seed of the pair sampling")
     return p

@@ -284,13 +284,16 @@ def _store_at(store_path, storage_options=None):
     return p, (p / "zarr.json").exists(), {}
 
 
-def ingest(store_path, files, *, sparse=False, chunk_bytes=DEFAULT_CHUNK_BYTES, columns=None, storage_options=None):
+def ingest(store_path, files, *, sparse=False, chunk_bytes=DEFAULT_CHUNK_BYTES, columns=None, storage_options=None,
+           observe=None):
     """Append each day file to the store (created from the first chunk); idempotent by content hash.
 
     Returns one dict per file: ``batch_id`` (the day's hash), ``file``,
     ``appended`` (False: the whole day was already in the store), ``chunks``
     appended tonight, the ``rows`` and ``groups`` span of the day and
-    ``batch_ids`` (every log entry of the day).
+    ``batch_ids`` (every log entry of the day).  ``observe(content_hash)``: a profile
+    (:class:`streamrank.pipelines._nightly_checks.DayProfile`) fed every chunk of the day as it is read —
+    the data checks' statistics in the ingest's own pass (a day already whole in the store is not read).
     """
     store_path, exists, opts = _store_at(store_path, storage_options)    # a directory or a URL
     store = sr.GroupStore.open(store_path, mode="a", **opts) if exists else None
@@ -305,14 +308,15 @@ def ingest(store_path, files, *, sparse=False, chunk_bytes=DEFAULT_CHUNK_BYTES, 
             if resumes is not None:        # a fixed file of the day that stopped at a bad line?
                 try:
                     appended, store = _append_day(store, store_path, f, resumes, bid, log, sparse, chunk_bytes,
-                                                  columns, same_prefix=True, opts=opts)
+                                                  columns, same_prefix=True, opts=opts,
+                                                  profile=observe(bid) if observe else None)
                 except _PrefixDiffers:
                     logger.warning("%s: its first rows differ from the incomplete day %s in the store: "
                                    "ingested as a new day (the incomplete day stays as committed)", f, resumes)
                     resumes = None
             if resumes is None:
                 appended, store = _append_day(store, store_path, f, base, bid, log, sparse, chunk_bytes, columns,
-                                              opts=opts)
+                                              opts=opts, profile=observe(bid) if observe else None)
         entries = day_entries(store.batches, bid)
         out.append({"batch_id": bid, "file": str(f), "appended": bool(appended), "chunks": appended,
                     "rows": day_span(entries, "rows"), "groups": day_span(entries, "groups"),
@@ -335,12 +339,14 @@ def _incomplete_day(log):
     return base
 
 
-def _append_day(store, store_path, f, base, bid, log, sparse, chunk_bytes, columns, same_prefix=False, opts=None):
+def _append_day(store, store_path, f, base, bid, log, sparse, chunk_bytes, columns, same_prefix=False, opts=None,
+                profile=None):
     """Append the rows of day file ``f`` that the store does not hold yet; ``(chunks appended, store)``.
 
     ``base``: the day's batch (``bid``, or the day this file resumes).  The
     day's committed rows are skipped; with ``same_prefix`` they are first
-    compared with the file's (:class:`_PrefixDiffers` if they differ).
+    compared with the file's (:class:`_PrefixDiffers` if they differ).  ``profile``: fed every chunk of
+    the file (committed ones too: they are read anyway), for the data checks.
     """
     entries = day_entries(log, base)
     done = sum(e["rows"][1] - e["rows"][0] for e in entries)   # a killed run's / a stopped day's chunks
@@ -357,6 +363,8 @@ def _append_day(store, store_path, f, base, bid, log, sparse, chunk_bytes, colum
             lines = getattr(chunk, "lines", None)
             cols = getattr(chunk, "row_cols", None) or {}
             k = len(y)
+            if profile is not None:
+                profile.add(X, y, qid, cols, getattr(chunk, "feature_names", None))
             if same_prefix and r < done:
                 _compare_prefix(store, store_qid, day_r0 + r, X[: done - r], y[: done - r], qid[: done - r])
             if r + k <= done and not last:
@@ -458,8 +466,11 @@ def read_tuple_day(path):
         return mat("Q"), mat("D"), z["tuples"], mag
 
 
-def ingest_tuples(store_path, files, storage_options=None):
-    """Append each tuple day to a TupleStore (created from the first); idempotent by content hash."""
+def ingest_tuples(store_path, files, storage_options=None, observe=None):
+    """Append each tuple day to a TupleStore (created from the first); idempotent by content hash.
+
+    ``observe(content_hash)``: a profile fed an ``.npz`` day's tuples once they are appended (a TupleStore
+    day is copied piece by piece and profiled from the store by the data checks)."""
     from streamrank.io.tuple_copy import copy_tuple_store
 
     store_path, exists, opts = _store_at(store_path, storage_options)    # a directory or a URL
@@ -481,6 +492,9 @@ def ingest_tuples(store_path, files, storage_options=None):
             if store is None:
                 store = sr.TupleStore.create(store_path, Q.shape[1], D.shape[1], **opts)
             appended = store.append(Q, D, tup, magnitudes=mag, batch_id=bid)
+            if appended and observe is not None:     # after the append: the store has checked the tuples
+                t = np.asarray(tup, dtype=np.int64)
+                observe(bid).add_tuples(Q[t[:, 0]], D[t[:, 1]], D[t[:, 2]], q_rows=t[:, 0])
         entries = day_entries(store.log, bid)
         span = day_span(entries, "tuples")
         out.append({"batch_id": bid, "file": str(f), "appended": bool(appended), "tuples": span, "rows": span,

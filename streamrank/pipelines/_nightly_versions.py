@@ -259,6 +259,9 @@ def _clean_partial(models_dir):
         for p in Path(models_dir).glob(f".{name}.*.tmp"):
             if not writer_alive(p):
                 p.unlink(missing_ok=True)
+    for p in Path(models_dir).glob("days/.*.tmp"):     # the data checks' day profiles
+        if not writer_alive(p):
+            p.unlink(missing_ok=True)
 
 
 def prune(models_dir, keep):
@@ -345,6 +348,16 @@ def open_stats(version_dir):
 
 
 def summary_line(report) -> str:
+    line = _summary(report)
+    for q in report.get("quarantined") or []:   # the data checks (:mod:`streamrank.pipelines._nightly_checks`)
+        line += f"; quarantined {Path(q['file']).name} ({', '.join(q['failed'])})"
+    for d in (report.get("checks") or {}).get("days") or []:
+        if d["decision"] == "forced" and d["failed"]:
+            line += f"; trained on {Path(d['file']).name} despite its failed checks ({', '.join(d['failed'])}: --force)"
+    return line
+
+
+def _summary(report) -> str:
     ing = report.get("ingest", [])
     new = sum(b["rows"][1] - b["rows"][0] for b in ing if b["appended"])
     dup = sum(1 for b in ing if not b["appended"])
@@ -394,4 +407,20 @@ def _plot(models_dir):
     import matplotlib.pyplot as plt
 
     plt.close(fig)
+    _plot_checks(models_dir)
     return str(path)
+
+
+def _plot_checks(models_dir):
+    """``DIR/checks.png``: the data checks of every day (:func:`streamrank.plot.nightly_checks_history`),
+    when some report holds them."""
+    from streamrank.plot import nightly_checks_history
+
+    try:
+        fig = nightly_checks_history(models_dir, Path(models_dir) / "checks.png")
+    except ValueError:          # no report with checks yet (every night ran with --no-checks)
+        return None
+    import matplotlib.pyplot as plt
+
+    plt.close(fig)
+    return str(Path(models_dir) / "checks.png")

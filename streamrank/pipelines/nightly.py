@@ -4,7 +4,7 @@ One run = one night:
 
     streamrank nightly --store STORE --new DAYFILE... --models DIR \\
         [--learner rankrls|sparse-kernel|sgd-bilinear|sgd-pairwise] [--alphas GRID] [--full] [--keep N]
-        [--reject DAY] [--readmit DAY] [--gate-fraction F]
+        [--reject DAY] [--readmit DAY] [--gate-fraction F] [--force] [--no-checks] [--max-... thresholds]
 
 1. **Ingest** each DAYFILE (LETOR/svmlight text, ``.npz`` with ``X, y, qid``,
    or a zarr :class:`~streamrank.GroupStore`) into STORE in bounded chunks of
@@ -17,7 +17,12 @@ One run = one night:
    With ``--learner sgd-bilinear`` STORE is a :class:`~streamrank.TupleStore`
    and a DAYFILE is an ``.npz`` with ``Q``, ``D``, ``tuples`` (rows local to
    the file) or a TupleStore.  ``sgd-pairwise`` uses a GroupStore like
-   RankRLS.
+   RankRLS.  Each day is profiled in the same pass and checked against the
+   accepted days (:mod:`streamrank.pipelines._nightly_checks`: schema, labels,
+   feature drift, the current model's agreement, volume, duplicates); a day
+   that fails is quarantined — kept in the store, excluded from training — and
+   the night exits 7 after training on the rest (``--force`` / ``--readmit``
+   override it, recorded with who and when).
 2. **Update** the model incrementally (:mod:`streamrank.pipelines._nightly_learners`):
    RankRLS keeps its statistics (G = XᵀLX, B = XᵀLY and the per-fold
    statistics of k-fold group CV) in the saved model; a night reads only the
@@ -145,6 +150,7 @@ from streamrank.pipelines._nightly_cli import (  # noqa: F401  (build_parser: pu
     _with_progress,
     build_parser,
 )
+from streamrank.pipelines import _nightly_checks as _checks
 from streamrank.pipelines._nightly_gate import line_fraction
 from streamrank.pipelines._nightly_validation import _holdout, _validate_night
 from streamrank.pipelines._nightly_views import spans_minus
@@ -206,6 +212,24 @@ def _train(learner, store, base_model, base_dir, seen, alphas, folds, max_rows, 
                          holdout=holdout, excluded=excl)
 
 
+def _checker(models_dir, checks, cur_model, cur, k, tuples, weighting):
+    """The data checks of tonight's days (:mod:`streamrank.pipelines._nightly_checks`), or None without them."""
+    if checks is None:
+        return None
+    required = ()
+    if weighting and "weights" in weighting:
+        required = (weighting["weights"],)
+    elif weighting and "ips" in weighting:
+        required = ("click", "position")
+    meta = read_version(models_dir, cur) if cur else {}
+    # its own validation figure on its newest day: only from an incremental night, out of sample (a first night's
+    # is in-sample or a lone progressive figure of an untrained start: no reference for tomorrow's day)
+    ok = meta.get("mode") == "incremental" and (meta.get("validation") or {}).get("scheme") != "in-sample"
+    metrics = meta.get("metrics") if ok else None
+    return _checks.DayChecks(models_dir, dict(checks or {}), model=cur_model, model_name=cur, k=k, tuples=tuples,
+                             required_columns=required, model_metrics=metrics)
+
+
 def _learner_switch(models_dir, learner):
     """The current version's learner when ``learner`` differs from it (None otherwise), checked before ingest.
 
@@ -258,7 +282,8 @@ def _gate(learner, store, log, unit, models_dir, cur, cur_model, cur_seen, model
 def run_night(store_path, new_files, models_dir, *, learner="rankrls", alphas=None, full=False, keep=None,
               tolerance=0.005, folds=DEFAULT_FOLDS, validation=None, k=10, max_rows=DEFAULT_BLOCK_ROWS,
               plot=True, out=None, learner_params=None, verify=False, chunk_bytes=None, columns=None,
-              storage_options=None, gate_fraction=None, reject=(), readmit=(), weighting=None):
+              storage_options=None, gate_fraction=None, reject=(), readmit=(), weighting=None, checks=(),
+              force=False):
     """One night; returns the run report (also written to ``DIR/reports/``).
 
     ``models_dir`` and ``store_path`` may be URLs of object storage
@@ -284,6 +309,10 @@ def run_night(store_path, new_files, models_dir, *, learner="rankrls", alphas=No
     columns kept as the store's row columns; ``weighting``: ``{"weights": "weight"}``
     or ``{"ips": {"propensity": SPEC, "clip": TAU}}`` (rankrls;
     :mod:`streamrank.pipelines._nightly_weights`).
+    ``checks``: thresholds of the data checks of each new day
+    (:data:`streamrank.pipelines._nightly_checks.DEFAULTS` for those not given; None: no checks); a
+    day that fails is quarantined — kept in the store, excluded from training — and listed in
+    ``report["quarantined"]`` (``main`` exits 7); ``force``: train on it anyway (recorded).
     """
     out = sys.stdout if out is None else out
     if learner not in LEARNERS:
@@ -304,12 +333,12 @@ def run_night(store_path, new_files, models_dir, *, learner="rankrls", alphas=No
         _clean_partial(models_dir)
         return _run_locked(store_path, new_files, models_dir, learner, alphas, full, keep, tolerance, folds,
                            validation, k, max_rows, plot, out, learner_params, verify, chunk_bytes, columns,
-                           storage_options, gate_fraction, reject, readmit, weighting)
+                           storage_options, gate_fraction, reject, readmit, weighting, checks, force)
 
 
 def _run_locked(store_path, new_files, models_dir, learner, alphas, full, keep, tolerance, folds, validation, k,
                 max_rows, plot, out, learner_params, verify, chunk_bytes, columns=None, storage_options=None,
-                gate_fraction=None, reject=(), readmit=(), weighting=None):
+                gate_fraction=None, reject=(), readmit=(), weighting=None, checks=(), force=False):
     from streamrank.pipelines import _nightly_exclusions as ex
     from streamrank.pipelines._nightly_propensity import estimate_night, forces_full
     from streamrank.pipelines._nightly_weights import check_same_weighting, weighted_store
@@ -323,17 +352,21 @@ def _run_locked(store_path, new_files, models_dir, learner, alphas, full, keep, 
     if switched:
         report["switched_from"] = switched
     fraction = line_fraction(models_dir, learner, gate_fraction, full or bool(switched))   # before ingest too
+    cur = current_version(models_dir)
+    cur_model = load_version(models_dir, cur) if cur else None
+    checker = _checker(models_dir, checks, cur_model, cur, k, tuples, weighting) if new_files else None
 
-    # 1. ingest, then re-read what was written (or, with verify, the whole store)
+    # 1. ingest (profiling each day in the same pass), then re-read what was written (or, with verify, all)
     report["ingest"] = []
+    observe = None if checker is None else checker.profile_for
     with phase("ingest", len(new_files), "day files") as ph:
         for f in new_files:
             if tuples:
-                report["ingest"] += ingest_tuples(store_path, [f], storage_options=storage_options)
+                report["ingest"] += ingest_tuples(store_path, [f], storage_options=storage_options, observe=observe)
             else:
                 kw = {} if chunk_bytes is None else {"chunk_bytes": chunk_bytes}
                 report["ingest"] += ingest(store_path, [f], sparse=False, columns=columns,
-                                           storage_options=storage_options, **kw)
+                                           storage_options=storage_options, observe=observe, **kw)
             ph.update(1)
     store = (sr.TupleStore if tuples else sr.GroupStore).open(store_path, **opened)
     total, log = (store.n_tuples, store.log) if tuples else (store.n_groups, store.batches)
@@ -341,12 +374,22 @@ def _run_locked(store_path, new_files, models_dir, learner, alphas, full, keep, 
     for ref in reject:                 # by hand, after the ingest (a day of tonight may be named)
         report.setdefault("rejected_by_hand", []).append(ex.reject_by_hand(models_dir, log, unit, ref)["day"])
     for ref in readmit:
-        report.setdefault("readmitted", []).append(ex.readmit(models_dir, log, unit, ref)["day"])
+        day = ex.readmit(models_dir, log, unit, ref)["day"]
+        report.setdefault("readmitted", []).append(day)
+        report.setdefault("overrides", []).append(dict(_checks.who(), action="readmit", day=day))
+        _checks.mark_readmitted(models_dir, day)
+    if checker is not None:      # the data checks of tonight's days: a day that fails is excluded
+        with phase("data checks of the new days"):
+            report["checks"] = checker.run(store, log, unit, report["ingest"], ex.read_exclusions(models_dir),
+                                           force=force)
+        report["quarantined"] = report["checks"].pop("quarantined")
+        forced = [d["day"] for d in report["checks"]["days"] if d["decision"] == "forced"]
+        if forced:
+            report.setdefault("overrides", []).append(dict(_checks.who(), action="force", days=forced))
     excl_doc = ex.read_exclusions(models_dir)
     excl = ex.excluded_spans(excl_doc, unit)
 
     # 2. update
-    cur = current_version(models_dir)
     cur_seen = seen_by(models_dir, cur, unit) if cur else 0
     base = None if (full or cur is None or switched) else cur   # another learner: a new line, from scratch
     if base is not None:   # the excluded days inside the current model's data changed: it cannot unlearn one
@@ -370,7 +413,7 @@ def _run_locked(store_path, new_files, models_dir, learner, alphas, full, keep, 
     versions = list_versions(models_dir)
     metas = {v: read_version(models_dir, v) for v in versions}
     reuse = next((v for v in versions if metas[v].get("key") == key), None)
-    if base is not None and not spans_minus(seen, total, excl):   # nothing new (or all of it excluded)
+    if (base is not None or cur is None) and not spans_minus(seen, total, excl):   # nothing new, or all excluded
         report.update(status="up-to-date", version=cur, promoted=False, current=cur)
         return finish_report(report, models_dir, keep, plot, out)
     if reuse is not None:  # a previous run trained it but died before promoting
@@ -378,7 +421,6 @@ def _run_locked(store_path, new_files, models_dir, learner, alphas, full, keep, 
         report["reused"] = True
     else:
         base_model = load_version(models_dir, base) if base is not None else None
-        cur_model = load_version(models_dir, cur) if cur else None
         h0 = _holdout(log, unit, total, cur_seen if cur else 0, validation)
         p_est = p_note = None
         if forces_full(weighting):
@@ -478,16 +520,30 @@ def main(argv=None) -> int:
     if not (args.new or args.reject or args.readmit):
         parser.error("--new DAYFILE... is required (unless --reject / --readmit / --rollback is given)")
     weighting = weighting_of(args, parser.error)
-    return run_main("streamrank nightly", args.verbose, lambda: _with_progress(args, lambda: run_night(
-        args.store, args.new, args.models, learner=args.learner, alphas=args.alphas, full=args.full,
-        keep=args.keep, tolerance=args.tolerance, folds=args.folds, validation=args.validation,
-        max_rows=args.max_rows, plot=not args.no_plot, verify=args.verify,
-        chunk_bytes=max(1, int(args.chunk_mb * 2**20)), learner_params=_learner_params(args),
-        columns={"label": args.label, "qid": args.qid, "feature_prefix": args.features_from_prefix,
-                 "row_columns": row_column_names(args)},
-        storage_options=args.storage_options, gate_fraction=args.gate_fraction, reject=args.reject,
-        readmit=args.readmit, weighting=weighting)),
-        interrupted="interrupted; the store keeps its last commit and current its last promoted version")
+    checks = _checks.check_options_of(args, parser.error)
+    done = {}
+
+    def night():
+        done["report"] = run_night(
+            args.store, args.new, args.models, learner=args.learner, alphas=args.alphas, full=args.full,
+            keep=args.keep, tolerance=args.tolerance, folds=args.folds, validation=args.validation,
+            max_rows=args.max_rows, plot=not args.no_plot, verify=args.verify,
+            chunk_bytes=max(1, int(args.chunk_mb * 2**20)), learner_params=_learner_params(args),
+            columns={"label": args.label, "qid": args.qid, "feature_prefix": args.features_from_prefix,
+                     "row_columns": row_column_names(args)},
+            storage_options=args.storage_options, gate_fraction=args.gate_fraction, reject=args.reject,
+            readmit=args.readmit, weighting=weighting, checks=checks, force=args.force)
+
+    code = run_main("streamrank nightly", args.verbose, lambda: _with_progress(args, night),
+                    interrupted="interrupted; the store keeps its last commit and current its last promoted version")
+    quarantined = (done.get("report") or {}).get("quarantined")
+    if code == 0 and quarantined:    # the night ran; one line names every failed check of every quarantined day
+        from streamrank.cli import EXIT_QUARANTINED
+
+        days = " | ".join(f"{Path(q['file']).name} ({q['day'][:19]}…): {q['line']}" for q in quarantined)
+        print(f"streamrank nightly: quarantined {days}", file=sys.stderr, flush=True)
+        return EXIT_QUARANTINED
+    return code
 
 
 if __name__ == "__main__":
