@@ -154,7 +154,7 @@ def _read(models_dir, name):
     remote = as_models_dir(models_dir)
     try:
         if remote is not None:
-            return remote.remote.read(f"{DAYS}/{name}")
+            return remote.read_blob(DAYS, name)
         return (Path(models_dir) / DAYS / name).read_bytes()
     except FileNotFoundError:
         return None
@@ -163,8 +163,7 @@ def _read(models_dir, name):
 def _write(models_dir, name, data: bytes):
     remote = as_models_dir(models_dir)
     if remote is not None:
-        remote._check_lease()
-        remote.remote.write(f"{DAYS}/{name}", data)
+        remote.write_blob(DAYS, name, data)
         return
     from streamrank.pipelines._nightly_versions import replace_file
 

@@ -200,7 +200,22 @@ class RemoteModelsDir:
             raise FileNotFoundError(f"{self.url}: no exclusions")
         return json.dumps(doc).encode()
 
+    def read_blob(self, folder, name) -> bytes:
+        """The bytes stored as ``folder/name`` (e.g. a day's data profile); FileNotFoundError when absent."""
+        root = self._root()
+        try:
+            return np.asarray(root[f"{folder}/{name}"][...]).tobytes()
+        except (KeyError, TypeError):
+            raise FileNotFoundError(f"{self.url}/{folder}/{name}") from None
+
     # --------------------------------------------------------------- writing
+    def write_blob(self, folder, name, data: bytes) -> None:
+        """Store ``data`` as the byte array ``folder/name``, in the run's transaction."""
+        raw = np.frombuffer(bytes(data), dtype=np.uint8)
+        g = self._root(write=True).require_group(folder)
+        a = g.create_array(name, shape=raw.shape, dtype="uint8", chunks=(max(1, raw.size),), overwrite=True)
+        a[...] = raw
+
     def write_excluded(self, data: bytes) -> None:
         self._root(write=True).attrs["excluded"] = json.loads(data)
 
