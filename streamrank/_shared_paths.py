@@ -120,6 +120,13 @@ def unsafe_file_reason(path) -> str | None:
     return None
 
 
+def _foreign_link_reason(path, st, uid) -> str | None:
+    """Why the ``lstat`` result ``st`` of ``path`` is a symbolic link not to follow: one another user owns."""
+    if stat.S_ISLNK(st.st_mode) and st.st_uid not in (0, uid):
+        return f"{path} is a symbolic link owned by uid {st.st_uid}, not by you (uid {uid}) or root"
+    return None
+
+
 def unsafe_dir_reason(path) -> str | None:
     """Why ``path`` is not a safe directory to load compiled code from, or ``None`` if it is.
 
@@ -127,10 +134,11 @@ def unsafe_dir_reason(path) -> str | None:
     changed anything in it:
 
     * ``path`` itself (looked at with ``lstat``: a symbolic link is not
-      followed) is a directory owned by the current user or root, with no
-      group or other write bit;
+      followed) is a directory owned by the current user or root that no
+      other user can write (:func:`others_can_write`: no other-write bit, and
+      a group-write bit only for a group that is the owner's alone);
     * every directory above it is owned by the current user or root, and is
-      either not writable by group/other or has the sticky bit (``/tmp``:
+      either not writable by other users or has the sticky bit (``/tmp``:
       others may add entries there but cannot rename or replace ours);
     * a symbolic link on the way is owned by the current user or root (one
       planted in ``/tmp`` by another user is refused), and the directory it
@@ -154,8 +162,9 @@ def unsafe_dir_reason(path) -> str | None:
             return f"{p} does not exist"
         except OSError as exc:
             return f"{p} cannot be examined ({exc.strerror})"
-        if stat.S_ISLNK(st.st_mode) and st.st_uid not in trusted:
-            return f"{p} is a symbolic link owned by uid {st.st_uid}, not by you (uid {uid}) or root"
+        reason = _foreign_link_reason(p, st, uid)
+        if reason:
+            return reason
     # 2. the directories themselves, links resolved
     real = os.path.realpath(path)
     parts = real.split(os.sep)
@@ -240,6 +249,6 @@ def refuse_foreign_link(path, what: str) -> None:
         st = os.lstat(path)
     except OSError:
         return
-    if uid is not None and stat.S_ISLNK(st.st_mode) and st.st_uid not in (0, uid):
-        raise UnsafeFileError(f"{path} is a symbolic link owned by uid {st.st_uid}, another user; refusing to "
-                              f"{what} through it (it may point at a directory of yours)")
+    reason = None if uid is None else _foreign_link_reason(path, st, uid)
+    if reason:
+        raise UnsafeFileError(f"{reason}; refusing to {what} through it (it may point at a directory of yours)")
