@@ -71,6 +71,7 @@ import io
 import json
 import os
 import time
+import zipfile
 from pathlib import Path
 
 import numpy as np
@@ -200,12 +201,17 @@ def read_day_hashes(models_dir, day):
     raw = _read(models_dir, f"{_hex(day)}.npz")
     if raw is None:
         return np.zeros(0, np.uint64)
-    with np.load(io.BytesIO(raw), allow_pickle=False) as z:
-        h = z["group_hashes"]
-    if h.dtype != np.uint64 or h.ndim != 1:
-        from streamrank.pipelines._nightly_versions import ModelsDirError
+    from streamrank.pipelines._nightly_errors import ModelsDirError
 
-        raise ModelsDirError(f"{models_dir}/{DAYS}/{_hex(day)}.npz: group_hashes must be a 1-d uint64 array")
+    where = f"{models_dir}/{DAYS}/{_hex(day)}.npz"
+    try:
+        with np.load(io.BytesIO(raw), allow_pickle=False) as z:
+            h = z["group_hashes"]
+    except (ValueError, KeyError, OSError, EOFError, zipfile.BadZipFile) as exc:   # a damaged or foreign file
+        raise ModelsDirError(f"{where} is damaged ({type(exc).__name__}: {exc}); delete it and the day is "
+                             "profiled again from the store") from None
+    if h.dtype != np.uint64 or h.ndim != 1:
+        raise ModelsDirError(f"{where}: group_hashes must be a 1-d uint64 array")
     return h
 
 

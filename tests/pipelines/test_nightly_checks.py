@@ -374,3 +374,15 @@ def test_agreement_sample_is_the_same_whatever_the_chunking(monkeypatch):
     want = sr.metrics.evaluate(sr.as_source(X, y, q), model, k=10)
     assert full.agreement()["ndcg"] == pytest.approx(want["ndcg@10"].value, abs=1e-12)
     assert full.agreement()["disagreement"] == pytest.approx(want["disagreement"].value, abs=1e-12)
+
+
+@pytest.mark.parametrize("raw", [b"PK\x03\x04garbage", b"", b"\x93NUMPY junk"])
+def test_a_damaged_day_hashes_file_is_a_models_dir_error(tmp_path, raw):
+    """A damaged ``days/<day>.npz`` is named as such (not a raw zip/numpy error), with what to do about it."""
+    from streamrank.pipelines._nightly_checks import DAYS, read_day_hashes
+    from streamrank.pipelines._nightly_errors import ModelsDirError
+
+    (tmp_path / DAYS).mkdir()
+    (tmp_path / DAYS / "abc.npz").write_bytes(raw)
+    with pytest.raises(ModelsDirError, match=r"abc\.npz is damaged .*profiled again"):
+        read_day_hashes(tmp_path, "abc")
