@@ -31,6 +31,13 @@ candidate's out-of-fold NDCG@k on ``H`` and is rejected; a day that teaches it
 more of the right order raises it and is promoted.  The promotion rule is
 the pipeline's: NDCG@k not below the current's by more than ``--tolerance``.
 
+A model line that trains on a weighted source (``--weights``, ``--ips``, or
+any weighted source a learner line trains on) is gated on that source: the
+out-of-fold NDCG@k and disagreement use its row weights and targets (for
+IPS, the clicks and 1/p on clicked rows: the weighted metrics of
+:mod:`streamrank.metrics`, pair weight w_i w_j as in training), and the
+record says so (``"weighted": "ips-weighted"``).
+
 A rejected night's days stay in the store, but the models directory lists
 them as excluded (:mod:`streamrank.pipelines._nightly_exclusions`): later
 candidates train without them and the history ``H`` skips them.
