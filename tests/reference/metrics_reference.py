@@ -42,23 +42,8 @@ def ndcg_bruteforce(y, s, k=None):
 
 
 def ndcg_expected(y, s, k=None):
-    """NDCG@k with expected discounts per item (closed form, any group size)."""
-    y = np.asarray(y, dtype=np.float64)
-    s = np.asarray(s, dtype=np.float64)
-    n = len(y)
-    if n == 0:
-        return np.nan
-    kk = n if k is None else min(k, n)
-    disc = np.array([1.0 / math.log2(r + 2) if r < kk else 0.0 for r in range(n)])
-    ideal = float(np.sum((2.0 ** np.sort(y)[::-1] - 1.0) * disc))
-    if ideal <= 0:
-        return np.nan
-    dcg = 0.0
-    for i in range(n):
-        above = int(np.sum(s > s[i]))
-        tied = int(np.sum(s == s[i]))
-        dcg += (2.0 ** y[i] - 1.0) * disc[above:above + tied].mean()
-    return dcg / ideal
+    """NDCG@k with expected discounts per item (closed form, any group size): every weight 1."""
+    return weighted_ndcg_expected(y, s, np.ones(len(y)), k)
 
 
 def disagreement_pairs(y, s, tie=0.5):
