@@ -223,8 +223,10 @@ def _checker(models_dir, checks, cur_model, cur, k, tuples, weighting):
         required = ("click", "position")
     meta = read_version(models_dir, cur) if cur else {}
     # its own validation figure on its newest day: only from an incremental night, out of sample (a first night's
-    # is in-sample or a lone progressive figure of an untrained start: no reference for tomorrow's day)
-    ok = meta.get("mode") == "incremental" and (meta.get("validation") or {}).get("scheme") != "in-sample"
+    # is in-sample or a lone progressive figure of an untrained start: no reference for tomorrow's day); nor from a
+    # weighted line's (its figures use the training weights and, --ips, the clicks; the checks score the labels)
+    v = meta.get("validation") or {}
+    ok = meta.get("mode") == "incremental" and v.get("scheme") != "in-sample" and not v.get("weighted")
     metrics = meta.get("metrics") if ok else None
     return _checks.DayChecks(models_dir, dict(checks or {}), model=cur_model, model_name=cur, k=k, tuples=tuples,
                              required_columns=required, model_metrics=metrics)

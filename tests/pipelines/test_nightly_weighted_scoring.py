@@ -125,6 +125,9 @@ def test_an_ips_line_is_gated_and_validated_with_its_training_weights(days, tmp_
         M.ndcg(y[d], cur.predict(X[d]), group[d], k=10, sample_weight=w[d]), rel=1e-9)
     assert rep["current_metrics"]["disagreement"] == pytest.approx(
         M.disagreement(y[d], cur.predict(X[d]), group[d], sample_weight=w[d]), rel=1e-9)
+    # the data checks (which score the store's labels unweighted) do not take these figures as a reference
+    checker = nightly._checker(models, {}, cand, rep["version"], 10, False, {"ips": {"propensity": "eta=1"}})
+    assert checker.model_ref == {"ndcg": None, "disagreement": None}
 
 
 @pytest.mark.slow   # two nights and five small refits: ~5 s
@@ -142,3 +145,5 @@ def test_an_unweighted_line_is_scored_as_before(days, tmp_path):
     h = group < N_Q
     assert g["candidate"]["ndcg@10"] == pytest.approx(M.ndcg(y[h], oof[h], group[h], k=10), rel=1e-6)
     assert g["candidate"]["disagreement"] == pytest.approx(M.disagreement(y[h], oof[h], group[h]), rel=1e-6)
+    checker = nightly._checker(models, {}, cand, rep["version"], 10, False, None)
+    assert checker.model_ref == {"ndcg": rep["metrics"]["ndcg@10"], "disagreement": rep["metrics"]["disagreement"]}
