@@ -13,9 +13,10 @@ RankRLS only: its fold statistics take the row weights block by block, so a
 night adds the new groups' weighted statistics and equals a from-scratch
 weighted (IPS) fit on the whole store.  The weighting is fixed for a model
 line (recorded in ``version.json["weighting"]``): a night asking another
-one needs ``--full``.  Validation and the promotion gate score the store's
-labels as they are (for a click log ingested with ``--label`` = the clicks:
-clicks, unweighted).
+one needs ``--full``.  Validation and the promotion gate score what the line
+trains on: the same row weights and, with ``--ips``, the clicks as targets
+(weighted NDCG and disagreement of :mod:`streamrank.metrics`; the report
+says ``ips-weighted`` / ``weighted``).
 """
 from __future__ import annotations
 
