@@ -2,7 +2,8 @@
 #   make demo   run the main job (synthetic LETOR-like store -> every learner -> metrics table)
 #   make test   run the test suite
 #   make quick  the developer's inner loop: the suite without the tests marked slow (about a minute warm)
-# Both create .venv with python3 if it is missing and install streamrank into it.
+# Both create .venv with python3 if it is missing and install streamrank into it: make demo the package alone
+# (what the demo needs), make test / make quick with the test, plot and docs extras.
 
 PYTHON_BOOT ?= python3
 VENV        ?= .venv
@@ -15,13 +16,17 @@ $(PY):
 	$(PYTHON_BOOT) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 
+$(VENV)/.installed-demo: pyproject.toml | $(PY)
+	$(PY) -m pip install --quiet -e .
+	touch $@
+
 $(VENV)/.installed-test: pyproject.toml | $(PY)
 	$(PY) -m pip install --quiet -e ".[test,plot,docs]"
-	touch $@
+	touch $@ $(VENV)/.installed-demo
 
 venv: $(VENV)/.installed-test
 
-demo: $(VENV)/.installed-test
+demo: $(VENV)/.installed-demo
 	$(PY) -m streamrank.demo $(DEMO_ARGS)
 
 # pytest exits 5 when it collects no test: report it instead of failing make.

@@ -199,18 +199,12 @@ sys.exit(rc)
 
 # The floor of any command that runs a numba kernel: python, numpy, numba's import, and numba's one-time set-up on
 # the first dispatch (its registries, which import scipy.linalg: numba.np.arraymath checks for BLAS), then one
-# cached kernel -- on the console path's terms: imports with the collector paused (cli/_preload.py) and no
-# interpreter teardown (the supervised child ends with os._exit).  A file, not -c: numba caches only functions
-# whose source file it can find.
-FLOOR_MODULE = """import gc
-import os
+# cached kernel -- on the console path's terms: no interpreter teardown (the supervised child ends with
+# os._exit).  A file, not -c: numba caches only functions whose source file it can find.
+FLOOR_MODULE = """import os
 
-gc.disable()
-import numba  # noqa: E402
-import numpy as np  # noqa: E402
-
-gc.freeze()
-gc.enable()
+import numba
+import numpy as np
 
 
 @numba.njit(cache=True)

@@ -6,12 +6,7 @@ written by this script.  For each file the best of ``--repeat`` timings of
 
 * ``sklearn.datasets.load_svmlight_file(path, query_id=True)`` (baseline),
 * ``streamrank.io.svmlight.iter_svmlight(path)`` streamed in 8 MB chunks,
-  dense float32 and CSR, by the numba kernels (``twins(False)``),
-* the same dense read by the parser's numpy fast path
-  (:mod:`streamrank.io._svmlight_twin`, ``twins(True)``: what a process that has
-  not set numba up runs on text within its budget, issue 22), with its time
-  over the kernels' and over its ``use_twin`` estimate, and whether it gave
-  the kernels' arrays bit for bit,
+  dense float32 and CSR, by the numba kernels,
 
 is printed with the ratio to the baseline (target for the kernels: >= 5x).
 
@@ -61,46 +56,28 @@ def best_time(fn, repeat):
 def bench_file(path, label, repeat):
     from sklearn.datasets import load_svmlight_file
 
-    from streamrank._numba import twins
-    from streamrank.io import _svmlight_twin
     from streamrank.io.svmlight import iter_svmlight
 
-    def ours(dense, twin=False):
+    def ours(dense):
         def run():
             n = 0
-            with twins(twin):
-                for chunk in iter_svmlight(path, dense=dense):
-                    n += len(chunk.y)
+            for chunk in iter_svmlight(path, dense=dense):
+                n += len(chunk.y)
             return n
         return run
-
-    def chunks(twin):
-        with twins(twin):
-            return [(c.X, c.y, c.qid, c.lines) for c in iter_svmlight(path, dense=True)]
 
     ours(True)()  # compile (cached kernels load on first call)
     t_sk, (Xs, ys, qs) = best_time(lambda: load_svmlight_file(path, query_id=True), repeat)
     t_dense, n = best_time(ours(True), repeat)
     t_csr, n2 = best_time(ours(False), repeat)
-    t_twin, n3 = best_time(ours(True, twin=True), repeat)
-    assert n == n2 == n3 == Xs.shape[0], (n, n2, n3, Xs.shape)
-    same = all(a is b or np.asarray(a).tobytes() == np.asarray(b).tobytes()
-               for ca, cb in zip(chunks(False), chunks(True)) for a, b in zip(ca, cb))
+    assert n == n2 == Xs.shape[0], (n, n2, Xs.shape)
     mb = os.path.getsize(path) / 1e6
     print(f"\n{label}: {n:,} rows, {Xs.shape[1]} features, {mb:.1f} MB")
     print(f"  {'reader':<38}{'seconds':>9}{'rows/s':>13}{'MB/s':>8}{'ratio':>8}")
     for name, t in [("sklearn load_svmlight_file (baseline)", t_sk),
                     ("streamrank iter_svmlight dense f32", t_dense),
-                    ("streamrank iter_svmlight CSR f32", t_csr),
-                    ("numpy fast path (twin) dense f32", t_twin)]:
+                    ("streamrank iter_svmlight CSR f32", t_csr)]:
         print(f"  {name:<38}{t:9.3f}{n / t:13,.0f}{mb / t:8.1f}{t_sk / t:7.1f}x")
-    size = os.path.getsize(path)
-    n_chunks = max(1, -(-size // (8 << 20)))          # iter_svmlight's 8 MiB chunks, each charged its estimate
-    estimate = _svmlight_twin.estimate_s(size) + (n_chunks - 1) * _svmlight_twin.S_FIXED
-    print(f"  fast path / kernels {t_twin / t_dense:.2f}x, / its parse estimate {t_twin / estimate:.2f} "
-          f"({_svmlight_twin.S_FIXED * 1e3:.0f} ms + {_svmlight_twin.S_PER_BYTE * 1e9:.0f} ns a byte); "
-          "the kernels' arrays bit for bit: "
-          f"{'yes' if same else 'NO: FAILED'}")
     return t_sk / t_dense, t_sk / t_csr
 
 

@@ -37,10 +37,7 @@ Questions answered in one run (section numbers as printed):
    checks from the rest of the pass).  Each chunk is decoded whole by
    numcodecs' blosc (one thread: zarr sets ``numcodecs.blosc.use_threads =
    False`` when imported) and checked right after.  All of this is the
-   check kernels' cost (``streamrank._numba.twins(False)``: what a big
-   store's reads run once numba is set up or the twins' budget is spent); a
-   further paired figure gives the checks' numpy twins, which a process that
-   has not set numba up runs on a small store (issue 22).  Section 6c gives
+   check kernels' cost (every read runs them).  Section 6c gives
    each check kernel's own speed on one 512 KiB block in cache against
    numpy's ``max`` of it: a
    kernel that has lost its vectorisation shows there first.
@@ -232,23 +229,8 @@ def _check_decoders(path, sparse):
 
 
 def bench_read_checks(path, max_rows, repeat, label="6"):
-    """Share of a block pass (no prefetch) spent on the read checks; see section 6 of the docstring.
-
-    Measured with the check kernels (``twins(False)``: a big store's reads once its first ~0.5 s of estimated
-    checks have gone by, or once numba is set up), and, in the paired figure, also with the checks' numpy
-    twins (what a process that has not set numba up runs on a small store's chunks, decoded whole).
-    """
-    try:
-        from streamrank._numba import twins
-    except ImportError:     # a streamrank from before the twins (comparisons)
-        return _bench_read_checks(path, max_rows, repeat, label, None)
-    with twins(False):
-        return _bench_read_checks(path, max_rows, repeat, label, twins)
-
-
-def _bench_read_checks(path, max_rows, repeat, label, twins):
-    import contextlib
-
+    """Share of a block pass (no prefetch) spent on the read checks (their kernels); see section 6 of the
+    docstring."""
     import zarr
 
     import streamrank as sr
@@ -286,10 +268,10 @@ def _bench_read_checks(path, max_rows, repeat, label, twins):
             RC.CHECK_READS = True
         return spent[True] - spent[False]
 
-    ways = ("unchecked", "checked") + (("numpy",) if twins else ())
+    ways = ("unchecked", "checked")
 
     def paired_blocks(r):
-        """Process CPU of reading every block of a pass unchecked, checked (and checked by the numpy twins),
+        """Process CPU of reading every block of a pass unchecked and checked,
         each block read every way back to back (rotating which goes first) from freshly
         opened stores (no chunk cached): the ratios of the sums are the checked / unchecked CPU of a block pass,
         with the load of the rest of the machine paired away."""
@@ -300,10 +282,9 @@ def _bench_read_checks(path, max_rows, repeat, label, twins):
                 for way in ways[k:] + ways[:k]:
                     RC.CHECK_READS = way != "unchecked"
                     fresh = sr.GroupStore.open(path)
-                    with twins(True) if way == "numpy" else contextlib.nullcontext():
-                        c0 = time.process_time()
-                        fresh.read_block(*entry)
-                        spent[way] += time.process_time() - c0
+                    c0 = time.process_time()
+                    fresh.read_block(*entry)
+                    spent[way] += time.process_time() - c0
         finally:
             RC.CHECK_READS = True
         return [spent[w] / spent["unchecked"] for w in ways[1:]]
@@ -337,10 +318,6 @@ def _bench_read_checks(path, max_rows, repeat, label, twins):
           "   (median of rounds; the 5 % target)")
     print(f"   extra CPU of decode+check over decode, per chunk:     {100 * isolated:+.1f} % {short}"
           "   (/ unchecked pass CPU, median of rounds)")
-    if "numpy" in ways:
-        k = ways.index("numpy") - 1
-        print(f"   the same paired per block, checks by their numpy twins (chunks decoded whole; a process that "
-              f"has not set numba up): {100 * (float(np.median(block_ratios[:, k])) - 1):+.1f} % {short}")
     print(f"   CPU of a checked pass / unchecked pass - 1      {100 * (float(np.median(ratios)) - 1):+7.2f} %  "
           "(median of rounds; unpaired, swings with the machine's load)")
     print(f"   wall of a checked pass / unchecked pass - 1     {100 * (float(np.median(wall_ratios)) - 1):+7.2f} %  "
@@ -356,7 +333,6 @@ def bench_check_kernels(repeat, label="6c"):
     (which reads the block once with vector loads) has lost its vectorisation -- as the stride loops did when
     LLVM compiled their loads as gathers (10-12x slower on an AMD Zen 4, issue 16).
     """
-    from streamrank._numba import twins
     from streamrank.io._check_kernels import first_nonfinite, first_out_of_range
 
     m = 128 * 1024                                   # float32 / int32 values of a 512 KiB block
@@ -369,17 +345,16 @@ def bench_check_kernels(repeat, label="6c"):
     n_calls = 100
     print(f"\n{label}. check kernels on one 512 KiB block in cache, best of {max(3, repeat)} x {n_calls} calls")
     base = None
-    with twins(False):
-        for what, (fn, args) in runs.items():
-            fn(*args)                                # compile / load
-            best = float("inf")
-            for _ in range(max(3, repeat)):
-                t0 = time.perf_counter()
-                for _ in range(n_calls):
-                    fn(*args)
-                best = min(best, (time.perf_counter() - t0) / n_calls)
-            base = best if base is None else base
-            print(f"   {what:58s} {m * 4 / best / 1e9:6.1f} GB/s   time / numpy max {best / base:5.2f}")
+    for what, (fn, args) in runs.items():
+        fn(*args)                                # compile / load
+        best = float("inf")
+        for _ in range(max(3, repeat)):
+            t0 = time.perf_counter()
+            for _ in range(n_calls):
+                fn(*args)
+            best = min(best, (time.perf_counter() - t0) / n_calls)
+        base = best if base is None else base
+        print(f"   {what:58s} {m * 4 / best / 1e9:6.1f} GB/s   time / numpy max {best / base:5.2f}")
 
 
 def _child_stream(path, max_rows):

@@ -11,7 +11,9 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING
 
-__version__ = "0.1.0.dev0"
+from ._learners import LEARNER_MODULES  # noqa: F401  (modules whose classes sr.load() registers before a lookup)
+from ._learners import LEARNERS as _LEARNERS
+from ._version import __version__  # noqa: F401
 
 # public name -> module that defines it
 _NAMES = {
@@ -30,11 +32,7 @@ _NAMES = {
     "read_svmlight": "streamrank.io.svmlight",
     "iter_svmlight": "streamrank.io.svmlight",
     "pairs_from_groups": "streamrank.io.pairs",
-    "RankRLS": "streamrank.rankrls.linear",
-    "KernelRankRLS": "streamrank.rankrls.kernel",
-    "TransductiveRankRLS": "streamrank.rankrls.transductive",
-    "SparseSGDRanker": "streamrank.sgd.bilinear",
-    "PairwiseSGDRanker": "streamrank.sgd.pairwise",
+    **_LEARNERS,
     "save": "streamrank.persistence",
     "export": "streamrank.exporters",
     "load": "streamrank.persistence",
@@ -44,15 +42,6 @@ _NAMES = {
 }
 _SUBMODULES = {"metrics", "distributed", "plot", "datasets", "persistence", "io", "rankrls", "sgd",
                "exporters", "normalize"}
-
-# modules whose classes must be registered before sr.load() looks one up
-LEARNER_MODULES = (
-    "streamrank.rankrls.linear",
-    "streamrank.rankrls.kernel",
-    "streamrank.rankrls.transductive",
-    "streamrank.sgd.bilinear",
-    "streamrank.sgd.pairwise",
-)
 
 __all__ = sorted(set(_NAMES) | {"metrics", "distributed", "plot", "__version__"})
 

@@ -13,19 +13,15 @@ Policy
 * ``parallel=True`` only through :func:`jit_parallel`, for embarrassingly
   parallel loops, and always with a serial twin (``jit``) tested against it.
 
-Made on first use; twins for small inputs
------------------------------------------
+Made on first use
+-----------------
 :func:`jit` returns a :class:`LazyKernel`: importing a kernel module imports
 no numba, and the dispatcher is made (numba imported, the module's names
-bound for numba's typing) on the kernel's first call.  Until a process has
-made one, callers may run a kernel's *twin* -- a numpy form of it, or its own
-source as plain Python (:func:`python_twin`) -- for inputs small enough that
-the twin finishes before numba would have been imported and set up
-(:func:`use_twin`, a budget of :data:`TWIN_BUDGET_S` of estimated work).  A
-twin returns the kernel's result (its tests compare them bit for bit); the
-choice changes how long a call takes, never what it returns.  Tests run the
-kernels (``tests/conftest.py`` forces :func:`twins` off) except where they
-ask for the twins; ``streamrank warmup`` forces the kernels too.
+bound for numba's typing) on the kernel's first call, so a command that runs
+no kernel (``--help``, an argument error) never imports numba.  Every call
+runs the kernel: one source per algorithm, no second implementation for
+small inputs.  The first run's compile is paid once, by ``streamrank
+warmup`` or the first use, and numba's cache serves every later process.
 
 Where the cache lives
 ---------------------
@@ -36,6 +32,26 @@ site-packages *and* a read-only or missing home, e.g. a locked-down
 container or service account) numba itself would refuse to import the
 kernels; streamrank then caches in ``$TMPDIR/streamrank-numba-<uid>`` and
 says so once (set ``NUMBA_CACHE_DIR`` to choose the place).
+
+Whichever of these numba uses, streamrank loads compiled code from it only
+if no other user can write it (``SECURITY.md``): numba reads its cache
+with ``pickle``, so a cache directory another user can write is code that
+user runs as you.  When a kernel's dispatcher is made -- numba has chosen
+(and made) the directory, and has read nothing from it yet -- the directory
+and each one above it must be owned by the current user or root and
+writable by no one else (a sticky ``/tmp`` above it is fine; a group-write
+bit only for the owner's own user-private group, the ``umask 002`` of
+Debian, Ubuntu and Fedora), and no symbolic link on the way may belong to
+another user (:func:`streamrank._shared_paths.unsafe_dir_reason`).  Then
+each index and data file is checked with ``lstat`` before numba unpickles it
+(a regular file of the user's or root's that no one else can write): a file
+planted while the directory was open to others is taken as missing,
+compiled again and replaced.  An unsafe directory is not used (the kernels
+compile in memory); one warning per process says what was refused and why.
+The fallback ``$TMPDIR/streamrank-numba-<uid>`` is made with ``mkdir``
+(mode 0700) and then checked the same way; one made by someone else (a
+directory, or a symbolic link to one) is replaced by a fresh
+``tempfile.mkdtemp`` directory for the process, removed when it exits.
 
 Kernels that call kernels
 -------------------------
@@ -63,7 +79,6 @@ import contextlib
 import functools
 import importlib
 import os
-import sys
 import tempfile
 import threading
 import types
@@ -74,17 +89,17 @@ try:
 except ImportError:  # pragma: no cover - not POSIX
     fcntl = None
 
-__all__ = ["jit", "jit_parallel", "prange", "numba_ready", "use_twin", "twins", "python_twin", "TWIN_BUDGET_S"]
+__all__ = ["jit", "jit_parallel", "prange", "numba_ready"]
 
 _POLICY = dict(cache=True, nogil=True, fastmath=False)
 
-#: guards the making of dispatchers and the twins' budget (re-entrant: making one kernel makes its callees)
+#: guards the making of dispatchers (re-entrant: making one kernel makes its callees)
 _LOCK = threading.RLock()
 _READY = False            # True once this process has made a numba dispatcher of a streamrank kernel
 
 
 def prange(*args):
-    """``numba.prange`` in a kernel; ``range`` when the kernel's Python runs (its module is bound at first call)."""
+    """``numba.prange`` in a kernel (its module is bound at first call); ``range`` in the kernel's plain Python."""
     return range(*args)
 
 
@@ -93,84 +108,151 @@ def numba_ready() -> bool:
     return _READY
 
 
-#: Seconds of estimated work a process may spend in kernels' twins (numpy, or the kernel's own Python) before
-#: its first kernel runs.  A warm process pays 0.5-0.9 s to import numba and set it up on its first dispatch
-#: (``benchmarks/cold_start.py``: "floor"), and a cold one compiles each kernel besides (0.2-4 s); work that
-#: numpy or plain Python finishes in less than that is cheaper without numba.  Past the budget (or once any
-#: kernel ran) every call takes the kernel, so a long run loses at most about this much: the rent-or-buy rule,
-#: which rents until the rent paid reaches the price.  The twins' estimates are set at 1.3-2x their measured
-#: times (their modules give the figures), so 0.5 s of estimate is 0.25-0.4 s of real work, below the price.
-#: (0.3 s until MQ2008 Fold1 train's ingest, charged 0.28 s, showed how close a 6 MB file came to it.)
-TWIN_BUDGET_S = 0.5
-_budget = [TWIN_BUDGET_S]
-_forced: list = [None]    # twins(True/False): every decision forced (tests, benchmarks)
-
-
-def use_twin(estimate_s: float) -> bool:
-    """Whether a caller runs a kernel's twin for work estimated at ``estimate_s`` seconds of the twin.
-
-    True while no kernel has been set up in this process and the twins have
-    spent (by their estimates) less than :data:`TWIN_BUDGET_S`; the estimate
-    is then taken from the budget.  A twin gives the kernel's result (the
-    same first bad position, the same metric values to the last bits or
-    within a few ulps, as its tests show), only by other means: the decision
-    changes how long a call takes, never what it returns.
-    """
-    forced = _forced[0]
-    if forced is not None:
-        return forced
-    if _READY:
-        return False
-    with _LOCK:
-        if _READY or estimate_s > _budget[0]:
-            return False
-        _budget[0] -= estimate_s
-        return True
-
-
-@contextlib.contextmanager
-def twins(enabled: bool):
-    """Force :func:`use_twin` to answer ``enabled`` inside the block (tests and benchmarks of both paths)."""
-    before = _forced[0]
-    _forced[0] = bool(enabled)
-    try:
-        yield
-    finally:
-        _forced[0] = before
-
-
 def _fallback_cache_dir() -> str:
-    """A writable cache directory for when numba finds none (see the module doc); warns once."""
+    """A writable cache directory for when numba finds none (see the module doc); warns once.
+
+    ``$TMPDIR/streamrank-numba-<uid>`` when this process made it or it
+    passes :func:`~streamrank._shared_paths.unsafe_dir_reason` (owned by this
+    user, not a symbolic link, no group/other write bit); otherwise a fresh
+    directory with an unpredictable name (``tempfile.mkdtemp``, mode 0700) for
+    this process alone, since another user may have made the predictable one
+    first to plant compiled code in it.
+    """
+    from ._shared_paths import unsafe_dir_reason
+
     uid = os.getuid() if hasattr(os, "getuid") else "user"
     path = os.path.join(tempfile.gettempdir(), f"streamrank-numba-{uid}")
-    os.makedirs(path, mode=0o700, exist_ok=True)
+    try:
+        os.mkdir(path, 0o700)
+    except FileExistsError:
+        pass
+    except OSError:
+        pass                              # unwritable temp dir: the check below says so
+    reason = unsafe_dir_reason(path)
     import numba
 
-    numba.config.CACHE_DIR = path
+    if reason is None:
+        numba.config.CACHE_DIR = path
+        note = ""
+    else:
+        path = numba.config.CACHE_DIR = tempfile.mkdtemp(prefix="streamrank-numba-")
+        _remove_at_exit(path)
+        note = f" ({reason}: not used; this process's cache is not kept for the next one)"
     warnings.warn(f"no writable numba cache beside the package or in the home directory: compiled kernels are "
-                  f"cached in {path} (set NUMBA_CACHE_DIR to choose)", RuntimeWarning, stacklevel=4)
+                  f"cached in {path}{note} (set NUMBA_CACHE_DIR to choose)", RuntimeWarning, stacklevel=4)
     return path
+
+
+def _remove_at_exit(path) -> None:
+    """Remove the process's own ``mkdtemp`` cache when it exits (not when a forked child does: it is the parent's)."""
+    import atexit
+    import shutil
+
+    owner = os.getpid()
+    atexit.register(lambda: os.getpid() == owner and shutil.rmtree(path, ignore_errors=True))
+
+
+#: cache directory -> why it is unsafe (None: safe); each directory is examined once per process
+_CACHE_DIR_VERDICTS: dict = {}
+_UNSAFE_WARNED = [False]
+
+
+def _refuse_unsafe_cache(dispatcher):
+    """Turn the on-disk cache of ``dispatcher`` off if its directory is one another user can write.
+
+    numba reads its cache index and data files with ``pickle``: whoever can
+    write the cache directory runs code as the process that loads it.  The
+    directory numba chose (``NUMBA_CACHE_DIR``, ``__pycache__`` beside the
+    sources, ``~/.cache/numba`` or the fallback above) is checked before the
+    kernel's first call, which is when numba first reads it; if it fails
+    :func:`~streamrank._shared_paths.unsafe_dir_reason` the kernel compiles
+    in memory instead, and one warning per process says why.
+    """
+    cache = getattr(dispatcher, "_cache", None)
+    path = getattr(cache, "_cache_path", None)
+    if path is None:
+        return
+    if path not in _CACHE_DIR_VERDICTS:
+        from ._shared_paths import unsafe_dir_reason
+
+        _CACHE_DIR_VERDICTS[path] = unsafe_dir_reason(path)
+    reason = _CACHE_DIR_VERDICTS[path]
+    if reason is None:
+        return
+    from numba.core.caching import NullCache
+
+    dispatcher._cache = NullCache()
+    _warn_unsafe(f"numba cache {path} is not used: {reason}; another user could plant code there. "
+                 f"streamrank's kernels compile in memory in this process (set NUMBA_CACHE_DIR to a "
+                 f"directory only you can write)")
+
+
+def _warn_unsafe(message: str) -> None:
+    """The one warning per process about a cache directory or file that was not used."""
+    if not _UNSAFE_WARNED[0]:
+        _UNSAFE_WARNED[0] = True
+        warnings.warn(message, RuntimeWarning, stacklevel=6)
+
+
+def _refused_file(path) -> bool:
+    """True (and the one warning) if the cache file ``path`` is not one to unpickle (another user could write it).
+
+    numba's index and data files are checked with
+    :func:`~streamrank._shared_paths.unsafe_file_reason` before numba reads
+    them: a file another user planted while the directory was open to them,
+    or one made writable since, is taken as missing -- the kernel compiles
+    again and its save replaces the file (a rename inside the user's own
+    directory).  The directory itself passed :func:`_refuse_unsafe_cache`, so
+    nobody else can swap the file between this check and numba's ``open``.
+    """
+    from ._shared_paths import unsafe_file_reason
+
+    reason = unsafe_file_reason(path)
+    if reason is None:
+        return False
+    _warn_unsafe(f"numba cache file not loaded: {reason}; another user could have planted it. The kernel is "
+                 f"compiled again and the file replaced")
+    return True
 
 
 @contextlib.contextmanager
 def _exclusive(path):
-    with open(path, "a+b") as f:
-        fcntl.flock(f.fileno(), fcntl.LOCK_EX)
+    from ._shared_paths import open_lock_file
+
+    fd = open_lock_file(path)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
         try:
             yield
         finally:
-            fcntl.flock(f.fileno(), fcntl.LOCK_UN)
+            fcntl.flock(fd, fcntl.LOCK_UN)
+    finally:
+        os.close(fd)
 
 
 @functools.cache
 def _locked_cache_file_class():
-    """numba's index + data files, saved under an exclusive lock (see "Several processes, one cache")."""
+    """numba's index + data files, saved under an exclusive lock (see "Several processes, one cache") and loaded
+    only from files no other user can write (:func:`_refused_file`)."""
     from numba.core.caching import IndexDataCacheFile
 
     class _LockedCacheFile(IndexDataCacheFile):
         def save(self, key, data):
+            if fcntl is None:             # pragma: no cover - not POSIX: numba's own save
+                return super().save(key, data)
             with _exclusive(self._index_path + ".lock"):
                 super().save(key, data)
+
+        def _load_index(self):
+            if _refused_file(self._index_path):
+                return {}                 # as numba takes a missing index: compile, and save a new one
+            return super()._load_index()
+
+        def _load_data(self, name):
+            path = self._data_path(name)
+            if _refused_file(path):
+                raise FileNotFoundError(path)   # numba's load() takes it as a removed data file: compile again
+            return super()._load_data(name)
 
     return IndexDataCacheFile, _LockedCacheFile
 
@@ -223,9 +305,10 @@ def _stamp_sources(cache_file, py_file):
 
 
 def _lock_saves(dispatcher):
+    _refuse_unsafe_cache(dispatcher)
     cache_file = getattr(getattr(dispatcher, "_cache", None), "_cache_file", None)
     plain, locked = _locked_cache_file_class()
-    if fcntl is not None and type(cache_file) is plain:
+    if type(cache_file) is plain:
         cache_file.__class__ = locked
     py_func = getattr(dispatcher, "py_func", None)
     if cache_file is not None and py_func is not None:
@@ -249,13 +332,11 @@ class LazyKernel:
     """A kernel whose numba dispatcher is made on its first call (or first use of a dispatcher attribute).
 
     Importing a kernel module costs no numba import: a command that runs no
-    kernel (``--help``, ``info``, an argument error, a small ``evaluate``
-    whose metrics run their twins) never imports numba.  On first use the
+    kernel (``--help``, ``info``, an argument error) never imports numba.  On first use the
     dispatcher is made with the compile policy, and the names the kernel's
     module refers to are bound for numba (:func:`_bind_globals`): other
     kernels to their dispatchers, :func:`prange` to ``numba.prange``.
-    ``py_func`` is the plain Python function (what the twins of the metrics
-    run).  Calls and attributes (``signatures``, ``stats``, ``py_func``...)
+    ``py_func`` is the plain Python function.  Calls and attributes (``signatures``, ``stats``, ``py_func``...)
     behave as the dispatcher's.
     """
 
@@ -302,44 +383,6 @@ class LazyKernel:
         return f"<streamrank kernel {self.__module__}.{self.__qualname__} ({state})>"
 
 
-def python_twin(kernel):
-    """``kernel`` as plain Python that calls the plain Python of the kernels it calls (no numba import).
-
-    The same source run by the interpreter: what a kernel computes with
-    float64 scalars and numpy arrays it computes the same way, only ~100x
-    slower, so it suits small inputs under :func:`use_twin`.  Made once per
-    kernel (a copy of its module's globals with every kernel replaced by its
-    twin).
-    """
-    with _LOCK:
-        return _python_twin(kernel, {})
-
-
-def _python_twin(kernel, made: dict):
-    fn = kernel.py_func
-    twin = _TWINS.get(fn) or made.get(fn)
-    if twin is not None:
-        return twin
-    g = dict(fn.__globals__)
-    twin = made[fn] = types.FunctionType(fn.__code__, g, fn.__name__, fn.__defaults__, fn.__closure__)
-    twin.__kwdefaults__, twin.__doc__, twin.__qualname__ = fn.__kwdefaults__, fn.__doc__, fn.__qualname__
-    for name, value in list(g.items()):
-        if isinstance(value, LazyKernel) or (callable(value) and _is_dispatcher(value)):
-            g[name] = _python_twin(value, made)
-        elif getattr(value, "__name__", None) == "prange" and value is not prange:   # numba.prange, once bound
-            g[name] = prange
-    _TWINS[fn] = twin
-    return twin
-
-
-_TWINS: dict = {}
-
-
-def _is_dispatcher(value) -> bool:
-    numba = sys.modules.get("numba")        # no dispatcher exists before numba is imported
-    return numba is not None and isinstance(value, numba.core.dispatcher.Dispatcher)
-
-
 def _kernel_by_name(module: str, qualname: str):
     obj = importlib.import_module(module)
     for part in qualname.split("."):
@@ -373,10 +416,17 @@ def jit(*args, **kwargs):
     options = {**_POLICY, **kwargs}
     if args and callable(args[0]) and len(args) == 1:  # @jit, or @jit_parallel (which passes parallel=True)
         return LazyKernel(args[0], options)
-    if args:  # explicit signatures: numba.njit(sigs, **options)
-        import numba
+    if args:  # explicit signatures, compiled now (unused in streamrank): the cache checked and locked all the same
+        sigs = args[0] if isinstance(args[0], list) else [args[0]]
 
-        return numba.njit(*args, **options)  # compiles eagerly at import: not locked (unused in streamrank)
+        def eager(fn):
+            d = _njit(fn, options)
+            for sig in sigs:
+                d.compile(sig)
+            d.disable_compile()                 # as numba.njit(sigs) does: no other signature
+            return d
+
+        return eager
     return lambda fn: LazyKernel(fn, options)
 
 

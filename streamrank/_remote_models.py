@@ -1,57 +1,36 @@
-"""``sr.save`` / ``sr.load`` at URLs of object storage: immutable versions published by one object write.
+"""``sr.save`` / ``sr.load`` at URLs of object storage: one Icechunk commit per save; the previous layout read.
 
-Object storage has no rename and no directory: a model cannot be written
-beside the old one and swapped in, and a reader listing ``U/`` while a writer
-overwrites it in place would read the new root attributes with old chunks.
-So a model at ``U`` (``s3://bucket/models/ranker``, any fsspec URL) is laid
-out as::
+**Save.** A model saved at ``U`` (``s3://bucket/models/ranker``; also
+``gs://``, ``az://``, ``memory://``) is the zarr group ``model`` of an
+Icechunk repository at ``U`` (:func:`streamrank._repo_models.save_to_repository`),
+written in a writable session and made visible by one commit: a reader reads
+the whole old model or the whole new one.  A writer that dies before the
+commit leaves nothing visible.  Of two saves racing, the second commit is
+redone on top of the first: the last save wins, as with two local saves.
+Every save stays in the repository's history: ``sr.load(U + "@" + ID)``
+reads the model as of a snapshot id (``sr.save`` returns it) or a tag.
+Saving is refused (``NotImplementedError``) on other filesystems (ftp,
+sftp, …); see :data:`ATOMIC_PUT`.
 
-    U/model.json           the pointer: {"streamrank": "model-pointer", "format_version": 1,
-                           "version": V, "class": "RankRLS", "saved": "<UTC time>"}
-    U/versions/V/          the model as a zarr group, exactly the layout of a local model
-                           (streamrank.persistence), never changed after it is published
+**Load.** A repository at ``U`` (or a nightly models directory that is one,
+``U = DIR/current`` or ``DIR/<version>``): the model is read from one
+read-only session and validated exactly as a local model
+(:func:`streamrank.persistence.read_group`: the chunk record, the declared
+sizes).
 
-**Save.** ``V`` is fresh (UTC time + 64 random bits): the zarr group is
-written under ``U/versions/V/`` (arrays first, root attributes last), then
-published by *one* PUT of ``U/model.json``.  An object PUT is atomic on S3
-(and GCS, Azure, the fsspec memory filesystem): a reader gets the whole old
-pointer or the whole new one.  A writer that dies before the PUT leaves an
-unpublished version that nobody reads; after the PUT the model is complete.
-Two concurrent saves both write their own version; the last PUT wins, as with
-two local saves.  Saving is refused (``NotImplementedError``) on filesystems
-whose writes are not atomic objects (ftp, sftp, …: a reader could see a
-half-written pointer); see :data:`ATOMIC_PUT`.
-
-**Load.** Read the pointer (bounded, validated), list ``U/versions/V/`` once
-and fetch every object listed, all requests in flight together; then open
-the group from those bytes in memory and validate it exactly as a local
-model (the listed sizes bound every array's declared size; every document
-must read its bytes as sr.save wrote them, and every chunk of every array
-must be there, since zarr would read a missing chunk as zeros; the chunks are
-compared with the model's record of them, :mod:`streamrank._model_record`).
-The bytes are all of one immutable version, so the model is that version,
-whole.  An object listed but gone when fetched, or a chunk missing, while
-the pointer now names another version means a save replaced the model and
-swept ``V`` meanwhile: the load starts over from the new pointer (at most
-:data:`LOAD_ATTEMPTS` times).  With the pointer unchanged it is a damaged
-model (:class:`~streamrank.persistence.ModelFormatError`).  Either way the
-caller gets the old or the new model, never a mix.
-
-**Sweep.** After publishing, a save removes versions that are not current
-and were started more than :data:`SWEEP_GRACE_S` seconds ago (their name
-starts with the writer's UTC start time): leftovers of dead writers and
-replaced models.  The grace keeps the version of a concurrent save that is
-still being written (the one thing the sweep must not delete); this assumes
-writers' clocks agree within the grace and no save takes longer than it.
-A reader still reading a removed version starts over, as above.
-
-A nightly models directory on object storage keeps its ``current`` pointer
-as one object naming a version (a model URL) beside it; ``sr.load(DIR +
-"/current")`` follows it (``pipelines`` write it).
+**The previous layout** (read only): ``U/model.json``, a pointer naming an
+immutable version ``U/versions/V/`` published by one PUT.  The pointer is
+read (bounded, validated), ``U/versions/V/`` listed once and every object
+fetched, all requests in flight together, then validated as a local model
+(every chunk must be there; they are compared with the model's record).  An
+object listed but gone when fetched while the pointer names another version
+means a save replaced the model meanwhile: the load starts over (at most
+:data:`LOAD_ATTEMPTS` times).  A nightly models directory of that layout
+keeps ``DIR/current`` as one object naming a version beside it;
+``sr.load(DIR + "/current")`` follows it.
 """
 from __future__ import annotations
 
-import datetime as _dt
 import itertools
 import json
 import os
@@ -59,14 +38,13 @@ import re
 
 from .io._remote import filesystem as _filesystem
 from .io._remote import is_url
-from .persistence import ModelFormatError, open_objects, read_group, write_group
+from ._model_zarr import ModelFormatError, open_objects
 
-__all__ = ["is_url", "save_url", "load_url", "POINTER", "VERSIONS", "SWEEP_GRACE_S", "LOAD_ATTEMPTS"]
+__all__ = ["is_url", "save_url", "load_url", "POINTER", "VERSIONS", "LOAD_ATTEMPTS"]
 
 POINTER = "model.json"
 VERSIONS = "versions"
 NIGHTLY_POINTER = "current"
-SWEEP_GRACE_S = 600.0
 LOAD_ATTEMPTS = 5
 POINTER_FORMAT_VERSION = 1
 _MAX_POINTER_BYTES = 64 << 10
@@ -85,68 +63,21 @@ def _join(url: str, *parts: str) -> str:
     return "/".join([url.rstrip("/"), *parts])
 
 
-def _new_version() -> str:
-    now = _dt.datetime.now(_dt.timezone.utc)
-    return f"{now:%Y%m%dT%H%M%S%f}Z-{os.urandom(8).hex()}"
-
-
-def _version_time(version: str) -> float:
-    return _dt.datetime.strptime(version[:21], "%Y%m%dT%H%M%S%f").replace(tzinfo=_dt.timezone.utc).timestamp()
-
-
 # ------------------------------------------------------------------ save
-def save_url(model, url, storage_options=None, root_attrs=None) -> str:
-    """Write ``model`` under a fresh version of ``url``, publish it (one PUT), sweep; returns the version.
+def save_url(model, url, storage_options=None, root_attrs=None, *, write) -> str:
+    """Save ``model`` at ``url``: one commit of its repository (:func:`._repo_models.save_to_repository`).
 
-    The zarr group is built in memory and its objects are uploaded together
-    (all requests in flight at once), then the pointer is written.
+    Returns the commit's snapshot id.
     """
-    import zarr
-    from zarr.storage import MemoryStore
-
     protocol = url.split("://", 1)[0].lower()
     if protocol not in ATOMIC_PUT:
         raise NotImplementedError(
             f"sr.save to {protocol}:// is refused: its writes are not atomic objects, so a reader could see a "
-            "half-written pointer; save to a local path or to object storage "
+            "half-written model; save to a local path or to object storage "
             f"({', '.join(p + '://' for p in ATOMIC_PUT if p != 'memory')})")
-    fs, root = filesystem(url, storage_options)
-    version = _new_version()
-    objects: dict = {}
-    write_group(zarr.open_group(store=MemoryStore(objects), mode="w"), model, root_attrs)
-    prefix = _join(root, VERSIONS, version)
-    fs.pipe({f"{prefix}/{k}": v.to_bytes() for k, v in objects.items()})
-    pointer = {"streamrank": "model-pointer", "format_version": POINTER_FORMAT_VERSION, "version": version,
-               "class": type(model).__name__, "saved": _dt.datetime.now(_dt.timezone.utc).isoformat()}
-    fs.pipe_file(_join(root, POINTER), json.dumps(pointer).encode())   # the publication: one object write
-    sweep(fs, root)
-    return version
+    from ._repo_models import save_to_repository
 
-
-def sweep(fs, root, grace=None) -> list:
-    """Remove versions of the model at ``root`` that are not current and older than the grace; their names."""
-    grace = SWEEP_GRACE_S if grace is None else float(grace)
-    try:
-        current = _read_pointer(fs, root, root)["version"]
-    except (FileNotFoundError, ModelFormatError):
-        return []                                 # nothing certain is current: remove nothing
-    now = _dt.datetime.now(_dt.timezone.utc).timestamp()
-    removed = []
-    try:
-        fs.invalidate_cache(_join(root, VERSIONS))
-        entries = fs.ls(_join(root, VERSIONS), detail=False)
-    except FileNotFoundError:
-        return []
-    for entry in entries:
-        v = entry.rstrip("/").rsplit("/", 1)[-1]
-        if v == current or not _VERSION_RE.match(v) or now - _version_time(v) <= grace:
-            continue
-        try:
-            fs.rm(_join(root, VERSIONS, v), recursive=True)
-            removed.append(v)
-        except FileNotFoundError:                 # a concurrent sweep was first
-            pass
-    return removed
+    return save_to_repository(model, url, storage_options, root_attrs, write=write)
 
 
 # ------------------------------------------------------------------ load
@@ -258,13 +189,22 @@ def _missing_chunk(group, objects):
 
 
 def published(url, storage_options=None) -> bool:
-    """Whether a model is published at ``url`` (its pointer object exists)."""
+    """Whether a model is saved at ``url`` (in a repository, or published by a pointer of the previous layout)."""
+    from ._repo_models import published_in_repository
+
+    if published_in_repository(url, storage_options):
+        return True
     fs, root = filesystem(url, storage_options)
     return fs.exists(_join(root, POINTER))
 
 
-def load_url(url, storage_options=None):
+def load_url(url, storage_options, read):
     """Load the model published at ``url`` (or a nightly ``DIR/current`` pointer): see the module doc."""
+    from ._repo_models import load_from_repository
+
+    model = load_from_repository(url, storage_options, read=read)     # a version of a models directory in a repository
+    if model is not None:
+        return model
     fs, root = filesystem(url, storage_options)
     fs.invalidate_cache(root)
     if root.rstrip("/").rsplit("/", 1)[-1] == NIGHTLY_POINTER and fs.isfile(root):
@@ -301,7 +241,7 @@ def load_url(url, storage_options=None):
             return sum(s for k, s in listing.items() if k == head or k.startswith(head + "/"))
 
         # every object of one immutable version, fetched whole: the model is that version, nothing else
-        return read_group(group, where, stored_bytes, objects.get)
+        return read(group, where, stored_bytes, objects.get)
     raise ModelFormatError(f"{url}: the model was replaced {LOAD_ATTEMPTS} times while it was being read; "
                            "try again")
 

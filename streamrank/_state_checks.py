@@ -11,8 +11,8 @@ otherwise.  :func:`streamrank.load` turns that into a
 from __future__ import annotations
 
 import numpy as np
+import scipy.sparse as sp
 
-from ._sparse import sp
 
 __all__ = ["state_int", "state_array", "state_matrix", "MAX_DIM"]
 

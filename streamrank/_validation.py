@@ -11,8 +11,8 @@ import numbers
 import warnings
 
 import numpy as np
+import scipy.sparse as sp
 
-from ._sparse import sp
 
 __all__ = [
     "check_X",

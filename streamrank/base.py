@@ -258,7 +258,7 @@ class BaseRanker:
 # ------------------------------------------------------------------ protocols
 @runtime_checkable
 class StatisticsLearner(Protocol):
-    """What a *statistics learner* offers the rest of the package (DESIGN §4).
+    """What a *statistics learner* offers the rest of the package.
 
     Its fit is a sum of per-block statistics followed by a solve, so the sum
     can be taken anywhere — one pass (``fit``), per fold (model selection),

@@ -23,8 +23,8 @@ from __future__ import annotations
 import numbers
 
 import numpy as np
+import scipy.sparse as sp
 
-from ._sparse import sp
 
 __all__ = ["KernelSpec", "KernelColumns", "kernel_matrix", "kernel_diag", "check_kernel"]
 

@@ -1,4 +1,4 @@
-"""The group Laplacian of least-squares ranking (DESIGN §3.1; Pahikkala et al. 2009, eqs. (21), (24), (25)).
+"""The group Laplacian of least-squares ranking (Pahikkala et al. 2009, eqs. (21), (24), (25)).
 
 For a query group ``g`` with ``n_g`` rows the magnitude-preserving cost (21)
 over all within-group pairs is
@@ -116,13 +116,18 @@ def tie_classes(y, group_ptr):
     Parameters
     ----------
     y : (rows,) float array
+        The targets of the rows.
     group_ptr : (groups + 1,) int64
+        Local group offsets.
 
     Returns
     -------
     class_id : (rows,) int64 in [0, n_classes)
-    class_group : (n_classes,) int64, the group of each class
+        The tie class of each row.
+    class_group
+        (n_classes,) int64, the group of each class
     class_size : (n_classes,) int64
+        The number of rows in each class.
     """
     y = np.asarray(y, dtype=np.float64).reshape(-1)
     group_ptr = np.asarray(group_ptr, dtype=np.int64)
@@ -171,11 +176,15 @@ def apply_laplacian(U, group_ptr, *, y=None, group_weight: str = "pair", ties: s
     Parameters
     ----------
     U : (rows,) or (rows, k) array
-    group_ptr : (groups + 1,) local group offsets
-    y : (rows,) or (rows, k) targets; needed for ``ties="exclude"`` (tie
+        The vectors the Laplacian is applied to.
+    group_ptr
+        (groups + 1,) local group offsets
+    y : (rows,) or (rows, k) array, optional
+        The targets; needed for ``ties="exclude"`` (tie
         classes).  With k > 1 columns of y, column j of U uses the tie classes
         of y[:, j].
-    group_weight, ties : see the module docstring
+    group_weight, ties
+        See the module docstring.
     group_size : optional full group sizes for the weights (defaults to
         ``diff(group_ptr)``); only the weight uses it — applying L to a piece
         of a split group is not the piece of ``L U`` (use
@@ -183,7 +192,8 @@ def apply_laplacian(U, group_ptr, *, y=None, group_weight: str = "pair", ties: s
 
     Returns
     -------
-    float64 array of the shape of U.
+    ndarray
+        ``L U``: float64, the shape of U.
     """
     check_group_weight(group_weight)
     check_ties(ties)

@@ -36,8 +36,8 @@ from __future__ import annotations
 import dataclasses
 
 import numpy as np
+import scipy.sparse as sp
 
-from ._sparse import sp
 from .io.blocks import BlockSource, WrappedSource
 
 __all__ = ["NORMALIZE", "FeatureMoments", "Normalizer", "NormalizedSource", "check_normalize"]

@@ -13,7 +13,7 @@ Every array is written as zarr v3, codecs ``bytes`` (little endian) ->
 ``zstd`` -> ``crc32c``, fill value 0, keys ``c/i/j``, every chunk written
 (zeros too).
 
-**What a load trusts: nothing read from disk** (issue 16).  Before any
+**What a load trusts: nothing read from disk**.  Before any
 learner sees an array: its data type is numeric; its declared size is bounded
 by its chunk files (:func:`_check_stored_size`); every chunk's CRC-32C and
 zstd's declared size are checked before it is decoded; each learner's
@@ -59,15 +59,16 @@ import uuid
 from pathlib import Path
 
 import numpy as np
+import scipy.sparse as sp
 
-from . import _model_record
-from ._sparse import sp
+from . import _learners
+from ._model_zarr import ModelFormatError, open_objects
 
 if TYPE_CHECKING:
     from ._typing import PathLike
     from .base import BaseRanker
 
-__all__ = ["save", "load", "register_model", "MODEL_FORMAT_VERSION", "ModelFormatError", "write_group",
+__all__ = ["save", "load", "save_url", "register_model", "MODEL_FORMAT_VERSION", "ModelFormatError", "write_group",
            "read_group"]
 
 MODEL_FORMAT_VERSION = 1
@@ -76,14 +77,10 @@ CSR_CHUNK = 1 << 22
 _REGISTRY: dict[str, type] = {}
 
 
-class ModelFormatError(ValueError):
-    """A saved model is corrupt, incomplete or of an unknown format version."""
-
-
 def register_model(cls):
     """Class decorator: make ``cls`` loadable by :func:`load` (found by its class name).
 
-    The package's learners live in the modules of ``streamrank.LEARNER_MODULES``,
+    The package's learners live in the modules of ``streamrank._learners.LEARNER_MODULES``,
     which :func:`load` imports (an import error there is raised, never
     skipped); ``tests/core/test_estimator_api.py`` checks that every learner
     of the package is registered and listed.  Two different classes of the
@@ -125,7 +122,6 @@ def save(model: BaseRanker, path: PathLike, storage_options: dict | None = None)
     reader sees the old or the new model, never a mix
     (:mod:`streamrank._remote_models`).
     """
-    from ._remote_models import save_url
     from .io._remote import is_url, local_path
 
     if is_url(path):
@@ -133,6 +129,14 @@ def save(model: BaseRanker, path: PathLike, storage_options: dict | None = None)
     if storage_options:
         raise ValueError(f"storage_options are for a URL of object storage; {str(path)!r} is a local path")
     save_local(model, Path(local_path(path)))
+
+
+def save_url(model, url, storage_options=None, root_attrs=None) -> str:
+    """``sr.save`` of ``model`` at the URL ``url``: a fresh version published by one object write
+    (:mod:`streamrank._remote_models`); returns the version."""
+    from ._remote_models import save_url as _save_url
+
+    return _save_url(model, url, storage_options, root_attrs, write=write_group)
 
 
 def save_local(model, path: Path, root_attrs=None) -> None:
@@ -251,11 +255,18 @@ def _sibling(path: Path, kind: str) -> Path:
 
 
 def writer_alive(leftover: Path) -> bool:
-    """True unless the pid in a leftover's name is certainly dead (unknown names count as alive).
+    """True unless ``leftover`` is certainly a dead writer's own, to be swept (unknown names count as alive).
 
     ``leftover`` is named ``.<name>.<pid>-<random>.<kind>`` (an atomic write's temporary file).
     Package-public: the CLI's and the nightly's atomic writers sweep their leftovers with it too.
+    A symbolic link planted under such a name, or an entry another user owns,
+    counts as alive: a sweep never removes through a link or another user's files
+    (:func:`streamrank._shared_paths.own_leftover`).
     """
+    from ._shared_paths import own_leftover
+
+    if os.path.lexists(leftover) and not own_leftover(leftover):
+        return True
     tag = leftover.name.rsplit(".", 2)[-2]
     pid = tag.split("-", 1)[0]
     if "-" not in tag or not pid.isdigit():
@@ -311,7 +322,7 @@ def load(path: PathLike, storage_options: dict | None = None) -> BaseRanker:
     from .io._remote import is_url, local_path
 
     if is_url(path):
-        return load_url(path, storage_options)
+        return load_url(path, storage_options, read_group)
     if storage_options:
         raise ValueError(f"storage_options are for a URL of object storage; {str(path)!r} is a local path")
     path = Path(local_path(path))
@@ -363,20 +374,6 @@ def _zarr_group(path: Path):
     return open_objects(objects, path), objects.get
 
 
-def open_objects(objects: dict, where):
-    """The zarr group held by ``objects`` (``{key: bytes}`` of a model's files, in memory), read-only."""
-    import zarr
-    from zarr.core.buffer import default_buffer_prototype
-    from zarr.storage import MemoryStore
-
-    proto = default_buffer_prototype()
-    try:
-        store = MemoryStore({k: proto.buffer.from_bytes(v) for k, v in objects.items()}, read_only=True)
-        return zarr.open_group(store=store, mode="r")
-    except Exception as exc:
-        raise ModelFormatError(f"{where} is not a readable streamrank model: {exc}") from exc
-
-
 def read_group(root, path, stored_bytes, chunk_bytes=None):
     """The model held by the zarr group ``root`` (named ``path`` in errors), validated on the way.
 
@@ -387,8 +384,6 @@ def read_group(root, path, stored_bytes, chunk_bytes=None):
     the model's record (:mod:`streamrank._model_record`).
     """
     import importlib
-
-    import streamrank
 
     try:
         meta = dict(root.attrs)
@@ -404,8 +399,8 @@ def read_group(root, path, stored_bytes, chunk_bytes=None):
         )
     name = meta.get("class")
     if isinstance(name, str) and name not in _REGISTRY:  # import this learner's module only (start-up cost)
-        own = streamrank._NAMES.get(name)
-        for mod in [own] if own in streamrank.LEARNER_MODULES else streamrank.LEARNER_MODULES:
+        own = _learners.LEARNERS.get(name)
+        for mod in [own] if own in _learners.LEARNER_MODULES else _learners.LEARNER_MODULES:
             importlib.import_module(mod)    # a learner module that does not import is an error, not skipped
     cls = _REGISTRY.get(name) if isinstance(name, str) else None
     if cls is None:
@@ -519,3 +514,16 @@ def _stored_bytes(chunk_dir: Path) -> int:
 
 def _dumps(obj) -> str:
     return json.dumps(_jsonable(obj))
+
+
+def __getattr__(name):
+    """``read_repo_model`` / ``write_repo_model``: a model as a group of an Icechunk repository (a nightly models
+    directory at a URL), in :mod:`streamrank._repo_models`, imported on first use."""
+    if name in ("read_repo_model", "write_repo_model"):
+        import functools
+
+        from . import _repo_models
+
+        io = {"read": read_group} if name == "read_repo_model" else {"write": write_group}
+        return functools.partial(getattr(_repo_models, name), **io)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

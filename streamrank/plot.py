@@ -34,7 +34,7 @@ if TYPE_CHECKING:
     from ._typing import PathLike
     from .base import BaseRanker
 
-__all__ = ["learning_curve", "regularization_path", "nightly_history", "convergence"]
+__all__ = ["learning_curve", "regularization_path", "nightly_history", "nightly_checks_history", "convergence"]
 
 
 def _plt():
@@ -167,10 +167,13 @@ def nightly_history(source: Any, path: PathLike | None = None, *, metrics: Seque
     metrics : names to draw (default: every metric in the reports, e.g.
         ``ndcg@10`` and ``disagreement``).
 
-    Top panel: the candidate's metrics per run (filled marker: promoted,
-    hollow: rejected) and the current model's on the same validation slice
-    (dashed).  Bottom panel: the λ chosen each night (log scale).  Runs with
-    nothing new ("up-to-date") are shown as grey ticks at the bottom.
+    Top panel: the candidate's metrics per run on the night's validation slice
+    (the newest day held out, or ``--validation``; filled marker: promoted,
+    hollow: rejected; a cross: scored in-sample, as on a first night) and the
+    current model's on the same slice (dashed).  These are not the promotion
+    gate's figures (the summary line's "gate ..." and ``version.json["gate"]``).
+    Bottom panel: the λ chosen each night (log scale).  Runs with nothing new
+    ("up-to-date") are shown as grey ticks at the bottom.
     """
     plt = _plt()
     reports = sorted(_read_reports(source), key=lambda r: r.get("started", ""))
@@ -189,11 +192,15 @@ def nightly_history(source: Any, path: PathLike | None = None, *, metrics: Seque
         ok = ~np.isnan(vals)
         ax.plot(x[prom & ok], vals[prom & ok], "o", color=color, ms=6)
         ax.plot(x[~prom & ok], vals[~prom & ok], "o", mfc="white", mec=color, ms=6)
+        insample = np.array([(r.get("validation") or {}).get("scheme") == "in-sample" for r in reports])
+        if np.any(insample & ok):
+            ax.plot(x[insample & ok], vals[insample & ok], "x", color="k", ms=8,
+                    label="in-sample (no held-out day)" if i == 0 else None)
         if np.any(~np.isnan(cur)):
             ax.plot(x, cur, "--", color=color, lw=1, alpha=0.7, label=f"{name} (current model)")
     idle = np.array([r.get("status") == "up-to-date" for r in reports])
-    ax.set_ylabel("validation metric")
-    ax.set_title(title or "nightly runs (filled: promoted, hollow: rejected)")
+    ax.set_ylabel("newest-day validation metric")
+    ax.set_title(title or "nightly runs on the newest day (filled: promoted, hollow: rejected; not the gate)")
     ax.grid(True, alpha=0.3)
     if names:
         ax.legend(loc="best", fontsize="small")
@@ -270,6 +277,85 @@ def learning_curve(model: BaseRanker, path: PathLike | None = None, *, figsize: 
             ax.legend()
     if title:
         fig.suptitle(title)
+    fig.tight_layout()
+    _save(fig, path, dpi)
+    return fig
+
+
+def nightly_checks_history(source: Any, path: PathLike | None = None, *, figsize: tuple[float, float] = (8.0, 5.0),
+                           dpi: int = 100, title: str | None = None) -> Figure:
+    """The nightly data checks of every day, in the order the nights checked them.
+
+    Parameters
+    ----------
+    source : a nightly model directory, a reports directory, or a list of report dicts (as
+        :func:`nightly_history`); reports without ``checks`` (runs with ``--no-checks``) are skipped.
+    path : write a PNG there (``figsize * dpi`` pixels).
+
+    Top panel: each check's figure over its threshold (1 = the threshold: above it the day fails) —
+    the largest standardized mean shift of a feature (and every feature's, thin grey), the largest
+    change of a fraction of zeros, the label PSI, the share of rows with labels outside the accepted
+    range, the share of duplicated groups and the volume's ``|log(ratio)| / log(R)``.  Bottom panel: the
+    current model's agreement with each day (NDCG@k and disagreement; sgd-bilinear: tuple error).
+    Quarantined days are marked with a red cross, forced ones with an orange one: a slow drift shows as a
+    line creeping towards 1 before any day fails.
+    """
+    plt = _plt()
+    reports = sorted(_read_reports(source), key=lambda r: r.get("started", ""))
+    days = [d for r in reports for d in ((r.get("checks") or {}).get("days") or [])]
+    if not days:
+        raise ValueError("no nightly report holds data checks (were they run with --no-checks?)")
+    x = np.arange(1, len(days) + 1)
+    fig, (ax, ax2) = plt.subplots(2, 1, figsize=figsize, dpi=dpi, sharex=True, gridspec_kw={"height_ratios": [3, 2]})
+
+    def ratio(c):
+        fig_, thr = c.get("figure"), c.get("threshold")
+        if c.get("status") == "skipped" or fig_ is None or thr is None:
+            return np.nan
+        if c.get("ratios") is not None and isinstance(thr, list):       # volume: rows against [1/R, R]
+            r = max(float(c["ratios"]["rows"]), 1e-12)
+            return abs(np.log(r)) / np.log(float(thr[1])) if thr[1] > 1 else np.nan
+        if isinstance(fig_, (int, float)) and isinstance(thr, (int, float)) and thr > 0:
+            return float(fig_) / float(thr)
+        return np.nan
+
+    names = ["feature_drift", "zero_fraction", "label_drift", "label_set", "duplicates", "volume"]
+    per = [d["checks"].get("feature_drift", {}) for d in days]
+    n_feat = max((len(c.get("per_feature") or []) for c in per), default=0)
+    for j in range(n_feat):
+        v = np.array([(float(c["per_feature"][j]) if c.get("per_feature") and c["per_feature"][j] != "inf"
+                       else np.nan) / float(c.get("threshold") or 1) for c in per])
+        ax.plot(x, v, color="0.75", lw=0.6, zorder=1)
+    for i, name in enumerate(names):
+        v = np.array([ratio(d["checks"].get(name, {})) for d in days], dtype=float)
+        if np.any(~np.isnan(v)):
+            ax.plot(x, np.minimum(v, 5.0), "o-", color=f"C{i}", ms=3, lw=1.2, label=name, zorder=2)
+    ax.axhline(1.0, color="k", ls="--", lw=0.8)
+    ax.set_ylabel("figure / threshold")
+    ax.set_title(title or "nightly data checks per day (> 1 fails; grey: every feature's drift)")
+    ax.grid(True, alpha=0.3)
+    if ax.get_legend_handles_labels()[0]:        # the first day has nothing to compare with: no line yet
+        ax.legend(loc="upper left", fontsize="x-small", ncol=3)
+    ag = [d["checks"].get("agreement", {}) for d in days]
+    for key, style in (("ndcg", "s-"), ("disagreement", "^-")):
+        v = np.array([np.nan if c.get(key) is None else float(c[key]) for c in ag])
+        if np.any(~np.isnan(v)):
+            label = next((c["metric"] for c in ag if c.get("metric")), "ndcg") if key == "ndcg" else key
+            ax2.plot(x, v, style, ms=4, lw=1, label=label)
+    for d, xi in zip(days, x):
+        if d.get("decision") in ("quarantined", "forced"):
+            color = "red" if d["decision"] == "quarantined" else "orange"
+            for a in (ax, ax2):
+                a.axvline(xi, color=color, lw=0.8, alpha=0.5)
+            ax.plot([xi], [1.0], "x", color=color, ms=10, mew=2)
+    ax2.set_ylabel("current model on the day")
+    ax2.set_xlabel("day")
+    ax2.grid(True, alpha=0.3)
+    if ax2.get_legend_handles_labels()[0]:
+        ax2.legend(loc="best", fontsize="x-small")
+    ax2.set_xticks(x)
+    ax2.set_xticklabels([Path(d.get("file") or d["day"]).stem[:12] for d in days],
+                        rotation=45 if len(x) > 6 else 0, fontsize="small")
     fig.tight_layout()
     _save(fig, path, dpi)
     return fig

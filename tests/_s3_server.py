@@ -28,7 +28,7 @@ import time
 import urllib.error
 import urllib.request
 
-__all__ = ["S3Server"]
+__all__ = ["S3Server", "stop_server"]
 
 _KEY, _SECRET, _REGION = "streamrank-test", "streamrank-test-secret", "us-east-1"
 
@@ -101,11 +101,16 @@ class S3Server:
         return f"s3://{name}"
 
     def stop(self) -> None:
-        if self._proc.poll() is None:
-            self._proc.terminate()
-            try:
-                self._proc.wait(10)
-            except subprocess.TimeoutExpired:   # pragma: no cover
-                self._proc.kill()
-                self._proc.wait()
+        stop_server(self._proc)
         self._log.close()
+
+
+def stop_server(proc) -> None:
+    """Terminate a server process of the tests (SIGTERM, then SIGKILL after 10 s) and reap it."""
+    if proc.poll() is None:
+        proc.terminate()
+        try:
+            proc.wait(10)
+        except subprocess.TimeoutExpired:   # pragma: no cover
+            proc.kill()
+            proc.wait()

@@ -125,7 +125,7 @@ SLOW_FILES = {
     "core/test_numba_cache_lock.py", "cli/test_cli_phases.py", "cli/test_predict_partial.py",   # processes, signals
     "hardening/test_fuzz_svmlight.py", "hardening/test_fuzz_store_metadata.py",            # long hypothesis runs
     "hardening/test_property_crashes.py",
-    "core/test_lazy_kernels.py", "rankrls/test_small_fit_without_numba.py",   # fresh interpreters (numba or not)
+    "core/test_lazy_kernels.py",   # fresh interpreters (numba or not)
 }
 # Tests that use these fixtures start a server or a cluster in its own processes: a real dask LocalCluster
 # (tests/pipelines/conftest.py) or the S3 server on loopback (moto, tests/_s3_server.py).
@@ -134,14 +134,8 @@ SLOW_FIXTURES = {"client", "s3_server"}
 # lead's per-test profile of `make quick`), each in a module whose other tests stay in the quick loop (for a
 # parametrized test, its other cells do).  An id without "[" marks every cell of the test.
 SLOW_TESTS = {
-    "metrics/test_twins.py::test_small_metrics_import_no_numba_and_a_big_input_takes_the_kernel": "2.0 s, fresh "
-        "interpreters",
-    "metrics/test_twins.py::test_evaluating_a_small_store_imports_no_numba": "1.6 s, a fresh interpreter",
-    "metrics/test_twins.py::test_every_twin_gives_its_kernels_bits": "5.4 s, hypothesis; the edge cases stay",
-    **{f"hardening/test_check_twins_stores.py::test_chunk_check_same_message_either_way[{cell}]": "0.23 s; [0] stays"
+    **{f"hardening/test_chunk_check_rows.py::test_chunk_check_names_the_row[{cell}]": "0.23 s; [0] stays"
        for cell in (12345, 20000, 39999, 40050)},
-    **{f"metrics/test_twins.py::test_public_metrics_are_the_same_with_and_without_twins[{cell}]": "0.25 s; float64 "
-       "stays" for cell in ("int labels, strided scores", "float32 read-only")},
     "rankrls/test_rankrls_linear.py::test_two_step_contract_and_clone": "2.3 s",
     "core/test_numba_cache_lock.py::test_a_kernel_whose_callee_was_edited_is_compiled_again": "~10 CPU-s, four "
         "fresh interpreters compiling",
@@ -180,28 +174,7 @@ SLOW_TESTS = {
     "[SparseSGDRanker]": "12.9 s cold (the bilinear SGD kernels); the other learners stay",
     "core/test_model_compat.py::test_edited_documents_load_or_give_a_model_format_error_never_a_crash": "4.2 s, "
         "hypothesis; the damage cases stay",
-    "core/test_no_scipy.py::test_sparse_input_after_a_late_scipy_import_fits_the_same_bits": "2.0 s, fresh "
-        "interpreters",
-    "core/test_no_scipy.py::test_dense_paths_import_no_scipy_and_a_dense_fit_no_scipy_sparse": "0.9 s, fresh "
-        "interpreters",
-    "core/test_no_scipy.py::test_console_commands_of_a_dense_store_import_no_scipy": "0.8 s, fresh interpreters",
-    "io/test_svmlight_pieces.py::test_pieces_are_the_whole_on_random_text": "4.4 s, 160 random texts; the edge "
-        "texts stay",
 }
-
-
-def pytest_configure(config):
-    """Every test process runs the kernels, never their twins, unless a test asks (``streamrank._numba.twins``).
-
-    Outside the tests a process runs a kernel's numpy or plain-Python twin on
-    small inputs until numba is set up (``use_twin``), so which one runs
-    depends on what ran before in the process.  The tests make it one answer
-    (the kernels, as before the twins existed); the twins have their own
-    tests, against the kernels, and the budget is tested in fresh interpreters.
-    """
-    from streamrank import _numba
-
-    _numba._forced[0] = False
 
 
 def pytest_collection_modifyitems(config, items):

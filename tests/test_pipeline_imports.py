@@ -11,8 +11,8 @@ instrumentation point, not a piece of another package's implementation.
 
 What the pipelines need from the rest of the package has a public home: exit
 codes and ``exit_code`` in :mod:`streamrank.cli`, the progress display as
-``streamrank.cli.progress_reporting``, object storage and its writer lease
-(``is_url``, ``Remote``, ``WriterLease``, ...) and ``with_last`` in
+``streamrank.cli.progress_reporting``, object storage and its repositories
+(``is_url``, ``Remote``, ``RepoLocation``, ...) and ``with_last`` in
 :mod:`streamrank.io`, ``offending_row`` in :mod:`streamrank.io.groups`,
 ``copy_tuple_store`` in :mod:`streamrank.io.tuple_copy`.  No private import
 is left, and the test keeps it so.
@@ -80,12 +80,21 @@ def test_the_public_homes_are_the_implementations():
     import streamrank.io as io
     from streamrank import _itertools
     from streamrank.cli import _common
-    from streamrank.io import _lease, _remote
+    from streamrank import _repo_models
+    from streamrank.io import _icechunk_repo, _remote
 
-    for name in ("is_url", "Remote", "PreconditionFailed"):
+    for name in ("is_url", "Remote"):
         assert getattr(io, name) is getattr(_remote, name)
-    for name in ("WriterLease", "WriterLockHeld", "LeaseLost"):
-        assert getattr(io, name) is getattr(_lease, name)
+    for name in ("RepoLocation", "CommitConflict", "open_location", "tag_branch_tip"):
+        assert getattr(io, name) is getattr(_icechunk_repo, name)
+    from streamrank import persistence
+
+    for name in ("read_repo_model", "write_repo_model"):     # bound to persistence's reader/writer of a group
+        assert getattr(persistence, name).func is getattr(_repo_models, name)
+    from streamrank import _shared_paths
+
+    assert io.open_lock_file is _shared_paths.open_lock_file
+    assert io.refuse_foreign_link is _shared_paths.refuse_foreign_link
     assert io.with_last is _itertools.with_last
     assert set(io.__all__) <= set(dir(io))
     try:
@@ -98,6 +107,7 @@ def test_the_public_homes_are_the_implementations():
 
     assert cli.exit_code is _common.exit_code
     assert [getattr(cli, f"EXIT_{n}") for n in ("OK", "BUG", "USAGE", "NOT_FOUND", "DATA", "WRITE",
-                                                 "UNSUPPORTED", "SIGINT", "SIGTERM")] == sorted(cli.EXIT_CODES)
+                                                 "UNSUPPORTED", "QUARANTINED", "SIGINT",
+                                                 "SIGTERM")] == sorted(cli.EXIT_CODES)
     assert cli.exit_code(cli.UsageError("x")) == cli.EXIT_USAGE
     assert cli.exit_code(RuntimeError("store is locked: one writer at a time")) == cli.EXIT_WRITE

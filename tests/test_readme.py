@@ -1,4 +1,5 @@
-"""The README's Python example runs as written."""
+"""The README's Python example and the data-formats page's Parquet and click-log sections run as written, in
+process (quick; tests/packaging/test_wheel.py runs every documented block from the installed wheel)."""
 import os
 
 import re
@@ -8,6 +9,7 @@ import numpy as np
 import pytest
 
 README = Path(__file__).resolve().parents[1] / "README.md"
+FORMATS = Path(__file__).resolve().parents[1] / "docs" / "data-formats.md"
 
 
 def test_readme_python_example_runs(tmp_path, capsys):
@@ -26,14 +28,14 @@ def test_readme_python_example_runs(tmp_path, capsys):
 
 @pytest.mark.slow   # pyarrow, a table written and ingested through the CLI: 2.0 s wall under load 11
 def test_readme_parquet_lines_run_as_written(tmp_path, capsys):
-    """The Parquet section: its Python block, then its shell lines exactly as written (issue 18)."""
+    """The Parquet section: its Python block, then its shell lines exactly as written."""
     import shlex
 
     pytest.importorskip("pyarrow")
     from streamrank.cli import main
 
-    text = README.read_text()
-    section = text.split("## From Parquet", 1)[1].split("\n## ", 1)[0]
+    text = FORMATS.read_text()
+    section = text.split("## Tables: Parquet", 1)[1].split("\n## ", 1)[0]
     code = re.findall(r"```python\n(.*?)```", section, flags=re.S)[0]
     lines = [ln.split("   #")[0].strip() for ln in re.findall(r"```bash\n(.*?)```", section, flags=re.S)[0]
              .splitlines() if ln.strip()]
@@ -41,7 +43,7 @@ def test_readme_parquet_lines_run_as_written(tmp_path, capsys):
     cwd = os.getcwd()
     os.chdir(tmp_path)
     try:
-        exec(compile(code, str(README), "exec"), {"__name__": "__readme__"})
+        exec(compile(code, str(FORMATS), "exec"), {"__name__": "__readme__"})
         assert 0.5 < float(capsys.readouterr().out.strip().splitlines()[-1]) <= 1.0
         for ln in lines:
             argv = shlex.split(ln)
@@ -52,9 +54,9 @@ def test_readme_parquet_lines_run_as_written(tmp_path, capsys):
         os.chdir(cwd)
     import streamrank as sr
 
-    store = sr.GroupStore.open(tmp_path / "logs.zarr")
+    store = sr.GroupStore.open(tmp_path / "parquet-logs.zarr")
     assert store.qid_kind == "str" and store.qid[0].startswith("q") and store.n_rows == 20_000
-    model = sr.load(tmp_path / "m.zarr")
+    model = sr.load(tmp_path / "parquet-m.zarr")
     assert list(model.feature_names_in_) == [f"f_{j}" for j in range(20)]
     top = np.argsort(-np.abs(model.coef_))[:5]
     listed = re.findall(r"^\s+[+-]\S+\s+(f_\d+)$", out, flags=re.M)
@@ -63,7 +65,7 @@ def test_readme_parquet_lines_run_as_written(tmp_path, capsys):
 
 @pytest.mark.slow   # a click log ingested and fitted through the CLI: 2.2 s wall under load 15
 def test_readme_click_log_lines_run_as_written(tmp_path, capsys):
-    """The click-log section (issue 23): its Python block, then its shell lines exactly as written; the model
+    """The click-log section: its first Python block, then its shell lines exactly as written; the model
     equals the library's IPS fit on the same rows."""
     import shlex
 
@@ -72,7 +74,7 @@ def test_readme_click_log_lines_run_as_written(tmp_path, capsys):
     from streamrank.cli import main
     from streamrank.clicks import ips_weights
 
-    section = README.read_text().split("## Learning from click logs", 1)[1].split("\n## ", 1)[0]
+    section = FORMATS.read_text().split("### Learning from click logs", 1)[1].split("\n## ", 1)[0]
     code = re.findall(r"```python\n(.*?)```", section, flags=re.S)[0]
     lines = [ln for ln in re.findall(r"```bash\n(.*?)```", section, flags=re.S)[0].splitlines() if ln.strip()]
     assert [ln.split()[1] for ln in lines] == ["ingest", "fit"]
@@ -80,7 +82,7 @@ def test_readme_click_log_lines_run_as_written(tmp_path, capsys):
     os.chdir(tmp_path)
     try:
         ns = {"__name__": "__readme__"}
-        exec(compile(code, str(README), "exec"), ns)
+        exec(compile(code, str(FORMATS), "exec"), ns)
         for ln in lines:
             assert main(shlex.split(ln)[1:]) == 0, ln
     finally:

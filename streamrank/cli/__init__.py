@@ -1,19 +1,7 @@
 """The ``streamrank`` command line.
 
-::
-
-    streamrank ingest   SRC... --store PATH [--format letor|npz|zarr|parquet] [--batch-id ID]
-                        [--label COL --qid COL [--features COL,... | --features-from-prefix P]]
-    streamrank info     PATH | --model M [--top N]
-    streamrank fit      --store PATH --model OUT --learner LEARNER [options] [--alpha A | --alphas GRID --cv K]
-    streamrank evaluate --model M --store PATH [--metrics ndcg@10,disagreement,map,auc]
-    streamrank predict  --model M --store PATH --out SCORES.npy|SCORES.zarr [--run RUN.trec]
-    streamrank export   --model M --format onnx|opensearch|elasticsearch|solr|json --out PATH
-    streamrank cv       --store PATH --learner LEARNER --alphas GRID --folds K|query
-    streamrank plot     --model M --out PNG
-    streamrank nightly  --store PATH --new DAYFILE... --models DIR [--learner LEARNER] [--alphas GRID]
-    streamrank distributed --store PATH --model OUT [--workers N | --scheduler ADDR] --learner LEARNER
-    streamrank recipe   synthetic|letor|clicks|newsgroups|mnist|reuters [options]
+The commands and their usage lines: ``streamrank --help`` (the lines are
+:data:`streamrank.cli._app.SYNOPSIS`); each command's options: ``streamrank COMMAND --help``.
 
 Learners: ``rankrls`` (RankRLS, primal statistics), ``cg`` (RankRLS, conjugate
 gradient), ``kernel`` (KernelRankRLS, exact dual), ``sparse-kernel``
@@ -64,6 +52,8 @@ Exit codes
 5      cannot write: the output exists and is not replaceable, or another
        process is appending to the store (one writer at a time)
 6      unsupported combination (e.g. --cv query with --learner cg)
+7      nightly only: the night ran, but a new day failed the data checks and
+       was quarantined (kept in the store, excluded from training)
 130    interrupted (Ctrl-C / SIGINT; 143 for SIGTERM): nothing half-written
        is left — models are written to a temporary directory and renamed,
        store appends are atomic (an interrupted ingest resumes where it
@@ -91,13 +81,14 @@ import sys
 from ._app import build_parser, main
 from ._atomic import _replace_dir, _save_model  # noqa: F401
 from ._common import (DEFAULT_MAX_ROWS, EXIT_BUG, EXIT_CODES, EXIT_DATA, EXIT_NOT_FOUND,  # noqa: F401
-                      EXIT_OK, EXIT_SIGINT, EXIT_SIGTERM, EXIT_UNSUPPORTED, EXIT_USAGE, EXIT_WRITE, FORMATS,
-                      LEARNERS, METRICS, Unsupported, UsageError, exit_code)
+                      EXIT_OK, EXIT_QUARANTINED, EXIT_SIGINT, EXIT_SIGTERM, EXIT_UNSUPPORTED, EXIT_USAGE,
+                      EXIT_WRITE, FORMATS, LEARNERS, METRICS, Unsupported, UsageError, exit_code)
 from ._grid import parse_grid, parse_storage_options
 
 __all__ = ["main", "build_parser", "parse_grid", "parse_storage_options", "progress_reporting", "exit_code",
+           "check_model_out",
            "EXIT_CODES", "EXIT_OK", "EXIT_BUG", "EXIT_USAGE", "EXIT_NOT_FOUND", "EXIT_DATA", "EXIT_WRITE",
-           "EXIT_UNSUPPORTED", "EXIT_SIGINT", "EXIT_SIGTERM"]
+           "EXIT_UNSUPPORTED", "EXIT_QUARANTINED", "EXIT_SIGINT", "EXIT_SIGTERM"]
 
 
 def __getattr__(name):
@@ -107,6 +98,19 @@ def __getattr__(name):
 
         return progress_reporting
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def check_model_out(path, *, overwrite: bool = False, storage_options=None) -> None:
+    """Refuse to write a model at ``path`` over a store or another file, or over a model without ``overwrite``.
+
+    What ``streamrank fit`` checks before any work (``--overwrite``, ``--storage-options`` for a URL); the
+    pipelines call it so that every command refuses the same things the same way.
+    """
+    from . import _stores
+    from ._atomic import _check_model_out
+
+    _stores.STORAGE_OPTIONS = storage_options
+    _check_model_out(path, overwrite=overwrite)
 
 
 def _console():  # pragma: no cover - the installed script calls main() and exits

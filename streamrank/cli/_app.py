@@ -16,11 +16,28 @@ from ._fit import cmd_cv, cmd_fit
 from ._grid import _folds_type, _grid_type, _positive_float, parse_storage_options
 from ._fit_weights import add_weight_args
 from ._info import cmd_info
+from ._migrate import cmd_migrate
 from ._row_columns import add_column_args
 from ._ingest import cmd_ingest
 from ._options import Given, GivenTrue
 from ._plot import cmd_plot
 from ._warmup import add_parser as add_warmup_parser
+
+
+#: the usage lines of ``streamrank --help``
+SYNOPSIS = """\
+    streamrank ingest   SRC... --store PATH [--format letor|npz|zarr|parquet] [--batch-id ID]
+                        [--label COL --qid COL [--features COL,... | --features-from-prefix P]]
+    streamrank info     PATH | --model M [--top N]
+    streamrank fit      --store PATH --model OUT --learner LEARNER [options] [--alpha A | --alphas GRID --cv K]
+    streamrank evaluate --model M --store PATH [--metrics ndcg@10,disagreement,map,auc]
+    streamrank predict  --model M --store PATH --out SCORES.npy|SCORES.zarr [--run RUN.trec]
+    streamrank export   --model M --format onnx|opensearch|elasticsearch|solr|json --out PATH
+    streamrank cv       --store PATH --learner LEARNER --alphas GRID --folds K|query
+    streamrank plot     --model M --out PNG
+    streamrank nightly  --store PATH --new DAYFILE... --models DIR [--learner LEARNER] [--alphas GRID]
+    streamrank distributed --store PATH --model OUT [--workers N | --scheduler ADDR] --learner LEARNER
+    streamrank recipe   synthetic|letor|clicks|newsgroups|mnist|reuters [options]"""
 
 
 EXAMPLES = {
@@ -67,6 +84,7 @@ from the learner's statistics (rankrls, kernel, sparse-kernel only).""",
   streamrank predict --model m.zarr --store test.zarr --out scores.npy
   streamrank predict --model m.zarr --store test.zarr --out scores.zarr   # + qid, group_ptr
   streamrank predict --model m.zarr --store test.zarr --run run.trec      # TREC run (qid Q0 docid rank score tag)
+  streamrank predict --model m.zarr --store test.zarr --run run.trec --qrels qrels.txt   # + the store's labels
   streamrank predict --model m.zarr --data day.parquet --qid query --out scores.npy   # no label needed
   streamrank predict --model m.zarr --data test.txt --run run.trec   # doc ids: the lines' '#docid = ID'""",
     "export": """examples:
@@ -189,16 +207,9 @@ def _features_type(text: str):
     return names
 
 
-def _synopsis() -> str:
-    """The usage lines at the top of the package docstring (``streamrank/cli/__init__.py``)."""
-    from . import __doc__ as doc
-
-    return "\n".join(doc.split("::\n\n")[1].split("\n\n")[0].splitlines())
-
-
 def build_parser() -> argparse.ArgumentParser:
     top = _Parser(prog="streamrank", description="streamrank: learning to rank from data that does not fit in "
-                  "memory.\n\n" + _synopsis(),
+                  "memory.\n\n" + SYNOPSIS,
         formatter_class=argparse.RawDescriptionHelpFormatter,
         epilog="exit codes: " + "; ".join(f"{k} {v}" for k, v in EXIT_CODES.items())
         + "\nRun 'streamrank COMMAND --help' for each command's options and an example.")
@@ -308,6 +319,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="also (or instead) write a TREC run file: qid Q0 docid rank score tag, doc ids from the "
                         "store (ingest --docids), a text file's '#docid = ID' comments or --docid-column, "
                         "else row<N>")
+    p.add_argument("--qrels", default=None, metavar="QRELS",
+                   help="with --run, from a store: also write its labels as TREC judgments (qid 0 docid rel), "
+                        "the rows named as in the run, for evaluate --run RUN --qrels QRELS")
     p.add_argument("--run-tag", default="streamrank", metavar="TAG", help="the run's tag column (default streamrank)")
     p.add_argument("--output", type=int, default=0, help="--run: score column of a multi-output model")
     p.add_argument("--max-rows", type=int, default=DEFAULT_MAX_ROWS)
@@ -357,7 +371,16 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--dpi", type=int, default=100)
     _common(p)
     p.set_defaults(func=cmd_plot)
-    add_warmup_parser(sub, _common)
+    add_warmup_parser(sub, _common, main)
+
+    p = sub.add_parser("migrate", help="copy a store of the previous object-storage layout into a repository",
+                       formatter_class=fmt, description="Copy the store at STORE (a URL in the previous layout, "
+                       "or a local directory) byte for byte into a new Icechunk repository at DST (one commit), "
+                       "verifying every batch of the source and of the copy. Nothing is deleted at STORE.")
+    p.add_argument("store", metavar="STORE")
+    p.add_argument("dst", metavar="DST")
+    _common(p)
+    p.set_defaults(func=cmd_migrate)
     for p in sub.choices.values():      # every command that takes a store or a model: object-storage options
         if any(a.dest in ("store", "model") for a in p._actions):
             p.add_argument("--storage-options", metavar="JSON", type=parse_storage_options, default=None,
@@ -425,17 +448,12 @@ def main(argv=None) -> int:
     from ._supervise import can_supervise, supervised
 
     if console and can_supervise():           # the console script: Ctrl-C stops even native code (_supervise)
-        return supervised(lambda: _run(args, console=True), args.command)
-    return _run(args, console=console)
+        return supervised(lambda: _run(args), args.command)
+    return _run(args)
 
 
-def _run(args, console: bool = False) -> int:
-    """Run the parsed command: logging, signals, one-line errors and exit codes.
-
-    ``console``: this process is the console script's (or its supervised
-    child), which owns the garbage collector: the command's heavy imports
-    run with it paused (:mod:`streamrank.cli._preload`).
-    """
+def _run(args) -> int:
+    """Run the parsed command: logging, signals, one-line errors and exit codes."""
     import warnings
 
     saved_log = (list(log.handlers), log.level, log.propagate)
@@ -453,10 +471,6 @@ def _run(args, console: bool = False) -> int:
             if not args.verbose:
                 warnings.simplefilter("ignore", category=RuntimeWarning)
             warnings.showwarning = _show_warning(args)
-            if console:
-                from ._preload import preload_for
-
-                preload_for(args)
             return int(args.func(args) or 0)
     except KeyboardInterrupt:
         print(f"streamrank {args.command}: interrupted; nothing half-written was left (stores keep their "

@@ -79,12 +79,13 @@ def _sweep_npy_partials(out: Path) -> list:
     """
     import glob as _glob
 
+    from .._shared_paths import own_leftover
     from ..persistence import writer_alive
 
     removed = []
     for p in out.parent.glob(f".{_glob.escape(out.stem)}.*.partial{out.suffix}"):
         # writer_alive reads the pid from ``.<name>.<pid>-<random>.<kind>``: drop the .npy suffix
-        if p.is_file() and not writer_alive(p.with_name(p.name[: -len(out.suffix)])):
+        if own_leftover(p) and p.is_file() and not writer_alive(p.with_name(p.name[: -len(out.suffix)])):
             p.unlink(missing_ok=True)
             removed.append(p)
     return removed
@@ -111,6 +112,9 @@ def _check_model_out(out, *, overwrite: bool = True) -> None:
     from ..io.schema import StoreFormatError
 
     out = Path(out)
+    if not out.parent.is_dir():          # a typo in a directory name is an error, not a new directory tree
+        raise FileNotFoundError(f"the directory {out.parent} of --model {out} does not exist; create it first "
+                                "(or check the path)")
     if out.exists() and out.is_dir() and (out / "zarr.json").exists():
         try:
             kind = _kind_of(out)
@@ -136,7 +140,7 @@ def _save_model(model, out, cli_meta: dict) -> None:
     from ..io._remote import is_url
 
     if is_url(out):   # object storage: a fresh version published by one PUT (--storage-options, else the env)
-        from .._remote_models import save_url
+        from ..persistence import save_url
         from ._stores import STORAGE_OPTIONS
 
         save_url(model, str(out), STORAGE_OPTIONS, root_attrs={"cli": _jsonable(cli_meta)})

@@ -11,9 +11,13 @@ from .._defaults import DEFAULT_BLOCK_ROWS
 #: each in words, and :func:`exit_code` maps an exception to its code.
 EXIT_OK, EXIT_BUG, EXIT_USAGE, EXIT_NOT_FOUND, EXIT_DATA, EXIT_WRITE, EXIT_UNSUPPORTED = 0, 1, 2, 3, 4, 5, 6
 EXIT_SIGINT, EXIT_SIGTERM = 130, 143
+#: ``streamrank nightly``: the night ran, but a new day failed the data checks and was quarantined
+#: (ingested, excluded from training; :mod:`streamrank.pipelines._nightly_checks`).
+EXIT_QUARANTINED = 7
 EXIT_CODES = {
     0: "success", 1: "unexpected internal error", 2: "usage error", 3: "path not found",
     4: "invalid data or format", 5: "cannot write output / store locked", 6: "unsupported combination",
+    7: "nightly: a day failed the data checks and was quarantined",
     130: "interrupted (SIGINT)", 143: "terminated (SIGTERM)",
 }
 

@@ -134,6 +134,8 @@ def _check_features(model, store):
 def cmd_predict(args) -> int:
     if args.out is None and getattr(args, "run", None) is None:
         raise UsageError("predict needs --out SCORES.npy|SCORES.zarr and/or --run RUN.trec")
+    if getattr(args, "qrels", None) is not None and getattr(args, "run", None) is None:
+        raise UsageError("--qrels writes the judgments beside a run: give --run RUN.trec too")
     if args.out is None:
         model = _load_model(args.model)
         kind, source = open_data(args.store, args, model, need_labels=False)
@@ -225,22 +227,31 @@ def _predict_run(args, model) -> int:
                       output=getattr(args, "output", 0), progress=bar)
     ids = "doc ids from the store" if store.has_docids else "row numbers as doc ids (store without doc ids)"
     _say(args, f"wrote a run of {n:,} lines ({store.n_groups:,} queries; {ids}) to {args.run}")
+    if getattr(args, "qrels", None) is not None:
+        from ._run import write_qrels
+
+        n = write_qrels(args.qrels, store, max_rows=args.max_rows, output=getattr(args, "output", 0))
+        _say(args, f"wrote {n:,} judgments (the store's labels) to {args.qrels}")
     return EXIT_OK
 
 
 def _predict_file(args, model, source, out) -> int:
     """predict from a text or Parquet file (:class:`~streamrank.cli._file_source.FileSource`): one streamed
     pass; the scores (8 bytes a row, not the features) are held until they are written atomically."""
+    from ._common import Unsupported
     from ._run import check_tag, run_block_lines
 
+    if getattr(args, "qrels", None) is not None:
+        raise Unsupported(f"--qrels writes the labels of a store; ingest {args.store} first "
+                          "(streamrank ingest FILE --store S --docids) and predict from the store")
     scores, qids, sizes = [], [], []
     run_tmp = fh = None
     if args.run is not None:
-        import tempfile
+        from .._tempfiles import temp_sibling
 
         run_path = Path(args.run)
         run_path.parent.mkdir(parents=True, exist_ok=True)
-        fd, run_tmp = tempfile.mkstemp(prefix=f".{run_path.name}.", suffix=".partial", dir=run_path.parent)
+        fd, run_tmp = temp_sibling(run_path)
         fh = os.fdopen(fd, "w", encoding="utf-8", newline="\n")
     n_named = 0
     try:

@@ -36,6 +36,7 @@ def cmd_export(args) -> int:
         sr.export(model, args.out, format=args.format, name=args.name, feature_names=names,
                   solr_store=args.solr_store, bilinear_graph=args.bilinear_graph)
     except (CannotExport, ImportError) as exc:
-        raise Unsupported(str(exc)) from None
+        msg = str(exc).replace("pass feature_names=[...]", "pass --feature-names a,b,c or @FILE (one name a line)")
+        raise Unsupported(msg.replace("a store created with feature_names=", "a store with feature names")) from None
     _say(args, f"wrote {args.out} ({args.format}, {type(model).__name__})")
     return EXIT_OK

@@ -167,7 +167,7 @@ def _fit_model(args, *, cv_folds=None):
         if args.learner == "kernel":
             _check_dual_memory(args, store, cv_folds)
         with _progress(args, store.n_rows, desc=f"fit {args.learner}") as bar, reporting(PhaseReporter(bar)):
-            source = weighted_view(args, ProgressSource(store, bar), record)
+            source = weighted_view(args, ProgressSource(store, bar), record, store=store)
             if cv_folds is not None:
                 res = _run_cv(model, source, args, cv_folds)
                 record["cv"] = _cv_record(res, args.learner)

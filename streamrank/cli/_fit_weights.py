@@ -12,6 +12,11 @@ opt-in, as ``sample_weight`` is in scikit-learn:
     — ``ips_weighted(store, p, clip=TAU)``.  SPEC: ``eta=E`` (p(k) = (1/k)^E),
     ``estimate:STORE`` (CTR(k)/CTR(1) on a store of result-randomization
     traffic), or a file of p(1), p(2), … (:func:`streamrank.io.weighted.propensity_from_spec`).
+    ``estimate:em`` / ``estimate:harvest`` estimate p from the training store
+    itself, before the fit: regression EM of the position-based click model
+    on its features, clicks and positions, or intervention harvesting across
+    the rankers of its ``ranker`` column (:mod:`streamrank.position_bias`);
+    the estimate is kept in the model record (``ips.estimated``).
     The RankRLS learners train with ``ties="exclude"`` (``--ties include``
     would keep the tied pairs: not the IPS objective, refused).
 
@@ -34,7 +39,9 @@ def add_weight_args(p) -> None:
                    help="inverse propensity scoring: clicks as targets, (clicked, unclicked) pairs weighted "
                         "1/p(position) (store columns 'click' and 'position'; needs --propensity)")
     c.add_argument("--propensity", action=Given, default=None, metavar="SPEC",
-                   help="--ips: eta=E (p(k) = (1/k)^E), estimate:STORE (CTR(k)/CTR(1) on randomized traffic) "
+                   help="--ips: eta=E (p(k) = (1/k)^E), estimate:em (regression EM on this store's clicks), "
+                        "estimate:harvest (across the rankers of its 'ranker' column), "
+                        "estimate:STORE (CTR(k)/CTR(1) on randomized traffic) "
                         "or a file of p(1), p(2), ...")
     c.add_argument("--clip", action=Given, type=float, default=None, metavar="TAU",
                    help="--ips: propensity clipping, p := max(p, TAU) (weights at most 1/TAU)")
@@ -58,7 +65,10 @@ def check_weight_args(args, store=None) -> None:
     if ips and args.learner in ("rankrls", "cg", "kernel", "sparse-kernel"):
         args.ties = "exclude"
     if store is not None:
-        need = ("click", "position") if ips else ((col,) if col is not None else ())
+        from ..position_bias import ESTIMATED_SPECS
+
+        need = (ESTIMATED_SPECS.get(args.propensity, ("click", "position")) if ips
+                else ((col,) if col is not None else ()))
         missing = [c for c in need if c not in store.row_columns]
         if missing:
             raise UsageError(f"{'--ips' if ips else '--weights'}: the store {args.store} keeps no {missing[0]!r} "
@@ -66,8 +76,9 @@ def check_weight_args(args, store=None) -> None:
                              f"--{missing[0]}-column COL)")
 
 
-def weighted_view(args, source, record: dict):
-    """``source`` weighted as asked (or itself), noting what in ``record``."""
+def weighted_view(args, source, record: dict, store=None):
+    """``source`` weighted as asked (or itself), noting what in ``record``; ``store``: the GroupStore under
+    ``source`` (what ``--propensity estimate:em|harvest`` estimates from; default ``source``)."""
     from ..io.weighted import ips_weighted, propensity_from_spec, with_weights
     from ._stores import url_options
 
@@ -75,6 +86,16 @@ def weighted_view(args, source, record: dict):
         record["weights"] = args.weights
         return with_weights(source, args.weights)
     if getattr(args, "ips", False):
+        from ..position_bias import ESTIMATED_SPECS, store_propensity
+
+        if args.propensity in ESTIMATED_SPECS:
+            try:
+                p, note = store_propensity(source if store is None else store, args.propensity,
+                                           max_rows=getattr(args, "max_rows", None) or 65536)
+            except ValueError as exc:
+                raise UsageError(f"--propensity {args.propensity}: {exc}") from None
+            record["ips"] = {"propensity": args.propensity, "clip": args.clip, "estimated": note}
+            return ips_weighted(source, p, clip=args.clip)
         try:
             p = propensity_from_spec(args.propensity, storage_options=url_options(args.propensity[9:])
                                      if args.propensity.startswith("estimate:") else None)

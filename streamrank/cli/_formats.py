@@ -15,6 +15,9 @@ gzip / bzip2 / xz / tar         ``letor`` (compressed text, or a tar archive:
 text (UTF-8, no NUL bytes)      ``letor`` (LETOR / svmlight lines)
 ==============================  ===========================================
 
+Text whose first line is comma- or tab-separated values without a single ``index:value`` pair (CSV, TSV) is
+refused as an unsupported format (exit 6), not parsed as LETOR lines with a bad label.
+
 Anything else (a ``.npy`` array, HDF5, an image, any binary file) is a
 ``ValueError`` that names what the file looks like and lists the supported
 formats — the file's bytes are never printed.  An explicit ``--format`` that
@@ -83,6 +86,21 @@ def _decompressed_head(path, kind) -> bytes:
         raise ValueError(f"{path}: corrupt or truncated {kind} data ({exc}); {SUPPORTED}") from None
 
 
+def _delimited(head: bytes) -> str | None:
+    """"CSV" or "TSV" when the first data line of a text has comma- or tab-separated fields and no svmlight
+    ``index:value`` pair, else None."""
+    import re
+
+    for line in head.decode("utf-8", "replace").splitlines():
+        line = line.split("#", 1)[0].strip()
+        if not line:
+            continue
+        if re.search(r"(^|\s)\S+:\S+", line):
+            return None
+        return "CSV" if "," in line else "TSV" if "\t" in line else None
+    return None
+
+
 def detect_format(path, member=None, given=None) -> str:
     """The reader for ``path``: 'letor', 'npz', 'parquet' or 'zarr' (see the module doc).
 
@@ -120,6 +138,15 @@ def detect_format(path, member=None, given=None) -> str:
                 found = "letor"
     elif kind in ("tar", "text"):
         found = "letor"
+        if kind == "text":
+            with open(p, "rb") as fh:
+                table = _delimited(fh.read(8192))
+            if table is not None:
+                from ._common import Unsupported
+
+                raise Unsupported(f"{s} looks like {table} (delimited columns, no index:value pairs), not a format "
+                                  f"streamrank reads; write it as Parquet (pandas: df.to_parquet) and ingest that "
+                                  f"with --label and --qid; {SUPPORTED}")
     elif kind in ("parquet", "npz"):
         found = kind
     else:

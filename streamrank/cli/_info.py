@@ -20,7 +20,8 @@ def _top_weights(model, top: int):
     if w.ndim != 1:
         return None
     names = getattr(model, "feature_names_in_", None)
-    names = [str(n) for n in names] if names is not None else [f"x{j}" for j in range(w.size)]
+    # without names, a weight is listed by its column (0-based), never by a made-up name: export needs names
+    names = [str(n) for n in names] if names is not None else [f"column {j}" for j in range(w.size)]
     order = np.argsort(-np.abs(w), kind="stable")[: max(int(top), 0)]
     return [[names[j], float(w[j])] for j in order]
 
@@ -48,8 +49,8 @@ def cmd_info(args) -> int:
                 continue
             out[attr] = _jsonable(v)
         names = getattr(model, "feature_names_in_", None)
-        if names is not None:
-            out["feature_names"] = len(names)
+        out["feature_names"] = len(names) if names is not None else \
+            "none (weights listed by column; export to a search engine needs --feature-names)"
         top = _top_weights(model, getattr(args, "top", 10))
         if top is not None:
             out["top_weights"] = top

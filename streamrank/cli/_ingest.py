@@ -173,6 +173,8 @@ def _ingest_letor(args, src, member, counts):
                                    chunk_bytes=int(args.chunk_mb * 2**20), name=name,
                                    null_value=args.null_value,
                                    max_features=getattr(args, "max_features", 1 << 24))
+            if store is not None and wanted is None:
+                chunks = _blame_the_store(chunks, args.store, n_features)
             for i, chunk in enumerate(chunks):
                 X, y, qid = chunk
                 lines = chunk.lines
@@ -222,6 +224,18 @@ def _ingest_letor(args, src, member, counts):
                            group_identity=args.group_identity)
 
 
+def _blame_the_store(chunks, store, n_features):
+    """The text's chunks; a feature index beyond an existing store's width is said to be the store's limit (the
+    text itself may be well formed: it was meant for another store)."""
+    try:
+        yield from chunks
+    except ValueError as exc:
+        if "feature index out of range" not in str(exc):
+            raise
+        raise ValueError(f"the existing store {store} holds {n_features} features, and {exc}: this text has more; "
+                         "ingest it into another --store") from None
+
+
 def _check_feature_count(chunk, n_features, name, target) -> None:
     """The text must reach the target's feature count on its own: a 45-feature file is not padded into a
     46-feature store (or model) unless ``--n-features`` says so.  Judged on the first chunk (before any append):
@@ -260,7 +274,7 @@ def _ingest_npz(args, src, counts):
     One append per chunk: ``ID#0``, ``ID#1``, ... (a file of one chunk: ``ID``);
     a killed ingest leaves the committed chunks and a rerun skips them.
     """
-    from .._sparse import sp
+    import scipy.sparse as sp
     from ..io.npz import iter_npz
     from ..io.row_columns import check_same_columns
 

@@ -17,6 +17,7 @@ _HELP = {
     "weight": "a row weight >= 0 (sample_weight; fit --weights weight)",
     "click": "0/1 clicks (fit --ips)",
     "position": "the 1-based rank the row was shown at (fit --ips)",
+    "ranker": "the id (>= 0) of the logging ranker that showed the row (fit --ips --propensity estimate:harvest)",
 }
 
 

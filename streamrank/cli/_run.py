@@ -10,15 +10,20 @@ store row; ``rank`` counts from 1 (ties in store row order; trec_eval itself
 re-sorts by score and breaks ties by doc id); ``score`` is the float64 score
 written with 17 significant digits.  The file is written to a temporary
 sibling and renamed, so a reader never sees half a run.
+
+``predict --qrels OUT`` writes the store's labels beside it as TREC judgments
+(``qid 0 docid rel``), the rows named as in the run, so ``evaluate --run
+--qrels`` (or trec_eval) can score the run.
 """
 from __future__ import annotations
 
 import os
 import re
-import tempfile
 from pathlib import Path
 
 import numpy as np
+
+from .._tempfiles import temp_sibling
 
 _TAG = re.compile(r"^\S+$")
 
@@ -64,15 +69,16 @@ def run_lines(model, store, *, max_rows: int, tag: str, output: int = 0):
         yield run_block_lines(block, s, names, tag, output)
 
 
-def write_run(path, model, store, *, max_rows: int, tag: str, output: int = 0, progress=None) -> int:
-    """Write the run file atomically; returns the number of lines."""
+def _write_lines(path, chunks, progress=None) -> int:
+    """Write the text ``chunks`` to ``path`` atomically (a temporary sibling renamed over it); returns the number of
+    lines."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".partial", dir=path.parent)
+    fd, tmp = temp_sibling(path)
     n = 0
     try:
         with os.fdopen(fd, "w", encoding="utf-8", newline="\n") as fh:
-            for text in run_lines(model, store, max_rows=max_rows, tag=check_tag(tag), output=output):
+            for text in chunks:
                 fh.write(text)
                 k = text.count("\n")
                 n += k
@@ -83,3 +89,36 @@ def write_run(path, model, store, *, max_rows: int, tag: str, output: int = 0, p
         if os.path.exists(tmp):
             os.unlink(tmp)
     return n
+
+
+def write_run(path, model, store, *, max_rows: int, tag: str, output: int = 0, progress=None) -> int:
+    """Write the run file atomically; returns the number of lines."""
+    return _write_lines(path, run_lines(model, store, max_rows=max_rows, tag=check_tag(tag), output=output),
+                        progress)
+
+
+def _relevance(v) -> str:
+    v = float(v)
+    return str(int(v)) if v.is_integer() else f"{v:.17g}"
+
+
+def qrels_lines(store, *, max_rows: int, output: int = 0):
+    """Yield the TREC judgments of a store's rows (``qid 0 docid rel``), named as :func:`run_lines` names them."""
+    ids = store.has_docids if hasattr(store, "has_docids") else False
+    for block in store.blocks(max_rows=max_rows):
+        y = np.asarray(block.y)
+        if y.ndim == 2:
+            y = y[:, output]
+        names = store.docids(block.start, block.stop) if ids else [f"row{block.start + r}"
+                                                                    for r in range(block.n_rows)]
+        gp = block.group_ptr
+        lines = []
+        for g in range(block.n_groups):
+            q = _run_qid(block.qid[g])
+            lines.extend(f"{q} 0 {names[r]} {_relevance(y[r])}\n" for r in range(int(gp[g]), int(gp[g + 1])))
+        yield "".join(lines)
+
+
+def write_qrels(path, store, *, max_rows: int, output: int = 0) -> int:
+    """Write the store's labels as TREC judgments (``qid 0 docid rel``) atomically; returns the number of lines."""
+    return _write_lines(path, qrels_lines(store, max_rows=max_rows, output=output))

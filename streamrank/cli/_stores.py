@@ -35,9 +35,9 @@ def _kind_of(path) -> str:
     from ..io.schema import GROUP_FORMAT, TUPLE_FORMAT, StoreFormatError, read_attrs
 
     if _is_url(path):                        # a store on object storage (s3://…)
-        from ..io._remote import Remote
+        from ..io._icechunk_repo import open_location
 
-        attrs = read_attrs(Remote(str(path), STORAGE_OPTIONS))
+        attrs = read_attrs(open_location(str(path), STORAGE_OPTIONS))
         fmt = attrs.get("format")
         if fmt in (GROUP_FORMAT, TUPLE_FORMAT):
             return "group" if fmt == GROUP_FORMAT else "tuple"

@@ -70,10 +70,8 @@ def _letor_text(tmp, name, X, y, qid):
     return path
 
 
-def _part_commands(tmp):
+def _part_commands(tmp, run):
     """The commands on LETOR text: ingest, info --verify, fit (rankrls, cg, sgd-pairwise), evaluate, predict."""
-    from . import main
-
     X, y, qid = _letor()
     train, test = _letor_text(tmp, "train.txt", X, y, qid), _letor_text(tmp, "test.txt", X[:96], y[:96], qid[:96])
     s, t = os.path.join(tmp, "train.zarr"), os.path.join(tmp, "test.zarr")
@@ -86,12 +84,12 @@ def _part_commands(tmp):
     runs.append(["cv", "--store", s, "--learner", "rankrls", "--alphas", "0.1,1,10", "--folds", "3"])
     for argv in runs:
         with contextlib.redirect_stdout(io.StringIO()):    # results of tiny data: only the compiling matters
-            rc = main([*argv, "--quiet"])
+            rc = run([*argv, "--quiet"])
         if rc:
             raise RuntimeError(f"streamrank {' '.join(argv)} exited {rc}")
 
 
-def _part_stores(tmp):
+def _part_stores(tmp, run):
     """Stores: write (dense, CSR, row columns), verify, read blocks with the read checks; LETOR text; tuples."""
     import streamrank as sr
     from streamrank.datasets.synthetic import write_planted_bilinear_store
@@ -115,7 +113,7 @@ def _part_stores(tmp):
     sr.SparseSGDRanker(eta0=3.0, l1=1e-4, random_state=0).fit(tuples, n_steps=200)
 
 
-def _part_rankrls(tmp):
+def _part_rankrls(tmp, run):
     """RankRLS primal and cg on a store and on float64 arrays / CSR, with CV; predictions scored by every metric."""
     import streamrank as sr
 
@@ -135,7 +133,7 @@ def _part_rankrls(tmp):
     sr.metrics.evaluate(store, m)
 
 
-def _part_kernel(tmp):
+def _part_kernel(tmp, run):
     """KernelRankRLS exact and sparse (rbf, linear, poly), fitted and cross-validated."""
     import streamrank as sr
 
@@ -150,7 +148,7 @@ def _part_kernel(tmp):
     sr.KernelRankRLS(gamma=0.1, n_basis=16).cross_validate(store, [0.1, 1.0], folds=3)
 
 
-def _part_sgd(tmp):
+def _part_sgd(tmp, run):
     """PairwiseSGDRanker (store, arrays, CSR, weights) and SparseSGDRanker (tuples, CSR and dense partial_fit)."""
     import streamrank as sr
     from streamrank.datasets.synthetic import planted_bilinear
@@ -205,17 +203,15 @@ def _kernel_counts() -> tuple[int, int]:
     return compiled, loaded
 
 
-def run_part(name: str) -> None:
-    """Run one part in this process."""
+def run_part(name: str, run) -> None:
+    """Run one part in this process; ``run(argv)`` runs a command line (the CLI's ``main``, which the parts that
+    drive commands call: passed in, since the CLI's parser is what imports this module)."""
     import warnings
 
-    from .._numba import twins
-
     fn, _ = PARTS[name]
-    with tempfile.TemporaryDirectory(prefix=f"streamrank-warmup-{name}-") as tmp, warnings.catch_warnings(), \
-            twins(False):   # tiny data would run the kernels' numpy or Python twins: compile the kernels
+    with tempfile.TemporaryDirectory(prefix=f"streamrank-warmup-{name}-") as tmp, warnings.catch_warnings():
         warnings.simplefilter("ignore")  # tiny data: cg stops early, CV folds are small; only compiling matters
-        fn(tmp)
+        fn(tmp, run)
 
 
 def _parts_type(text: str) -> list[str]:
@@ -229,9 +225,10 @@ def _parts_type(text: str) -> list[str]:
     return names
 
 
-def add_parser(sub, common) -> None:
-    """The ``warmup`` command's parser (``common`` adds -q/-v)."""
+def add_parser(sub, common, run) -> None:
+    """The ``warmup`` command's parser (``common`` adds -q/-v; ``run``: the CLI's ``main``, see :func:`run_part`)."""
     import argparse
+    import functools
 
     parts = "\n".join(f"  {n:8s} {PARTS[n][0].__doc__}" for n in PARTS)
     p = sub.add_parser("warmup", help="compile the kernels into numba's cache once, ahead of the first real use",
@@ -242,15 +239,15 @@ def add_parser(sub, common) -> None:
                    help="worker processes (default: one per core, at most one per part; 1: in this process)")
     p.add_argument("--parts", type=_parts_type, default=None, metavar="P,P", help="only these parts (default all)")
     common(p)
-    p.set_defaults(func=cmd_warmup)
+    p.set_defaults(func=functools.partial(cmd_warmup, run=run))
 
 
-def _run_counted(name: str) -> dict:
+def _run_counted(name: str, run) -> dict:
     """Run one part here: its time, and the signatures it compiled and loaded (this process's counts move)."""
     before, t = _kernel_counts(), time.perf_counter()
     error = None
     try:
-        run_part(name)
+        run_part(name, run)
     except Exception as exc:  # noqa: BLE001 - reported with the part's name; the other parts still run
         error = f"{type(exc).__name__}: {exc}"
     after = _kernel_counts()
@@ -258,14 +255,15 @@ def _run_counted(name: str) -> dict:
                 loaded=after[1] - before[1], error=error)
 
 
-def serve() -> None:
-    """A worker process of :func:`cmd_warmup`: runs the parts named on stdin (one a line), one result line each."""
+def serve(run) -> None:
+    """A worker process of :func:`cmd_warmup`: runs the parts named on stdin (one a line), one result line each
+    (``run``: see :func:`run_part`)."""
     import json
 
     for line in sys.stdin:
         if not line.strip():
             break
-        print("WARMUP=" + json.dumps(_run_counted(line.strip())), flush=True)
+        print("WARMUP=" + json.dumps(_run_counted(line.strip(), run)), flush=True)
 
 
 def _in_workers(names: list[str], jobs: int):
@@ -273,7 +271,7 @@ def _in_workers(names: list[str], jobs: int):
     import json
     import selectors
 
-    code = "from streamrank.cli._warmup import serve; serve()"
+    code = "from streamrank.cli._app import main; from streamrank.cli._warmup import serve; serve(main)"
     sel = selectors.DefaultSelector()
     pending = list(names)
     procs = [subprocess.Popen([sys.executable, "-c", code], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
@@ -311,13 +309,13 @@ def _in_workers(names: list[str], jobs: int):
         sel.close()
 
 
-def cmd_warmup(args) -> int:
+def cmd_warmup(args, run) -> int:
     if args.jobs is not None and args.jobs < 1:     # a bad option: exit 2, as for every command
         raise UsageError(f"--jobs must be at least 1, got {args.jobs}")
     names = sorted(args.parts or PARTS, key=lambda n: -PARTS[n][1])
     jobs = min(len(names), args.jobs if args.jobs is not None else (os.cpu_count() or 1))
     t0 = time.perf_counter()
-    results = (_run_counted(n) for n in names) if jobs == 1 else _in_workers(names, jobs)
+    results = (_run_counted(n, run) for n in names) if jobs == 1 else _in_workers(names, jobs)
     failed = []
     for r in results:
         if r["error"]:

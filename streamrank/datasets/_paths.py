@@ -6,8 +6,9 @@ order, in
 1. the directory named by the environment variable ``STREAMRANK_DATA``;
 2. ``../shared/data`` beside the repository checkout (the project's layout:
    a clone next to ``shared/``);
-3. ``../shared/data`` relative to the current directory;
-4. ``/work/shared/data``.
+3. ``../shared/data`` relative to the current directory.
+
+No absolute path of any machine is built in: elsewhere, set ``STREAMRANK_DATA``.
 
 The first that exists wins; if none exists the first candidate is returned,
 so error messages name a sensible place.
@@ -27,7 +28,6 @@ def _candidates():
     repo = Path(__file__).resolve().parents[2]
     yield repo.parent / "shared" / "data"
     yield Path.cwd().parent / "shared" / "data"
-    yield Path("/work/shared/data")
 
 
 def data_dir() -> Path:

@@ -43,8 +43,8 @@ from dataclasses import dataclass
 from typing import Iterator
 
 import numpy as np
+import scipy.sparse as sp
 
-from .._sparse import sp
 
 __all__ = [
     "LetorLikeModel",

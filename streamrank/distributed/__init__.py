@@ -1,4 +1,4 @@
-"""The same learners on a dask.distributed cluster (DESIGN §1, §4).
+"""The same learners on a dask.distributed cluster.
 
 Distribution is a different way to *reduce the same per-block results*, never
 a second implementation of the math:
@@ -92,14 +92,20 @@ def fit(estimator: BaseRanker, source: BlockSource | TupleSource | PathLike, cli
 
     Parameters
     ----------
-    estimator : a streamrank learner (fitted in place and returned)
-    source : GroupStore, any BlockSource, a store path or URL (``s3://…``), or an (X, y, qid) tuple
-    client : distributed.Client, scheduler address, or None (a LocalCluster for the call)
+    estimator
+        a streamrank learner (fitted in place and returned)
+    source
+        GroupStore, any BlockSource, a store path or URL (``s3://…``), or an (X, y, qid) tuple
+    client
+        distributed.Client, scheduler address, or None (a LocalCluster for the call)
     storage_options : for a store URL: its filesystem's options (credentials, endpoint); the
         workers open the URL with them and read their blocks from the bucket themselves
-    max_rows : block budget (the same default as the local learners)
-    split_every : fan-in of the tree reduction
-    **kwargs : options of the strategy (``blocks_per_task`` for statistics
+    max_rows
+        block budget (the same default as the local learners)
+    split_every
+        fan-in of the tree reduction
+    **kwargs
+        Options of the strategy (``blocks_per_task`` for statistics
         learners; ``callback``, ``validation``, ``patience``, ``x0`` for CG;
         the round options of :func:`fit_sgd_rounds` for SGD rankers); an
         unknown one raises ``TypeError``

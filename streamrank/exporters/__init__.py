@@ -1,14 +1,12 @@
 """``sr.export(model, path, format=...)`` (defined here): models out, to the engines and runtimes where rankers serve.
 
-=================  ==========================================================  ==========================
-format             what is written                                              models
-=================  ==========================================================  ==========================
-``onnx``           an ONNX graph (float32 in/out, normalization included)       every named-kernel model
-``opensearch``     the LTR plugin's ``_createmodel`` body, ``model/linear``     linear, one output
-``elasticsearch``  the same body (the Elasticsearch LTR plugin's format)        linear, one output
-``solr``           a Solr LTR ``LinearModel`` model-store entry                 linear, one output
-``json``           a plain, versioned description (:mod:`.json_format`)         every model
-=================  ==========================================================  ==========================
+| format | what is written | models |
+|---|---|---|
+| ``onnx`` | an ONNX graph (float32 in/out, normalization included) | every named-kernel model |
+| ``opensearch`` | the LTR plugin's ``_createmodel`` body, ``model/linear`` | linear, one output |
+| ``elasticsearch`` | the same body (the Elasticsearch LTR plugin's format) | linear, one output |
+| ``solr`` | a Solr LTR ``LinearModel`` model-store entry | linear, one output |
+| ``json`` | a plain, versioned description (:mod:`.json_format`) | every model |
 
 Linear models are RankRLS (primal and cg) and PairwiseSGDRanker; kernel models
 KernelRankRLS (dual and sparse) and TransductiveRankRLS; SparseSGDRanker is
@@ -22,13 +20,13 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-import importlib
 import json
 import os
-import tempfile
 from pathlib import Path
 
+from .._tempfiles import temp_sibling
 from ._describe import CannotExport, ModelDescription, describe
+from ._optional import require
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -40,22 +38,10 @@ __all__ = ["export", "FORMATS", "CannotExport", "describe", "ModelDescription", 
 
 FORMATS = ("onnx", "opensearch", "elasticsearch", "solr", "json")
 
-_EXTRAS = {"onnx": "export", "onnxruntime": "test"}
-
-
-def require(module: str):
-    """Import an optional dependency, or raise a one-line ImportError naming the extra that installs it."""
-    try:
-        return importlib.import_module(module)
-    except ImportError:
-        extra = _EXTRAS.get(module, "export")
-        raise ImportError(f"this needs the {module!r} package: pip install 'streamrank[{extra}]'") from None
-
-
 def _write_atomic(path: Path, data: bytes) -> None:
     """Write ``data`` to a temporary sibling and rename it into place (a crash leaves the old file)."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".partial", dir=path.parent)
+    fd, tmp = temp_sibling(path)
     try:
         with os.fdopen(fd, "wb") as fh:
             fh.write(data)
@@ -73,15 +59,20 @@ def export(model: BaseRanker, path: PathLike, format: str = "json", *, name: str
 
     Parameters
     ----------
-    model : a fitted streamrank learner
-    path : file to write (replaced atomically)
+    model
+        a fitted streamrank learner
+    path
+        file to write (replaced atomically)
     format : {"onnx", "opensearch", "elasticsearch", "solr", "json"}
-    name : the model's name in the engine (default: the file name without its suffix)
+        The format (see the table of the module).
+    name
+        the model's name in the engine (default: the file name without its suffix)
     feature_names : the names of the features in column order, overriding the model's
         ``feature_names_in_`` (the engine's feature names; required by the search-engine
         formats when the model carries none).  For a SparseSGDRanker a pair (query names,
         item names).
-    solr_store : the Solr feature store the model's features live in
+    solr_store
+        the Solr feature store the model's features live in
     bilinear_graph : SparseSGDRanker's ONNX graph, {"auto", "dense", "gather"} (see
         :mod:`streamrank.exporters.onnx_graph`)
 

@@ -21,8 +21,8 @@ from typing import TYPE_CHECKING
 from dataclasses import dataclass, field
 
 import numpy as np
+import scipy.sparse as sp
 
-from .._sparse import sp
 
 if TYPE_CHECKING:
     from collections.abc import Sequence

@@ -35,8 +35,9 @@ from typing import TYPE_CHECKING
 import json
 
 import numpy as np
+import scipy.sparse as sp
 
-from .._sparse import sp
+from .._version import __version__
 from ._describe import ModelDescription
 
 if TYPE_CHECKING:
@@ -62,10 +63,8 @@ def _list(a):
 
 def to_json(desc: ModelDescription) -> dict:
     """The JSON-able description of a model (see the module docstring)."""
-    import streamrank
-
     out = {"format": FORMAT_NAME, "format_version": JSON_FORMAT_VERSION,
-           "streamrank_version": streamrank.__version__, "class": desc.model_class, "kind": desc.kind,
+           "streamrank_version": __version__, "class": desc.model_class, "kind": desc.kind,
            "score": _FORMULAS[desc.kind], "n_features": int(desc.n_features), "n_outputs": desc.n_outputs,
            "feature_names": desc.feature_names, "normalizer": None}
     if desc.normalizer is not None:

@@ -37,9 +37,10 @@ from __future__ import annotations
 import json
 
 import numpy as np
+import scipy.sparse as sp
 
-from .._sparse import sp
 from ._describe import CannotExport, ModelDescription
+from ._optional import require
 
 __all__ = ["to_onnx", "DENSE_W_MAX_ENTRIES", "OPSET", "BILINEAR_GRAPHS"]
 
@@ -51,8 +52,6 @@ DENSE_BASIS_MAX_ENTRIES = 1 << 27   # 1 GB of float64: beyond this protobuf's 2 
 
 
 def _onnx():
-    from . import require
-
     return require("onnx")
 
 

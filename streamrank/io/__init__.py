@@ -7,15 +7,13 @@ on top of the stores needs (the nightly pipeline uses exactly these), imported o
 ``import streamrank.io`` stays free:
 
 Object storage (a store, or a models directory, at ``s3://...``; ``gs://``, ``az://``)
-    :func:`is_url` tells a URL from a local path (``file://`` is local).  :class:`Remote` is one
-    prefix on an fsspec filesystem with the conditional writes (``If-None-Match: *``, ``If-Match:
-    ETAG``) that stand in for rename and ``flock``; a condition that does not hold raises
-    :class:`PreconditionFailed`.
-One writer at a time on object storage
-    :class:`WriterLease` holds ``<prefix>/.streamrank.lock`` (a context manager: acquire, renew
-    in a thread, release); a live holder makes ``acquire`` raise :class:`WriterLockHeld`, and
-    ``check()`` raises :class:`LeaseLost` once the lease was taken over.  The protocol and its
-    limits are in :mod:`streamrank.io._lease`.
+    :func:`is_url` tells a URL from a local path (``file://`` is local).  A store or a nightly
+    models directory there is an Icechunk repository (:mod:`streamrank.io._icechunk_repo`):
+    :func:`open_location` gives its :class:`RepoLocation` (a write is a transaction, committed in
+    one commit; an overlapping commit is refused with :class:`CommitConflict` naming the winner),
+    :func:`tag_branch_tip` tags it (models in it: ``streamrank.persistence.read_repo_model``).
+    :class:`Remote` is one prefix on an fsspec filesystem (plain object reads: stores and models
+    of the previous layout, read-only).
 Ingesting in chunks
     :func:`with_last` pairs each chunk of a reader (:func:`~streamrank.io.npz.iter_npz`,
     :func:`~streamrank.io.svmlight.iter_svmlight`, :func:`~streamrank.io.parquet.iter_parquet`) with
@@ -34,14 +32,17 @@ from __future__ import annotations
 _HOMES = {
     "is_url": "streamrank.io._remote",
     "Remote": "streamrank.io._remote",
-    "PreconditionFailed": "streamrank.io._remote",
-    "WriterLease": "streamrank.io._lease",
-    "WriterLockHeld": "streamrank.io._lease",
-    "LeaseLost": "streamrank.io._lease",
+    "RepoLocation": "streamrank.io._icechunk_repo",
+    "CommitConflict": "streamrank.io._icechunk_repo",
+    "open_location": "streamrank.io._icechunk_repo",
+    "tag_branch_tip": "streamrank.io._icechunk_repo",
     "with_last": "streamrank._itertools",
+    "open_lock_file": "streamrank._shared_paths",
+    "refuse_foreign_link": "streamrank._shared_paths",
 }
 
-__all__ = ["LeaseLost", "PreconditionFailed", "Remote", "WriterLease", "WriterLockHeld", "is_url", "with_last"]
+__all__ = ["CommitConflict", "Remote", "RepoLocation", "is_url", "open_location", "open_lock_file",
+           "refuse_foreign_link", "tag_branch_tip", "with_last"]
 
 
 def __getattr__(name):

@@ -5,13 +5,12 @@ seven steps; only *what* is validated and written differs, and the store
 supplies that as an :class:`AppendParts`:
 
 1. take the store's writer lock (:func:`streamrank.io._writer.writer_lock`:
-   ``flock`` locally, a lease through conditional writes at a URL,
-   :mod:`streamrank.io._remote_commit`);
+   ``flock`` locally; at a URL a writable Icechunk session from the branch tip,
+   no lock, :mod:`streamrank.io._icechunk_repo`);
 2. re-read the commit record: if another process committed since this object
    read it, reload the store (and refuse one that was re-created,
-   :func:`~streamrank.io._writer.check_same_store`); otherwise keep a fence's
-   ``writer_epoch`` and re-read the arrays' shapes (a killed writer may have
-   grown them);
+   :func:`~streamrank.io._writer.check_same_store`); otherwise re-read the
+   arrays' shapes (a killed local writer may have grown them);
 3. skip a ``batch_id`` already in the log (idempotent re-runs; returns False);
 4. validate the whole batch (``parts.validate``) before a byte is written;
 5. cut a torn tail back to the committed lengths (:func:`repair_torn_tail`);
@@ -20,8 +19,10 @@ supplies that as an :class:`AppendParts`:
    batch's checksum);
 7. bind every chunk to its place (:func:`~streamrank.io._chunk_binding.commit_bindings`)
    and write the commit record **last**, in one atomic write
-   (``parts.commit_record``: a rename locally, one conditional PUT at a URL) —
-   the commit point; then the store takes the new state (``parts.committed``).
+   (``parts.commit_record``: a rename locally; at a URL one Icechunk commit of
+   every array and the record, or :class:`~streamrank.io._icechunk_repo.CommitConflict`
+   naming the commit that won) — the commit point; then the store takes the
+   new state (``parts.committed``).
 
 Readers use only the committed counts, so a crash at any point leaves the
 store readable at its previous commit, and the next append repairs the tail.
@@ -86,12 +87,11 @@ def append_transaction(store, kind: str, batch_id: str | None, parts: AppendPart
     """
     with writer_lock(store._loc):
         now = read_attrs(store._loc)
-        if now.get("committed") != store._attrs.get("committed"):
+        if (now.get("committed") != store._attrs.get("committed")
+                or (now.get("store_id"), now.get("created")) != store._store_id):   # (re-created, even empty)
             store._load()  # another process committed since we opened
             check_same_store(store)
         else:
-            if "writer_epoch" in now:     # a fence (io/_remote_commit) since we opened: keep its count
-                store._attrs = {**store._attrs, "writer_epoch": now["writer_epoch"]}
             parts.reopen_arrays()  # a killed writer may have grown them since
         if batch_id is not None and any(e.get("batch_id") == batch_id for e in store._attrs["log"]):
             logger.info("%s %s: batch %r is already committed; skipped", kind, store.path, batch_id)

@@ -14,15 +14,16 @@ from __future__ import annotations
 import logging
 
 import numpy as np
+import scipy.sparse as sp
 
 from .._qid import qid_keys
-from .._sparse import sp
 from .._validation import check_qid, check_X, check_y, group_ptr_from_qid
 from ._append_transaction import AppendParts, NewCommit, append_transaction, commit_time, repair_torn_tail
 from ._qid_text import encode_qids
 from .docids import append_docids, check_docids
 from .row_columns import append_row_columns, check_row_columns
 from .groups import batch_of, qid_kind_of, scan_for_keys, scope_ranges
+from ._writer import write_attrs
 from .schema import BatchHasher, append_csr
 
 __all__ = ["GroupAppend"]
@@ -71,7 +72,8 @@ def _check_csr_width(n, name):
 class GroupAppend:
     """Mixin of :class:`~streamrank.GroupStore`: everything that writes rows (see the module docstring)."""
 
-    def append(self, X, y, qid, *, batch_id=None, docid=None, weight=None, click=None, position=None) -> bool:
+    def append(self, X, y, qid, *, batch_id=None, docid=None, weight=None, click=None, position=None,
+               ranker=None) -> bool:
         """Append whole query groups; atomic and idempotent.
 
         Parameters
@@ -97,7 +99,7 @@ class GroupAppend:
         docid : sequence of str, optional
             One document id per row; required by (and only by) a store
             created with ``docids=True``.
-        weight, click, position : array-like (rows,), optional
+        weight, click, position, ranker : array-like (rows,), optional
             The store's row columns (:mod:`streamrank.io.row_columns`): a store
             created with ``row_columns=`` takes every column it keeps, and only
             those.  ``weight`` finite and >= 0, ``click`` 0 or 1, ``position``
@@ -118,7 +120,8 @@ class GroupAppend:
             self._batch_id_pending = batch_id
             Xv, yv, gp, gq = self._validate(X, y, qid)
             ids = self._validate_docids(docid, Xv.shape[0])
-            cols = check_row_columns(self.row_columns, {"weight": weight, "click": click, "position": position},
+            cols = check_row_columns(self.row_columns, {"weight": weight, "click": click, "position": position,
+                                                         "ranker": ranker},
                                      Xv.shape[0], self.path)
             return Xv, yv, gp, gq, batch_id, ids, cols
 
@@ -298,7 +301,6 @@ class GroupAppend:
 
 
 def _commit_record(loc, attrs):
-    """The commit point: ``group_store.write_attrs`` (the name tests replace to kill a writer at the commit)."""
-    from . import group_store
-
-    group_store.write_attrs(loc, attrs)
+    """The commit point of an append: this module's ``write_attrs`` (the name tests replace to kill a writer at
+    the commit)."""
+    write_attrs(loc, attrs)

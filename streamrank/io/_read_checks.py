@@ -21,13 +21,8 @@ by :class:`~streamrank.io._chunk_files.ChunkFileDecoder` for
 blosc decoded the chunk): that is what keeps the checks at a few per cent of
 a block pass.
 
-Each check has a numpy twin that finds the same first bad position (so the
-same message): arrays shorter than :data:`NUMPY_BELOW` are always checked by
-numpy, so that a model's labels or a store's group offsets need no kernel
-compiled; longer ones too while :func:`streamrank._numba.use_twin` says so
-(numba not set up in this process and its budget of estimated twin work not
-spent, issue 22), so that a command reading a small store never imports
-numba; the kernels do every other check.
+Every check runs its kernel, whatever the length of the array: one
+implementation of each check (no numpy twin to keep in step with it).
 
 ``CHECK_READS`` turns the checks off — for that benchmark only.
 """
@@ -35,7 +30,6 @@ from __future__ import annotations
 
 import numpy as np
 
-from .._numba import use_twin
 from . import _check_kernels as K
 from .schema import StoreFormatError
 
@@ -46,76 +40,30 @@ __all__ = ["CHECK_READS", "BadEntry", "check_offsets", "check_indices", "check_f
 #: check every block read from a store (False: only for measuring the cost of the checks)
 CHECK_READS = True
 
-#: Arrays shorter than this are checked by numpy, longer ones by the kernels unless :func:`_numpy_here` says
-#: otherwise.  Each kernel compiles once per dtype, ~0.2-0.35 s on a cold cache, while numpy finds the first bad
-#: position of 64k entries in tens of microseconds: a model's labels, a store's group offsets and small blocks
-#: need no kernel.
-NUMPY_BELOW = 1 << 16
-
-#: Seconds of the numpy forms per entry checked, for :func:`streamrank._numba.use_twin`.  Measured on this
-#: 2-core machine (best of 50, 64k to 4M entries, in and out of cache): finite 0.10-0.28 ns (float32) and
-#: 0.18-0.57 ns (float64); offsets 0.41-0.48 ns; unsigned range 0.10-0.26 ns; tuples 2.7-3.5 ns an entry
-#: (3 a row).  Rounded up to 1 ns, and 10 ns for the tuples.
-_S_PER_ENTRY = {"finite": 1e-9, "offsets": 1e-9, "range": 1e-9, "tuples": 1e-8}
-
-
-def _numpy_here(kind: str, n: int, twin: bool | None = None) -> bool:
-    """Whether ``n`` entries are checked by numpy: always below :data:`NUMPY_BELOW`; above, ``twin`` if given
-    (decided by the caller), else :func:`~streamrank._numba.use_twin`.
-
-    Why (issue 22): a command that reads a small store (MQ2008: 443k values of X) would import numba and set it
-    up (~0.5-0.9 s warm, plus ~0.3 s of compiling cold) for a check numpy does in under a millisecond.  The
-    numpy forms find the same first bad position (tests/io/test_read_check_twins.py).
-    """
-    if n < NUMPY_BELOW:
-        return True
-    return use_twin(_S_PER_ENTRY[kind] * n) if twin is None else bool(twin)
-
-
-def first_nonfinite(a, twin: bool | None = None) -> int:
-    """:func:`~streamrank.io._check_kernels.first_nonfinite` of the 1-D float array ``a`` (numpy: see
-    :func:`_numpy_here`)."""
-    if _numpy_here("finite", a.shape[0], twin):
-        ok = np.isfinite(a)
-        return -1 if ok.all() else int(ok.argmin())
+def first_nonfinite(a) -> int:
+    """:func:`~streamrank.io._check_kernels.first_nonfinite` of the 1-D float array ``a``."""
     return int(K.first_nonfinite(a))
 
 
-def first_bad_offset(a, lo: int, hi: int, twin: bool | None = None) -> int:
-    """:func:`~streamrank.io._check_kernels.first_bad_offset` of int64 offsets ``a`` (numpy: :func:`_numpy_here`).
+def first_bad_offset(a, lo: int, hi: int) -> int:
+    """:func:`~streamrank.io._check_kernels.first_bad_offset` of int64 offsets ``a``.
 
     The first ``i`` with ``a[0] < lo`` (i = 0), ``a[i] > hi`` or ``a[i] < a[i-1]``; -1 if none.  (An entry
     below ``lo`` after a good ``a[0]`` is also below its predecessor, so the kernel checks ``lo`` once.)
     """
-    n = a.shape[0]
-    if not _numpy_here("offsets", n, twin):
-        return int(K.first_bad_offset(a, np.int64(lo), np.int64(hi)))
-    if n == 0:
-        return -1
-    bad = a > hi
-    bad[0] |= a[0] < lo
-    bad[1:] |= a[1:] < a[:-1]
-    return int(bad.argmax()) if bad.any() else -1
+    return int(K.first_bad_offset(a, np.int64(lo), np.int64(hi)))
 
 
-def first_out_of_range(a, n_cols: int, twin: bool | None = None) -> int:
-    """:func:`~streamrank.io._check_kernels.first_out_of_range` of the signed indices ``a`` (numpy:
-    :func:`_numpy_here`): the first ``i`` with ``a[i] < 0`` or ``a[i] >= n_cols``; -1 if none."""
-    u = K.unsigned(a)
-    if not _numpy_here("range", u.shape[0], twin):
-        return int(K.first_out_of_range(u, n_cols))
-    bad = u >= u.dtype.type(n_cols)         # negatives are huge unsigned: one comparison, as in the kernel
-    return int(bad.argmax()) if bad.any() else -1
+def first_out_of_range(a, n_cols: int) -> int:
+    """:func:`~streamrank.io._check_kernels.first_out_of_range` of the signed indices ``a``: the first ``i`` with
+    ``a[i] < 0`` or ``a[i] >= n_cols``; -1 if none."""
+    return int(K.first_out_of_range(K.unsigned(a), n_cols))
 
 
-def first_bad_tuple(t, n_q: int, n_d: int, twin: bool | None = None) -> int:
-    """:func:`~streamrank.io._check_kernels.first_bad_tuple` of the (l, 3) int64 tuples ``t`` (numpy:
-    :func:`_numpy_here`): the first flat position ``3 r + c`` outside its range; -1 if none."""
-    if not _numpy_here("tuples", t.size, twin):
-        return int(K.first_bad_tuple(t, np.int64(n_q), np.int64(n_d)))
-    bad = (t < 0) | (t >= np.array([n_q, n_d, n_d], dtype=np.int64))
-    flat = bad.reshape(-1)                  # C order: row by row, columns 0, 1, 2, as the kernel scans
-    return int(flat.argmax()) if flat.any() else -1
+def first_bad_tuple(t, n_q: int, n_d: int) -> int:
+    """:func:`~streamrank.io._check_kernels.first_bad_tuple` of the (l, 3) int64 tuples ``t``: the first flat
+    position ``3 r + c`` outside its range; -1 if none."""
+    return int(K.first_bad_tuple(t, np.int64(n_q), np.int64(n_d)))
 
 
 class BadEntry(StoreFormatError):
@@ -140,8 +88,8 @@ def with_row(exc: BadEntry, indptr, first_row: int) -> StoreFormatError:
 
 def finite_rows_check(store, array: str):
     """``check(first_row, rows)`` for a :class:`RowChunkReader`: no NaN or ±inf (names the row)."""
-    def check(first_row, a, twin=None):
-        check_finite_rows(a, store=store, array=array, first_row=first_row, twin=twin)
+    def check(first_row, a):
+        check_finite_rows(a, store=store, array=array, first_row=first_row)
     return check
 
 
@@ -150,15 +98,15 @@ def entries_check(store, array: str, n_cols: int | None = None, what: str = "n_f
 
     Raises :class:`BadEntry` (the reader knows entries, not rows).
     """
-    def check(first, a, twin=None):
+    def check(first, a):
         if not CHECK_READS or a.shape[0] == 0:
             return
         if n_cols is not None:
-            i = first_out_of_range(a, n_cols, twin)
+            i = first_out_of_range(a, n_cols)
             if i >= 0:
                 raise BadEntry(store, array, first + i, f"is {int(a[i])}, outside [0, {what}={n_cols})")
         else:
-            i = first_nonfinite(a, twin)
+            i = first_nonfinite(a)
             if i >= 0:
                 raise BadEntry(store, array, first + i, f"holds {float(a[i])}; streamrank never stores NaN or "
                                                         "infinity (append refuses them)")
@@ -197,16 +145,12 @@ def check_indices(indices, n: int, *, store, array: str, indptr=None, first_row:
                                      f"outside [0, {what}={n})")
 
 
-def check_finite_rows(a, *, store, array: str, first_row: int, indptr=None, first_entry: int = 0,
-                      twin: bool | None = None) -> None:
-    """No NaN or ±inf in ``a`` (rows ``first_row...`` of ``array``; CSR values when ``indptr`` is given).
-
-    ``twin``: numpy or the kernel, decided by the caller; None: here.
-    """
+def check_finite_rows(a, *, store, array: str, first_row: int, indptr=None, first_entry: int = 0) -> None:
+    """No NaN or ±inf in ``a`` (rows ``first_row...`` of ``array``; CSR values when ``indptr`` is given)."""
     if not CHECK_READS or a.size == 0 or a.dtype.kind != "f":
         return
     flat = a.reshape(-1) if a.flags.c_contiguous else np.ascontiguousarray(a).reshape(-1)
-    i = first_nonfinite(flat, twin)
+    i = first_nonfinite(flat)
     if i < 0:
         return
     if indptr is not None:

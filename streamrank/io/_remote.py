@@ -1,64 +1,35 @@
-"""Stores at URLs: object storage through fsspec, with the conditional writes a commit protocol needs.
+"""URLs of object storage through fsspec: plain object reads (the previous layouts) and the URL helpers.
 
 A store location is either a local directory (a path, or a ``file://`` URL)
 or a URL of an fsspec filesystem: ``s3://bucket/prefix/train.zarr`` (s3fs;
 also MinIO, Ceph and other S3-compatible servers through
 ``storage_options={"endpoint_url": ...}`` or the ``AWS_ENDPOINT_URL``
 environment variable), ``memory://`` (one process; tests), ``gs://``,
-``az://`` … (read only, see below).
+``az://`` ….
 
-:func:`is_url` tells the two apart; :class:`Remote` is one store's prefix on
-a filesystem, with the few operations the stores need beyond zarr's own
-:class:`zarr.storage.FsspecStore` (:meth:`Remote.zarr_store`):
+:func:`is_url` tells the two apart.  Stores, models and nightly models
+directories at ``s3://``, ``gs://``, ``az://`` and ``memory://`` URLs are
+Icechunk repositories (:mod:`streamrank.io._icechunk_repo`, transactions:
+no lock).  :class:`Remote` is one prefix on an fsspec filesystem with plain
+object reads and writes — what reading a store or model of the previous
+layout needs (read-only), and what :class:`~streamrank.io._icechunk_repo.RepoLocation`
+overrides to read and write through an Icechunk session instead:
 
-* plain object reads, many at once (:meth:`Remote.read_many` keeps all the
-  requests in flight together: streaming is not latency-bound), and writes;
-* **conditional writes**: :meth:`Remote.put_if_absent` (``If-None-Match: *``)
-  and :meth:`Remote.put_if_match` / :meth:`Remote.delete_if_match`
-  (``If-Match: <etag>``), with :meth:`Remote.read_with_etag` reading an
-  object and its ETag in one request.  A failed condition raises
-  :class:`PreconditionFailed`.  These are what S3 offers for mutual
-  exclusion (there is no rename and no ``flock``); AWS S3 supports both
-  headers on PUT since 2024 (``If-Match`` on PUT since November 2024),
-  MinIO and moto do too.
-
-Conditional writes are implemented for ``s3://`` (botocore's ``IfNoneMatch``
-/ ``IfMatch`` parameters of ``PutObject`` / ``DeleteObject``) and for
-``memory://`` (one process: a lock makes each operation atomic).  On any other
-filesystem :meth:`Remote.put_if_absent` and friends raise
-:class:`ConditionalWritesUnsupported`: a store there can be read, but not
-appended to, because one writer at a time could not be guaranteed.
+* :meth:`Remote.read_many` keeps all the requests in flight together
+  (streaming is not latency-bound);
+* :meth:`Remote.zarr_store` is zarr's own :class:`zarr.storage.FsspecStore`
+  on the prefix.
 
 The clients are optional: a missing ``s3fs`` is an :class:`ImportError`
 naming the extra (``pip install 'streamrank[s3]'``).
 """
 from __future__ import annotations
 
-import hashlib
-import threading
-
-__all__ = [
-    "is_url",
-    "local_path",
-    "filesystem",
-    "Remote",
-    "PreconditionFailed",
-    "ConditionalWritesUnsupported",
-]
+__all__ = ["is_url", "local_path", "filesystem", "Remote"]
 
 #: fsspec protocol -> (module to import, the extra that installs it)
 _CLIENTS = {"s3": ("s3fs", "s3"), "s3a": ("s3fs", "s3"), "gs": ("gcsfs", "gcs"), "gcs": ("gcsfs", "gcs"),
             "az": ("adlfs", "azure"), "abfs": ("adlfs", "azure"), "abfss": ("adlfs", "azure")}
-#: protocols with conditional writes (put-if-absent, put-if-match): appends and locks work there
-CONDITIONAL = ("s3", "s3a", "memory")
-
-
-class PreconditionFailed(RuntimeError):
-    """A conditional write's condition did not hold (the object exists / changed since it was read)."""
-
-
-class ConditionalWritesUnsupported(RuntimeError):
-    """The filesystem offers no conditional writes, so one writer at a time cannot be guaranteed there."""
 
 
 def is_url(path) -> bool:
@@ -101,7 +72,7 @@ def filesystem(url: str, storage_options: dict | None = None, *, asynchronous: b
     if asynchronous and protocol in ("memory", "file", "local"):
         asynchronous = False                  # no async implementation: the caller wraps it
     if protocol in ("s3", "s3a"):
-        # a commit record must be read as it is now, never from a cached listing; and one GET per object
+        # an object must be read as it is now, never from a cached listing; and one GET per object
         # (s3fs's concurrent whole-object reads first send a HEAD for the size: twice the requests per chunk)
         opts["use_listings_cache"] = False
         opts.setdefault("max_concurrency", 1)
@@ -116,9 +87,6 @@ def _check_options(storage_options) -> dict:
     if not isinstance(storage_options, dict):
         raise TypeError(f"storage_options must be a dict, got {type(storage_options).__name__}")
     return dict(storage_options)
-
-
-_memory_lock = threading.Lock()
 
 
 class Remote:
@@ -224,122 +192,3 @@ class Remote:
             return bool(self.fs.find(self.root, maxdepth=None, withdirs=False)[:1])
         except FileNotFoundError:
             return False
-
-    # ----------------------------------------------------- conditional writes
-    def _refuse(self, what: str):
-        raise ConditionalWritesUnsupported(
-            f"{self.url}: {self.protocol}:// offers no conditional writes here ({what}), so streamrank cannot "
-            f"guarantee one writer at a time; stores there are read-only (appends and re-creation are "
-            f"implemented for {', '.join(p + '://' for p in CONDITIONAL)} and local directories)")
-
-    def read_with_etag(self, rel: str) -> tuple[bytes, str]:
-        """``(bytes, etag)`` of one object read in one request; FileNotFoundError if absent."""
-        if self.protocol == "memory":
-            with _memory_lock:
-                data = self.fs.cat_file(self.key(rel))
-            return data, _md5(data)
-        if self.protocol not in ("s3", "s3a"):
-            data = self.read(rel)
-            return data, _md5(data)
-        bucket, key, _ = self.fs.split_path(self.key(rel))
-
-        async def get():
-            resp = await self.fs._call_s3("get_object", Bucket=bucket, Key=key)
-            body = resp["Body"]
-            try:
-                data = await body.read()
-            finally:
-                body.close()
-            return data, resp["ETag"]
-
-        from fsspec.asyn import sync
-
-        return sync(self.fs.loop, get)
-
-    def etag(self, rel: str) -> str | None:
-        """The object's current ETag, None if absent."""
-        if self.protocol == "memory":
-            try:
-                return self.read_with_etag(rel)[1]
-            except FileNotFoundError:
-                return None
-        try:
-            info = self.fs.info(self.key(rel), refresh=True) if self.protocol in ("s3", "s3a") else \
-                self.fs.info(self.key(rel))
-        except FileNotFoundError:
-            return None
-        return info.get("ETag")
-
-    def put_if_absent(self, rel: str, data: bytes) -> str:
-        """Create the object only if it does not exist (``If-None-Match: *``); return its ETag."""
-        return self._put(rel, bytes(data), {"IfNoneMatch": "*"})
-
-    def put_if_match(self, rel: str, data: bytes, etag: str) -> str:
-        """Replace the object only if its ETag is still ``etag`` (``If-Match``); return the new ETag."""
-        return self._put(rel, bytes(data), {"IfMatch": etag})
-
-    def delete_if_match(self, rel: str, etag: str) -> None:
-        """Delete the object only if its ETag is still ``etag``; PreconditionFailed otherwise."""
-        if self.protocol == "memory":
-            with _memory_lock:
-                try:
-                    now = _md5(self.fs.cat_file(self.key(rel)))
-                except FileNotFoundError:
-                    raise PreconditionFailed(f"{self.display(rel)}: does not exist") from None
-                if now != etag:
-                    raise PreconditionFailed(f"{self.display(rel)}: changed since it was read")
-                self.fs.rm_file(self.key(rel))
-            return
-        if self.protocol not in ("s3", "s3a"):
-            self._refuse("conditional delete")
-        bucket, key, _ = self.fs.split_path(self.key(rel))
-        try:
-            self.fs.call_s3("delete_object", Bucket=bucket, Key=key, IfMatch=etag)
-        except OSError as exc:
-            _raise_precondition(exc, self.display(rel))
-            raise
-        finally:
-            self.fs.invalidate_cache(self.key(rel))
-
-    def _put(self, rel: str, data: bytes, cond: dict) -> str:
-        if self.protocol == "memory":
-            with _memory_lock:
-                try:
-                    now = _md5(self.fs.cat_file(self.key(rel)))
-                except FileNotFoundError:
-                    now = None
-                if "IfNoneMatch" in cond and now is not None:
-                    raise PreconditionFailed(f"{self.display(rel)}: already exists")
-                if "IfMatch" in cond and now != cond["IfMatch"]:
-                    raise PreconditionFailed(f"{self.display(rel)}: changed since it was read")
-                self.fs.pipe_file(self.key(rel), data)
-            return _md5(data)
-        if self.protocol not in ("s3", "s3a"):
-            self._refuse("put " + ", ".join(cond))
-        bucket, key, _ = self.fs.split_path(self.key(rel))
-        try:
-            resp = self.fs.call_s3("put_object", Bucket=bucket, Key=key, Body=data, **cond)
-        except OSError as exc:
-            _raise_precondition(exc, self.display(rel))
-            raise
-        finally:
-            self.fs.invalidate_cache(self.key(rel))
-        return resp["ETag"]
-
-
-def _md5(data: bytes) -> str:
-    return '"' + hashlib.md5(data, usedforsecurity=False).hexdigest() + '"'
-
-
-def _raise_precondition(exc: BaseException, where: str) -> None:
-    """A botocore 412 PreconditionFailed (or 409 ConditionalRequestConflict) -> PreconditionFailed."""
-    for e in (exc, exc.__cause__, exc.__context__):
-        resp = getattr(e, "response", None)
-        if isinstance(resp, dict):
-            err = resp.get("Error") or {}
-            status = (resp.get("ResponseMetadata") or {}).get("HTTPStatusCode")
-            if err.get("Code") in ("PreconditionFailed", "ConditionalRequestConflict", "412", "409") \
-                    or status in (409, 412):
-                raise PreconditionFailed(f"{where}: {err.get('Message') or err.get('Code')}") from exc
-    if isinstance(exc, FileExistsError):            # s3fs's translation of If-None-Match failures
-        raise PreconditionFailed(f"{where}: already exists") from exc

@@ -10,8 +10,8 @@ from __future__ import annotations
 from collections import OrderedDict
 
 import numpy as np
+import scipy.sparse as sp
 
-from .._sparse import sp
 
 __all__ = ["RowCache"]
 

@@ -30,9 +30,9 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Iterator
 
 import numpy as np
+import scipy.sparse as sp
 
 from .._defaults import DEFAULT_BLOCK_ROWS
-from .._sparse import sp
 
 if TYPE_CHECKING:
     from .._typing import Seed
@@ -52,7 +52,9 @@ class Block:
     Attributes
     ----------
     X : ndarray (rows, n_features) or scipy.sparse.csr_matrix
+        The features.
     y : ndarray (rows,) or (rows, n_outputs), float64
+        The targets.
     group_ptr : int64 ndarray (groups + 1,)
         Local offsets: rows of group ``g`` are ``group_ptr[g]:group_ptr[g+1]``.
     qid : int64 ndarray (groups,)

@@ -17,18 +17,16 @@ counts, so a crash at any point leaves the store readable at its previous
 state.  A ``batch_id`` already in the log is skipped (``append`` returns
 False).  One writer at a time: an advisory ``flock`` on
 ``<store>/.streamrank.lock`` for a local directory (released by the OS if the
-writer dies); a lease held through conditional writes for a store at a URL.
+writer dies); at a URL none: overlapping commits are refused (see below).
 
 Stores at URLs
 --------------
 ``GroupStore.create("s3://bucket/prefix/train.zarr", n, storage_options=...)``
 and ``GroupStore.open(url, storage_options=...)`` keep a store on object
-storage through zarr's ``FsspecStore`` (:mod:`streamrank.io._remote`).  Row
-chunks are decoded by the same code as local chunk files (CRC-32C, the chunk
-bindings of the commit record, the read checks), a block's chunk requests in
-flight together (:mod:`streamrank.io._remote_chunks`); ``verify()`` works
-the same.  The append commit protocol there — no rename, no ``flock`` — is
-written down in :mod:`streamrank.io._remote_commit`.
+storage in an Icechunk repository (:mod:`streamrank.io._icechunk_repo`):
+a reader reads one commit whole (``open(url, as_of=TAG)`` an older one).  Row
+chunks are decoded by the same code as local chunk files (CRC-32C, bindings,
+read checks), several requests in flight (:mod:`streamrank.io._remote_chunks`).
 """
 from __future__ import annotations
 
@@ -38,9 +36,9 @@ import logging
 import os
 
 import numpy as np
+import scipy.sparse as sp
 
-from .._sparse import sp
-from ._qid_text import QidText, create_qid_text
+from ._qid_text import QID_TEXT_ARRAYS, QidText, create_qid_text
 from .groups import (
     GROUP_IDENTITIES,
     batch_of,
@@ -122,12 +120,12 @@ class GroupStore(GroupAppend, GroupVerify, RowColumnReads, BlockSource):
     """
 
     # ------------------------------------------------------------ creation
-    def __init__(self, path, mode: str = "r", *, _token=None, storage_options=None):
+    def __init__(self, path, mode: str = "r", *, _token=None, storage_options=None, as_of=None):
         if _token is not _PRIVATE:
             raise TypeError("use GroupStore.create(path, ...) or GroupStore.open(path)")
         if mode not in ("r", "a"):
             raise ValueError(f"mode must be 'r' (read) or 'a' (append), got {mode!r}")
-        self.path, self._loc = location(path, storage_options)
+        self.path, self._loc = location(path, storage_options, as_of=as_of, mode=mode)
         self.storage_options = dict(storage_options) if storage_options else None
         self.mode = mode
         self._load()
@@ -151,17 +149,17 @@ class GroupStore(GroupAppend, GroupVerify, RowColumnReads, BlockSource):
         n_outputs : int
             Number of score columns of ``y`` (1: ``y`` is 1-D).
         overwrite : bool
-            Replace an existing store at ``path`` (only a zarr store or an
-            empty directory is ever deleted).
+            Replace an existing store at ``path`` (only a zarr store or an empty directory is ever deleted).
         feature_names : sequence of str, optional
+            Names of the feature columns, kept with the store (exports name the features by them).
         chunk_rows : int, optional
             Rows per chunk of ``X`` and ``y`` (default: about 4 MiB of dense ``X``).
         docids : bool
             Keep one document id (a string) per row: every append then takes
             ``docid=`` (:mod:`streamrank.io.docids`; run files name documents by them).
-        row_columns : subset of ("weight", "click", "position")
+        row_columns : subset of ("weight", "click", "position", "ranker")
             Per-row click-log columns kept beside ``y``; every append then takes
-            them (``weight=``, ``click=``, ``position=``): :mod:`streamrank.io.row_columns`.
+            them (``weight=``, ``click=``, ``position=``, ``ranker=``): :mod:`streamrank.io.row_columns`.
         group_identity : {"batch", "global"}
             What a group is (see :mod:`streamrank.io.groups`): ``"batch"``
             (default) — a group is (batch, qid), the same query id in a later
@@ -173,7 +171,7 @@ class GroupStore(GroupAppend, GroupVerify, RowColumnReads, BlockSource):
             …); without them the client's environment variables apply
             (``AWS_ACCESS_KEY_ID``, ``AWS_SECRET_ACCESS_KEY``,
             ``AWS_ENDPOINT_URL`` …).  Appends there keep their guarantees
-            through conditional writes: :mod:`streamrank.io._remote_commit`.
+            as Icechunk transactions: :mod:`streamrank.io._icechunk_repo`.
 
         Notes
         -----
@@ -251,13 +249,14 @@ class GroupStore(GroupAppend, GroupVerify, RowColumnReads, BlockSource):
         write_attrs(p, attrs)  # last: a store without it is not a store
 
     @classmethod
-    def open(cls, path: PathLike, mode: str = "r", *, storage_options: dict | None = None) -> GroupStore:
+    def open(cls, path: PathLike, mode: str = "r", *, storage_options: dict | None = None,
+             as_of: str | None = None) -> GroupStore:
         """Open an existing store: ``mode="r"`` (read only) or ``"a"`` (append).
 
         ``path``: a directory or a URL (``s3://…``) with its ``storage_options``
-        (see :meth:`create`).
+        (see :meth:`create`); ``as_of``: a tag or snapshot id of a store at a URL (read-only).
         """
-        return cls(path, mode, _token=_PRIVATE, storage_options=storage_options)
+        return cls(path, mode, _token=_PRIVATE, storage_options=storage_options, as_of=as_of)
 
     # -------------------------------------------------------------- loading
     def _load(self):
@@ -422,8 +421,9 @@ class GroupStore(GroupAppend, GroupVerify, RowColumnReads, BlockSource):
 
     def __reduce__(self):
         # shipped to dask workers as (path or URL and its options, committed counts), never as data:
-        # the worker reopens the store read-only at the same commit
-        return (_reopen, (self.path, self._rows, self._groups, self._nnz, self.storage_options))
+        # the worker reopens the store read-only at the same commit (a repository's: the same snapshot)
+        return (_reopen, (self.path, self._rows, self._groups, self._nnz, self.storage_options,
+                          getattr(self._loc, "snapshot_id", None)))
 
     # ----------------------------------------------------------- properties
     @property
@@ -571,7 +571,7 @@ class GroupStore(GroupAppend, GroupVerify, RowColumnReads, BlockSource):
     _batch_id_pending = None
 
     def _load_qid_kind(self, attrs):
-        """Group identity and qid kind from the attributes (stores before issue 18: global, int)."""
+        """Group identity and qid kind from the attributes (older stores: global, int)."""
         self._group_identity = attrs.get("group_identity", "global")
         if self._group_identity not in GROUP_IDENTITIES:
             raise StoreFormatError(f"{self.path}: group_identity {self._group_identity!r} is not one of "
@@ -588,5 +588,5 @@ class GroupStore(GroupAppend, GroupVerify, RowColumnReads, BlockSource):
 _PRIVATE = object()
 
 
-def _reopen(path, rows, groups, nnz, storage_options=None):
-    return GroupStore.open(path, storage_options=storage_options)._pin(rows, groups, nnz)
+def _reopen(path, rows, groups, nnz, storage_options=None, as_of=None):
+    return GroupStore.open(path, storage_options=storage_options, as_of=as_of)._pin(rows, groups, nnz)

@@ -1,4 +1,4 @@
-"""What a group is — the one place that defines it (DESIGN §6, issue 18).
+"""What a group is — the one place that defines it.
 
 A **group** is the set of rows a learner ranks within: its Laplacian couples
 only rows of one group, metrics by query score one group at a time, and

@@ -62,6 +62,7 @@ class PairBatch:
     Attributes
     ----------
     X_pos, X_neg : ndarray (k, n_features) or csr_matrix
+        The features of the preferred and of the other row of each pair.
     rows : int64 ndarray (k, 2)
         Global row indices ``(preferred, other)`` in the source.
     qid : int64 ndarray (k,)
@@ -219,7 +220,8 @@ def pairs_from_groups(source, n_pairs: int | None = None, *, random_state=None,
 
     Parameters
     ----------
-    source : BlockSource (GroupStore, ``sr.as_source(...)``) or (X, y, qid) tuple
+    source
+        BlockSource (GroupStore, ``sr.as_source(...)``) or (X, y, qid) tuple
     n_pairs : None or int
         None: every ordered pair with ``y_i > y_j`` in every group.  An int:
         that many pairs sampled with replacement — uniform query among those
@@ -238,6 +240,7 @@ def pairs_from_groups(source, n_pairs: int | None = None, *, random_state=None,
     Yields
     ------
     PairBatch
+        A batch of pairs of rows of one query each.
     """
     src = _as_block_source(source)
     if batch_size < 1:
@@ -376,7 +379,7 @@ def _rows_of_ranks(src, pieces, vals, cls, rank, output):
 
 def _gather_rows(src, pieces, rows):
     """``X[rows]`` (in the order of ``rows``), one pass over the pieces holding them."""
-    from .._sparse import sp
+    import scipy.sparse as sp
 
     out = parts = None
     pos_parts = []

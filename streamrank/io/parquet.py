@@ -32,8 +32,8 @@ from pathlib import Path
 from typing import Iterator
 
 import numpy as np
+import scipy.sparse as sp
 
-from .._sparse import sp
 from .._tables import QID_COLUMN_NAMES, require_pyarrow
 
 __all__ = ["parquet_files", "ParquetChunk", "iter_parquet", "ingest_parquet", "parquet_batch_id",
@@ -59,6 +59,17 @@ def parquet_files(source) -> list[str]:
     return files
 
 
+def _columns_hint(missing, cols, shown=50) -> str:
+    """The file's columns for an error about ``missing`` ones: the closest names first (a typo is found even in a
+    wide table), then the columns (all of them up to ``shown``)."""
+    import difflib
+
+    close = list(dict.fromkeys(c for m in missing for c in difflib.get_close_matches(str(m), cols, n=3, cutoff=0.6)))
+    listed = cols if len(cols) <= shown else cols[:shown]
+    more = f" ... ({len(cols)} columns)" if len(cols) > shown else ""
+    return (f"did you mean {close}? " if close else "") + f"columns: {listed}{more}"
+
+
 def select_features(columns, label: str | None, qid: str, *, features=None, prefix=None, docid=None,
                     row_columns=None) -> list[str]:
     """The feature columns: ``features`` as given, or every column starting with ``prefix``,
@@ -72,13 +83,12 @@ def select_features(columns, label: str | None, qid: str, *, features=None, pref
     special = {label, qid, docid, *(row_columns or {}).values()} - {None}
     for what, name in named:
         if name not in cols:
-            raise KeyError(f"{what} column {name!r} is not in the file; columns: {cols[:10]}"
-                           f"{' ...' if len(cols) > 10 else ''}")
+            raise KeyError(f"{what} column {name!r} is not in the file; {_columns_hint([name], cols)}")
     if features is not None:
         feats = list(features)
         missing = [f for f in feats if f not in cols]
         if missing:
-            raise KeyError(f"feature column(s) {missing[:5]} are not in the file; columns: {cols[:10]}")
+            raise KeyError(f"feature column(s) {missing[:5]} are not in the file; {_columns_hint(missing, cols)}")
         for f in feats:
             if f in special:
                 raise ValueError(f"column {f!r} is the label, the query id, the doc id or a weight/click/position "

@@ -1,14 +1,20 @@
-"""Per-row click-log columns of a GroupStore: ``weight``, ``click`` and ``position`` (all optional).
+"""Per-row click-log columns of a GroupStore: ``weight``, ``click``, ``position`` and ``ranker`` (all optional).
 
 A store created with ``GroupStore.create(..., row_columns=("click", "position"))``
 (any subset of :data:`ROW_COLUMNS`) keeps, beside ``X`` and ``y``, one value
-per row in each named array, chunked along rows like ``y``::
+per row in each named array, chunked along rows like ``y``:
 
-    weight     (m,) float64   a row weight w_i >= 0 (``sample_weight``; pair weight w_i w_j)
-    click      (m,) uint8     1 = the row was clicked, 0 = shown and not clicked
-    position   (m,) int32     the 1-based rank the logging ranker showed the row at
+| array | shape / dtype | holds |
+|---|---|---|
+| ``weight`` | (m,) float64 | a row weight w_i >= 0 (``sample_weight``; pair weight w_i w_j) |
+| ``click`` | (m,) uint8 | 1 = the row was clicked, 0 = shown and not clicked |
+| ``position`` | (m,) int32 | the 1-based rank the logging ranker showed the row at |
+| ``ranker`` | (m,) int32 | the id (>= 0) of the logging ranker that produced the impression |
 
-Every append then takes them (``append(..., weight=, click=, position=)``:
+``ranker`` is what intervention harvesting reads
+(:func:`streamrank.position_bias.harvest_propensity`).
+
+Every append then takes them (``append(..., weight=, click=, position=, ranker=)``:
 all the store's columns, no other), validated with the batch before a byte
 is written (:func:`check_row_columns`: finite ``weight >= 0``, ``click`` in
 {0, 1}, integer ``position >= 1``; an error names the array and the row).
@@ -17,7 +23,7 @@ record), hashed into the batch checksum (components ``col.weight``,
 ``col.click``, ``col.position``; ``verify()`` re-reads them), bound to their
 place by the commit record's chunk CRCs like ``y``
 (:mod:`streamrank.io._chunk_binding`) and cut back by the torn-tail repair.
-Data read back is untrusted (DESIGN §6): every decoded chunk is range-checked
+Data read back is untrusted: every decoded chunk is range-checked
 (:func:`column_check`) before a learner sees it.
 
 Reading: ``store.read_column(name, r0, r1)``; as training input,
@@ -35,7 +41,7 @@ __all__ = ["ROW_COLUMNS", "check_column_names", "check_same_columns", "create_ro
            "hash_row_columns", "append_row_columns", "column_check", "RowColumnReads"]
 
 #: name -> stored dtype, in the one order columns are listed, hashed and written
-ROW_COLUMNS = {"weight": "float64", "click": "uint8", "position": "int32"}
+ROW_COLUMNS = {"weight": "float64", "click": "uint8", "position": "int32", "ranker": "int32"}
 _POSITION_MAX = int(np.iinfo(np.int32).max)
 
 
@@ -87,6 +93,12 @@ def _check_one(name: str, v, n_rows: int, what: str) -> np.ndarray:
         if bad.size:
             raise ValueError(f"{what}[{int(bad[0])}] = {a[bad[0]].item()!r}: clicks are 0 or 1")
         return a.astype(np.uint8)
+    if name == "ranker":
+        bad = np.flatnonzero((a < 0) | (a > _POSITION_MAX))
+        if bad.size:
+            raise ValueError(f"{what}[{int(bad[0])}] = {a[bad[0]].item()!r}: ranker ids are integers "
+                             f"0..{_POSITION_MAX}")
+        return a.astype(np.int32)
     bad = np.flatnonzero((a < 1) | (a > _POSITION_MAX))
     if bad.size:
         raise ValueError(f"{what}[{int(bad[0])}] = {a[bad[0]].item()!r}: positions are 1-based ranks "
@@ -147,6 +159,9 @@ def column_check(store, name: str):
         elif name == "click":
             bad = a > 1
             want = "clicks 0 or 1"
+        elif name == "ranker":
+            bad = a < 0
+            want = "ranker ids >= 0"
         else:
             bad = a < 1
             want = "positions >= 1"

@@ -1,8 +1,8 @@
 """On-disk layout of streamrank's zarr stores — described in one place.
 
 Both stores are zarr v3 groups, in a local directory or at a URL of object
-storage (``s3://…``; :mod:`streamrank.io._remote`, commit protocol there:
-:mod:`streamrank.io._remote_commit`).  Functions here that read or write
+storage (``s3://…``: an Icechunk repository, one commit per append,
+:mod:`streamrank.io._icechunk_repo`).  Functions here that read or write
 store files take the store's *location*: a local path (str) or a
 :class:`~streamrank.io._remote.Remote`.  Their arrays may be *longer*
 than what is committed (a torn append); readers use only the committed counts
@@ -10,19 +10,17 @@ kept in the group attributes, never the array shapes.
 
 Scored-group store (``format = "streamrank.group_store"``)
 -----------------------------------------------------------
-=================  ===================  =========================================
-array              shape / dtype        meaning
-=================  ===================  =========================================
-``X``              (m, n) float32       dense features, row-chunked
-``X/indptr``       (m + 1,) int64       CSR row offsets (global nonzero index)
-``X/indices``      (nnz,) int32         CSR column of each nonzero
-``X/data``         (nnz,) float32       CSR value of each nonzero
-``y``              (m,) or (m, v) f8    scores (v = ``n_outputs`` > 1)
-``group_ptr``      (q + 1,) int64       rows of group g: ``group_ptr[g]:group_ptr[g+1]``
-``qid``            (q,) int64           original query id of each group
-``docid/offsets``  (m + 1,) int64       optional (``docids=True``): byte range of row r's document id
-``docid/bytes``    (total,) uint8       optional: the ids, UTF-8 (:mod:`streamrank.io.docids`)
-=================  ===================  =========================================
+| array | shape / dtype | meaning |
+|---|---|---|
+| ``X`` | (m, n) float32 | dense features, row-chunked |
+| ``X/indptr`` | (m + 1,) int64 | CSR row offsets (global nonzero index) |
+| ``X/indices`` | (nnz,) int32 | CSR column of each nonzero |
+| ``X/data`` | (nnz,) float32 | CSR value of each nonzero |
+| ``y`` | (m,) or (m, v) f8 | scores (v = ``n_outputs`` > 1) |
+| ``group_ptr`` | (q + 1,) int64 | rows of group g: ``group_ptr[g]:group_ptr[g+1]`` |
+| ``qid`` | (q,) int64 | original query id of each group |
+| ``docid/offsets`` | (m + 1,) int64 | optional (``docids=True``): byte range of row r's document id |
+| ``docid/bytes`` | (total,) uint8 | optional: the ids, UTF-8 (:mod:`streamrank.io.docids`) |
 
 (``X`` is an array for dense stores and a sub-group holding the CSR triple
 for sparse stores.)
@@ -249,7 +247,7 @@ class CheckedArray:
         """In a store that writes every chunk, the chunk files a read covers must all exist (zarr would fill)."""
         first = key[0] if isinstance(key, tuple) else key
         if not self._strict or not isinstance(first, slice) or "://" in self._path:
-            return                  # (a store at a URL: its zarr store refuses missing chunks, _remote_commit)
+            return                  # (a store at a URL: its zarr store refuses missing chunks, _writer)
         a, b, _ = first.indices(self._arr.shape[0])
         if b <= a:
             return

@@ -10,8 +10,8 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 import numpy as np
+import scipy.sparse as sp
 
-from .._sparse import sp
 from .._validation import (
     check_finite,
     check_qid,
@@ -173,7 +173,8 @@ def as_source(X: MatrixLike | BlockSource | Any, y: ArrayLike | str | None = Non
     X : ndarray, scipy.sparse matrix, dask array, pandas DataFrame, pyarrow Table,
         or an existing BlockSource.  A table's column names become the source's
         ``feature_names`` (and so the fitted model's ``feature_names_in_``).
-    y : array-like (rows,) or (rows, outputs), or the name of a column of a table ``X``
+    y
+        array-like (rows,) or (rows, outputs), or the name of a column of a table ``X``
     qid : array-like (rows,) of query ids (integers, strings or other hashables), the name
         of a column of a table ``X``, or None for one global group
 

@@ -25,13 +25,8 @@ boundary (the rows of the last query of a chunk are carried over to the
 next), so each chunk can be appended to a :class:`~streamrank.GroupStore`
 directly.  Memory is bounded by ``chunk_bytes`` plus the largest query.
 Files without ``qid:`` yield ``qid=None`` (one global group, rows cut
-anywhere).  The bytes are parsed by a numba kernel
-(:mod:`streamrank.io._svmlight_kernels`), or -- while
-:func:`streamrank._numba.use_twin` says so (numba not set up in this process
-and the twins' budget not spent: a small file, issue 22) -- by its numpy fast
-path :mod:`streamrank.io._svmlight_twin`, which gives the kernel's arrays bit
-for bit on well-formed text and hands anything else (every error) to the
-kernel.
+anywhere).  The bytes are parsed by one numba kernel
+(:mod:`streamrank.io._svmlight_kernels`): a file is read by one parser.
 
 Examples
 --------
@@ -51,11 +46,9 @@ import zlib
 from typing import Iterator, NamedTuple
 
 import numpy as np
+import scipy.sparse as sp
 
-from .._numba import use_twin
-from .._sparse import sp
 from . import _svmlight_kernels as _k
-from . import _svmlight_twin as _tw
 
 __all__ = ["SvmlightChunk", "iter_svmlight", "read_svmlight", "open_text_bytes", "DEFAULT_MAX_FEATURES"]
 
@@ -131,16 +124,8 @@ def _parse(buf_bytes, name, first_line, zero_based, n_features, null_value, qid_
         max_index = int(n_features) - 1
     else:
         max_index = -1 if max_features is None else int(max_features) - 1
-    twin = use_twin(_tw.estimate_s(len(buf_bytes)))
-    if twin:        # numba not set up and the text is small: the numpy fast path, or None if not sure
-        out = _tw.parse(buf_bytes, zero_based, max_index, int(qid_mode), first_line)
-        if out is not None:
-            return out
     buf = np.frombuffer(buf_bytes, dtype=np.uint8)
-    if twin:
-        n_nl, n_colon = buf_bytes.count(b"\n"), buf_bytes.count(b":")   # count_lines_colons by bytes.count
-    else:
-        n_nl, n_colon = _k.count_lines_colons(buf)
+    n_nl, n_colon = _k.count_lines_colons(buf)
     cap_rows = int(n_nl) + 1
     cap_nnz = int(n_colon)
     labels = np.empty(cap_rows, dtype=np.float64)
@@ -210,11 +195,7 @@ def _to_X(indptr, indices, values, n_features, dense):
     rows = len(indptr) - 1
     if dense:
         X = np.zeros((rows, n_features), dtype=np.float32)
-        values32 = values.astype(np.float32)
-        if use_twin(_tw.S_PER_ENTRY * len(indices)):
-            _tw.csr_to_dense(indptr, indices, values32, X)      # numpy scatter: the same X, no numba
-        else:
-            _k.csr_to_dense(indptr, indices, values32, X)
+        _k.csr_to_dense(indptr, indices, values.astype(np.float32), X)
         return X
     return sp.csr_matrix((values.astype(np.float32), indices, indptr), shape=(rows, n_features))
 
@@ -244,7 +225,8 @@ def iter_svmlight(source, *, n_features: int | None = None, dense: bool = True,
 
     Parameters
     ----------
-    source : path (plain or gzip) or binary file object (e.g. a tar member)
+    source
+        path (plain or gzip) or binary file object (e.g. a tar member)
     n_features : int, optional
         Number of columns.  If None it is inferred from the first chunk (the
         largest index seen there); a later line with a larger index then
@@ -376,8 +358,8 @@ def read_svmlight(source, *, n_features: int | None = None, dense: bool = False,
     Unlike :func:`iter_svmlight`, ``n_features=None`` is inferred from the
     whole file.  For files larger than memory use :func:`iter_svmlight`.
 
-    ``dense=True`` never builds a CSR matrix (issue 22: reading a dense file
-    imports no scipy).  Its ``X`` is the one this function returned when it
+    ``dense=True`` never builds a CSR matrix (the dense rows are scattered
+    straight into ``X``: less memory).  Its ``X`` is the one this function returned when it
     went through CSR's ``toarray()``, bit for bit: ``toarray`` added each
     stored value to a zero, so a value that rounds to float32 ``-0.0`` (say
     ``-1e-50``; an exact zero is not stored) became ``+0.0``, and ``+ 0.0``

@@ -3,7 +3,7 @@
 A :class:`TupleStore` holds sparse query vectors ``Q`` (CSR), sparse item
 vectors ``D`` (CSR) and ``tuples`` (l, 3) int64 rows ``(query row, preferred
 item row, other item row)`` with a ``magnitude`` (l,) (1.0 unless given) — the
-input of the bilinear ranker of DESIGN §3.6.  Layout and commit protocol as in
+input of the bilinear ranker (:class:`~streamrank.SparseSGDRanker`).  Layout and commit protocol as in
 :mod:`streamrank.io.schema`: appends are atomic and idempotent exactly like
 :class:`~streamrank.GroupStore` appends (data first beyond the committed
 counts, the commit record last; a torn tail is cut back by the next append):
@@ -28,8 +28,8 @@ from typing import TYPE_CHECKING
 import logging
 
 import numpy as np
+import scipy.sparse as sp
 
-from .._sparse import sp
 from ._read_checks import check_csr_piece, check_offsets, check_tuple_rows
 from ._row_cache import RowCache
 from .tuples import (  # noqa: F401  (re-exported: streamrank.io.tuple_store keeps its names)
@@ -101,12 +101,12 @@ class TupleStore(TupleSource):
     [(1, 4), (1, 4)]
     """
 
-    def __init__(self, path, mode="r", *, _token=None, storage_options=None):
+    def __init__(self, path, mode="r", *, _token=None, storage_options=None, as_of=None):
         if _token is not _PRIVATE:
             raise TypeError("use TupleStore.create(path, ...) or TupleStore.open(path)")
         if mode not in ("r", "a"):
             raise ValueError(f"mode must be 'r' (read) or 'a' (append), got {mode!r}")
-        self.path, self._loc = location(path, storage_options)
+        self.path, self._loc = location(path, storage_options, as_of=as_of, mode=mode)
         self.storage_options = dict(storage_options) if storage_options else None
         self.mode = mode
         self._load()
@@ -153,9 +153,11 @@ class TupleStore(TupleSource):
         })
 
     @classmethod
-    def open(cls, path: PathLike, mode: str = "r", *, storage_options: dict | None = None) -> TupleStore:
-        """Open an existing tuple store: ``mode="r"`` or ``"a"`` (append); a directory or a URL."""
-        return cls(path, mode, _token=_PRIVATE, storage_options=storage_options)
+    def open(cls, path: PathLike, mode: str = "r", *, storage_options: dict | None = None,
+             as_of: str | None = None) -> TupleStore:
+        """Open an existing tuple store: ``mode="r"`` or ``"a"`` (append); a directory or a URL
+        (``as_of``: a tag or snapshot id of a store at a URL, read-only, see :meth:`GroupStore.open`)."""
+        return cls(path, mode, _token=_PRIVATE, storage_options=storage_options, as_of=as_of)
 
     def _load(self):
         import zarr
@@ -249,7 +251,8 @@ class TupleStore(TupleSource):
 
     def __reduce__(self):
         # shipped (e.g. to dask workers) as path + committed counts, never as data
-        return (_reopen_tuples, (self.path, dict(self._c), self.storage_options))
+        return (_reopen_tuples, (self.path, dict(self._c), self.storage_options,
+                                 getattr(self._loc, "snapshot_id", None)))   # a repository: the same snapshot
 
     # ------------------------------------------------------------ read hooks
     def _n_cols(self, side):
@@ -327,8 +330,10 @@ class TupleStore(TupleSource):
 
         Parameters
         ----------
-        Q : CSR (or dense) (q, n_query_features), or None for no new queries
-        D : CSR (or dense) (d, n_item_features), or None for no new items
+        Q
+            CSR (or dense) (q, n_query_features), or None for no new queries
+        D
+            CSR (or dense) (d, n_item_features), or None for no new items
         tuples : int array (l, 3)
             ``(query row, preferred item row, other item row)``.  With
             ``rows="local"`` (default) the indices refer to the rows of the
@@ -434,8 +439,8 @@ def _commit_record(loc, attrs):
     write_attrs(loc, attrs)
 
 
-def _reopen_tuples(path, counts, storage_options=None):
-    ts = TupleStore.open(path, storage_options=storage_options)
+def _reopen_tuples(path, counts, storage_options=None, as_of=None):
+    ts = TupleStore.open(path, storage_options=storage_options, as_of=as_of)
     if any(counts[k] > ts._c[k] for k in _COUNTS):
         raise StoreFormatError(f"{path}: holds less than the snapshot being restored; the store was rewritten")
     ts._c = dict(counts)

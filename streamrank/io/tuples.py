@@ -1,6 +1,6 @@
 """Tuple sources: (query, preferred item, other item) triples for the SGD rankers, and in-memory ones.
 
-:class:`TupleSource` is what the bilinear ranker (DESIGN §3.6) reads:
+:class:`TupleSource` is what the bilinear ranker reads:
 :meth:`TupleSource.batches` yields :class:`TupleBatch` objects whose ``Q``,
 ``D_pos``, ``D_neg`` are row-aligned CSR matrices.  Shuffling goes through a
 bounded buffer: tuples are read chunk by chunk (chunks in a random order), a
@@ -29,8 +29,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Iterator
 
 import numpy as np
+import scipy.sparse as sp
 
-from .._sparse import sp
 from .._validation import check_finite
 from ._row_cache import _check_cache_bytes
 from .group_store import _positive_int
@@ -55,7 +55,8 @@ class TupleBatch:
         Query vector of each tuple.
     D_pos, D_neg : csr_matrix (k, n_item_features)
         Preferred and less preferred item of each tuple.
-    magnitude : float64 ndarray (k,)
+    magnitude
+        float64 ndarray (k,)
     tuples : int64 ndarray (k, 3)
         The (query row, preferred row, other row) indices.
     index : int64 ndarray (k,)

@@ -201,6 +201,9 @@ def propensity_from_spec(spec: str, *, storage_options=None):
         p̂(k) = CTR(k) / CTR(1) from the ``click`` and ``position`` columns of a
         store of *result-randomization* traffic (:func:`streamrank.clicks.estimate_propensity`):
         estimated on the training logs themselves it would be the logging ranker's bias, not p.
+    ``estimate:em``, ``estimate:harvest``
+        estimated from the training store itself (:func:`streamrank.position_bias.store_propensity`,
+        which the CLI and the nightly call; here a ValueError says so).
     ``FILE``
         a text file (one p(k) a line, k = 1, 2, …) or an ``.npy`` array.
 
@@ -219,6 +222,10 @@ def propensity_from_spec(spec: str, *, storage_options=None):
         if not np.isfinite(eta) or eta < 0:
             raise ValueError(f"propensity {spec!r}: eta must be finite and >= 0")
         return _PowerLaw(eta)
+    if spec in ("estimate:em", "estimate:harvest"):
+        raise ValueError(f"propensity {spec!r} is estimated from the training store itself: "
+                         "streamrank.position_bias.store_propensity(store, spec) (fit --ips does it); a store of "
+                         f"randomized traffic at ./{spec[9:]} is estimate:./{spec[9:]}")
     if spec.startswith("estimate:"):
         from .group_store import GroupStore
 

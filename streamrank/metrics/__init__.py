@@ -2,15 +2,17 @@
 
 Metrics of arrays ``(y_true, y_score, qid=None, k, *, gain, empty, ties, doc_ids, ...)``
 -----------------------------------------------------------------------------------------
-``ndcg``                    NDCG@k, gain ``2**rel - 1`` or ``rel``, discount ``1/log2(rank + 1)``
-``err``                     expected reciprocal rank ERR@k (Chapelle et al. 2009)
-``mean_average_precision``  mean AP (AP@k with ``k``)
-``precision``               precision@k
-``recall``                  recall@k
-``reciprocal_rank``         mean reciprocal rank of the first relevant item (MRR, MRR@k)
-``disagreement``            mean over queries of 1 - C-index (pairs with y_i < y_j put the wrong way)
-``auc``                     area under the ROC curve of one global group
-``tuple_error``             fraction of (q, d+, d-) tuples with f(q, d+) not above f(q, d-)
+| metric | what it measures |
+|---|---|
+| ``ndcg`` | NDCG@k, gain ``2**rel - 1`` or ``rel``, discount ``1/log2(rank + 1)`` |
+| ``err`` | expected reciprocal rank ERR@k (Chapelle et al. 2009) |
+| ``mean_average_precision`` | mean AP (AP@k with ``k``) |
+| ``precision`` | precision@k |
+| ``recall`` | recall@k |
+| ``reciprocal_rank`` | mean reciprocal rank of the first relevant item (MRR, MRR@k) |
+| ``disagreement`` | mean over queries of 1 - C-index (pairs with y_i < y_j put the wrong way) |
+| ``auc`` | area under the ROC curve of one global group |
+| ``tuple_error`` | fraction of (q, d+, d-) tuples with f(q, d+) not above f(q, d-) |
 
 ``qid=None`` means one global group; the rows of a query are contiguous.
 ``k`` is an int, None (the whole list) or a list (``{k: value}``, one pass).
@@ -54,34 +56,57 @@ Conventions (options, the same name on every metric and in the CLI)
     skipped.
 ``k`` for AP and recall cuts the ranked list, never the divisor (trec_eval).
 
+Weighted metrics (``sample_weight=``: ``ndcg`` and ``disagreement``)
+--------------------------------------------------------------------
+Row weights w (finite, >= 0), the ``sample_weight`` the learners train with
+(weighted RankRLS: the pair (i, j) weighs ``w_i w_j``).
+
+``disagreement``
+    A query's value is ``sum w_i w_j [pair misordered] / sum w_i w_j`` over
+    its ordered pairs (ties in the score as ``ties=`` says) -- with
+    :func:`~streamrank.io.weighted.ips_weighted` weights and clicks as
+    labels, the self-normalized IPS estimate of the misordered-pair rate
+    (Joachims, Swaminathan & Schnabel 2017).  Queries are averaged with
+    weight ``sum w_i w_j / #pairs`` (the query's mean pair weight): each
+    pair weighs ``w_i w_j / #pairs of its query``.  Weights all one give
+    the unweighted mean over queries exactly; a weight c constant over a
+    query makes it count c² times (the per-query weights are kept).
+``ndcg``
+    Document i's gain is ``w_i gain(rel_i)`` in the DCG; the ideal DCG is of
+    the same weighted gains sorted decreasing (with IPS weights: the
+    IPS-weighted DCG of the clicked documents, normalized; Agarwal et al.
+    2019).  Queries are averaged **equally**, as trec_eval does and as the
+    unweighted NDCG is: NDCG is normalized per query, so a weight constant
+    within a query cancels and a query's weight cannot enter its value --
+    averaging by query weight would be a second, separate choice.  To let
+    queries count by their weights, read the weighted ``disagreement``.
+
+:class:`RankingEvaluator` ``(weighted=True)`` takes ``weight=`` in
+``update`` and ``block.weight`` in ``update_block``;
+``evaluate(source, model, weighted=True)`` streams a weighted source
+(:func:`~streamrank.io.weighted.with_weights`,
+:func:`~streamrank.io.weighted.ips_weighted`).  Results do not depend on the
+block cutting, and ``merge`` keeps them exact.
+
 Matching trec_eval (``gain="linear", empty="zero", ties="trec", doc_ids=...``)
 ----------------------------------------------------------------------------
-=====================================  ===========================
-streamrank                             trec_eval measure
-=====================================  ===========================
-``ndcg(..., k=K)``                     ``ndcg_cut.K``
-``ndcg(..., k=None)``                  ``ndcg``
-``mean_average_precision(...)``        ``map``
-``mean_average_precision(..., k=K)``   ``map_cut.K``
-``precision(..., k=K)``                ``P.K``
-``precision(..., k=None)``             ``set_P``
-``recall(..., k=K)``                   ``recall.K``
-``recall(..., k=None)``                ``set_recall``
-``reciprocal_rank(...)``               ``recip_rank``
-``err(..., k=K)``                      none (gdeval ``ERR@K`` with ``max_grade=4``, exp2 gain)
-=====================================  ===========================
+| streamrank | trec_eval measure |
+|---|---|
+| ``ndcg(..., k=K)`` | ``ndcg_cut.K`` |
+| ``ndcg(..., k=None)`` | ``ndcg`` |
+| ``mean_average_precision(...)`` | ``map`` |
+| ``mean_average_precision(..., k=K)`` | ``map_cut.K`` |
+| ``precision(..., k=K)`` | ``P.K`` |
+| ``precision(..., k=None)`` | ``set_P`` |
+| ``recall(..., k=K)`` | ``recall.K`` |
+| ``recall(..., k=None)`` | ``set_recall`` |
+| ``reciprocal_rank(...)`` | ``recip_rank`` |
+| ``err(..., k=K)`` | none (gdeval ``ERR@K`` with ``max_grade=4``, exp2 gain) |
 
 The test suite checks each equality per query to 1e-12 with pytrec_eval on
 LETOR MQ2008 and OHSUMED.  trec_eval's relevance level is 1: for integer
 grades the same as ``y > 0``.  trec_eval's NDCG ignores negative grades;
 streamrank's linear gain counts them.
-
-Small inputs without numba
---------------------------
-Until a process has set numba up, a metric on a small input (a few
-thousand rows) runs its kernel's own source as plain Python instead, which
-is cheaper than importing numba (:mod:`streamrank.metrics._twin_calls`,
-issue 22); the values are the kernel's, to the last bit.
 
 Return values
 -------------
@@ -101,6 +126,9 @@ Examples
 0.5
 >>> sr.metrics.ndcg(y, s, qid, k=[1, 3])
 {1: 0.5, 3: 0.75}
+>>> w = np.array([1.0, 1.0, 1.0, 3.0, 3.0, 3.0])          # the second query counts 3**2 = 9 times
+>>> float(sr.metrics.disagreement(y, s, qid, sample_weight=w))   # (0 * 1 + 1 * 9) / (1 + 9)
+0.9
 >>> round(sr.metrics.mean_average_precision([1, 0, 0], [1.0, 1.0, 1.0]), 4)   # (1 + 1/2 + 1/3) / 3
 0.6111
 >>> sr.metrics.precision([1, 0, 0], [1.0, 1.0, 1.0], k=1, ties="trec", doc_ids=["c", "b", "a"])

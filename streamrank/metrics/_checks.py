@@ -10,8 +10,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 import numpy as np
+import scipy.sparse as sp
 
-from .._sparse import sp
 from .._validation import _as_numeric, check_finite
 
 GAINS = ("exp2", "linear")
@@ -26,6 +26,7 @@ class MetricResult:
     Attributes
     ----------
     name : str
+        The metric's name as parsed (``"ndcg@10"``).
     value : float
         Mean over the ``n_queries`` evaluated queries (NaN if none).
     n_queries : int
@@ -158,13 +159,11 @@ def trec_scores(s, gp, doc_ids, group_qid=None):
     twice in a query (trec_eval refuses such a run too).
     """
     from . import _kernels
-    from ._twin_calls import run, twin_seconds
 
     ids = doc_ids if doc_ids.dtype.kind in "US" else doc_ids.astype(str)
     out = np.empty(s.shape[0], dtype=np.float64)
     words = _byte_words(ids)
-    k = _kernels.trec_rank_groups           # one sort per word of the ids and one of the scores
-    row = run(k, lambda: twin_seconds(k, gp, sorts=words.shape[1] + 1.0), s, words, gp, out)
+    row = _kernels.trec_rank_groups(s, words, gp, out)
     if row >= 0:
         g = int(np.searchsorted(gp, row, side="right") - 1)
         q = group_qid[g] if group_qid is not None else g

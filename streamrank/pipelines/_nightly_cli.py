@@ -14,6 +14,7 @@ import argparse
 import sys
 
 from streamrank.pipelines._nightly_learners import DEFAULT_BLOCK_ROWS, DEFAULT_FOLDS
+from streamrank.pipelines._nightly_checks import add_check_options
 from streamrank.pipelines._nightly_weights import add_weight_options
 
 __all__ = ["LEARNERS", "build_parser"]
@@ -21,11 +22,8 @@ __all__ = ["LEARNERS", "build_parser"]
 LEARNERS = ("rankrls", "sparse-kernel", "sgd-bilinear", "sgd-pairwise")
 
 
-def _nightly_doc():
-    """The nightly module's docstring (its first paragraph is the parser's description)."""
-    from streamrank.pipelines import nightly
-
-    return nightly.__doc__
+#: the parser's description (the first line of :mod:`streamrank.pipelines.nightly`'s docstring, which says the rest)
+DESCRIPTION = "Nightly retraining on growing logs."
 
 
 def _parse_alphas(text):
@@ -39,7 +37,7 @@ def _parse_alphas(text):
 
 
 def build_parser():
-    p = argparse.ArgumentParser(prog="streamrank nightly", description=_nightly_doc().split("\n\n")[0],
+    p = argparse.ArgumentParser(prog="streamrank nightly", description=DESCRIPTION,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--store", required=True, help="GroupStore of all logs so far (created if missing)")
     p.add_argument("--new", nargs="+", default=[], metavar="DAYFILE",
@@ -47,6 +45,9 @@ def build_parser():
                         "name its columns), or a zarr store (may be left out with --reject / --readmit)")
     p.add_argument("--reject", action="append", default=[], metavar="DAY",
                    help="exclude a day (its file, or its sha256: batch id) from training from now on; repeatable")
+    p.add_argument("--rollback", default=None, metavar="TAG",
+                   help="models directory at a URL: promote again the version that the run tagged TAG promoted "
+                        "(one commit; every promoted version is tagged with its name), then exit")
     p.add_argument("--readmit", action="append", default=[], metavar="DAY",
                    help="take an excluded day (rejected by the gate or by hand) back into training; repeatable")
     p.add_argument("--gate-fraction", type=float, default=None, metavar="F",
@@ -98,6 +99,7 @@ def build_parser():
     p.add_argument("--kernel", default="rbf", help="sparse-kernel: kernel name")
     p.add_argument("--gamma", type=float, default=1.0, help="sparse-kernel: kernel width")
     add_weight_options(p)
+    add_check_options(p)
     p.add_argument("--seed", type=int, default=0,
                    help="sparse-kernel: seed of the basis reservoir; sgd-pairwise: seed of the pair sampling")
     return p

@@ -10,9 +10,9 @@ records the days to leave out, ``DIR/excluded.json``::
                    "scores": {…the gate's record…}, "at": "<UTC time>"}, …],
      "history": [{"event": "readmitted", "day": …, "at": …}, …]}
 
-written atomically (temp file, fsync, ``os.replace``; on object storage one
-PUT under the run's lease) and only by a run holding the models-directory
-lock.  A day is the unit of the store's batch log that one day file made
+written atomically (temp file, fsync, ``os.replace``; on object storage an
+attribute of the repository, committed with the run) and only by a run
+holding the models-directory lock (or transaction).  A day is the unit of the store's batch log that one day file made
 (:func:`streamrank.pipelines._nightly_ingest.day_entries`): its span of
 groups (tuples for sgd-bilinear) is taken from the log, so the view that
 leaves it out (:func:`streamrank.pipelines._nightly_views.group_view`) is
@@ -35,7 +35,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from streamrank.pipelines._nightly_ingest import content_hash, day_base, day_entries, day_span
+from streamrank.pipelines._nightly_ingest import archive_member, content_hash, day_base, day_entries, day_span
 from streamrank.pipelines._nightly_remote import as_models_dir
 
 __all__ = ["EXCLUDED", "read_exclusions", "excluded_spans", "excluded_days", "night_days", "exclude_days",
@@ -46,11 +46,11 @@ EXCLUDED = "excluded.json"
 
 def read_exclusions(models_dir) -> dict:
     """``DIR/excluded.json`` (``{"excluded": [], "history": []}`` when absent); a damaged file is an error."""
-    from streamrank.pipelines._nightly_versions import ModelsDirError
+    from streamrank.pipelines._nightly_errors import ModelsDirError
 
     remote = as_models_dir(models_dir)
     try:
-        raw = remote.remote.read(EXCLUDED) if remote is not None else (Path(models_dir) / EXCLUDED).read_bytes()
+        raw = remote.read_excluded() if remote is not None else (Path(models_dir) / EXCLUDED).read_bytes()
     except FileNotFoundError:
         return {"excluded": [], "history": []}
     try:
@@ -71,8 +71,7 @@ def _write(models_dir, doc) -> None:
     data = json.dumps(doc, indent=1, sort_keys=True).encode()
     remote = as_models_dir(models_dir)
     if remote is not None:
-        remote._check_lease()
-        remote.remote.write(EXCLUDED, data)
+        remote.write_excluded(data)
         return
     from streamrank.pipelines._nightly_versions import replace_file
 
@@ -122,7 +121,7 @@ def resolve_day(log, unit, ref) -> dict:
     ref = str(ref)
     bid = ref if ref.startswith("sha256:") else None
     if bid is None:
-        if not Path(ref).exists():
+        if not Path(ref).exists() and archive_member(ref) is None:
             raise FileNotFoundError(f"{ref}: neither a day file nor a sha256: batch id of the store")
         bid = content_hash(ref)
     base = day_base(log, bid.split("#", 1)[0])

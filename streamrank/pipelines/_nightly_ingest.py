@@ -57,11 +57,53 @@ DEFAULT_CHUNK_BYTES = 8 << 20
 logger = logging.getLogger(__name__)
 
 
+_ARCHIVES = (".tar.gz", ".tgz", ".tar", ".tar.bz2", ".tar.xz")
+
+
+def archive_member(path):
+    """``(archive, member)`` of a day named ``ARCHIVE.tar.gz:MEMBER`` (as ``streamrank ingest`` takes it), else
+    None; a missing archive or member is a FileNotFoundError naming it."""
+    text = str(path)
+    for ext in _ARCHIVES:
+        i = text.find(ext + ":")
+        if i > 0 and not Path(text).exists():
+            archive, member = text[:i + len(ext)], text[i + len(ext) + 1:]
+            if not Path(archive).is_file():
+                raise FileNotFoundError(f"{archive} does not exist (the archive of the day {text})")
+            import tarfile
+
+            with tarfile.open(archive, "r:*") as tf:
+                try:
+                    tf.getmember(member)
+                except KeyError:
+                    raise FileNotFoundError(f"{archive} has no member {member!r}") from None
+            return archive, member
+    return None
+
+
+def _open_member(archive, member):
+    import tarfile
+
+    tf = tarfile.open(archive, "r:*")
+    f = tf.extractfile(member)
+    if f is None:
+        tf.close()
+        raise ValueError(f"{archive}:{member} is not a regular file")
+    return tf, f
+
+
 def content_hash(path) -> str:
-    """``sha256:<hex>`` of a day's content: file bytes, or a zarr store's logged batch checksums."""
+    """``sha256:<hex>`` of a day's content: file bytes (a member's, for ``ARCHIVE:MEMBER``), or a zarr store's
+    logged batch checksums."""
     p = Path(path)
     h = hashlib.sha256()
-    if p.is_dir():
+    am = archive_member(path)
+    if am is not None:
+        tf, f = _open_member(*am)
+        with tf, f:
+            for chunk in iter(lambda: f.read(1 << 20), b""):
+                h.update(chunk)
+    elif p.is_dir():
         try:
             store = sr.GroupStore.open(p)
         except Exception:
@@ -131,6 +173,7 @@ def iter_day(path, *, n_features=None, sparse=False, chunk_bytes=DEFAULT_CHUNK_B
     ``X`` comes as CSR when ``sparse``, else dense.
     """
     p = Path(path)
+    am = archive_member(path)
 
     def conv(X):
         if sparse and not sp.issparse(X):
@@ -139,7 +182,17 @@ def iter_day(path, *, n_features=None, sparse=False, chunk_bytes=DEFAULT_CHUNK_B
             return X.toarray()
         return X
 
-    if _is_parquet(p):
+    if am is not None:                          # a member of a tar archive: LETOR text, read in place
+        from streamrank.io.svmlight import iter_svmlight
+
+        tf, f = _open_member(*am)
+        with tf, f:
+            for chunk in iter_svmlight(f, n_features=n_features, dense=not sparse, chunk_bytes=int(chunk_bytes),
+                                       name=str(path)):
+                if chunk.qid is None:
+                    raise ValueError(f"{path}: the day file has no qid: fields; nightly logs need query ids")
+                yield chunk
+    elif _is_parquet(p):
         yield from _parquet_day(p, columns, sparse, chunk_bytes, feature_names)
     elif p.is_dir():
         store = sr.GroupStore.open(p)
@@ -220,22 +273,27 @@ def newest_day(log):
 
 def _store_at(store_path, storage_options=None):
     """``(location, exists?, open/create keyword arguments)`` of a store path or URL (object storage)."""
-    from streamrank.io import Remote, is_url
+    from streamrank.io import is_url
 
     if is_url(store_path):
+        from streamrank.io import open_location
+
         url = str(store_path)
-        return url, Remote(url, storage_options).exists("zarr.json"), {"storage_options": storage_options}
+        return url, open_location(url, storage_options).exists("zarr.json"), {"storage_options": storage_options}
     p = Path(store_path)
     return p, (p / "zarr.json").exists(), {}
 
 
-def ingest(store_path, files, *, sparse=False, chunk_bytes=DEFAULT_CHUNK_BYTES, columns=None, storage_options=None):
+def ingest(store_path, files, *, sparse=False, chunk_bytes=DEFAULT_CHUNK_BYTES, columns=None, storage_options=None,
+           observe=None):
     """Append each day file to the store (created from the first chunk); idempotent by content hash.
 
     Returns one dict per file: ``batch_id`` (the day's hash), ``file``,
     ``appended`` (False: the whole day was already in the store), ``chunks``
     appended tonight, the ``rows`` and ``groups`` span of the day and
-    ``batch_ids`` (every log entry of the day).
+    ``batch_ids`` (every log entry of the day).  ``observe(content_hash)``: a profile
+    (:class:`streamrank.pipelines._nightly_checks.DayProfile`) fed every chunk of the day as it is read —
+    the data checks' statistics in the ingest's own pass (a day already whole in the store is not read).
     """
     store_path, exists, opts = _store_at(store_path, storage_options)    # a directory or a URL
     store = sr.GroupStore.open(store_path, mode="a", **opts) if exists else None
@@ -250,14 +308,15 @@ def ingest(store_path, files, *, sparse=False, chunk_bytes=DEFAULT_CHUNK_BYTES, 
             if resumes is not None:        # a fixed file of the day that stopped at a bad line?
                 try:
                     appended, store = _append_day(store, store_path, f, resumes, bid, log, sparse, chunk_bytes,
-                                                  columns, same_prefix=True, opts=opts)
+                                                  columns, same_prefix=True, opts=opts,
+                                                  profile=observe(bid) if observe else None)
                 except _PrefixDiffers:
                     logger.warning("%s: its first rows differ from the incomplete day %s in the store: "
                                    "ingested as a new day (the incomplete day stays as committed)", f, resumes)
                     resumes = None
             if resumes is None:
                 appended, store = _append_day(store, store_path, f, base, bid, log, sparse, chunk_bytes, columns,
-                                              opts=opts)
+                                              opts=opts, profile=observe(bid) if observe else None)
         entries = day_entries(store.batches, bid)
         out.append({"batch_id": bid, "file": str(f), "appended": bool(appended), "chunks": appended,
                     "rows": day_span(entries, "rows"), "groups": day_span(entries, "groups"),
@@ -280,12 +339,14 @@ def _incomplete_day(log):
     return base
 
 
-def _append_day(store, store_path, f, base, bid, log, sparse, chunk_bytes, columns, same_prefix=False, opts=None):
+def _append_day(store, store_path, f, base, bid, log, sparse, chunk_bytes, columns, same_prefix=False, opts=None,
+                profile=None):
     """Append the rows of day file ``f`` that the store does not hold yet; ``(chunks appended, store)``.
 
     ``base``: the day's batch (``bid``, or the day this file resumes).  The
     day's committed rows are skipped; with ``same_prefix`` they are first
-    compared with the file's (:class:`_PrefixDiffers` if they differ).
+    compared with the file's (:class:`_PrefixDiffers` if they differ).  ``profile``: fed every chunk of
+    the file (committed ones too: they are read anyway), for the data checks.
     """
     entries = day_entries(log, base)
     done = sum(e["rows"][1] - e["rows"][0] for e in entries)   # a killed run's / a stopped day's chunks
@@ -302,6 +363,8 @@ def _append_day(store, store_path, f, base, bid, log, sparse, chunk_bytes, colum
             lines = getattr(chunk, "lines", None)
             cols = getattr(chunk, "row_cols", None) or {}
             k = len(y)
+            if profile is not None:
+                profile.add(X, y, qid, cols, getattr(chunk, "feature_names", None))
             if same_prefix and r < done:
                 _compare_prefix(store, store_qid, day_r0 + r, X[: done - r], y[: done - r], qid[: done - r])
             if r + k <= done and not last:
@@ -403,8 +466,11 @@ def read_tuple_day(path):
         return mat("Q"), mat("D"), z["tuples"], mag
 
 
-def ingest_tuples(store_path, files, storage_options=None):
-    """Append each tuple day to a TupleStore (created from the first); idempotent by content hash."""
+def ingest_tuples(store_path, files, storage_options=None, observe=None):
+    """Append each tuple day to a TupleStore (created from the first); idempotent by content hash.
+
+    ``observe(content_hash)``: a profile fed an ``.npz`` day's tuples once they are appended (a TupleStore
+    day is copied piece by piece and profiled from the store by the data checks)."""
     from streamrank.io.tuple_copy import copy_tuple_store
 
     store_path, exists, opts = _store_at(store_path, storage_options)    # a directory or a URL
@@ -426,6 +492,9 @@ def ingest_tuples(store_path, files, storage_options=None):
             if store is None:
                 store = sr.TupleStore.create(store_path, Q.shape[1], D.shape[1], **opts)
             appended = store.append(Q, D, tup, magnitudes=mag, batch_id=bid)
+            if appended and observe is not None:     # after the append: the store has checked the tuples
+                t = np.asarray(tup, dtype=np.int64)
+                observe(bid).add_tuples(Q[t[:, 0]], D[t[:, 1]], D[t[:, 2]], q_rows=t[:, 0])
         entries = day_entries(store.log, bid)
         span = day_span(entries, "tuples")
         out.append({"batch_id": bid, "file": str(f), "appended": bool(appended), "tuples": span, "rows": span,

@@ -1,33 +1,33 @@
-"""Nightly pipeline: a models directory on object storage (``--models s3://bucket/nightly``).
+"""Nightly pipeline: a models directory on object storage (``--models s3://bucket/nightly``) is an Icechunk repository.
 
-The same layout and the same guarantees as a local models directory
-(:mod:`streamrank.pipelines._nightly_versions`), built from what object storage offers
-instead of rename and ``flock``:
+The same guarantees as a local models directory
+(:mod:`streamrank.pipelines._nightly_versions`), from transactions instead of
+rename and ``flock`` (:mod:`streamrank.io._icechunk_repo`):
 
-* ``DIR/<version>/`` holds a model published by ``sr.save(model, url)``
-  (its own pointer ``model.json`` and immutable ``versions/``: see
-  :mod:`streamrank._remote_models`), ``statistics.npz`` for the kernel
-  learner, and ``version.json`` — written **last**, with ``If-None-Match: *``.
-  A version is complete exactly when its ``version.json`` exists; a run that
-  dies before leaves a version nobody lists (the next run writes over it:
-  the number is reused, the model re-published).
-* ``DIR/current`` is one object naming the promoted version.  Promotion is
-  one PUT of it, conditional on the ETag the run read when it started
-  (``If-Match``; ``If-None-Match: *`` on the first night): a reader loading
-  ``sr.load(DIR + "/current")`` sees the old or the new model, never a mix,
-  and a run whose lease was taken over cannot move the pointer any more.
-* **One writer**: a run holds the lease ``DIR/.streamrank.lock``
-  (:class:`streamrank.io.WriterLease`: created with ``If-None-Match``,
-  renewed while the run lives, taken over only after it expired); a second
-  run fails at once with :class:`~streamrank.pipelines._nightly_versions.ModelsLocked`.
-  The lease is checked again before every write; a run whose lease was
-  taken over (or whose pointer ETag no longer matches) stops with
-  ``ModelsLocked`` (exit 5) without promoting.
-* Pruning deletes a version's ``version.json`` first (the version is then
-  incomplete, so never listed again), then its objects; the current version
-  is never pruned.
-* Reports go to ``DIR/reports/<time>.json``; ``metrics.png`` is not drawn
-  for a models directory on object storage (the report says so).
+* the repository's root group holds the run state in its attributes:
+  ``current`` (the promoted version) and ``excluded`` (the rejected days,
+  :mod:`~streamrank.pipelines._nightly_exclusions`);
+* ``<version>/`` is a group whose attribute ``nightly_version`` is the
+  version's metadata (``version.json`` of a local directory), with the model
+  in ``<version>/model`` (:mod:`streamrank._repo_models`) and the kernel
+  learner's statistics in the byte array ``<version>/statistics`` (an npz);
+* ``reports/<time>`` holds each run's report in its attributes.
+
+**A run is one transaction.**  :meth:`RemoteModelsDir.lock` opens a writable
+session at the branch tip; everything the run writes (the version, the
+pointer, exclusions, pruning, the report) is committed together when the run
+ends — readers (``sr.load(DIR + "/current")``) see the old state or the new
+one, never a mix.  A promoted run's commit is **tagged** with the version's
+name, and the store the run ingested into is tagged alike when it is a
+repository too: :meth:`RemoteModelsDir.rollback` (``streamrank nightly
+--rollback TAG``) promotes the version a tag promoted, and
+``GroupStore.open(store, as_of=TAG)`` reads the store as it was then.
+
+**Concurrent runs**: there is no lock to hold.  Of two runs that overlap,
+the first to commit wins; the other's commit is refused with
+:class:`~streamrank.pipelines._nightly_errors.ModelsLocked` (exit 5) naming
+the winner's commit, and nothing of it is visible (its ingest into the store
+is a commit of its own, and idempotent).  A run that dies commits nothing.
 """
 from __future__ import annotations
 
@@ -37,15 +37,13 @@ import json
 
 import numpy as np
 
-import streamrank as sr
-from streamrank.io import PreconditionFailed, Remote, is_url
+from streamrank.io import is_url
 
 __all__ = ["RemoteModelsDir", "as_models_dir"]
 
-POINTER = "current"
-META = "version.json"
-KERNEL_STATS = "statistics.npz"
-_MAX_META_BYTES = 16 << 20
+META_ATTR = "nightly_version"
+STATS = "statistics"
+REPORTS = "reports"
 
 
 def as_models_dir(models_dir, storage_options=None):
@@ -61,12 +59,13 @@ class RemoteModelsDir:
     """A nightly models directory at a URL (see the module doc)."""
 
     def __init__(self, url, storage_options=None):
-        self.remote = Remote(url, storage_options)
-        self.url = self.remote.url
-        self.storage_options = self.remote.storage_options or None
-        self._lease = None
-        self._pointer_etag = None      # the ETag of ``current`` when the run read it (None: absent)
-        self._pointer_read = False
+        from streamrank.io import RepoLocation
+
+        self.loc = RepoLocation(str(url), storage_options)
+        self.url = self.loc.url
+        self.storage_options = self.loc.storage_options or None
+        self._promoted = None
+        self.store_tagger = None      # set by the run: tags the store it ingested into (a repository)
 
     def __str__(self):
         return self.url
@@ -78,157 +77,212 @@ class RemoteModelsDir:
         return f"{self.url}/{version}"
 
     def _error(self, msg):
-        from streamrank.pipelines._nightly_versions import ModelsDirError
+        from streamrank.pipelines._nightly_errors import ModelsDirError
 
         return ModelsDirError(msg)
 
-    # ------------------------------------------------------------------ lock
-    @contextlib.contextmanager
-    def lock(self):
-        """The run's lease on ``DIR/.streamrank.lock``; :class:`ModelsLocked` if another run holds it."""
-        from streamrank.pipelines._nightly_versions import ModelsLocked
-        from streamrank.io import WriterLease, WriterLockHeld
-
-        try:
-            lease = WriterLease(self.remote, what="written by a nightly run").acquire()
-        except WriterLockHeld as exc:
-            raise ModelsLocked(f"{exc}; this run changed nothing") from None
-        self._lease = lease
-        try:
-            yield lease
-        finally:
-            self._lease = None
-            lease.release()
-
-    # --------------------------------------------------------------- reading
-    def current_version(self):
-        """The promoted version's name, None without a pointer; ModelsDirError for a damaged one."""
-        p = self.remote.display(POINTER)
-        try:
-            raw, etag = self.remote.read_with_etag(POINTER)
-        except FileNotFoundError:
-            if not self._pointer_read:
-                self._pointer_read, self._pointer_etag = True, None
-            return None
-        if not self._pointer_read:      # the first read of the run: promotion is conditional on this ETag
-            self._pointer_read, self._pointer_etag = True, etag
-        try:
-            name = raw[:4096].decode("utf-8").strip()
-        except UnicodeDecodeError as exc:
-            raise self._error(f"{p} cannot be read as the name of a version: {exc}") from None
-        if not name:
-            raise self._error(f"{p} is empty; it should name the promoted version (restore it, or delete it "
-                              "and run with --full to retrain from scratch)")
-        if name in (".", "..") or name.startswith(".") or "/" in name or "\\" in name or "\0" in name:
-            raise self._error(f"{p} names {name[:80]!r}, which is not a version directory inside {self.url}")
-        if not self.remote.exists(f"{name}/{META}"):
-            raise self._error(f"{p} names {name!r}, but {self.remote.display(name + '/' + META)} is missing "
-                              "(an incomplete version)")
-        return name
-
-    def list_versions(self):
-        """Complete versions (with ``version.json``), oldest first."""
-        fs, root = self.remote.fs, self.remote.root
-        fs.invalidate_cache(root)
-        try:
-            found = fs.find(root, maxdepth=2)
-        except FileNotFoundError:
-            return []
-        names = []
-        for k in found:
-            rel = k[len(root) + 1:] if k.startswith(root + "/") else None
-            if rel and rel.count("/") == 1 and rel.endswith("/" + META) and not rel.startswith("."):
-                names.append(rel.split("/", 1)[0])
-        return sorted(names, key=lambda v: self.read_version(v).get("seq", 0))
-
-    def read_version(self, version) -> dict:
-        f = self.remote.display(f"{version}/{META}")
-        try:
-            data = self.remote.fs.cat_file(self.remote.key(f"{version}/{META}"), start=0, end=_MAX_META_BYTES)
-        except FileNotFoundError:
-            raise self._error(f"{f} is missing (an incomplete or damaged version)") from None
-        try:
-            meta = json.loads(data.decode("utf-8"))
-        except (UnicodeDecodeError, ValueError) as exc:
-            raise self._error(f"{f} is not valid JSON (truncated or damaged?): {exc}") from None
-        if not isinstance(meta, dict):
-            raise self._error(f"{f} holds a JSON {type(meta).__name__}, not a version's metadata object")
-        return meta
-
-    def load(self, version):
-        return sr.load(self.version_url(version), storage_options=self.storage_options)
-
-    def open_stats(self, version):
-        """``DIR/<version>/statistics.npz`` as a file object for ``np.load``."""
-        return io.BytesIO(self.remote.read(f"{version}/{KERNEL_STATS}"))
-
-    # --------------------------------------------------------------- writing
     def _locked(self, msg):
-        from streamrank.pipelines._nightly_versions import ModelsLocked
+        from streamrank.pipelines._nightly_errors import ModelsLocked
 
         return ModelsLocked(msg)
 
-    def _check_lease(self):
-        """Refuse to write once this run's lease was taken over (it expired while the run was stalled)."""
-        from streamrank.io import LeaseLost
+    def _root(self, write=False):
+        import zarr
 
-        if self._lease is not None:
-            try:
-                self._lease.check()
-            except LeaseLost as exc:
-                raise self._locked(f"{exc}; one writer at a time: this run stops") from None
+        if not write and not self.loc.exists_repo():
+            return None
+        try:
+            return zarr.open_group(store=self.loc.zarr_store(read_only=not write), mode="a" if write else "r")
+        except FileNotFoundError:
+            return None
+
+    # ------------------------------------------------------------------ a run
+    @contextlib.contextmanager
+    def lock(self, message=None):
+        """The run's transaction: committed (and tagged when it promoted) at the end, or dropped on an error."""
+        from streamrank.io import CommitConflict
+
+        if self.loc._writable:              # already inside the run's transaction
+            yield None
+            return
+        if not self.loc.exists_repo():
+            self._refuse_previous_layout()
+        self.loc.create_repo()
+        base = self.loc.begin()
+        self._promoted = None
+        try:
+            self._root(write=True)
+            yield None
+            if self.loc.has_changes():
+                what = message or (f"promote {self._promoted}" if self._promoted else "nightly run (nothing promoted)")
+                try:
+                    sid = self.loc.commit(what, {"streamrank": "nightly", "promoted": self._promoted})
+                except CommitConflict as exc:
+                    raise self._locked(f"{exc} (one writer at a time: this run changed nothing)") from None
+                if self._promoted:
+                    self._tag(self._promoted, sid)
+        finally:
+            self.loc.end(base)
+
+    def _refuse_previous_layout(self):
+        """A models directory written by the previous layout (objects ``current``, ``vNNNN/version.json``) is
+        not silently restarted beside: the run stops, saying so."""
+        from streamrank.io import Remote
+
+        try:
+            old = Remote(self.url, self.storage_options).exists("current")
+        except ImportError:
+            return
+        if old:
+            raise self._error(f"{self.url} is a nightly models directory of the previous object-storage layout (a "
+                              "'current' object, no Icechunk repository); it is read-only now: point --models at a "
+                              "new URL (the first night there trains in full)")
+
+    def _tag(self, version, sid):
+        repo = self.loc.repo
+        if version not in repo.list_tags():
+            repo.create_tag(version, sid)
+        if self.store_tagger is not None:
+            self.store_tagger(version)
+
+    # --------------------------------------------------------------- reading
+    def current_version(self):
+        """The promoted version's name, None without one; ModelsDirError for a damaged pointer."""
+        root = self._root()
+        if root is None:
+            return None
+        name = root.attrs.get("current")
+        if name is None:
+            return None
+        if not isinstance(name, str) or not name or name.startswith(".") or "/" in name:
+            raise self._error(f"{self.url}: 'current' names {str(name)[:80]!r}, which is not a version")
+        self.read_version(name)
+        return name
+
+    def list_versions(self):
+        """Complete versions, oldest first."""
+        root = self._root()
+        if root is None:
+            return []
+        names = [n for n, g in root.groups() if n != REPORTS and META_ATTR in g.attrs]
+        return sorted(names, key=lambda v: self.read_version(v).get("seq", 0))
+
+    def read_version(self, version) -> dict:
+        root = self._root()
+        try:
+            meta = root[version].attrs[META_ATTR] if root is not None else None
+        except KeyError:
+            meta = None
+        if meta is None:
+            raise self._error(f"{self.url}/{version} is missing (an incomplete or damaged version)")
+        if not isinstance(meta, dict):
+            raise self._error(f"{self.url}/{version}: its metadata is a JSON {type(meta).__name__}, not an object")
+        return dict(meta)
+
+    def load(self, version):
+        from streamrank.persistence import read_repo_model
+
+        return read_repo_model(self.loc, f"{version}/model", self.version_url(version))
+
+    def open_stats(self, version):
+        """The version's statistics (an npz) as a file object for ``np.load``."""
+        root = self._root()
+        try:
+            return io.BytesIO(np.asarray(root[f"{version}/{STATS}"][...]).tobytes())
+        except (KeyError, TypeError):
+            raise FileNotFoundError(f"{self.url}/{version}/{STATS}") from None
+
+    def read_excluded(self) -> bytes:
+        """The exclusions document (JSON bytes); FileNotFoundError when there is none."""
+        root = self._root()
+        doc = root.attrs.get("excluded") if root is not None else None
+        if doc is None:
+            raise FileNotFoundError(f"{self.url}: no exclusions")
+        return json.dumps(doc).encode()
+
+    def read_blob(self, folder, name) -> bytes:
+        """The bytes stored as ``folder/name`` (e.g. a day's data profile); FileNotFoundError when absent."""
+        root = self._root()
+        try:
+            return np.asarray(root[f"{folder}/{name}"][...]).tobytes()
+        except (KeyError, TypeError):
+            raise FileNotFoundError(f"{self.url}/{folder}/{name}") from None
+
+    # --------------------------------------------------------------- writing
+    def write_blob(self, folder, name, data: bytes) -> None:
+        """Store ``data`` as the byte array ``folder/name``, in the run's transaction."""
+        raw = np.frombuffer(bytes(data), dtype=np.uint8)
+        g = self._root(write=True).require_group(folder)
+        a = g.create_array(name, shape=raw.shape, dtype="uint8", chunks=(max(1, raw.size),), overwrite=True)
+        a[...] = raw
+
+    def write_excluded(self, data: bytes) -> None:
+        self._root(write=True).attrs["excluded"] = json.loads(data)
 
     def write_version(self, name, model, meta, arrays=None):
-        """Model (+ statistics), then ``version.json`` (If-None-Match): complete, or not listed."""
-        self._check_lease()
-        sr.save(model, self.version_url(name), storage_options=self.storage_options)
+        """Model (+ statistics) and metadata of ``name``, in the run's transaction."""
+        from streamrank.persistence import write_repo_model
+
+        write_repo_model(self.loc, f"{name}/model", model)
+        g = self._root(write=True)[name]
         if arrays:
             buf = io.BytesIO()
             np.savez(buf, **arrays)
-            self.remote.write(f"{name}/{KERNEL_STATS}", buf.getvalue())
-        self._check_lease()
-        try:
-            self.remote.put_if_absent(f"{name}/{META}", json.dumps(meta, indent=1, sort_keys=True).encode())
-        except PreconditionFailed:
-            raise self._locked(f"{self.remote.display(name + '/' + META)} appeared while this run wrote version "
-                               f"{name}: another writer is using {self.url} (one writer at a time)") from None
+            raw = np.frombuffer(buf.getvalue(), dtype=np.uint8)
+            a = g.create_array(STATS, shape=raw.shape, dtype="uint8", chunks=(max(1, raw.size),),
+                               overwrite=True)
+            a[...] = raw
+        g.attrs[META_ATTR] = meta
 
     def switch_current(self, version):
-        """Point ``current`` at ``version``: one PUT, conditional on the ETag read when the run started."""
-        self._check_lease()
-        data = (version + "\n").encode()
-        try:
-            if not self._pointer_read:
-                self.remote.write(POINTER, data)
-            elif self._pointer_etag is None:
-                self._pointer_etag = self.remote.put_if_absent(POINTER, data)
-            else:
-                self._pointer_etag = self.remote.put_if_match(POINTER, data, self._pointer_etag)
-        except PreconditionFailed:
-            raise self._locked(f"{self.remote.display(POINTER)} was moved by another writer since this run read "
-                               f"it; {version} was not promoted (one writer at a time)") from None
+        """Promote ``version``: committed (and tagged) with the rest of the run."""
+        self._root(write=True).attrs["current"] = version
+        self._promoted = version
 
     def clean_partial(self):
-        """Nothing to do: an incomplete version is never listed and its number is reused (see module doc)."""
+        """Nothing to do: an uncommitted version is never visible."""
         return []
 
     def prune(self, keep):
         keep = int(keep)
         if keep < 1:
             raise ValueError(f"--keep must be >= 1, got {keep}")
-        cur = self.current_version()
         removed = []
-        for v in self.list_versions()[:-keep]:
-            if v != cur:
-                self._check_lease()
-                self.remote.delete(f"{v}/{META}")          # incomplete from here on: never listed again
-                try:
-                    self.remote.fs.rm(self.remote.key(v), recursive=True)
-                except FileNotFoundError:
-                    pass
-                removed.append(v)
+        with self.lock(f"prune to the last {keep} version(s)"):     # (inside a run: its transaction)
+            cur = self.current_version()
+            root = self._root(write=True)
+            for v in self.list_versions()[:-keep]:
+                if v != cur:
+                    del root[v]
+                    removed.append(v)
         return removed
 
     def write_report(self, stamp, report):
-        self.remote.write(f"reports/{stamp}.json", json.dumps(report, indent=1, sort_keys=True).encode())
-        return self.remote.display(f"reports/{stamp}.json")
+        root = self._root(write=True)
+        reports = root.require_group(REPORTS)
+        reports.create_group(stamp, overwrite=True).attrs["report"] = json.loads(json.dumps(report))
+        return f"{self.url}/{REPORTS}/{stamp}"
+
+    def reports(self) -> list:
+        root = self._root()
+        if root is None or REPORTS not in root:
+            return []
+        return sorted(n for n, _ in root[REPORTS].groups())
+
+    def rollback(self, tag) -> str:
+        """Promote again the version the tag ``tag`` promoted (one commit); returns its name."""
+        from streamrank.io import RepoLocation
+
+        if not self.loc.exists_repo() or tag not in self.loc.repo.list_tags():
+            tags = sorted(self.loc.repo.list_tags()) if self.loc.exists_repo() else []
+            raise self._error(f"{self.url}: no tag {tag!r} (tags: {', '.join(tags) or 'none'})")
+        then = RemoteModelsDir.__new__(RemoteModelsDir)
+        then.loc = RepoLocation(self.url, self.storage_options, as_of=tag)
+        then.url = self.url
+        version = then.current_version()
+        if version is None:
+            raise self._error(f"{self.url}: tag {tag!r} promoted no version")
+        with self.lock(f"rollback to tag {tag}: current={version}"):
+            self.read_version(version)          # still there (not pruned since)
+            self._root(write=True).attrs["current"] = version
+        return version

@@ -17,10 +17,9 @@ name with a ``version.json``): anything else — empty, a directory, a path
 such as ``../../elsewhere`` — is a :class:`ModelsDirError` naming the file,
 as is a missing or unreadable ``version.json``.
 
-A models directory at a URL (``s3://bucket/nightly``) keeps the same layout
-and guarantees with object storage's means — versions published by
-``sr.save`` at URLs, ``current`` moved by one conditional PUT, a lease
-instead of ``flock``: every function here hands it to
+A models directory at a URL (``s3://bucket/nightly``) is an Icechunk
+repository with the same guarantees from transactions — a run is one commit,
+an overlapping run's commit is refused — : every function here hands it to
 :class:`~streamrank.pipelines._nightly_remote.RemoteModelsDir`.
 """
 from __future__ import annotations
@@ -36,6 +35,7 @@ from pathlib import Path
 import numpy as np
 
 import streamrank as sr
+from streamrank.pipelines._nightly_errors import ModelsDirError, ModelsLocked
 from streamrank.pipelines._nightly_remote import RemoteModelsDir, as_models_dir
 
 __all__ = ["POINTER", "META", "KERNEL_STATS", "LOCK", "ModelsDirError", "ModelsLocked", "models_lock",
@@ -49,32 +49,29 @@ KERNEL_STATS = "statistics.npz"
 LOCK = ".nightly.lock"
 
 
-class ModelsDirError(ValueError):
-    """The models directory holds something the pipeline did not write (a damaged pointer or version)."""
-
-
-class ModelsLocked(RuntimeError):
-    """Another process holds the models directory's lock (one writer at a time)."""
-
-
 @contextlib.contextmanager
 def models_lock(models_dir):
     """Hold the exclusive lock ``DIR/.nightly.lock`` for a run; :class:`ModelsLocked` if another run has it.
 
     An advisory ``flock``: the OS releases it when the holder dies, so a killed
     run never blocks the next night.  The holder's pid and start time are
-    written into the file for the loser's message.
+    written into the file for the loser's message.  The holder removes the file
+    when it is done (still holding the lock); a run that locked a file removed
+    meanwhile locks the new one instead, so two runs never hold two files.
     """
     remote = as_models_dir(models_dir)
-    if remote is not None:          # object storage: a lease held through conditional writes
+    if remote is not None:          # object storage: the run's transaction (no lock: conflicts at its commit)
         with remote.lock():
             yield
         return
     import fcntl
 
+    from streamrank.io import open_lock_file, refuse_foreign_link
+
+    refuse_foreign_link(models_dir, "write a models directory")     # versions are written and pruned there
     path = Path(models_dir) / LOCK
-    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
-    try:
+    while True:
+        fd = open_lock_file(path)        # never through a planted link: the holder truncates and writes it
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
@@ -82,12 +79,28 @@ def models_lock(models_dir):
                 holder = os.pread(fd, 200, 0).decode("utf-8", "replace").strip() or "unknown"
             except OSError:
                 holder = "unknown"
+            os.close(fd)
             raise ModelsLocked(f"{models_dir} is locked by another nightly run ({holder}; lock {path}); "
                                "one writer at a time: this run changed nothing") from None
+        except BaseException:
+            os.close(fd)
+            raise
+        try:
+            same = os.lstat(path).st_ino == os.fstat(fd).st_ino
+        except FileNotFoundError:
+            same = False
+        if same:
+            break
+        os.close(fd)                 # its holder removed that file when done: lock the one at the path now
+    try:
         os.ftruncate(fd, 0)
         os.pwrite(fd, f"pid {os.getpid()}, started {_now()}".encode(), 0)
         yield
     finally:
+        try:
+            os.unlink(path)          # still locked: a run waiting on this file retries on the path
+        except FileNotFoundError:
+            pass
         os.close(fd)
 
 
@@ -216,7 +229,7 @@ def replace_file(models_dir, name, data: bytes) -> None:
     fsync of the directory so the rename survives a power cut."""
     d = Path(models_dir)
     tmp = _tmp_name(d, name, "tmp")
-    with open(tmp, "wb") as fh:
+    with open(tmp, "xb") as fh:                # a fresh random name: never an existing file or a link
         fh.write(data)
         fh.flush()
         os.fsync(fh.fileno())
@@ -246,6 +259,9 @@ def _clean_partial(models_dir):
         for p in Path(models_dir).glob(f".{name}.*.tmp"):
             if not writer_alive(p):
                 p.unlink(missing_ok=True)
+    for p in Path(models_dir).glob("days/.*.tmp"):     # the data checks' day profiles
+        if not writer_alive(p):
+            p.unlink(missing_ok=True)
 
 
 def prune(models_dir, keep):
@@ -300,8 +316,8 @@ def finish_report(report, models_dir, keep, plot, out):
 def _write_local_report(models_dir, stamp, report):
     rdir = Path(models_dir) / "reports"
     rdir.mkdir(exist_ok=True)
-    tmp = rdir / f".{stamp}.json.tmp"
-    with open(tmp, "w") as fh:
+    tmp = _tmp_name(rdir, f"{stamp}.json", "tmp")
+    with open(tmp, "x") as fh:                 # a fresh random name: never an existing file or a planted link
         json.dump(report, fh, indent=1, sort_keys=True)
     os.replace(tmp, rdir / f"{stamp}.json")
 
@@ -332,6 +348,16 @@ def open_stats(version_dir):
 
 
 def summary_line(report) -> str:
+    line = _summary(report)
+    for q in report.get("quarantined") or []:   # the data checks (:mod:`streamrank.pipelines._nightly_checks`)
+        line += f"; quarantined {Path(q['file']).name} ({', '.join(q['failed'])})"
+    for d in (report.get("checks") or {}).get("days") or []:
+        if d["decision"] == "forced" and d["failed"]:
+            line += f"; trained on {Path(d['file']).name} despite its failed checks ({', '.join(d['failed'])}: --force)"
+    return line
+
+
+def _summary(report) -> str:
     ing = report.get("ingest", [])
     new = sum(b["rows"][1] - b["rows"][0] for b in ing if b["appended"])
     dup = sum(1 for b in ing if not b["appended"])
@@ -341,9 +367,16 @@ def summary_line(report) -> str:
         return head + f"; model up to date, current={report['current']}"
     m, c = report.get("metrics") or {}, report.get("current_metrics")
     mk = next((x for x in m if x.startswith("ndcg")), next(iter(m), None))
-    val = f"{mk} {m[mk]:.4f}" if mk else ""
+    v = report.get("validation") or {}      # where the figure above comes from (metrics.png draws it)
+    vk = f"{mk} ({v['weighted']})" if (mk and v.get("weighted")) else mk     # scored with the training weights
+    val = f"{vk} {m[mk]:.4f}" if mk else ""
     if c and mk:
         val += f" (current {c[mk]:.4f})"
+    where_v = {"holdout": "on the held-out newest day", "progressive": "progressive on the newest day",
+               "in-sample": "in-sample: no earlier data to hold the newest day out of",
+               "fixed-store": f"on --validation {v.get('store')}"}.get(v.get("scheme"), "")
+    if val and where_v:
+        val += f" {where_v}"
     g = report.get("gate")
     if g:   # the decision: both models out of fold on the history they were trained on
         gk = g["metric"]
@@ -352,7 +385,10 @@ def summary_line(report) -> str:
                      else f"on {g['n_groups']} held-out history queries")
         else:
             where = f"out of fold on {g.get('n_groups', g['groups'][1] - g['groups'][0])} history groups"
-        val = f"{gk} {g['candidate'][gk]:.4f} (current {g['current'][gk]:.4f}) {where}"
+        newest = f"newest day {vk} {m[mk]:.4f}" + (f" (current {c[mk]:.4f})" if c and mk else "") if mk else ""
+        gkl = f"{gk} ({g['weighted']})" if g.get("weighted") else gk
+        val = (f"{newest}; " if newest else "") + \
+            f"gate {gkl} {g['candidate'][gk]:.4f} (current {g['current'][gk]:.4f}) {where}"
     alpha = f" alpha={report['alpha']:.4g}" if report.get("alpha") is not None else ""
     tail = f"; excluded from training: {', '.join(d[:15] + '…' for d in report['excluded'])}" \
         if report.get("excluded") else ""
@@ -373,4 +409,20 @@ def _plot(models_dir):
     import matplotlib.pyplot as plt
 
     plt.close(fig)
+    _plot_checks(models_dir)
     return str(path)
+
+
+def _plot_checks(models_dir):
+    """``DIR/checks.png``: the data checks of every day (:func:`streamrank.plot.nightly_checks_history`),
+    when some report holds them."""
+    from streamrank.plot import nightly_checks_history
+
+    try:
+        fig = nightly_checks_history(models_dir, Path(models_dir) / "checks.png")
+    except ValueError:          # no report with checks yet (every night ran with --no-checks)
+        return None
+    import matplotlib.pyplot as plt
+
+    plt.close(fig)
+    return str(Path(models_dir) / "checks.png")

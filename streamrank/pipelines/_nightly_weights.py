@@ -13,15 +13,16 @@ RankRLS only: its fold statistics take the row weights block by block, so a
 night adds the new groups' weighted statistics and equals a from-scratch
 weighted (IPS) fit on the whole store.  The weighting is fixed for a model
 line (recorded in ``version.json["weighting"]``): a night asking another
-one needs ``--full``.  Validation and the promotion gate score the store's
-labels as they are (for a click log ingested with ``--label`` = the clicks:
-clicks, unweighted).
+one needs ``--full``.  Validation and the promotion gate score what the line
+trains on: the same row weights and, with ``--ips``, the clicks as targets
+(weighted NDCG and disagreement of :mod:`streamrank.metrics`; the report
+says ``ips-weighted`` / ``weighted``).
 """
 from __future__ import annotations
 
 __all__ = ["add_weight_options", "weighting_of", "row_column_names", "weighted_store", "check_same_weighting"]
 
-_COLUMNS = ("weight", "click", "position")
+_COLUMNS = ("weight", "click", "position", "ranker")
 
 
 def add_weight_options(p) -> None:
@@ -34,7 +35,9 @@ def add_weight_options(p) -> None:
                    help="rankrls: inverse propensity scoring from the store's 'click' and 'position' columns "
                         "(clicks as targets, ties excluded; needs --propensity)")
     p.add_argument("--propensity", default=None, metavar="SPEC",
-                   help="--ips: eta=E (p(k) = (1/k)^E), estimate:STORE (CTR(k)/CTR(1) on randomized traffic) "
+                   help="--ips: eta=E (p(k) = (1/k)^E), estimate:em / estimate:harvest (re-estimated every night "
+                        "from the accepted days, warm-started; the line retrains in full), "
+                        "estimate:STORE (CTR(k)/CTR(1) on randomized traffic) "
                         "or a file of p(1), p(2), ...")
     p.add_argument("--clip", type=float, default=None, metavar="TAU", help="--ips: p := max(p, TAU)")
 
@@ -53,7 +56,7 @@ def weighting_of(args, error) -> dict | None:
     if not args.ips and (args.propensity is not None or args.clip is not None):
         error("--propensity / --clip are options of --ips")
     if args.ips and args.propensity is None:
-        error("--ips needs --propensity eta=E | estimate:STORE | FILE")
+        error("--ips needs --propensity eta=E | estimate:em | estimate:harvest | estimate:STORE | FILE")
     if (args.weights is not None or args.ips) and args.learner != "rankrls":
         error(f"--weights / --ips train --learner rankrls (its fold statistics take row weights); "
               f"not {args.learner}")
@@ -68,8 +71,9 @@ def weighting_of(args, error) -> dict | None:
     return None
 
 
-def weighted_store(store, weighting, storage_options=None):
-    """``store`` as the night trains on it (itself without a weighting)."""
+def weighted_store(store, weighting, storage_options=None, propensity=None):
+    """``store`` as the night trains on it (itself without a weighting); ``propensity``: tonight's estimated θ
+    (``--propensity estimate:em|harvest``: :mod:`streamrank.pipelines._nightly_propensity`)."""
     from streamrank.io.weighted import ips_weighted, propensity_from_spec, with_weights
 
     if not weighting:
@@ -77,7 +81,8 @@ def weighted_store(store, weighting, storage_options=None):
     if "weights" in weighting:
         return with_weights(store, weighting["weights"])
     spec = weighting["ips"]
-    p = propensity_from_spec(spec["propensity"], storage_options=storage_options)
+    p = propensity if propensity is not None else propensity_from_spec(spec["propensity"],
+                                                                       storage_options=storage_options)
     return ips_weighted(store, p, clip=spec["clip"])
 
 

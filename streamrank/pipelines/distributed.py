@@ -1,4 +1,4 @@
-"""Fit a learner on a dask cluster from a store on shared storage (issue 6).
+"""Fit a learner on a dask cluster from a store on shared storage.
 
 ::
 
@@ -38,6 +38,18 @@ __all__ = ["main", "run", "build_estimator"]
 LEARNERS = ("rankrls", "sparse-kernel", "sgd-bilinear", "sgd-pairwise")
 
 
+def _opts(args):
+    """``--storage-options`` (None when not given, or for a namespace built without it)."""
+    return getattr(args, "storage_options", None)
+
+
+def _check_model_out(args):
+    """Refuse an existing model unless ``--overwrite``, as ``streamrank fit`` does, before any work."""
+    from streamrank.cli import check_model_out
+
+    check_model_out(args.model, overwrite=getattr(args, "overwrite", False), storage_options=_opts(args))
+
+
 def build_estimator(args):
     normalize = getattr(args, "normalize", None)
     if args.learner == "rankrls":
@@ -72,7 +84,7 @@ def run_sgd(args, out):
     """Data-parallel SGD rounds; quality against one machine taking the same number of steps."""
     from streamrank.distributed import refit_round_task, round_task
 
-    store = sr.TupleStore.open(args.store)
+    store = sr.TupleStore.open(args.store, storage_options=_opts(args))
     est = build_estimator(args)
     steps = args.steps_per_round
     report = {"store": str(args.store), "tuples": store.n_tuples, "learner": args.learner,
@@ -83,8 +95,8 @@ def run_sgd(args, out):
         srd.fit(est, store, client, rounds=args.rounds, steps_per_round=steps, n_shards=k)
     report.update(workers=k, fit_seconds=time.perf_counter() - t0, t=est.t_, nnz=est.nnz_, refit=bool(est.auto_refit),
                   refit_t=est.refit_t_)
-    sr.save(est, args.model)
-    val = sr.TupleStore.open(args.validation) if args.validation else store
+    sr.save(est, args.model, storage_options=_opts(args))
+    val = sr.TupleStore.open(args.validation, storage_options=_opts(args)) if args.validation else store
     report["tuple_error"] = _tuple_quality(est, val)
     if args.compare_single:  # one machine, the same tuples in the same per-shard order, one after another
         single = build_estimator(args)
@@ -115,11 +127,12 @@ def run(args, out=None):
     from streamrank.rankrls.selection import select_from_fold_statistics
 
     out = sys.stdout if out is None else out
+    _check_model_out(args)
     if args.learner == "sgd-bilinear":
         return run_sgd(args, out)
     if args.learner == "sgd-pairwise":
         return run_pairwise(args, out)
-    store = sr.GroupStore.open(args.store)
+    store = sr.GroupStore.open(args.store, storage_options=_opts(args))
     est = build_estimator(args)
     report = {"store": str(args.store), "rows": store.n_rows, "groups": store.n_groups,
               "learner": args.learner, "model": str(args.model)}
@@ -146,7 +159,7 @@ def run(args, out=None):
             res = srd.evaluate(est, args.validation, client, k=10, metrics=("ndcg", "disagreement"),
                                max_rows=args.max_rows, split_every=args.split_every)
             report["validation"] = {k: float(v.value) for k, v in res.items()}
-    sr.save(est, args.model)
+    sr.save(est, args.model, storage_options=_opts(args))
     report["alpha"] = float(est.alpha)
     line = (f"distributed {args.learner}: {store.n_rows} rows / {store.n_groups} groups on "
             f"{report['workers']} worker(s) in {report['fit_seconds']:.2f} s, alpha={est.alpha:.4g}")
@@ -162,7 +175,7 @@ def run_pairwise(args, out):
     """PairwiseSGDRanker rounds over a GroupStore; NDCG@10 against one machine on as many pairs."""
     from streamrank.metrics import evaluate
 
-    store = sr.GroupStore.open(args.store)
+    store = sr.GroupStore.open(args.store, storage_options=_opts(args))
     est = build_estimator(args)
     steps = args.steps_per_round
     report = {"store": str(args.store), "rows": store.n_rows, "learner": args.learner, "model": str(args.model),
@@ -176,14 +189,14 @@ def run_pairwise(args, out):
         val = args.validation or store
         report["ndcg@10"] = float(srd.evaluate(est, val, client, k=10, metrics=("ndcg",),
                                                max_rows=args.max_rows)["ndcg@10"].value)
-    sr.save(est, args.model)
+    sr.save(est, args.model, storage_options=_opts(args))
     line = (f"distributed {args.learner}: {args.rounds} rounds x {k} shards x {steps} pairs in "
             f"{report['fit_seconds']:.2f} s, ndcg@10 {report['ndcg@10']:.4f}")
     if args.compare_single:
         t1 = time.perf_counter()
         single = build_estimator(args).fit(store, n_pairs=args.rounds * k * steps, max_rows=args.max_rows)
         report["single_seconds"] = time.perf_counter() - t1
-        vsrc = sr.GroupStore.open(val) if isinstance(val, str) else val
+        vsrc = sr.GroupStore.open(val, storage_options=_opts(args)) if isinstance(val, str) else val
         report["single_ndcg@10"] = float(evaluate(vsrc, single, k=10, metrics=("ndcg",))["ndcg@10"].value)
         line += f" (one machine, as many pairs: {report['single_ndcg@10']:.4f} in {report['single_seconds']:.2f} s)"
     out.write(line + f" -> {args.model}\n")
@@ -193,6 +206,8 @@ def run_pairwise(args, out):
 
 
 def build_parser():
+    from streamrank.cli import parse_storage_options
+
     from streamrank.pipelines.nightly import _parse_alphas
 
     p = argparse.ArgumentParser(prog="streamrank distributed", description=__doc__.split("\n\n")[0],
@@ -200,6 +215,10 @@ def build_parser():
     p.add_argument("--store", required=True,
                    help="GroupStore (TupleStore for sgd learners) path reachable by every worker")
     p.add_argument("--model", required=True, metavar="OUT", help="where sr.save writes the model")
+    p.add_argument("--overwrite", action="store_true", help="replace an existing model at --model (else refused)")
+    p.add_argument("--storage-options", metavar="JSON", type=parse_storage_options, default=None,
+                   help="for a --store, --validation or --model at a URL: the filesystem's options as a JSON "
+                        "object, e.g. '{\"endpoint_url\": \"http://minio:9000\"}'")
     where = p.add_mutually_exclusive_group()
     where.add_argument("--scheduler", default=None, metavar="tcp://HOST:PORT", help="dask scheduler address")
     where.add_argument("--workers", type=int, default=None, metavar="N",
@@ -250,7 +269,7 @@ def main(argv=None) -> int:
         # the phases (statistics per shard, reduction, solve, CV folds, cg iterations) on stderr
         with progress_reporting(f"distributed {args.learner}", quiet=args.quiet):
             return run(args)
-    return run_main("distributed", args.verbose, go)
+    return run_main("streamrank distributed", args.verbose, go)
 
 
 if __name__ == "__main__":

@@ -17,7 +17,7 @@ import threading
 
 import numpy as np
 
-from ._statistics_twins import fill_scaled     # the kernel, or its numpy twin before numba is set up
+from ._statistics_kernels import fill_scaled
 
 __all__ = ["accumulate_threads", "helper_thread", "two_threads_here", "one_blas_thread", "group_chunks",
            "fill_pieces", "FILL_CHUNK_BYTES"]

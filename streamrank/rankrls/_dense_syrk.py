@@ -9,7 +9,7 @@ from __future__ import annotations
 import numpy as np
 
 from .. import _laplacian_kernels as _k
-from . import _statistics_twins as _sk   # the kernels, or their numpy twins before numba is set up
+from . import _statistics_kernels as _sk
 from ..laplacian import tie_classes
 from ._accumulate_threads import fill_pieces, group_chunks
 from ._gram import _pair_count, _syrk, _weighted_gram

@@ -8,9 +8,9 @@ n(n − 1)/2 of a group of n rows.
 from __future__ import annotations
 
 import numpy as np
+import scipy.sparse as sp
 
 from .. import _laplacian_kernels as _k
-from .._sparse import sp
 
 def _pair_count(n):
     n = np.asarray(n, dtype=np.int64)

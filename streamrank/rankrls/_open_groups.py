@@ -8,8 +8,8 @@ ties="exclude") until its last row has been seen; then its low-rank part
 from __future__ import annotations
 
 import numpy as np
+import scipy.sparse as sp
 
-from .._sparse import sp
 from ..laplacian import group_weights
 from ._gram import _dense_row, _pair_count, _weighted_gram
 

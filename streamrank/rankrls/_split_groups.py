@@ -7,7 +7,7 @@ until the last piece subtracts ``s_g S_g t_gᵀ``.
 
 ``ties="exclude"`` on a split group (e.g. ``qid=None``, one global group over
 many blocks) is exact too.  With the tie classes c of the group (rows of
-equal target; DESIGN §3.1), ``n_c(i)`` the size of row i's class and
+equal target), ``n_c(i)`` the size of row i's class and
 ``T_c = 1_cᵀ u``,
 
     (L u)_i = s_g [ (n_g − n_c(i)) u_i − 1ᵀu + T_{c(i)} ]      (classes with n_c > 1;
@@ -69,8 +69,8 @@ the same in the local pass (:mod:`streamrank.rankrls.cg`) and on the workers
 from __future__ import annotations
 
 import numpy as np
+import scipy.sparse as sp
 
-from .._sparse import sp
 from ..laplacian import apply_laplacian, group_weights
 from ._gram import _id_sums
 
@@ -235,7 +235,7 @@ class TieCounts:
 
 
 class TieTable:
-    """Tie classes of the groups cut across blocks (``ties="exclude"``, split groups), DESIGN §3.1.
+    """Tie classes of the groups cut across blocks (``ties="exclude"``, split groups).
 
     ``groups[gid][o] = (vals, cnt, tied, S, wsum)`` for output o: the sorted
     distinct targets of the group, their counts, the index of each value among

@@ -54,9 +54,9 @@ eigendecomposition (DESIGN §3.2, §3.2 of the 2009 paper).
 from __future__ import annotations
 
 import numpy as np
+import scipy.sparse as sp
 
 from .. import _laplacian_kernels as _k
-from .._sparse import sp
 from ..laplacian import check_group_weight, check_ties, group_weights, tie_classes
 from ._dense_syrk import DenseSyrk
 from ._eigenpath import EigenPath  # noqa: F401  (re-exported: callers import it from here)

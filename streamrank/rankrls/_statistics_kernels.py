@@ -19,9 +19,7 @@ by √(s_g n_g) turns its whole contribution into one SYRK term, no low-rank
 correction (and no cancellation between a diagonal and a low-rank part).
 
 Jitted functions of arrays and scalars only; plain-numpy references in
-``tests/rankrls/test_statistics_kernels.py``.  The callers reach them through
-:mod:`._statistics_twins`, whose numpy twins (bit-identical) do small blocks
-while numba is not set up in the process (issue 22).
+``tests/rankrls/test_statistics_kernels.py``.
 """
 from __future__ import annotations
 

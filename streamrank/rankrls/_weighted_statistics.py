@@ -7,9 +7,9 @@ O((n + v)²) moments until its last piece.
 from __future__ import annotations
 
 import numpy as np
+import scipy.sparse as sp
 
 from .. import _laplacian_kernels as _k
-from .._sparse import sp
 from ..laplacian import group_weights, tie_classes
 from ._gram import _pair_count, _syrk, _weighted_gram, _weighted_sums, _weighted_xty
 

@@ -1,4 +1,4 @@
-"""Conjugate-gradient linear RankRLS: one streaming pass per iteration (DESIGN §3.3).
+"""Conjugate-gradient linear RankRLS: one streaming pass per iteration.
 
 Solves ``(Xᵀ L X + λ I) w = Xᵀ L y`` without ever forming the n × n matrix:
 a product with ``Xᵀ L X`` is one pass over the blocks,
@@ -354,16 +354,20 @@ def solve_cg(source, *, alpha, group_weight="pair", ties="include", tol=1e-6, ma
 
     Parameters
     ----------
-    tol : stop an output when ||r|| <= tol ||b||
-    max_iter : default min(10 n, 1000)
-    callback : ``callback(iteration, residual, W)`` after every iteration;
+    tol
+        stop an output when ||r|| <= tol ||b||
+    max_iter
+        default min(10 n, 1000)
+    callback : callable, optional
+        ``callback(iteration, residual, W)`` after every iteration;
         ``residual`` is the largest relative residual ||r|| / ||b|| over outputs.
         Returning True stops the iteration.
     validation : optional block source; after every iteration its squared
         ranking loss (mean over outputs) is computed (one more pass) and the
         iteration stops when it has not improved for ``patience`` iterations;
         the best iterate is returned.
-    x0 : optional (n,) or (n, v) starting point (warm start; one more pass for its residual)
+    x0
+        optional (n,) or (n, v) starting point (warm start; one more pass for its residual)
     normalize : None, "standard" or "minmax" — solve for the features scaled by
         :mod:`streamrank.normalize`; the moments are gathered in the
         preconditioner's pass, ``W`` is on the normalized scale and
@@ -382,6 +386,7 @@ def solve_cg(source, *, alpha, group_weight="pair", ties="include", tol=1e-6, ma
     Returns
     -------
     W : (n, v) float64
+        The solution, one column per right-hand side.
     info : dict with n_iter, residuals (list), converged, validation_losses,
         stopped_early, n_passes
     """

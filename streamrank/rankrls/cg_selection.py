@@ -1,4 +1,4 @@
-"""Regularization path and cross-validation of conjugate-gradient RankRLS (DESIGN §3.2–3.3).
+"""Regularization path and cross-validation of conjugate-gradient RankRLS.
 
 The cg solver never forms ``G = XᵀLX`` (memory O(n)), so the primal's
 eigendecomposition — every λ in O(n²) without touching the data — does not

@@ -17,8 +17,8 @@ accumulated over chunks of edges in float64, O(l n²) time, O(n²) memory.
 from __future__ import annotations
 
 import numpy as np
+import scipy.sparse as sp
 
-from .._sparse import sp
 from .._validation import check_finite, check_X
 from ._gram import _weighted_gram
 from ._statistics import RankStatistics

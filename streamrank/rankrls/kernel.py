@@ -1,6 +1,6 @@
 """Kernel RankRLS: exact dual (in memory) and sparse/basis RankRLS (streaming).
 
-Dual mode (``n_basis=None``; Pahikkala et al. 2009 eq. (17), DESIGN §3.4)::
+Dual mode (``n_basis=None``; Pahikkala et al. 2009 eq. (17))::
 
     A = (L K + λ I)⁻¹ L y,        f(x) = k(x, X) A
 
@@ -11,7 +11,7 @@ leave-pair-out for object ranking (§3.4, eqs. (35)–(39)) O(1) per pair after
 one O(m³) Cholesky (ties excluded: one O(m³) solve per pair of tie classes).  A semidefinite
 kernel needs no diagonal shift (no K⁻¹ is ever formed); a kernel that is not PSD on the data raises ``ValueError``.
 
-Sparse mode (``n_basis=r``; §3.5 of the 2009 paper, eq. (41), DESIGN §3.5)::
+Sparse mode (``n_basis=r``; §3.5 of the 2009 paper, eq. (41))::
 
     A = (K_RM L K_MR + λ K_RR)⁻¹ K_RM L y,        f(x) = k(x, X_R) A
 
@@ -81,27 +81,35 @@ class KernelRankRLS(BaseRanker):
 
     Parameters
     ----------
-    kernel : {"rbf", "linear", "poly"} or callable ``kernel(X, Z) -> (len(X), len(Z))``
-    gamma, degree, coef0 : kernel parameters (rbf: exp(−γ‖x−z‖²); poly: (γ x·z + coef0)^degree)
-    alpha : float > 0, the regularization parameter λ
-    n_basis : None (exact dual, in memory) or int r (sparse RankRLS, streaming)
-    basis : "random" (reservoir sample of r rows) or an array of basis rows
-    group_weight : {"pair", "query", "size"}, ties : {"include", "exclude"} — see
-        :mod:`streamrank.laplacian`
-    random_state : seed of the reservoir sample (int, default 0: the same basis every run, as the
-        other learners and the CLI's ``--seed``; None draws a fresh one)
-    normalize : None, "standard" or "minmax" — evaluate the kernel on features
-        scaled by statistics of all training rows (:mod:`streamrank.normalize`):
-        f(x) = k(x̃, R̃) A with x̃ = (x − o) / s, (o, s) in ``normalizer_``.
-        Dual: from the rows in memory.  Sparse: the moments are gathered in
-        the basis-sampling pass (no extra pass; an array ``basis`` has no such
+    kernel : {"rbf", "linear", "poly"} or callable
+        The kernel function; a callable is ``kernel(X, Z) -> (len(X), len(Z))``.
+    gamma, degree, coef0 : float
+        Kernel parameters (rbf: exp(−γ‖x−z‖²); poly: (γ x·z + coef0)^degree).
+    alpha : float > 0
+        The regularization parameter λ.
+    n_basis : None or int
+        None: the exact dual, in memory; r: sparse RankRLS on r basis rows, streaming.
+    basis : "random" or array
+        A reservoir sample of r rows, or the basis rows given.
+    group_weight, ties
+        As in :class:`~streamrank.RankRLS` (:mod:`streamrank.laplacian`).
+    random_state : int or None
+        Seed of the reservoir sample (default 0: the same basis every run, as the other learners and the CLI's
+        ``--seed``; None draws a fresh one).
+    normalize : {None, "standard", "minmax"}
+        Evaluate the kernel on features scaled by statistics of all training rows (:mod:`streamrank.normalize`):
+        f(x) = k(x̃, R̃) A with x̃ = (x − o) / s, (o, s) in ``normalizer_``.  Dual: from the rows in memory.
+        Sparse: the moments are gathered in the basis-sampling pass (no extra pass; an array ``basis`` has no such
         pass, so it costs one).  ``basis_`` holds the normalized basis rows.
 
     Attributes
     ----------
-    dual_coef_ : (n_basis_rows,) or (n_basis_rows, n_outputs) — A
-    basis_ : the rows k(x, ·) is evaluated against (all training rows for the dual)
-    n_features_in_, n_outputs_
+    dual_coef_ : (n_basis_rows,) or (n_basis_rows, n_outputs)
+        A, the dual coefficients.
+    basis_ : array
+        The rows k(x, ·) is evaluated against (all training rows for the dual).
+    n_features_in_, n_outputs_ : int
+        The number of features and of outputs seen in fit.
     """
 
     #: training data and solver caches (m x m decomposition...) stay on the client (BaseRanker.for_workers)
@@ -150,18 +158,16 @@ class KernelRankRLS(BaseRanker):
             feature_names: Sequence[str] | None = None) -> KernelRankRLS:
         """Fit from arrays ``(X, y, qid)`` or from a :class:`~streamrank.BlockSource`.
 
-        ``sample_weight``: (rows,) w_i >= 0, pair weight w_i w_j (= fitting
-        ``with_weights(source, w)``; per-query and click weights: :mod:`streamrank.clicks`).
-        Sparse (``n_basis=r``): K_RM L_w K_MR, one pass; the basis is drawn
-        uniformly, not by weight.  Exact dual: ``A = (L_w K + λI)⁻¹ L_w y``
-        (:class:`~streamrank.rankrls._dual.LaplacianRoot`); path, leave-query-out
-        and CV keep working; ``leave_pair_out`` refuses weights.
+        ``sample_weight``: (rows,) w_i >= 0, pair weight w_i w_j (= fitting ``with_weights(source, w)``; per-query
+        and click weights: :mod:`streamrank.clicks`). Sparse (``n_basis=r``): K_RM L_w K_MR, one pass; the basis is
+        drawn uniformly, not by weight.  Exact dual: ``A = (L_w K + λI)⁻¹ L_w y``
+        (:class:`~streamrank.rankrls._dual.LaplacianRoot`); path, leave-query-out and CV keep working;
+        ``leave_pair_out`` refuses weights.
 
-        ``n_basis=None``: the exact dual in memory (a source is read whole).
-        ``n_basis=r``: sparse RankRLS, two streaming passes (basis, statistics)
-        in blocks of ``max_rows`` rows (default: about 4M/r rows).
-        ``feature_names``: names of X's columns, kept as ``feature_names_in_``
-        (default: the store's feature names, if any).
+        ``n_basis=None``: the exact dual in memory (a source is read whole). ``n_basis=r``: sparse RankRLS, two
+        streaming passes (basis, statistics) in blocks of ``max_rows`` rows (default: about 4M/r rows).
+        ``feature_names``: names of X's columns, kept as ``feature_names_in_`` (default: the store's feature names,
+        if any).
         """
         spec = self._check_params()
         self.__dict__.pop("best_alpha_", None)
@@ -207,7 +213,7 @@ class KernelRankRLS(BaseRanker):
         return self
 
     def fit_basis_statistics(self, stats, basis, source, max_rows, *, one_d=None, normalizer=None):
-        """Finish sparse RankRLS from summed basis statistics (DESIGN §3.5).
+        """Finish sparse RankRLS from summed basis statistics.
 
         ``stats`` holds K_RM L K_MR and K_RM L Y (any sum of per-block
         :class:`RankStatistics`, e.g. reduced on dask workers or added night
@@ -279,18 +285,14 @@ class KernelRankRLS(BaseRanker):
     def leave_pair_out(self, pairs, alpha=None):
         """Exact leave-pair-out predictions (f_i, f_j) for each pair (i, j) (2009 paper §3.4).
 
-        Object ranking only: a dual model trained on one group (``qid=None``).
-        Every ``group_weight`` is exact: the weight is one constant of the
-        whole Laplacian, and the stored matrices use the weight of the m − 2
-        remaining rows that retraining would use.  Ties included: one O(m³)
-        Cholesky per λ, then O(1) per pair (eqs. (35)–(39)).  Ties excluded:
-        removing two rows also lowers the degree of every row tied with
-        either of them — a change of the rank of their tie classes, not a
-        low-rank update — so one O(m³) solve per distinct pair of tie classes
-        met in ``pairs`` (one for the positive–negative pairs of binary
-        labels), then O(T²) per pair with T tied classes
-        (:class:`~streamrank.rankrls._dual.LeavePairOutExcludeTies`).
-        Returns (pairs, 2) or (pairs, 2, n_outputs).
+        Object ranking only: a dual model trained on one group (``qid=None``). Every ``group_weight`` is exact: the
+        weight is one constant of the whole Laplacian, and the stored matrices use the weight of the m − 2 remaining
+        rows that retraining would use.  Ties included: one O(m³) Cholesky per λ, then O(1) per pair (eqs.
+        (35)–(39)).  Ties excluded: removing two rows also lowers the degree of every row tied with either of them —
+        a change of the rank of their tie classes, not a low-rank update — so one O(m³) solve per distinct pair of
+        tie classes met in ``pairs`` (one for the positive–negative pairs of binary labels), then O(T²) per pair
+        with T tied classes (:class:`~streamrank.rankrls._dual.LeavePairOutExcludeTies`). Returns (pairs, 2) or
+        (pairs, 2, n_outputs).
         """
         alpha = self.alpha if alpha is None else check_alpha(alpha, "alpha")
         mode = self._fitted_mode()
@@ -303,20 +305,17 @@ class KernelRankRLS(BaseRanker):
                        folds: int | str = 5, scoring: str = "squared") -> CVResult:
         """Choose alpha by group cross-validation from one decomposition, then refit with it.
 
-        The choice is recorded in ``best_alpha_`` (and the result in
-        ``cv_results_``); the ``alpha`` parameter stays as the user set it.
+        The choice is recorded in ``best_alpha_`` (and the result in ``cv_results_``); the ``alpha`` parameter stays
+        as the user set it.
 
-        ``source``: a :class:`~streamrank.BlockSource` or a tuple ``(X, y, qid)``;
-        ``None`` uses the training data (the model is fitted first when needed).
-        ``folds``: ``"query"`` (exact leave-one-query-out, eq. (33)) or an int
-        k >= 2 (queries split by :func:`~streamrank.rankrls.selection.fold_of`,
-        the same hash folds as linear RankRLS; for sparse models from per-fold
-        statistics in one pass, plus one prediction pass for ranking metrics).  ``scoring``:
-        ``"squared"`` (held-out least-squares ranking loss per pair, lower is
-        better), ``"disagreement"`` (lower) or ``"ndcg@k"`` (higher), as in
-        :func:`streamrank.rankrls.selection.cross_validate`.  ``alphas``
-        defaults to 2⁻¹⁵ … 2¹⁵.  Every λ costs O(m² v) plus the hold-out
-        formula; the decomposition is done once.  Returns a
+        ``source``: a :class:`~streamrank.BlockSource` or a tuple ``(X, y, qid)``; ``None`` uses the training data
+        (the model is fitted first when needed). ``folds``: ``"query"`` (exact leave-one-query-out, eq. (33)) or an
+        int k >= 2 (queries split by :func:`~streamrank.rankrls.selection.fold_of`, the same hash folds as linear
+        RankRLS; for sparse models from per-fold statistics in one pass, plus one prediction pass for ranking
+        metrics).  ``scoring``: ``"squared"`` (held-out least-squares ranking loss per pair, lower is better),
+        ``"disagreement"`` (lower) or ``"ndcg@k"`` (higher), as in
+        :func:`streamrank.rankrls.selection.cross_validate`.  ``alphas`` defaults to 2⁻¹⁵ … 2¹⁵.  Every λ costs O(m²
+        v) plus the hold-out formula; the decomposition is done once.  Returns a
         :class:`~streamrank.rankrls.selection.CVResult`.
         """
         from .selection import _parse_scoring

@@ -1,4 +1,4 @@
-"""Linear RankRLS, exact and streaming (DESIGN §3.2–3.3; Pahikkala et al. 2009).
+"""Linear RankRLS, exact and streaming (Pahikkala et al. 2009).
 
     w = argmin_w  Σ_g (y_g - X_g w)ᵀ L_g (y_g - X_g w) + λ ||w||²
       = (Xᵀ L X + λ I)⁻¹ Xᵀ L y                                  (primal form of eq. (17))
@@ -76,42 +76,41 @@ class RankRLS(BaseRanker):
     alpha : float > 0
         The papers' λ.
     solver : {"auto", "primal", "cg"}
-        ``"primal"``: one pass accumulating G = XᵀLX and B = XᵀLy (float64),
-        then a Cholesky solve; the statistics are kept, so :meth:`path`,
-        :meth:`partial_fit`, :meth:`cross_validate` and
-        :meth:`leave_query_out` need no refit.  ``"cg"``: preconditioned
-        conjugate gradient, one streaming pass per iteration, memory O(n)
-        (DESIGN §3.3).  ``"auto"``: primal when n ≤ 4096 and X is dense, else cg.
+        ``"primal"``: one pass accumulating G = XᵀLX and B = XᵀLy (float64), then a Cholesky solve; the statistics
+        are kept, so :meth:`path`, :meth:`partial_fit`, :meth:`cross_validate` and :meth:`leave_query_out` need no
+        refit.  ``"cg"``: preconditioned conjugate gradient, one streaming pass per iteration, memory O(n).
+        ``"auto"``: primal when n ≤ 4096 and X is dense, else cg.
     group_weight : {"pair", "query", "size"}
-        ``"pair"``: L_g = n_g I - 11ᵀ; ``"query"``: divided by the group's
-        pair count; ``"size"``: divided by n_g (RLScore's QueryRankRLS).
+        ``"pair"``: L_g = n_g I - 11ᵀ; ``"query"``: divided by the group's pair count; ``"size"``: divided by n_g
+        (RLScore's QueryRankRLS).
     ties : {"include", "exclude"}
-        ``"exclude"`` drops pairs with equal targets (exact, DESIGN §3.1).
+        ``"exclude"`` drops pairs with equal targets (exact).
     tol : float
         cg: stop when ||r|| ≤ tol ||b|| (per output).
     max_iter : int or None
         cg: iteration limit (default 10 n, capped at 10,000).
     normalize : {None, "standard", "minmax"}
-        Scale every feature by statistics of all training rows, gathered in
-        the same pass (:mod:`streamrank.normalize`): the model scores
-        ``Σ_j coef_j (x_j − o_j) / s_j``, with (o, s) the mean and standard
-        deviation ("standard") or the minimum and range ("minmax"), kept in
-        ``normalizer_``, applied by :meth:`predict`, saved and exported.  No
-        extra pass: the statistics of the scaled features are the congruence
-        D G D, D B (D = diag(1/s)) of the accumulated ones, and the per-group
-        centring removes the shift o.  So "standard" means: the model of
-        RankRLS on globally standardized features — the mean moves every score
-        by one constant (no ranking changes); the scale changes what
-        ``alpha ||coef_||²`` penalises.  ``coef_`` is on the normalized scale.
-        (cg: the moments come with the preconditioner's pass.)
+        Scale every feature by statistics of all training rows, gathered in the same pass
+        (:mod:`streamrank.normalize`): the model scores ``Σ_j coef_j (x_j − o_j) / s_j``, with (o, s) the mean and
+        standard deviation ("standard") or the minimum and range ("minmax"), kept in ``normalizer_``, applied by
+        :meth:`predict`, saved and exported.  No extra pass: the statistics of the scaled features are the
+        congruence D G D, D B (D = diag(1/s)) of the accumulated ones, and the per-group centring removes the shift
+        o.  So "standard" means: the model of RankRLS on globally standardized features — the mean moves every score
+        by one constant (no ranking changes); the scale changes what ``alpha ||coef_||²`` penalises.  ``coef_`` is
+        on the normalized scale. (cg: the moments come with the preconditioner's pass.)
 
     Attributes
     ----------
     coef_ : (n_features,) or (n_features, n_outputs)
+        The weights (one column per output).
     n_features_in_ : int
+        The number of features seen in fit.
     stats_ : RankStatistics (primal only)
+        The summed statistics (primal solver only).
     solver_ : "primal" or "cg"
+        The solver used.
     n_iter_ : int (cg)
+        Conjugate-gradient iterations (cg solver only).
 
     Examples
     --------
@@ -434,7 +433,7 @@ class RankRLS(BaseRanker):
         """Coefficients for every alpha: (len(alphas), n_features[, n_outputs]).
 
         Primal: without another pass — one eigendecomposition of G, then
-        O(n² v) per alpha (DESIGN §3.2).  cg: warm-started CG per alpha over
+        O(n² v) per alpha.  cg: warm-started CG per alpha over
         the training data (or ``source``; required after loading), i.e.
         passes over the data per alpha — see
         :func:`streamrank.rankrls.cg_selection.path_of_model`.

@@ -1,4 +1,4 @@
-"""Model selection for linear RankRLS from statistics (DESIGN §3.2).
+"""Model selection for linear RankRLS from statistics.
 
 * **Folds by query**: a group's fold is a hash of its query id
   (:func:`fold_of`), so a nightly increment puts new groups of yesterday's
@@ -119,14 +119,22 @@ class CVResult:
 
     Attributes
     ----------
-    alphas : (a,) the grid
-    scores : (a,) mean over outputs
+    alphas
+        (a,) the grid
+    scores
+        (a,) mean over outputs
     scores_per_output : (a, v)
+        The scores per output column.
     best_alpha : float
+        The chosen λ.
     best_index : int
+        Its index in ``alphas``.
     scoring : str
+        The score the selection used.
     folds : int or "query"
+        The number of folds, or ``'query'`` for leave-query-out.
     greater_is_better : bool
+        Whether a larger score is better.
     """
 
     alphas: np.ndarray
@@ -232,6 +240,8 @@ def cross_validate(model, source=None, *, alphas=None, folds=5, scoring="squared
     scores, best = best_of_scores(per_out, greater)
     with model.solving_with(alphas[best]):       # refit at the best alpha; the user's alpha stays
         model.fit_statistics(model.stats_, source=source)
+    if getattr(source, "feature_names", None) is not None:   # a store's names travel with the model, as in fit
+        model.set_feature_names(source.n_features, source=source)
     if fold_stats is not None:
         model.fold_stats_ = fold_stats
     return model.record_selection(CVResult(

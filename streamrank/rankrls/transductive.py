@@ -56,10 +56,14 @@ class TransductiveRankRLS(BaseRanker):
 
     Parameters
     ----------
-    kernel, gamma, degree, coef0 : as :class:`~streamrank.KernelRankRLS`
-    alpha : float > 0, the regularization parameter λ
-    gamma_t : float > 0, weight γ of ‖Ŷ − f_V̄(X_V)‖² in objective (11)
+    kernel, gamma, degree, coef0
+        As :class:`~streamrank.KernelRankRLS`.
+    alpha
+        float > 0, the regularization parameter λ
+    gamma_t
+        float > 0, weight γ of ‖Ŷ − f_V̄(X_V)‖² in objective (11)
     group_weight : {"query", "pair", "size"}; the paper uses "query"
+        How the pairs of a group are weighted, as in RankRLS.
 
     Notes
     -----

@@ -101,24 +101,26 @@ def write_click_store(path, X, log, *, batch_rows: int = 65_536, overwrite: bool
 
 
 def main(argv=None) -> int:
+    """``streamrank recipe clicks``: write the click-log store from the options in ``argv``
+    (see ``--help``); returns the exit code."""
     from streamrank.datasets import letor
     from streamrank.datasets.clicks import simulate_clicks
 
     args = build_parser().parse_args(argv)
     if args.k < 1 or args.sessions < 1 or args.randomized_sessions < 1 or args.log_queries < 1 \
             or not 0 <= args.noise <= 1 or not args.eta >= 0:
-        print("error: need --k, --sessions, --randomized-sessions, --log-queries >= 1, 0 <= --noise <= 1 and "
-              "--eta >= 0", file=sys.stderr)
+        print("streamrank recipe clicks: error: need --k, --sessions, --randomized-sessions, --log-queries >= 1, "
+              "0 <= --noise <= 1 and --eta >= 0", file=sys.stderr)
         return 2
     spec = letor.DATASETS[args.dataset]
     source = os.path.join(args.data_dir, spec["archive"])
     if not os.path.exists(source):
-        print(f"error: {source} does not exist", file=sys.stderr)
-        return 2
+        print(f"streamrank recipe clicks: error: {source} does not exist", file=sys.stderr)
+        return 3
     for out in (args.out, args.randomized_out):
         if out is not None and os.path.exists(out) and not args.overwrite:
-            print(f"error: {out} exists; pass --overwrite", file=sys.stderr)
-            return 2
+            print(f"streamrank recipe clicks: error: {out} exists; pass --overwrite", file=sys.stderr)
+            return 5
     print(f"Citation: {letor.CITATIONS[args.dataset]}")
     print("Click model: Joachims, Swaminathan and Schnabel, Unbiased learning-to-rank with biased feedback, "
           "WSDM 2017.")

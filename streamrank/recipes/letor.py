@@ -58,6 +58,8 @@ def build_parser():
 
 
 def main(argv=None) -> int:
+    """``streamrank recipe letor``: write the LETOR store (or Parquet) from the options in ``argv``
+    (see ``--help``); returns the exit code."""
     from streamrank.datasets import letor
 
     args = build_parser().parse_args(argv)
@@ -71,13 +73,13 @@ def main(argv=None) -> int:
         source, member, n_features = args.input, args.member, args.features
         print("Citation: cite the source of your LETOR/svmlight file (LETOR: Qin & Liu, arXiv:1306.2597, 2013).")
     if not os.path.exists(source):
-        print(f"error: {source} does not exist", file=sys.stderr)
-        return 2
+        print(f"streamrank recipe letor: error: {source} does not exist", file=sys.stderr)
+        return 3
     t0 = time.perf_counter()
     if args.to_parquet:
         if os.path.exists(args.out) and not args.overwrite:
-            print(f"error: {args.out} exists; pass --overwrite", file=sys.stderr)
-            return 2
+            print(f"streamrank recipe letor: error: {args.out} exists; pass --overwrite", file=sys.stderr)
+            return 5
         files = letor.write_letor_parquet(args.out, source, member=member, n_features=n_features,
                                           rows_per_file=args.rows_per_file, row_group_rows=args.row_group_rows,
                                           limit_rows=args.limit, chunk_bytes=int(args.chunk_mb * 2**20),

@@ -33,14 +33,16 @@ def build_parser():
 
 
 def main(argv=None) -> int:
+    """``streamrank recipe mnist``: write the MNIST stores from the options in ``argv``
+    (see ``--help``); returns the exit code."""
     args = build_parser().parse_args(argv)
     from streamrank.datasets.mnist import CITATION, load_mnist
     from streamrank.datasets.tuples import write_class_tuple_stores
 
     print(f"Citation: {CITATION}")
     if not os.path.isdir(args.data_dir):
-        print(f"error: {args.data_dir} does not exist", file=sys.stderr)
-        return 2
+        print(f"streamrank recipe mnist: error: {args.data_dir} does not exist", file=sys.stderr)
+        return 3
     t0 = time.perf_counter()
     d = load_mnist(args.data_dir, limit=args.limit)
     paths = write_class_tuple_stores(args.out, d.X_train, d.y_train, d.X_test, d.y_test,

@@ -40,14 +40,16 @@ def build_parser():
 
 
 def main(argv=None) -> int:
+    """``streamrank recipe newsgroups``: write the 20 Newsgroups stores from the options in ``argv``
+    (see ``--help``); returns the exit code."""
     args = build_parser().parse_args(argv)
     from streamrank.datasets.newsgroups import CITATION, load_newsgroups
     from streamrank.datasets.tuples import write_class_tuple_stores
 
     print(f"Citation: {CITATION}")
     if not os.path.exists(args.archive):
-        print(f"error: {args.archive} does not exist", file=sys.stderr)
-        return 2
+        print(f"streamrank recipe newsgroups: error: {args.archive} does not exist", file=sys.stderr)
+        return 3
     t0 = time.perf_counter()
     c = load_newsgroups(args.archive, max_features=args.max_features, limit=args.limit,
                         keep_headers=args.keep_headers)

@@ -36,14 +36,16 @@ def build_parser():
 
 
 def main(argv=None) -> int:
+    """``streamrank recipe reuters``: write the Reuters-21578 store from the options in ``argv``
+    (see ``--help``); returns the exit code."""
     args = build_parser().parse_args(argv)
     import streamrank as sr
     from streamrank.datasets.reuters import CITATION, load_reuters
 
     print(f"Citation: {CITATION}")
     if not os.path.exists(args.archive):
-        print(f"error: {args.archive} does not exist", file=sys.stderr)
-        return 2
+        print(f"streamrank recipe reuters: error: {args.archive} does not exist", file=sys.stderr)
+        return 3
     t0 = time.perf_counter()
     d = load_reuters(args.archive, n_topics=args.topics, max_features=args.max_features or None,
                      limit=args.limit, train_size=args.train_size, random_state=args.seed)

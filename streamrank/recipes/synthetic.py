@@ -11,7 +11,7 @@ Two modes:
   and is reproducible from ``--model-seed`` with
   ``streamrank.datasets.synthetic.planted_W``.
 
-Examples::
+Examples:
 
     python -m streamrank.recipes.synthetic --rows 1000000 --features 46 --out letor_like.zarr
     python -m streamrank.recipes.synthetic --rows 200000 --nonlinear --group-size 10 60 --out nl.zarr
@@ -56,6 +56,8 @@ def build_parser():
 
 
 def main(argv=None) -> int:
+    """``streamrank recipe synthetic``: write the synthetic store from the options in ``argv``
+    (see ``--help``); returns the exit code."""
     args = build_parser().parse_args(argv)
     print(f"Citation: {CITATION}")
     from streamrank.datasets import synthetic as syn

@@ -1,4 +1,4 @@
-"""Sparse SGD rankers (DESIGN.md §3.6; Chen, Bai, Qi, Lin & Carbonell, ICDM 2010).
+"""Sparse SGD rankers (Chen, Bai, Qi, Lin & Carbonell, ICDM 2010).
 
 * :class:`~streamrank.sgd.bilinear.SparseSGDRanker` -- ``q^T W d`` with a
   row-pool W, cumulative L1 shrinkage (Algorithm 1) and refit (eq. 8);

@@ -108,6 +108,7 @@ class SparseSGDRanker(BaseRanker):
     init : {"identity", "zeros"}
         W_0 = I (needs as many query as item features) or 0.
     learning_rate : {"invsqrt", "constant"}
+        The step size: ``eta0 / sqrt(t)`` or ``eta0``.
     auto_refit : bool
         After ``fit``, refit on the support of W without L1 (eq. 8); the
         refit itself is the method :meth:`refit` (this flag used to be
@@ -142,9 +143,13 @@ class SparseSGDRanker(BaseRanker):
     Attributes
     ----------
     W_ : scipy.sparse.csr_matrix (n_query_features, n_item_features)
-    t_ : int, steps of Algorithm 1 taken so far (``refit_t_`` for the refit)
-    nnz_, density_, memory_bytes_ : size of W (``memory_bytes_`` = the row pool holding W)
-    history_ : list of dicts (step, phase, tuple_error, density, nnz, memory_bytes)
+        The bilinear weights.
+    t_
+        int, steps of Algorithm 1 taken so far (``refit_t_`` for the refit)
+    nnz_, density_, memory_bytes_
+        size of W (``memory_bytes_`` = the row pool holding W)
+    history_
+        list of dicts (step, phase, tuple_error, density, nnz, memory_bytes)
     query_normalizer_, item_normalizer_ : :class:`~streamrank.normalize.Normalizer` (offset 0) or None
         The scales s and t of ``normalize=``; W_ is W on the scaled features.
     """

@@ -1,6 +1,6 @@
 """Linear pairwise SGD ranker ``f(x) = w . x`` on preference pairs sampled within groups.
 
-The vector case of the sparse SGD machinery (DESIGN.md §3.6): each step takes
+The vector case of the sparse SGD machinery: each step takes
 an ordered pair (x+, x-) of one query group with ``y+ > y-`` and, with
 ``delta = x+ - x-`` and margin ``m = w . delta``,
 
@@ -98,6 +98,7 @@ class PairwiseSGDRanker(BaseRanker):
     Parameters
     ----------
     eta0 : float > 0
+        The initial learning rate.
     l1 : float >= 0
         L1 strength λ of ``λ ||w||_1``: the penalty of step t is ``λ eta_t``.
     l2 : float >= 0
@@ -105,7 +106,9 @@ class PairwiseSGDRanker(BaseRanker):
     shrink_every : int >= 1
         T of ``l1_rule="window"`` (unused by the cumulative rule).
     loss : {"hinge", "logistic"}
+        The loss on a sampled pair.
     learning_rate : {"invsqrt", "constant"}
+        The step size: ``eta0 / sqrt(t)`` or ``eta0``.
     l1_rule : {"cumulative", "window"}
         Cumulative penalty (Tsuruoka et al. 2009) or the paper's soft
         threshold every T steps (Chen et al. 2010, eq. 7); see the module doc.
@@ -124,7 +127,11 @@ class PairwiseSGDRanker(BaseRanker):
     Attributes
     ----------
     coef_ : ndarray (n_features,)
-    t_ : int (pairs seen), n_features_in_ : int
+        The weights.
+    t_ : int
+        Pairs seen so far.
+    n_features_in_ : int
+        The number of features seen in fit.
     """
 
     def __init__(self, *, eta0: float = 0.1, l1: float = 1e-4, l2: float = 0.0, shrink_every: int = 100,

@@ -93,3 +93,23 @@ def test_export_onnx_from_the_console_script(stores, tmp_path):
     got = ort.InferenceSession(str(tmp_path / "k.onnx")).run(None, {"X": X})[0]
     expected = sr.load(model_path).predict(X)
     assert np.abs(got - expected).max() <= 1e-5 * np.abs(expected).max()
+
+
+def test_cv_fit_keeps_the_stores_names_and_export_names_the_cli_option(tmp_path, monkeypatch):
+    """A model chosen by ``fit --alphas --cv`` keeps the store's feature names (as a plain fit does); a model
+    without names is refused by ``export`` with the command's own option, not the Python keyword."""
+    from streamrank.datasets.synthetic import make_letor_like
+
+    monkeypatch.chdir(tmp_path)
+    X, y, qid = make_letor_like(n_rows=400, n_features=3, random_state=0)
+    sr.GroupStore.create("named.zarr", 3, feature_names=["a", "b", "c"]).append(X, y, qid, batch_id="d")
+    sr.GroupStore.create("plain.zarr", 3).append(X, y, qid, batch_id="d")
+    for store in ("named", "plain"):
+        rc, _, err = run("fit", "--store", f"{store}.zarr", "--model", f"{store}-m.zarr", "--learner", "rankrls",
+                         "--alphas", "0.1,1,10", "--cv", "2", "-q")
+        assert rc == 0, err
+    assert list(sr.load("named-m.zarr").feature_names_in_) == ["a", "b", "c"]
+    rc, _, err = run("export", "--model", "named-m.zarr", "--format", "solr", "--out", "named.json", "-q")
+    assert rc == 0, err
+    rc, _, err = run("export", "--model", "plain-m.zarr", "--format", "solr", "--out", "plain.json")
+    assert rc == 6 and "--feature-names" in err and "feature_names=[" not in err, err

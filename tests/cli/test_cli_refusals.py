@@ -197,3 +197,59 @@ def test_evaluate_a_parquet_file_directly_matches_the_store(mq_slice, tmp_path):
     assert json.loads(got)["metrics"] == pytest.approx(json.loads(want)["metrics"], rel=1e-12)
     rc, _, err = main("evaluate", "--model", d / "m.zarr", "--data", tmp_path / "test.parquet")
     assert rc == 4 and "--label COL --qid COL" in err
+
+
+def test_a_wider_text_into_an_existing_store_blames_the_store(tmp_path):
+    """A 3-feature text ingested into an existing 2-feature store: the error says the store holds 2 features
+    (the text is well formed; it was meant for another store) and names the line; nothing is appended."""
+    (tmp_path / "two.txt").write_text(TWO)
+    (tmp_path / "three.txt").write_text(THREE)
+    rc, _, err = main("ingest", tmp_path / "two.txt", "--store", tmp_path / "s.zarr", "-q")
+    assert rc == 0, err
+    rc, _, err = main("ingest", tmp_path / "three.txt", "--store", tmp_path / "s.zarr")
+    assert rc == 4, err
+    assert f"the existing store {tmp_path / 's.zarr'} holds 2 features" in err
+    assert "three.txt:1: feature index out of range" in err and "another --store" in err
+    assert sr.GroupStore.open(tmp_path / "s.zarr").n_rows == 2
+
+
+@pytest.mark.parametrize("name,text,what", [("f.csv", "label,qid,f1\n1,2,0.5\n", "CSV"),
+                                            ("f.tsv", "1\t2\t0.5\n0\t2\t0.1\n", "TSV")])
+def test_a_delimited_table_is_an_unsupported_format(tmp_path, name, text, what):
+    """A CSV/TSV file is refused as a format streamrank does not read (exit 6, naming Parquet), not parsed as
+    LETOR text with a 'bad label'; nothing is created."""
+    (tmp_path / name).write_text(text)
+    rc, _, err = main("ingest", tmp_path / name, "--store", tmp_path / "s.zarr")
+    assert rc == 6 and f"looks like {what}" in err and "Parquet" in err and "bad label" not in err, err
+    assert not (tmp_path / "s.zarr").exists()
+
+
+def test_a_mistyped_parquet_column_is_found_among_all_columns(tmp_path):
+    """The closest column names come first and every column is listed (it was the first 10: the one meant, the
+    30th, was hidden)."""
+    pd = pytest.importorskip("pandas")
+    pytest.importorskip("pyarrow")
+    cols = {f"f_{j:02d}": np.arange(4.0) for j in range(29)}
+    pd.DataFrame({**cols, "query_id": ["a", "a", "b", "b"], "label": [1.0, 0, 1, 0]}).to_parquet(tmp_path / "t.parquet")
+    rc, _, err = main("ingest", tmp_path / "t.parquet", "--store", tmp_path / "s.zarr", "--label", "label",
+                      "--qid", "query_idd")
+    assert rc == 4 and "did you mean ['query_id']" in err and "'f_28'" in err, err
+
+
+def test_info_lists_unnamed_weights_by_column(tmp_path):
+    """A model without feature names: its weights are listed by column and info says export needs names (it
+    showed made-up names x0, x1, ... that export then said did not exist)."""
+    X, y, qid = np.random.default_rng(0).normal(size=(40, 3)), np.arange(40) % 3, np.repeat(np.arange(4), 10)
+    sr.save(sr.RankRLS(alpha=1.0).fit(X, y, qid), tmp_path / "m.zarr")
+    rc, out, err = main("info", "--model", tmp_path / "m.zarr")
+    assert rc == 0, err
+    assert "column 0" in out and " x0" not in out and "needs --feature-names" in out
+
+
+def test_a_typo_in_the_model_directory_creates_nothing(tmp_path, small):
+    """``fit --model modles/m.zarr`` (a mistyped directory): exit 3 naming the directory; no directory tree is
+    created behind the user's back."""
+    rc, _, err = main("fit", "--store", small / "s.zarr", "--model", tmp_path / "modles" / "m.zarr", "--learner",
+                      "rankrls")
+    assert rc == 3 and "modles" in err and "does not exist" in err, err
+    assert not (tmp_path / "modles").exists()

@@ -135,34 +135,33 @@ def test_store_doc_ids_are_checked_and_checksummed(tmp_path):
         plain.append(np.ones((1, 2)), [1.0], [1], docid=["a"])
 
 
-@pytest.mark.slow   # README ingest/predict/evaluate lines as written: 4.5 s wall under load 11
-def test_readme_run_lines_run_as_written(data, tmp_path, monkeypatch):
-    """The README's ``ingest ... --docids`` and ``predict ... --run`` lines, in a directory laid out as they assume;
-    the run file they write is read back by ``streamrank evaluate --run``."""
-    import shlex
-    import shutil
-    from pathlib import Path
-
-    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
-    lines = [ln.split("   #")[0].strip() for ln in readme.splitlines()
-             if ln.startswith(("streamrank ingest MQ2008/Fold1/test.txt", "streamrank predict --model m.zarr --store "
-                               "test.zarr --run"))]
-    assert len(lines) == 2
-    with tarfile.open(ARCHIVE) as tf:
-        text = tf.extractfile(MEMBER).read().decode().splitlines()
-    (tmp_path / "MQ2008" / "Fold1").mkdir(parents=True)
-    (tmp_path / "MQ2008" / "Fold1" / "test.txt").write_text("\n".join(text[:300]) + "\n")
-    shutil.copytree(data / "m.zarr", tmp_path / "m.zarr")
-    monkeypatch.chdir(tmp_path)
-    for line in lines:
-        rc, _, err = run(*shlex.split(line)[1:])
-        assert rc == 0, f"{line}: {err}"
-    store = sr.GroupStore.open("test.zarr")
-    qid_rows = np.repeat(store.qid, np.diff(store.group_ptr))
-    y = np.concatenate([b.y for b in store.blocks()])
-    with open("qrels.txt", "w") as f:
-        f.writelines(f"{q} 0 {d} {int(v)}\n" for q, d, v in zip(qid_rows, store.docids(), y, strict=True))
-    rc, out, err = run("evaluate", "--run", "run.txt", "--qrels", "qrels.txt", "--metrics", "ndcg@10,map",
-                       "--gain", "linear", "--empty", "zero", "--json")
+@pytest.mark.slow   # the module's CLI fit (see above)
+@pytest.mark.parametrize("which", ["test", "plain"])
+def test_predict_qrels_writes_the_stores_labels_beside_the_run(data, tmp_path, which):
+    """``predict --run --qrels``: the store's labels as TREC judgments, each row named as the run names it (the
+    LETOR ``#docid`` or ``row<N>``), so ``evaluate --run --qrels`` scores the run with nothing made by hand."""
+    run_path, qrels = tmp_path / "run.txt", tmp_path / "qrels.txt"
+    rc, _, err = run("predict", "--model", data / "m.zarr", "--store", data / f"{which}.zarr", "--run", run_path,
+                     "--qrels", qrels)
     assert rc == 0, err
-    assert '"ndcg@10"' in out
+    raw = _raw_lines(ROWS)
+    with tarfile.open(ARCHIVE) as tf:
+        labels = [int(ln.split()[0]) for ln in tf.extractfile(MEMBER).read().decode().splitlines() if ln.strip()]
+    store = sr.GroupStore.open(data / f"{which}.zarr")
+    names = [d for _, d in raw][:store.n_rows] if which == "test" else [f"row{r}" for r in range(store.n_rows)]
+    want = [f"{q} 0 {d} {v}" for (q, _), d, v in zip(raw[:store.n_rows], names, labels, strict=False)]
+    assert qrels.read_text().splitlines() == want
+    assert {(r[0], r[2]) for r in _parse_run(run_path)} == {(w.split()[0], w.split()[2]) for w in want}
+    rc, out, err = run("evaluate", "--run", run_path, "--qrels", qrels, "--metrics", "ndcg@10,map", "--gain",
+                       "linear", "--empty", "zero", "--json")
+    assert rc == 0, err
+    import json
+
+    got = json.loads(out)
+    assert got["n_queries"]["ndcg@10"] == store.n_groups and 0 < got["metrics"]["ndcg@10"] <= 1
+
+
+def test_qrels_needs_a_run(tmp_path):
+    rc, _, err = run("predict", "--model", tmp_path / "m.zarr", "--store", tmp_path / "s.zarr", "--out",
+                     tmp_path / "s.npy", "--qrels", tmp_path / "q.txt")
+    assert rc == 2 and "--run" in err and not (tmp_path / "q.txt").exists()

@@ -164,8 +164,10 @@ def test_load_raises_when_a_learner_module_does_not_import(tmp_path, monkeypatch
     from streamrank import persistence
 
     monkeypatch.setattr(persistence, "_REGISTRY", {})
-    monkeypatch.setattr(sr, "LEARNER_MODULES", sr.LEARNER_MODULES + ("streamrank.rankrls._no_such_module",))
-    monkeypatch.setitem(sr._NAMES, "RankRLS", "streamrank.rankrls._no_such_module")
+    from streamrank import _learners
+
+    monkeypatch.setattr(_learners, "LEARNER_MODULES", _learners.LEARNER_MODULES + ("streamrank.rankrls._no_such_module",))
+    monkeypatch.setitem(_learners.LEARNERS, "RankRLS", "streamrank.rankrls._no_such_module")
     with pytest.raises(ModuleNotFoundError, match="_no_such_module"):
         sr.load(tmp_path / "m")
 

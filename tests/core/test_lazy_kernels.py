@@ -1,6 +1,6 @@
-"""Kernels made on first use, their plain-Python twins and the twins' budget (``streamrank._numba``, issue 22).
+"""Kernels made on first use (``streamrank._numba``, issue 22).
 
-Module state (whether numba is set up, the budget) belongs to a process, and
+Module state (whether numba is set up) belongs to a process, and
 this test process has run kernels already: the checks that need a process in
 which no kernel ran yet run in fresh interpreters.
 """
@@ -12,7 +12,6 @@ import textwrap
 
 import pytest
 
-from streamrank import _numba
 
 #: the one module that is numba code by nature (an LLVM intrinsic): imported only when a kernel needing it is made
 NUMBA_BY_NATURE = ("streamrank.sgd._prefetch",)
@@ -155,23 +154,6 @@ def test_first_calls_from_many_threads_make_one_dispatcher(kernel_modules):
     assert _run(code, kernel_modules).split() == ["1", "10000.0", "1"]
 
 
-def test_python_twin_runs_the_same_source_without_numba(kernel_modules):
-    code = """
-    import sys, numpy as np, kern_a, kern_b
-    from streamrank._numba import python_twin
-    a = np.arange(4.0)
-    print(python_twin(kern_a.outer)(a), python_twin(kern_a.doubled)(a).tolist())
-    print("numba" in sys.modules)
-    print(kern_a.outer(a), python_twin(kern_a.outer) is python_twin(kern_a.outer))
-    print(python_twin(kern_a.outer)(a))                 # made after the module was bound: still plain Python
-    """
-    lines = _run(code, kernel_modules).splitlines()
-    assert lines[0] == "16.0 [0.0, 2.0, 4.0, 6.0]"
-    assert lines[1] == "False"
-    assert lines[2] == "16.0 True"
-    assert lines[3] == "16.0"
-
-
 def test_kernels_pickle_by_reference_and_bind_on_classes_like_functions(kernel_modules):
     code = """
     import pickle, numpy as np, kern_a
@@ -187,30 +169,3 @@ def test_kernels_pickle_by_reference_and_bind_on_classes_like_functions(kernel_m
     print(back is helper.dispatcher(), back(2.0))
     """
     assert _run(code, kernel_modules).split() == ["Holder", "True", "4.0"]
-
-
-def test_use_twin_spends_a_budget_until_numba_is_set_up(kernel_modules):
-    code = """
-    import numpy as np, kern_a
-    from streamrank._numba import TWIN_BUDGET_S, twins, use_twin
-    print(use_twin(TWIN_BUDGET_S * 0.6), use_twin(TWIN_BUDGET_S * 0.6), use_twin(TWIN_BUDGET_S * 0.3))
-    with twins(False):
-        print(use_twin(0.0))
-    kern_a.outer(np.arange(2.0))                       # numba set up: from now on every call takes the kernel
-    print(use_twin(0.0))
-    with twins(True):
-        print(use_twin(1e9))
-    print(use_twin(0.0))
-    """
-    lines = _run(code, kernel_modules).splitlines()
-    assert lines == ["True False True", "False", "False", "True", "False"]
-
-
-def test_twins_context_restores_what_it_forced():
-    before = _numba._forced[0]
-    with _numba.twins(True):
-        assert _numba.use_twin(1e9)
-        with _numba.twins(False):
-            assert not _numba.use_twin(0.0)
-        assert _numba.use_twin(1e9)
-    assert _numba._forced[0] == before

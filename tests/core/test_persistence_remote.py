@@ -1,8 +1,9 @@
 """sr.save / sr.load on object storage, against a real S3 server on loopback (moto's, tests/_s3_server.py).
 
-The guarantee (streamrank/_remote_models.py): a reader sees the old or the
-new model, never a mix — also while a writer replaces the model and sweeps
-the version being read, and after a writer died before publishing.
+The guarantee (streamrank/_remote_models.py, _repo_models.py): a save is one
+Icechunk commit; a reader sees the old or the new model, never a mix — also
+while a writer replaces the model, and after a writer died before its commit.
+Models of the previous layout (a pointer naming an immutable version) load.
 """
 from __future__ import annotations
 
@@ -15,6 +16,8 @@ import pytest
 
 import streamrank as sr
 from streamrank import _remote_models as rm
+from streamrank import persistence
+from streamrank.io._icechunk_repo import RepoLocation, transaction
 from streamrank.persistence import ModelFormatError
 
 
@@ -35,35 +38,27 @@ def _fs(s3_server, url):
     return rm.filesystem(url, s3_server.storage_options)
 
 
-def test_save_load_replace_and_sweep(s3_server, s3_url, two_models, monkeypatch, tmp_path):
+def test_save_load_replace_and_history(s3_server, s3_url, two_models, monkeypatch, tmp_path):
     a, b, X = two_models
     so = s3_server.storage_options
     url = s3_url + "/models/ranker"
-    sr.save(a, url, storage_options=so)
+    first = sr.save(a, url, storage_options=so)
     got = sr.load(url, storage_options=so)
     assert _same(got, a)
     np.testing.assert_array_equal(got.predict(X), a.predict(X))
-    fs, root = _fs(s3_server, url)
-    ptr = json.loads(fs.cat_file(root + "/model.json"))
-    assert ptr["streamrank"] == "model-pointer" and ptr["class"] == "RankRLS"
-    first = ptr["version"]
-    assert fs.isfile(f"{root}/versions/{first}/zarr.json")
-    # a second save publishes a new version; the replaced one is kept for the grace period ...
-    sr.save(b, url, storage_options=so)
+    loc = RepoLocation(url, so)
+    assert json.loads(loc.read("model/zarr.json"))["attributes"]["class"] == "RankRLS"
+    # a second save is a second commit; the first model stays readable as of its commit
+    second = sr.save(b, url, storage_options=so)
     assert _same(sr.load(url, storage_options=so), b)
-    assert len(fs.ls(root + "/versions", refresh=True)) == 2
-    # ... and swept by the next save once it is older than the grace (never the current one)
-    monkeypatch.setattr(rm, "SWEEP_GRACE_S", 0.0)
-    sr.save(a, url, storage_options=so)
-    (only,) = fs.ls(root + "/versions", detail=False, refresh=True)
-    assert only.endswith(json.loads(fs.cat_file(root + "/model.json"))["version"])
-    assert _same(sr.load(url, storage_options=so), a)
+    assert _same(sr.load(f"{url}@{first}", storage_options=so), a) and first != second
+    assert [s.message for s in loc.repo.ancestry(branch="main")][:2] == ["save RankRLS", "save RankRLS"]
     # the command line's model loading takes the URL, credentials and endpoint from the environment
     from streamrank.cli._stores import _load_model
 
     for k, v in s3_server.env.items():
         monkeypatch.setenv(k, v)
-    assert _same(_load_model(url), a)
+    assert _same(_load_model(url), b)
     # storage options belong to URLs only
     with pytest.raises(ValueError, match="local path"):
         sr.save(a, tmp_path / "m", storage_options=so)
@@ -72,62 +67,50 @@ def test_save_load_replace_and_sweep(s3_server, s3_url, two_models, monkeypatch,
         sr.save(a, "ftp://127.0.0.1/m")
 
 
-def test_writer_dying_before_publication_leaves_the_old_model(s3_server, s3_url, two_models, monkeypatch):
+def test_writer_dying_before_its_commit_leaves_the_old_model(s3_server, s3_url, two_models, monkeypatch):
     a, b, _ = two_models
     so = s3_server.storage_options
     url = s3_url + "/m"
     sr.save(a, url, storage_options=so)
-    fs, root = _fs(s3_server, url)
-    real = fs.pipe_file
 
-    def die_at_publication(path, *args, **kwargs):
-        if path.endswith("/model.json"):
-            raise SystemExit("killed before the pointer write")
-        return real(path, *args, **kwargs)
+    def die_at_the_commit(self, *args, **kwargs):
+        raise SystemExit("killed before the commit")
 
-    monkeypatch.setattr(fs, "pipe_file", die_at_publication)   # the same (cached) client sr.save uses
+    monkeypatch.setattr(RepoLocation, "commit", die_at_the_commit)
     with pytest.raises(SystemExit):
         sr.save(b, url, storage_options=so)
-    monkeypatch.setattr(fs, "pipe_file", real)
-    assert _same(sr.load(url, storage_options=so), a)          # the complete old model
-    assert len(fs.ls(root + "/versions", refresh=True)) == 2   # + the unpublished version, read by nobody
-    monkeypatch.setattr(rm, "SWEEP_GRACE_S", 0.0)
+    monkeypatch.undo()
+    assert _same(sr.load(url, storage_options=so), a)          # the complete old model, nothing of the new
     sr.save(b, url, storage_options=so)
-    assert len(fs.ls(root + "/versions", refresh=True)) == 1   # leftovers swept after a publication
     assert _same(sr.load(url, storage_options=so), b)
 
 
-@pytest.mark.parametrize("swept", [True, False], ids=["version-swept-mid-read", "version-kept"])
-def test_a_save_during_a_load_gives_old_or_new_never_a_mix(s3_server, s3_url, two_models, monkeypatch, swept):
-    """Deterministic interleaving: a save (and, with no grace, its sweep) lands between the reader's
-    listing and its fetch.  Swept: the reader starts over and gets the new model; kept: the old one, whole."""
+def test_a_save_during_a_load_gives_the_readers_commit_whole(s3_server, s3_url, two_models, monkeypatch):
+    """Deterministic interleaving: a save commits after the reader opened the model, before it reads the arrays:
+    the reader reads its commit's model, whole."""
     a, b, _ = two_models
     so = s3_server.storage_options
     url = s3_url + "/m"
     sr.save(a, url, storage_options=so)
-    if swept:
-        monkeypatch.setattr(rm, "SWEEP_GRACE_S", 0.0)
-    real_fetch, calls = rm._fetch, []
+    real, calls = persistence.read_group, []
 
-    def fetch_after_a_save(fs, prefix, keys):
-        calls.append(prefix)
-        if len(calls) == 1:
-            sr.save(b, url, storage_options=so)
-        return real_fetch(fs, prefix, keys)
+    def read_after_a_save(*args, **kwargs):
+        calls.append(1)
+        sr.save(b, url, storage_options=so)
+        return real(*args, **kwargs)
 
-    monkeypatch.setattr(rm, "_fetch", fetch_after_a_save)
-    got = sr.load(url, storage_options=so)
-    assert _same(got, b if swept else a)
-    assert len(calls) == (2 if swept else 1)
+    monkeypatch.setattr(persistence, "read_group", read_after_a_save)   # what sr.load hands the repository
+    assert _same(sr.load(url, storage_options=so), a) and calls == [1]
+    monkeypatch.undo()
+    assert _same(sr.load(url, storage_options=so), b)
 
 
 def test_reader_racing_a_writer_never_sees_a_mix(s3_server, s3_url, two_models, monkeypatch):
-    """Real threads: a writer replaces the model (sweeping at once) while a reader loads it again and again."""
+    """Real threads: a writer replaces the model again and again while a reader loads it again and again."""
     a, b, _ = two_models
     so = s3_server.storage_options
     url = s3_url + "/m"
     sr.save(a, url, storage_options=so)
-    monkeypatch.setattr(rm, "SWEEP_GRACE_S", 0.0)
     stop, errors, seen = threading.Event(), [], []
 
     def writer():
@@ -156,16 +139,54 @@ def test_reader_racing_a_writer_never_sees_a_mix(s3_server, s3_url, two_models, 
     assert seen
 
 
-def test_damaged_or_foreign_objects_are_clear_errors(s3_server, s3_url, two_models, tmp_path):
+def _rogue_commit(url, so, change):
+    """``change(loc)`` committed behind streamrank's back (damage, a hand edit), through the same transaction."""
+    loc = RepoLocation(url, so)
+    with transaction(loc):
+        change(loc)
+        loc.commit("rogue edit")
+
+
+def test_damaged_models_in_a_repository_are_clear_errors(s3_server, s3_url, two_models):
     a, _, _ = two_models
     so = s3_server.storage_options
     url = s3_url + "/m"
-    fs, root = _fs(s3_server, url)
     with pytest.raises(FileNotFoundError, match="no model at"):
         sr.load(url, storage_options=so)
     sr.save(a, url, storage_options=so)
-    good = fs.cat_file(root + "/model.json")
-    version = json.loads(good)["version"]
+    good = RepoLocation(url, so).read("model/coef_/c/0")
+    _rogue_commit(url, so, lambda loc: loc.write("model/coef_/c/0", good[:-1] + bytes([good[-1] ^ 1])))
+    with pytest.raises(ModelFormatError, match="coef_"):
+        sr.load(url, storage_options=so)
+    _rogue_commit(url, so, lambda loc: loc.delete("model/coef_/c/0"))
+    with pytest.raises(ModelFormatError, match="coef_"):
+        sr.load(url, storage_options=so)
+
+    def inconsistent(loc):
+        doc = json.loads(loc.read("model/zarr.json"))
+        doc["attributes"]["state"]["n_features_in_"] = 7
+        loc.write("model/zarr.json", json.dumps(doc).encode())
+        loc.write("model/coef_/c/0", good)
+
+    _rogue_commit(url, so, inconsistent)
+    with pytest.raises(ModelFormatError, match="cannot be restored|coef_"):
+        sr.load(url, storage_options=so)
+
+
+def test_models_of_the_previous_layout_load_and_damaged_ones_are_clear_errors(s3_server, s3_url, two_models,
+                                                                              tmp_path):
+    """The previous layout (a pointer model.json naming an immutable version) is read, with its checks."""
+    a, _, _ = two_models
+    so = s3_server.storage_options
+    url = s3_url + "/old"
+    fs, root = _fs(s3_server, url)
+    sr.save(a, tmp_path / "local")
+    version = "20260101T000000000000Z-0123456789abcdef"
+    fs.put(str(tmp_path / "local") + "/", f"{root}/versions/{version}/", recursive=True)
+    good = json.dumps({"streamrank": "model-pointer", "format_version": 1, "version": version,
+                       "class": "RankRLS", "saved": "2026-01-01T00:00:00+00:00"}).encode()
+    fs.pipe_file(root + "/model.json", good)
+    assert _same(sr.load(url, storage_options=so), a) and rm.published(url, so)
     for bad, match in [(b"{not json", "not valid JSON"),
                        (b'{"streamrank": "model"}', "not a streamrank model pointer"),
                        (json.dumps({**json.loads(good), "version": "../../other"}).encode(), "not a version name"),
@@ -179,16 +200,6 @@ def test_damaged_or_foreign_objects_are_clear_errors(s3_server, s3_url, two_mode
     # a chunk deleted from the published version: zarr would read zeros, the load refuses
     fs.rm_file(f"{root}/versions/{version}/coef_/c/0")
     with pytest.raises(ModelFormatError, match=r"chunk coef_/c/0 is missing"):
-        sr.load(url, storage_options=so)
-    # a version whose saved state is inconsistent is refused by the same checks as a local model
-    sr.save(a, tmp_path / "local")
-    meta = json.loads((tmp_path / "local" / "zarr.json").read_text())
-    meta["attributes"]["state"]["n_features_in_"] = 7
-    (tmp_path / "local" / "zarr.json").write_text(json.dumps(meta))
-    forged = "20260101T000000000000Z-0123456789abcdef"
-    fs.put(str(tmp_path / "local") + "/", f"{root}/versions/{forged}/", recursive=True)
-    fs.pipe_file(root + "/model.json", json.dumps({**json.loads(good), "version": forged}).encode())
-    with pytest.raises(ModelFormatError, match="cannot be restored|coef_"):
         sr.load(url, storage_options=so)
     # a zarr group uploaded by hand (no pointer) is not published: refused, saying how to publish it
     fs.put(str(tmp_path / "local") + "/", root + "/copied/", recursive=True)
@@ -212,9 +223,7 @@ def test_command_line_fit_saves_to_and_predicts_from_s3(s3_server, s3_url, tmp_p
     assert main(fit) == 0
     got = sr.load(url, storage_options=s3_server.storage_options)
     np.testing.assert_allclose(got.coef_, sr.RankRLS().fit(store).coef_, rtol=1e-10)
-    fs, root = _fs(s3_server, url)
-    version = json.loads(fs.cat_file(root + "/model.json"))["version"]
-    assert "cli" in json.loads(fs.cat_file(f"{root}/versions/{version}/zarr.json"))["attributes"]
+    assert "cli" in json.loads(RepoLocation(url, s3_server.storage_options).read("model/zarr.json"))["attributes"]
     capsys.readouterr()
     assert main(fit) == 5 and "--overwrite" in capsys.readouterr().err
     assert main(fit + ["--overwrite"]) == 0

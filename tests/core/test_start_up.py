@@ -81,81 +81,11 @@ def test_ingest_fit_evaluate_import_only_what_they_use(tmp_path):
     res = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, env=env)
     assert res.returncode == 0, res.stderr
     mods = set(json.loads(res.stdout.rsplit("MODULES=", 1)[1]))
-    # the commands did run (numba is no longer among what they import: ingest of a small file runs the svmlight
-    # parser's numpy fast path, tests/io/test_svmlight_twin.py)
+    # the commands did run
     assert "streamrank.io.svmlight" in mods and "streamrank.metrics" in mods
     unexpected = sorted(m for m in mods if m.startswith(NOT_ON_THE_EVERYDAY_PATH))
     assert not unexpected, unexpected
     assert [m for m in LEARNERS if m in mods] == ["streamrank.rankrls.linear"]
-    from streamrank.cli._preload import PRELOAD
-
-    for command in ("ingest", "fit", "evaluate"):     # the console preloads only what these import anyway
-        assert set(PRELOAD[command]) <= mods
-
-
-def test_small_fit_evaluate_and_predict_import_no_numba(tmp_path):
-    """On a small store the everyday commands after ``ingest`` run the kernels' twins: no numba at all.
-
-    ``evaluate`` and ``predict`` of a linear model also leave out scipy.linalg
-    (only the fit solves).  Each command runs in its own fresh interpreter, as
-    a cron job runs it; the store and the model are made here first.
-    """
-    from streamrank.cli import main
-
-    rng = np.random.default_rng(2)
-    lines = [f"{int(rng.integers(0, 3))} qid:{q} " + " ".join(f"{j}:{rng.normal():.4f}" for j in range(1, 7))
-             for q in range(1, 41) for _ in range(8)]
-    (tmp_path / "train.txt").write_text("\n".join(lines) + "\n")
-    assert main(["ingest", str(tmp_path / "train.txt"), "--store", str(tmp_path / "s.zarr"), "-q"]) == 0
-    commands = {"fit": ["fit", "--store", "s.zarr", "--model", "m.zarr", "--learner", "rankrls", "-q"],
-                "evaluate": ["evaluate", "--model", "m.zarr", "--store", "s.zarr", "-q"],
-                "predict": ["predict", "--model", "m.zarr", "--store", "s.zarr", "--out", "scores.npy", "-q"]}
-    for name, argv in commands.items():
-        mods = _modules_after("import contextlib, io, os\nfrom streamrank.cli import main\n"
-                              f"os.chdir({str(tmp_path)!r})\n"
-                              "with contextlib.redirect_stdout(io.StringIO()):\n"
-                              f"    assert main({argv!r}) == 0\n")
-        assert not [m for m in mods if m.split(".")[0] in ("numba", "llvmlite")], name
-        assert "streamrank.metrics" in mods or name != "evaluate"
-        assert ("scipy.linalg" in mods) == (name == "fit"), name
-    assert np.load(tmp_path / "scores.npy").shape == (320,)
-
-
-def test_preload_pauses_the_collector_and_freezes_what_it_imported():
-    code = ("import gc, sys\nfrom streamrank.cli._preload import preload_paused\n"
-            "gc.collect()\nbefore = gc.get_freeze_count()\n"
-            "preload_paused(['zarr', 'no_such_module_for_streamrank'])\n"   # a failing import is the command's
-            "assert gc.isenabled() and 'zarr' in sys.modules\n"
-            "assert gc.get_freeze_count() > before + 10000, (before, gc.get_freeze_count())\n"
-            "gc.disable()\npreload_paused(['json'])\nassert not gc.isenabled()\n")   # a paused collector stays so
-    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
-    assert res.returncode == 0, res.stderr
-
-
-def test_only_the_console_path_preloads(monkeypatch, tmp_path):
-    """``main()`` of the console script preloads (it owns the process); ``main([...])`` of a caller never does."""
-    from streamrank.cli import EXIT_NOT_FOUND, _preload, main
-
-    calls = []
-    monkeypatch.setattr(_preload, "preload_paused", calls.append)
-    monkeypatch.setenv("STREAMRANK_NO_FORK", "1")            # the console path, without the fork
-    (tmp_path / "empty.zarr").mkdir()                       # exists, but is no store: the command fails later
-    argv = ["fit", "--store", str(tmp_path / "empty.zarr"), "--model", str(tmp_path / "m.zarr"),
-            "--learner", "rankrls", "-q"]
-    assert main(argv) != 0 and calls == []                   # in process: no preload
-    monkeypatch.setattr(sys, "argv", ["streamrank", *argv])
-    assert main() != 0
-    local_fit = _preload.PRELOAD["fit"]
-    assert calls == [local_fit]
-    monkeypatch.setattr(sys, "argv", ["streamrank", "info", str(tmp_path / "empty.zarr")])
-    main()
-    assert calls == [local_fit, ()]                         # a command without a preload list
-    for argv in (["fit", "--store", str(tmp_path / "none.zarr"), "--model", str(tmp_path / "m.zarr"),
-                  "--learner", "rankrls"],
-                 ["evaluate", "--model", str(tmp_path / "none.zarr"), "--store", str(tmp_path / "empty.zarr")]):
-        monkeypatch.setattr(sys, "argv", ["streamrank", *argv])
-        assert main() == EXIT_NOT_FOUND                      # a mistyped input: its error at once, no preload
-    assert len(calls) == 2
 
 
 def test_import_streamrank_is_cheap():

@@ -1,4 +1,4 @@
-"""The README's "Train on logs, serve in OpenSearch" lines run as written, and what they write serves like predict."""
+"""The serving page's Python and export lines run as written, and what they write serves like predict."""
 from __future__ import annotations
 
 import json
@@ -15,13 +15,12 @@ from ltr_scorers import score_opensearch, score_solr
 
 import streamrank as sr
 
-README = Path(__file__).resolve().parents[2] / "README.md"
+README = Path(__file__).resolve().parents[2] / "docs" / "serving.md"
+GETTING_STARTED = Path(__file__).resolve().parents[2] / "docs" / "getting-started.md"
 
 
 def _section():
-    text = README.read_text()
-    start = text.index("## Train on logs, serve in OpenSearch")
-    return text[start:text.index("\n## ", start + 1)]
+    return README.read_text()
 
 
 def _shell(line, cwd):
@@ -33,6 +32,7 @@ def _shell(line, cwd):
 def test_readme_serving_lines_run_as_written(tmp_path):
     section = _section()
     (code,) = re.findall(r"```python\n(.*?)```", section, flags=re.S)
+    assert '"serve-logs.zarr"' in code
     (bash,) = re.findall(r"```bash\n(.*?)```", section, flags=re.S)
     cwd = os.getcwd()
     os.chdir(tmp_path)
@@ -59,17 +59,17 @@ def test_readme_serving_lines_run_as_written(tmp_path):
     assert_serves_like_predict(got, model.predict(X32), qid)
 
 
-def test_readme_command_line_export_runs_as_written(tmp_path):
-    text = README.read_text()
+def test_getting_started_export_line_runs_as_written(tmp_path):
+    text = GETTING_STARTED.read_text()
     (line,) = [ln.split("  #")[0].strip() for ln in text.splitlines()
-               if ln.startswith("streamrank export --model m.zarr")]
+               if ln.startswith("streamrank export --model mq.zarr")]
     rng = np.random.default_rng(0)
     X = rng.random((200, 4))
     y = X @ [1.0, 0.5, -1.0, 0.0]
     q = np.repeat(np.arange(20), 10)
-    sr.save(sr.RankRLS(alpha=1.0).fit(X, y, q), tmp_path / "m.zarr")
-    (tmp_path / "features.txt").write_text("a\nb\nc\nd\n")
+    sr.save(sr.RankRLS(alpha=1.0).fit(X, y, q), tmp_path / "mq.zarr")
+    (tmp_path / "mq-features.txt").write_text("a\nb\nc\nd\n")
     p = _shell(line, tmp_path)
     assert p.returncode == 0, p.stderr
-    body = json.loads((tmp_path / "m.json").read_text())
+    body = json.loads((tmp_path / "mq.json").read_text())
     assert list(body["model"]["model"]["definition"]) == ["a", "b", "c", "d"]

@@ -92,13 +92,13 @@ def _loads(path: Path, monkeypatch):
 
     def remote():
         url = f"memory://streamrank-record/{path.parent.name}-{path.name}"
-        sr.save(_RecordProbe().fit(), url)                 # a published model, whose files are then replaced
-        fs = fsspec.filesystem("memory")
-        version = json.loads(fs.cat_file(url[len("memory://"):] + "/model.json"))["version"]
+        fs = fsspec.filesystem("memory")              # a model published in the pointer layout at a URL
+        version = "20260101T000000000000Z-0123456789abcdef"
         prefix = f"{url[len('memory://'):]}/versions/{version}"
-        fs.rm(prefix, recursive=True)
         fs.pipe({f"{prefix}/{p.relative_to(path).as_posix()}": p.read_bytes()
                  for p in path.rglob("*") if p.is_file()})
+        fs.pipe_file(url[len("memory://"):] + "/model.json", json.dumps(
+            {"streamrank": "model-pointer", "format_version": 1, "version": version, "class": "RankRLS"}).encode())
         try:
             return sr.load(url)
         finally:

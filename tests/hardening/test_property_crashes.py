@@ -24,6 +24,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import streamrank as sr
+from streamrank.io import _group_append
 from streamrank.io import group_store as gs
 from streamrank.io.schema import CheckedArray
 
@@ -80,7 +81,7 @@ def test_append_sequences_with_crashes(tmp_path_factory, ops, sparse, budgets, n
             raise SimulatedCrash
 
         target = (mock.patch.object(CheckedArray, "__setitem__", dying_set) if what == "crash_write"
-                  else mock.patch.object(gs, "write_attrs", dying_commit))
+                  else mock.patch.object(_group_append, "write_attrs", dying_commit))
         try:
             with target:
                 store.append(*b, batch_id=f"b{i}")

@@ -159,7 +159,7 @@ def test_columns_edited_outside_streamrank_fail_the_read(tmp_path):
 
 
 def test_a_torn_append_cuts_the_columns_back(tmp_path, monkeypatch):
-    from streamrank.io import group_store
+    from streamrank.io import _group_append    # its write_attrs: the commit point of an append
 
     X, y, qid, w, click, pos = _log(10)
     s = sr.GroupStore.create(tmp_path / "s.zarr", X.shape[1], chunk_rows=8, row_columns=COLS)
@@ -168,7 +168,7 @@ def test_a_torn_append_cuts_the_columns_back(tmp_path, monkeypatch):
 
     def killed(*_a, **_k):
         raise KeyboardInterrupt("killed at the commit")
-    monkeypatch.setattr(group_store, "write_attrs", killed)
+    monkeypatch.setattr(_group_append, "write_attrs", killed)
     with pytest.raises(KeyboardInterrupt):
         s.append(X[20:], y[20:], q2, weight=w[20:] + 5, click=click[20:], position=pos[20:], batch_id="b")
     monkeypatch.undo()

@@ -1,26 +1,23 @@
 """Stores on object storage, against a real S3 server on loopback (moto's, tests/_s3_server.py).
 
 Create/append/open/stream/verify on s3://, the same store written locally and
-remotely equal chunk for chunk, the commit protocol's failure cases (two
-writers racing, a writer SIGKILLed mid-append, an expired lease taken over, a
-stalled writer fenced) — see streamrank/io/_remote_commit.py.
+remotely equal chunk for chunk, two writers racing in one process (the
+second commit refused, naming the first), readers' snapshots, damaged chunks —
+see streamrank/io/_icechunk_repo.py.  The races between real writer processes
+are in test_store_s3_races.py.
 """
 from __future__ import annotations
 
-import json
 import os
 import pickle
-import signal
-import textwrap
 import threading
-import time
 
 import numpy as np
 import pytest
 import scipy.sparse as sp
 
 import streamrank as sr
-from streamrank.io._lease import LOCK_KEY, LeaseLost, WriterLockHeld
+from streamrank.io._icechunk_repo import CommitConflict, RepoLocation, transaction
 from streamrank.io._remote import Remote
 from streamrank.io.schema import StoreFormatError
 
@@ -40,8 +37,18 @@ def _fill(store, X, y, q, cuts=(0, 140, None)):
         assert store.append(X[a:b], y[a:b], q[a:b], batch_id=f"day-{i}")
 
 
-def _objects(remote: Remote) -> dict:
-    return {k: remote.read(k) for k in remote.list() if not k.endswith("zarr.json") and k != LOCK_KEY}
+def _objects(url, so) -> dict:
+    """Every chunk of the store at ``url`` as its repository's session reads it (zarr keys -> bytes)."""
+    loc = RepoLocation(url, so)
+    return {k: loc.read(k) for k in loc.list() if not k.endswith("zarr.json")}
+
+
+def _rogue_commit(url, so, change):
+    """``change(loc)`` committed behind streamrank's back (damage, a hand edit), through the same transaction."""
+    loc = RepoLocation(url, so)
+    with transaction(loc):
+        change(loc)
+        loc.commit("rogue edit")
 
 
 def _files(path) -> dict:
@@ -68,7 +75,7 @@ def test_group_store_on_s3_equals_the_local_store_chunk_for_chunk(s3_server, s3_
     r = sr.GroupStore.open(url, storage_options=so)
     assert (r.n_rows, r.n_groups, r.verify()) == (len(y), 60, 2)
     # every chunk object holds exactly the bytes of the local chunk file (same codecs, same rows)
-    objs, files = _objects(Remote(url, so)), _files(tmp_path / "train.zarr")
+    objs, files = _objects(url, so), _files(tmp_path / "train.zarr")
     assert sorted(objs) == sorted(files) and len(files) > 6
     assert all(objs[k] == files[k] for k in files)
     # streaming: the blocks are those of the local store, bit for bit
@@ -79,9 +86,10 @@ def test_group_store_on_s3_equals_the_local_store_chunk_for_chunk(s3_server, s3_
         Xa, Xb = (a.X.toarray(), b.X.toarray()) if sparse else (a.X, b.X)
         assert np.array_equal(Xa, Xb) and np.array_equal(a.y, b.y) and np.array_equal(a.qid, b.qid)
     assert np.array_equal(r.qid, q[::7])
-    # a store pickles (to dask workers) as URL + options + committed counts, never as data
+    # a store pickles (to dask workers) as URL + options + committed counts + its snapshot, never as data
     w = pickle.loads(pickle.dumps(r))
     assert w.path == url and w.n_rows == r.n_rows and len(pickle.dumps(r)) < 2000
+    assert w._loc.snapshot_id == r._loc.snapshot_id
 
 
 def test_a_fit_from_s3_equals_the_fit_from_the_local_store(s3_server, s3_url, tmp_path):
@@ -110,11 +118,17 @@ def test_tuple_store_on_s3(s3_server, s3_url, tmp_path):
     r = sr.TupleStore.open(url, storage_options=so)
     assert r.verify() == 1 and r.n_tuples == 50
     assert (r.Q != Q).nnz == 0 and (r.D != D).nnz == 0
-    assert _objects(Remote(url, so)) == _files(tmp_path / "t.zarr")
+    assert _objects(url, so) == _files(tmp_path / "t.zarr")
     got = [b.D_pos.toarray() for b in r.batches(batch_size=16, shuffle_buffer=0)]
     want = [b.D_pos.toarray() for b in sr.TupleStore.open(tmp_path / "t.zarr").batches(batch_size=16, shuffle_buffer=0)]
     assert all(np.array_equal(a, b) for a, b in zip(got, want)) and len(got) == 4
     assert pickle.loads(pickle.dumps(r)).n_tuples == 50
+    # a second batch is a second commit; the first is still readable as of its snapshot
+    first = r._loc.snapshot_id
+    assert stores[0].append(Q, D, t[:10], batch_id="b")
+    assert sr.TupleStore.open(url, storage_options=so).n_tuples == 60
+    then = sr.TupleStore.open(url, storage_options=so, as_of=first)
+    assert then.n_tuples == 50 and then.verify() == 1
 
 
 def test_damaged_or_missing_chunks_on_s3_are_errors_not_rows(s3_server, s3_url):
@@ -122,23 +136,30 @@ def test_damaged_or_missing_chunks_on_s3_are_errors_not_rows(s3_server, s3_url):
     so = s3_server.storage_options
     url = s3_url + "/d.zarr"
     _fill(sr.GroupStore.create(url, X.shape[1], storage_options=so, chunk_rows=128), X, y, q)
-    rem = Remote(url, so)
-    good = rem.read("X/c/1/0")
-    rem.write("X/c/1/0", rem.read("X/c/0/0"))                 # a chunk swapped in: CRC valid, wrong place
+    good = RepoLocation(url, so).read("X/c/1/0")
+    first = RepoLocation(url, so).read("X/c/0/0")
+    _rogue_commit(url, so, lambda loc: loc.write("X/c/1/0", first))    # a chunk swapped in: CRC valid, wrong place
     with pytest.raises(StoreFormatError, match="not the chunk committed there"):
         list(sr.GroupStore.open(url, storage_options=so).blocks(shuffle=False))
     with pytest.raises(StoreFormatError, match="day-0"):
         sr.GroupStore.open(url, storage_options=so).verify()
-    rem.write("X/c/1/0", good[:-1] + bytes([good[-1] ^ 1]))   # damaged bytes
+    _rogue_commit(url, so, lambda loc: loc.write("X/c/1/0", good[:-1] + bytes([good[-1] ^ 1])))   # damaged bytes
     with pytest.raises(StoreFormatError, match="CRC-32C"):
         list(sr.GroupStore.open(url, storage_options=so).blocks(shuffle=False))
-    rem.write("X/c/1/0", good)
-    rem.delete("qid/c/0")                                     # missing (read through zarr, not the decoder)
+    _rogue_commit(url, so, lambda loc: (loc.write("X/c/1/0", good), loc.delete("qid/c/0")))   # a chunk missing
     with pytest.raises(StoreFormatError, match="missing"):
         sr.GroupStore.open(url, storage_options=so).qid
+    # the chunk objects themselves damaged on the server (bit rot, an operator): a CRC-32C error, not rows
+    fs = Remote(url, so).fs
+    objs = [k for k in fs.find(url) if "/chunks/" in k]
+    for k in objs:
+        data = fs.cat_file(k)
+        fs.pipe_file(k, data[:-1] + bytes([data[-1] ^ 1]))
+    with pytest.raises(StoreFormatError, match="CRC-32C|checksum"):
+        sr.GroupStore.open(url, storage_options=so).verify()
 
 
-def test_two_writers_racing_one_wins_one_is_refused_nothing_lost(s3_server, s3_url):
+def test_two_writers_racing_the_second_commit_is_refused_naming_the_first_nothing_lost(s3_server, s3_url):
     X, y, q = _data()
     so = s3_server.storage_options
     url = s3_url + "/race.zarr"
@@ -148,117 +169,53 @@ def test_two_writers_racing_one_wins_one_is_refused_nothing_lost(s3_server, s3_u
     inside, go = threading.Event(), threading.Event()
     real = a._write
 
-    def slow_write(*args, **kw):       # writer a: stopped after taking the lease, before writing
+    def slow_write(*args, **kw):       # writer a: its transaction began, nothing written yet
         inside.set()
         go.wait(30)
         return real(*args, **kw)
 
     a._write = slow_write
     errs = []
-    t = threading.Thread(target=lambda: errs.append(a.append(X[:140], y[:140], q[:140], batch_id="a")))
+
+    def run_a():
+        try:
+            errs.append(a.append(X[:140], y[:140], q[:140], batch_id="a"))
+        except CommitConflict as exc:
+            errs.append(exc)
+
+    t = threading.Thread(target=run_a)
     t.start()
     assert inside.wait(30)
-    with pytest.raises(WriterLockHeld, match="being appended to by another writer .*one writer at a time"):
-        b.append(X[140:280], y[140:280], q[140:280], batch_id="b")
+    assert b.append(X[140:280], y[140:280], q[140:280], batch_id="b")     # no lock: b commits at once
+    winner = b._loc.snapshot_id
     go.set()
     t.join(30)
-    assert errs == [True]
-    assert b.append(X[140:280], y[140:280], q[140:280], batch_id="b")   # b retries: both batches kept
+    assert len(errs) == 1 and isinstance(errs[0], CommitConflict), errs
+    assert winner in str(errs[0]) and "append batch 'b'" in str(errs[0]) and "nothing of this" in str(errs[0])
+    a._write = real
+    assert a.append(X[:140], y[:140], q[:140], batch_id="a")          # a re-runs: on top of b's commit
+    assert not a.append(X[:140], y[:140], q[:140], batch_id="a")
     r = sr.GroupStore.open(url, storage_options=so)
-    assert [e["batch_id"] for e in r.batches] == ["a", "b"] and r.verify() == 2 and r.n_rows == 280
-    assert not Remote(url, so).exists(LOCK_KEY)                       # released
+    assert [e["batch_id"] for e in r.batches] == ["b", "a"] and r.verify() == 2 and r.n_rows == 280
+    assert np.array_equal(np.vstack([blk.X for blk in r.blocks(shuffle=False)]), np.vstack([X[140:280], X[:140]]))
 
 
-_KILLED_WRITER = textwrap.dedent('''
-    import sys, time, numpy as np
-    import streamrank as sr
-    import streamrank.io.group_store as gs
-    url, flag = sys.argv[1], sys.argv[2]
-    rng = np.random.default_rng(0)
-    store = sr.GroupStore.open(url, "a")
-    def stop_before_commit(loc, attrs):     # every data chunk is written; the commit record is not
-        open(flag, "w").close()
-        time.sleep(600)
-    gs.write_attrs = stop_before_commit
-    X = np.arange(300 * 4, dtype=np.float32).reshape(300, 4)
-    store.append(X, np.ones(300), np.repeat(np.arange(30), 10) + 1000, batch_id="day-1")
-''')
-
-
-@pytest.mark.slow      # a real writer process, killed
-def test_a_writer_killed_mid_append_then_a_new_writer_resumes_exactly_once(s3_server, s3_url, tmp_path, fork_server):
+def test_each_commit_is_a_snapshot_readers_keep_theirs(s3_server, s3_url):
     X, y, q = _data()
     so = s3_server.storage_options
-    url = s3_url + "/kill.zarr"
-    s = sr.GroupStore.create(url, 4, storage_options=so, chunk_rows=128)
-    assert s.append(X[:140], y[:140], q[:140], batch_id="day-0")
-    flag = tmp_path / "in-append"
-    proc = fork_server.popen(["-c", _KILLED_WRITER, url, str(flag)],      # a real process, forked from the
-                             env={**os.environ, **s3_server.env})          # fork server (tests/_forked.py)
-    try:
-        t0 = time.monotonic()
-        while not flag.exists():
-            assert proc.poll() is None, "the writer died before its append"
-            assert time.monotonic() - t0 < 120
-            time.sleep(0.05)
-        proc.send_signal(signal.SIGKILL)
-    finally:
-        proc.wait(30)
-    rem = Remote(url, so)
-    assert rem.exists(LOCK_KEY)                                   # its lease is left behind
-    assert json.loads(rem.read("X/zarr.json"))["shape"][0] == 440  # and its rows past the commit
+    url = s3_url + "/snap.zarr"
+    w = sr.GroupStore.create(url, X.shape[1], storage_options=so, chunk_rows=128)
+    assert w.append(X[:140], y[:140], q[:140], batch_id="d0")
     r = sr.GroupStore.open(url, storage_options=so)
-    assert (r.n_rows, r.verify()) == (140, 1)                     # readers: the last commit
-    # a new writer takes over the dead writer's lease (its pid is gone on this machine), repairs, appends once
-    w = sr.GroupStore.open(url, "a", storage_options=so)
-    Xk = np.arange(300 * 4, dtype=np.float32).reshape(300, 4)
-    assert w.append(Xk, np.ones(300), np.repeat(np.arange(30), 10) + 1000, batch_id="day-1")
-    assert not w.append(Xk, np.ones(300), np.repeat(np.arange(30), 10) + 1000, batch_id="day-1")
-    r = sr.GroupStore.open(url, storage_options=so)
-    assert [e["batch_id"] for e in r.batches] == ["day-0", "day-1"] and r.verify() == 2
-    assert np.array_equal(np.vstack([b.X for b in r.blocks(shuffle=False)]), np.vstack([X[:140], Xk]))
-    assert r._attrs.get("writer_epoch") == 1                      # the old writer was fenced
-
-
-def _lock_doc(host, pid, expires):
-    return json.dumps({"owner": "x", "host": host, "pid": pid, "expires": expires,
-                       "expires_utc": "then"}).encode()
-
-
-def test_a_live_lease_of_another_machine_is_refused_an_expired_one_taken_over(s3_server, s3_url):
-    X, y, q = _data()
-    so = s3_server.storage_options
-    url = s3_url + "/lease.zarr"
-    s = sr.GroupStore.create(url, 4, storage_options=so, chunk_rows=128)
-    rem = Remote(url, so)
-    rem.write(LOCK_KEY, _lock_doc("worker-7.elsewhere", 1234, time.time() + 300))
-    with pytest.raises(WriterLockHeld, match="worker-7.elsewhere"):
-        s.append(X[:7], y[:7], q[:7], batch_id="a")
-    with pytest.raises(WriterLockHeld):            # re-creating needs the lock too
-        sr.GroupStore.create(url, 4, storage_options=so, overwrite=True)
-    rem.write(LOCK_KEY, _lock_doc("worker-7.elsewhere", 1234, time.time() - 1))
-    assert s.append(X[:7], y[:7], q[:7], batch_id="a")
-    assert sr.GroupStore.open(url, storage_options=so).verify() == 1
-
-
-def test_a_stalled_writer_whose_lease_was_taken_over_cannot_commit(s3_server, s3_url):
-    from streamrank.io._remote_commit import commit_remote, remote_writer
-
-    X, y, q = _data()
-    so = s3_server.storage_options
-    url = s3_url + "/fence.zarr"
-    s = sr.GroupStore.create(url, 4, storage_options=so, chunk_rows=128)
-    stalled = Remote(url, so)
-    with pytest.raises(LeaseLost, match="not committed"):
-        with remote_writer(stalled) as lease:
-            lease._stop.set()                       # stalled: it renews no more ...
-            lease._thread.join()
-            stalled.write(LOCK_KEY, _lock_doc("gone.elsewhere", 1, time.time() - 1))   # ... and its lease ran out
-            assert s.append(X[:7], y[:7], q[:7], batch_id="new-writer")           # another writer took over
-            attrs = dict(s._attrs, log=[])          # the stalled writer wakes up and commits what it had
-            commit_remote(stalled, attrs)
-    r = sr.GroupStore.open(url, storage_options=so)
-    assert [e["batch_id"] for e in r.batches] == ["new-writer"] and r.verify() == 1
+    assert w.append(X[140:], y[140:], q[140:], batch_id="d1")
+    assert r.n_rows == 140 and r.verify() == 1                    # the reader's snapshot: one commit, whole
+    shipped = pickle.loads(pickle.dumps(r))                        # (a dask worker reads that snapshot too)
+    assert shipped._loc.snapshot_id == r._loc.snapshot_id and shipped.verify() == 1
+    assert np.array_equal(np.vstack([blk.X for blk in r.blocks(shuffle=False)]), X[:140])
+    assert sr.GroupStore.open(url, storage_options=so).n_rows == len(y)
+    repo = RepoLocation(url, so).repo
+    assert [s.message for s in repo.ancestry(branch="main")][:3] == [
+        f"append batch 'd1' (140:{len(y)})", "append batch 'd0' (0:140)", "create streamrank.group_store"]
 
 
 def test_create_refuses_an_existing_store_or_foreign_objects(s3_server, s3_url):
@@ -270,7 +227,7 @@ def test_create_refuses_an_existing_store_or_foreign_objects(s3_server, s3_url):
     s = sr.GroupStore.create(url, 5, storage_options=so, overwrite=True)
     assert s.n_features == 5 and s.n_rows == 0
     Remote(s3_url + "/other", so).write("notes.txt", b"hello")
-    with pytest.raises(FileExistsError, match="not a zarr store"):
+    with pytest.raises(FileExistsError, match="not a store"):
         sr.GroupStore.create(s3_url + "/other", 3, storage_options=so, overwrite=True)
     with pytest.raises(FileNotFoundError, match="no store at"):
         sr.GroupStore.open(s3_url + "/nothing.zarr", storage_options=so)
@@ -295,4 +252,4 @@ def test_parquet_ingest_into_an_s3_store(s3_server, s3_url, tmp_path):
     ingest_parquet(tmp_path / "pq.zarr", tmp_path / "day.parquet", **kw)
     r, loc = sr.GroupStore.open(url, storage_options=so), sr.GroupStore.open(tmp_path / "pq.zarr")
     assert r.feature_names == loc.feature_names and r.verify() == loc.verify() > 1
-    assert _objects(Remote(url, so)) == _files(tmp_path / "pq.zarr")
+    assert _objects(url, so) == _files(tmp_path / "pq.zarr")

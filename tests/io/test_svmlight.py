@@ -90,6 +90,18 @@ def test_numbers_parse_exactly():
     np.testing.assert_allclose(y, [float(s) for s in strs], rtol=4.5e-16, atol=0)
 
 
+def test_values_are_the_correctly_rounded_float_of_their_text():
+    """Long mantissas and exponents of every size: the kernel's value is Python's (correctly rounded) float."""
+    rng = np.random.default_rng(6)
+    toks = [f"{rng.integers(0, 10 ** rng.integers(1, 17))}.{rng.integers(0, 10 ** 9):09d}" for _ in range(500)]
+    toks += [f"{m}e{e}" for m, e in zip(rng.integers(1, 10 ** 6, 200), rng.integers(-99, 30, 200))]
+    toks += ["9007199254740993", "0.30000000000000004", "1.0000000000000001e-99", "123456789012345678901234567890"]
+    X, y, _ = read_svmlight(io.BytesIO("\n".join(f"1 1:{t}" for t in toks).encode()), dense=False)
+    want = np.array([float(t) for t in toks])
+    assert X.data.tobytes() == want[want != 0].astype(np.float32).tobytes()
+    assert y.tolist() == [1.0] * len(toks)
+
+
 def test_letor_line_and_inference():
     text = (b"2 qid:10032 1:0.056537 2:0.000000 3:0.666667 #docid = GX029-35-5894638 inc = 0.0119 prob = 0.13\n"
             b"0 qid:10032 1:0.279152 3:0.5\n\n0 qid:10033 2:1\r\n")
@@ -213,3 +225,25 @@ def test_qid_mismatch_names_the_odd_line(lines, odd, chunk):
     with pytest.raises(ValueError, match=rf"^f\.txt:{odd}: "):
         for _ in iter_svmlight(io.BytesIO(raw), chunk_bytes=chunk, name="f.txt"):
             pass
+
+
+def test_read_svmlight_dense_is_the_csr_to_array_result_bit_for_bit(tmp_path):
+    """``dense=True`` no longer goes through CSR; its X is ``toarray()``'s bit for bit.
+
+    ``-1e-50`` is stored (it is not zero) and becomes float32 -0.0, which
+    ``toarray()`` turned into +0.0 (0 + v); the dense read must too.
+    """
+    text = ("2 qid:1 1:-1e-50 2:0.5 4:-0.0\n0 qid:1 2:-1e-45 3:3.4e38 4:1\n1 qid:2 1:1e-40 3:-2.5\n"
+            "0 qid:2 1:NULL 4:-7\n")
+    (tmp_path / "f.txt").write_text(text)
+    for null in (float("nan"), -0.0, 0.0):
+        Xd, yd, qd = read_svmlight(tmp_path / "f.txt", dense=True, null_value=null)
+        Xs, ys, qs = read_svmlight(tmp_path / "f.txt", null_value=null)
+        assert isinstance(Xd, np.ndarray) and Xd.dtype == np.float32 and Xd.flags.c_contiguous
+        assert Xd.tobytes() == Xs.toarray().tobytes(), null
+        assert yd.tobytes() == ys.tobytes() and qd.tobytes() == qs.tobytes()
+    assert Xs.data[0] == 0 and np.signbit(Xs.data[0])                          # CSR keeps the -0.0 it parsed
+    assert Xd[0, 0] == 0 and not np.signbit(Xd[0, 0])                           # the dense X has +0.0, as before
+    (tmp_path / "empty.txt").write_text("")
+    Xe, _, _ = read_svmlight(tmp_path / "empty.txt", dense=True, n_features=3)
+    assert Xe.shape == (0, 3) and isinstance(Xe, np.ndarray)

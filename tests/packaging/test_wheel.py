@@ -24,14 +24,15 @@ What makes it affordable on 2 cold cores:
   was loaded or compiled; compiling into an empty cache is tested in tests/core/test_start_up.py and by
   ``streamrank warmup``'s test.
 
-Each README section runs in its own directory laid out as the section assumes (the MQ2008 slices, a day file,
-``features.txt``, a TREC run and its judgments); a section with commands that this test does not know is a
-failure, so a new README command cannot go untested.
+Every fenced block of README.md and docs/*.md runs in reading order (the README, then the site's pages in
+mkdocs.yml's order) in one fresh directory outside the repository, from the real data ``STREAMRANK_DATA`` names;
+only the install commands are not run (a known list: a new one fails ``test_documented_blocks_are_known``), and a
+block in another language than bash, python or text (shown, not run) fails, so no documented command goes
+untested.
 """
 from __future__ import annotations
 
 import fcntl
-import gzip
 import hashlib
 import os
 import re
@@ -39,7 +40,6 @@ import shlex
 import shutil
 import subprocess
 import sys
-import tarfile
 import tempfile
 import time
 import zipfile
@@ -52,10 +52,6 @@ REPO = Path(__file__).resolve().parents[2]
 README = REPO / "README.md"
 # Every test here but test_readme_sections_are_known builds the wheel or a venv (pip, minutes) and is marked slow;
 # that one reads the README only, so the quick loop checks that a new README section is known.
-
-#: README sections run in a checkout only (they create .venv/ with make): not commands of the installed product
-CHECKOUT_ONLY = {"The two commands": ["make demo", "make test"]}
-
 
 def _run(argv, **kw):
     # no checkout on PYTHONPATH (a developer's or a test runner's): pip would take it for an installed streamrank
@@ -84,8 +80,8 @@ def _site_packages(venv: Path) -> Path:
     return venv / "lib" / f"python{sys.version_info.major}.{sys.version_info.minor}" / "site-packages"
 
 
-#: the extras the README's commands need (it tells users to install them: ``pip install 'streamrank[parquet]'``)
-README_EXTRAS = sorted(set(re.findall(r"streamrank\[([a-z0-9_-]+)\]", README.read_text())))
+#: the extras the documented blocks need: those the README's install line names (``pip install '.[a,b]'``)
+README_EXTRAS = sorted({e for m in re.findall(r"'\.\[([a-z0-9_,-]+)\]'", README.read_text()) for e in m.split(",")})
 
 
 def _installed_index(root: Path) -> str:
@@ -305,15 +301,27 @@ def test_a_dependency_missing_from_the_wheel_is_missing_from_the_venv(wheel, tmp
     assert r.returncode == 0, r.stderr                                  # what it declares is there
 
 
-# ------------------------------------------------------------------------------------- README commands
-def _sections():
-    """[(title, [(lang, code), ...])] of the README's sections with shell or Python blocks, in order."""
+# ------------------------------------------------------------------------------- the documented blocks
+def _doc_pages() -> list[Path]:
+    """README.md, then the site's pages in the order of mkdocs.yml's nav (the API pages hold no blocks)."""
+    nav = re.findall(r"^\s*-\s[^:\n]+:\s*(\S+\.md)\s*$", (REPO / "mkdocs.yml").read_text(), flags=re.M)
+    pages = [REPO / "docs" / p for p in nav if not p.startswith("api/")]
+    listed = {p.name for p in pages}
+    missing = sorted(p.name for p in (REPO / "docs").glob("*.md") if p.name not in listed)
+    assert not missing, f"docs pages not in mkdocs.yml's nav: {missing}"
+    return [README, *pages]
+
+
+#: the fences a page may use: run (bash, python) or shown (text: a crontab line, a directory tree)
+RUN_LANGS, SHOWN_LANGS = {"bash", "python"}, {"text"}
+
+
+def _blocks():
+    """[(page, index, lang, code)] of every fenced block of the README and the docs pages, in reading order."""
     out = []
-    for part in re.split(r"^## ", README.read_text(), flags=re.M)[1:]:
-        title = part.splitlines()[0].strip()
-        blocks = re.findall(r"```(bash|python)\n(.*?)```", part, flags=re.S)
-        if blocks:
-            out.append((title, blocks))
+    for page in _doc_pages():
+        for i, m in enumerate(re.finditer(r"^```([\w-]*)\n(.*?)^```", page.read_text(), flags=re.M | re.S)):
+            out.append((page.relative_to(REPO).as_posix(), i, m.group(1), m.group(2)))
     return out
 
 
@@ -322,116 +330,98 @@ def _commands(code: str) -> list[list[str]]:
     return [argv for ln in text.splitlines() if (argv := shlex.split(ln, comments=True))]
 
 
-def _mq2008_lines(member: str) -> list[str]:
-    from streamrank.datasets._paths import data_path
-
-    archive = data_path("letor", "MQ2008_QueryLevelNorm.tar.gz")
-    if not archive.exists():
-        pytest.skip("MQ2008 archive not available")
-    with tarfile.open(archive) as tf:
-        return tf.extractfile(member).read().decode().splitlines()
-
-
-def _whole_queries(lines, n):
-    """The first lines of ``lines`` holding about ``n`` rows, cut at a query boundary."""
-    qid = [ln.split()[1] for ln in lines]
-    end = n
-    while end < len(lines) and qid[end] == qid[end - 1]:
-        end += 1
-    return lines[:end]
-
-
-def _prepare_cli_section(d: Path):
-    """What ``## Command line, pipelines, clusters`` assumes: MQ2008 Fold1 text, a day file, feature names,
-    a TREC run with its judgments."""
-    train = _mq2008_lines("MQ2008/Fold1/train.txt")
-    test = _whole_queries(_mq2008_lines("MQ2008/Fold1/test.txt"), 300)
-    (d / "MQ2008" / "Fold1").mkdir(parents=True)
-    (d / "MQ2008" / "Fold1" / "train.txt").write_text("\n".join(_whole_queries(train, 600)) + "\n")
-    (d / "MQ2008" / "Fold1" / "test.txt").write_text("\n".join(test) + "\n")
-    rest = train[len(_whole_queries(train, 600)):]
-    (d / "day-42.txt").write_text("\n".join(_whole_queries(rest, 300)) + "\n")
-    (d / "features.txt").write_text("\n".join(f"mq2008_f{j}" for j in range(1, 47)) + "\n")
-    with open(d / "qrels.txt", "w") as qrels, open(d / "run.txt", "w") as run:
-        ranks = {}
-        for ln in test:
-            tok = ln.split()
-            q, doc = tok[1].split(":")[1], ln.split("docid =")[1].split()[0]
-            qrels.write(f"{q} 0 {doc} {tok[0]}\n")
-            ranks[q] = ranks.get(q, 0) + 1
-            run.write(f"{q} Q0 {doc} {ranks[q]} {-ranks[q]} baseline\n")   # the file's order as a run
-
-
-def _prepare_recipes_section(d: Path):
-    lines = _whole_queries(_mq2008_lines("MQ2008/Fold1/vali.txt"), 200)
-    with gzip.open(d / "my_logs.txt.gz", "wt") as f:
-        f.write("\n".join(lines) + "\n")
-
-
-PREPARE = {
-    "Ten lines of Python": None,
-    "From Parquet, DataFrames and string query ids": None,
-    "Learning from click logs": None,
-    "Train on logs, serve in OpenSearch": None,
-    "Data recipes": _prepare_recipes_section,
-    "Command line, pipelines, clusters": _prepare_cli_section,
+#: the install and checkout commands: the only bash lines that are not run as written (the test's venv is the
+#: wheel built from this checkout, installed with DOC_EXTRAS; ``make`` runs in a checkout, not in the product)
+SETUP_COMMANDS = {
+    "make demo", "make test", "make quick",
+    "pip install .", "pip install .[parquet]", "pip install .[export]", "pip install .[plot]",
+    "pip install .[parquet,export,plot]",
+    "pip wheel --no-deps -w dist . && pip install $(ls dist/streamrank-*.whl)[parquet]",
 }
 
 
-def _check_section(title, d: Path, outputs: list[str]):
-    import streamrank as sr
-
-    if title == "Ten lines of Python":
-        assert 0.5 < float(outputs[-1].strip().splitlines()[-1]) <= 1.0
-    elif title.startswith("From Parquet"):
-        assert sr.load(d / "m.zarr").feature_names_in_[0] == "f_0" and "f_" in outputs[-1]
-    elif title.startswith("Learning from click logs"):
-        assert sr.GroupStore.open(d / "clicks.zarr").row_columns == ("click", "position")
-        assert sr.load(d / "ips.zarr").ties == "exclude"
-    elif title.startswith("Train on logs"):
-        assert (d / "ranker-solr.json").stat().st_size > 0 and (d / "ranker.onnx").stat().st_size > 0
-    elif title == "Data recipes":
-        assert sr.GroupStore.open(d / "letor_like.zarr").n_rows == 20_000
-        assert sr.GroupStore.open(d / "logs.zarr").n_features == 46
-    elif title.startswith("Command line"):
-        assert len(np.load(d / "scores.npy")) == sr.GroupStore.open(d / "test.zarr").n_rows
-        assert (d / "models" / "current").read_text().strip()
-        assert sr.load(d / "models" / "current").coef_.shape == (46,)
-        assert '"ndcg@10"' in "".join(outputs)
+def _is_setup(lang: str, code: str) -> bool:
+    if lang != "bash":
+        return False
+    cmds = [" ".join(a) for a in _commands(code)]
+    setup = [c in SETUP_COMMANDS for c in cmds]
+    assert all(setup) or not any(setup), f"a block mixes install commands with others: {cmds}"
+    return all(setup)
 
 
-def test_readme_sections_are_known():
-    titles = [t for t, _ in _sections()]
-    assert sorted(titles) == sorted([*CHECKOUT_ONLY, *PREPARE]), titles
-    for title, blocks in _sections():
-        if title in CHECKOUT_ONLY:
-            assert [" ".join(a) for lang, code in blocks for a in _commands(code)] == CHECKOUT_ONLY[title]
+def test_documented_blocks_are_known():
+    """Every fenced block is run (bash, python), shown (text) or an install block of known commands; a block in
+    another language, or an install block with a command this test does not know, fails (so none goes untested)."""
+    blocks = _blocks()
+    assert blocks
+    for page, i, lang, _ in blocks:
+        assert lang in RUN_LANGS | SHOWN_LANGS, f"{page} block {i}: fence {lang!r} (bash, python or text)"
+    setup = [(page, i) for page, i, lang, code in blocks if _is_setup(lang, code)]
+    assert setup == [("README.md", 0), ("README.md", 1), ("docs/getting-started.md", 0),
+                     ("docs/contributing.md", 1)], setup
+    assert sum(lang in RUN_LANGS for _, _, lang, _ in blocks) - len(setup) >= 15
 
 
-@pytest.mark.slow   # every README section in the installed wheel's venv
-@pytest.mark.parametrize("title", list(PREPARE))
-def test_readme_commands_run_as_written_from_the_installed_wheel(venv, tmp_path, title):
-    d = tmp_path / "work"                         # outside the repository: nothing of the checkout is importable
+def _data_dir() -> Path:
+    """The real datasets, as the documented blocks find them: ``STREAMRANK_DATA``, else ``../shared/data``
+    beside this checkout (the test sets ``STREAMRANK_DATA`` for the fresh directory the blocks run in)."""
+    from streamrank.datasets._paths import data_dir
+
+    return data_dir().resolve()
+
+
+@pytest.mark.slow   # every documented block in the installed wheel's venv (minutes on 2 cold cores)
+def test_every_documented_block_runs_as_written_from_the_installed_wheel(venv, tmp_path):
+    """README.md and docs/*.md, block by block in reading order, in one fresh directory outside the repository:
+    python blocks by the venv's python, bash blocks by bash (``streamrank`` is the wheel's console script on PATH),
+    real data from ``STREAMRANK_DATA``.  The first block that fails fails the test, naming its page and line."""
+    data = _data_dir()
+    if not (data / "letor" / "MQ2008_QueryLevelNorm.tar.gz").exists():
+        pytest.skip(f"MQ2008 archive not available in {data}")
+    d = tmp_path / "work"
     d.mkdir()
     assert not d.resolve().is_relative_to(REPO)
-    if PREPARE[title] is not None:
-        PREPARE[title](d)
-    env = _env(venv)
-    blocks = dict(_sections())[title]
-    outputs = []
-    for i, (lang, code) in enumerate(blocks):
-        if lang == "python":
-            script = d / f"readme_block_{i}.py"
-            script.write_text(code)
-            runs = [[str(venv / "bin" / "python"), script.name]]
-        else:
-            runs = _commands(code)
-            assert runs and all(argv[0] == "streamrank" for argv in runs), code
-        for argv in runs:
-            r = _run(argv, cwd=d, env=env, timeout=900)
-            assert r.returncode == 0, f"{' '.join(argv)} -> exit {r.returncode}\n{r.stderr[-3000:]}"
-            outputs.append(r.stdout)
-    _check_section(title, d, outputs)
+    env = dict(_env(venv), STREAMRANK_DATA=str(data))
+    outputs = {}
+    for page, i, lang, code in _blocks():
+        if lang not in RUN_LANGS or _is_setup(lang, code):
+            continue
+        script = d / f"block_{re.sub(r'[^a-z0-9]', '_', page.lower())}_{i}.{'py' if lang == 'python' else 'sh'}"
+        script.write_text(code)
+        argv = [str(venv / "bin" / "python"), script.name] if lang == "python" else \
+            ["bash", "-e", "-o", "pipefail", script.name]
+        r = _run(argv, cwd=d, env=env, timeout=900)
+        first = code.strip().splitlines()[0]
+        assert r.returncode == 0, f"{page}, block {i} ({lang}: {first!r}) -> exit {r.returncode}\n" \
+                                  f"{r.stdout[-2000:]}\n{r.stderr[-3000:]}"
+        outputs[page, i] = r.stdout
+    _check_outputs(d, outputs)
+
+
+def _check_outputs(d: Path, outputs: dict):
+    """What the blocks wrote is what they say they write (a block that runs but does nothing fails here)."""
+    import json
+
+    import streamrank as sr
+
+    ten_lines = float(outputs["README.md", 2].strip().splitlines()[-1])
+    assert 0.5 < ten_lines <= 1.0
+    assert sr.GroupStore.open(d / "first.zarr").n_rows == 15_000
+    assert sr.GroupStore.open(d / "mq-train.zarr").n_features == 46
+    assert len(np.load(d / "mq-scores.npy")) == sr.GroupStore.open(d / "mq-test.zarr").n_rows
+    run = (d / "mq-run.txt").read_text().splitlines()
+    qrels = (d / "mq-qrels.txt").read_text().splitlines()
+    assert len(run) == len(qrels) == sr.GroupStore.open(d / "mq-test.zarr").n_rows
+    assert {ln.split()[2] for ln in run} == {ln.split()[2] for ln in qrels}
+    assert not any(ln.split()[2].startswith("row") for ln in run)          # the ingested #docids
+    body = json.loads((d / "mq.json").read_text())
+    assert list(body["model"]["model"]["definition"])[:2] == ["mq2008_f1", "mq2008_f2"]
+    assert list(sr.load(d / "parquet-m.zarr").feature_names_in_)[:2] == ["f_0", "f_1"]
+    assert sr.GroupStore.open(d / "clicks.zarr").row_columns == ("click", "position")
+    assert (d / "nightly-models" / "current").read_text().strip()
+    assert sr.load(d / "nightly-models" / "current").coef_.shape == (46,)
+    assert (d / "ranker-solr.json").stat().st_size > 0 and (d / "ranker.onnx").stat().st_size > 0
+    assert sr.load(d / "cluster-m.zarr").coef_.shape == (20,)
 
 
 @pytest.mark.slow   # the installed wheel's venv

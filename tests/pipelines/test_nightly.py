@@ -26,14 +26,14 @@ CHILD = textwrap.dedent("""
     import os, signal, sys
     sys.path.insert(0, {root!r})
     from streamrank.pipelines import nightly
-    import streamrank.io.group_store as gs
+    import streamrank.io._group_append as append   # its write_attrs: the commit point of an append
 
     def die(*args, **kwargs):
         os.kill(os.getpid(), signal.SIGKILL)
 
     where = sys.argv[1]
     if where == "ingest":      # rows written beyond the commit, commit record not yet
-        gs.write_attrs = die
+        append.write_attrs = die
     elif where == "promote":   # version written, pointer not yet switched
         nightly.switch_current = die
     sys.exit(nightly.main(sys.argv[2:]))

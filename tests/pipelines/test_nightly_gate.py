@@ -46,6 +46,7 @@ def days(tmp_path_factory):
 
 def _night(store, models, day, learner="rankrls", **kw):
     out = io.StringIO()
+    kw.setdefault("checks", None)        # the gate alone (the data checks would quarantine an inverted day first)
     rep = nightly.run_night(store, [day], models, alphas=ALPHAS, plot=False, out=out, learner=learner, **kw)
     return rep, out.getvalue()
 
@@ -86,6 +87,9 @@ def test_rankrls_gate_promotes_an_improving_day_and_rejects_an_inverted_one(days
     assert g2["candidate"]["ndcg@10"] == pytest.approx(want["ndcg@10"].value, rel=1e-6)
     assert g2["candidate"]["disagreement"] == pytest.approx(want["disagreement"].value, rel=1e-6)
     assert "out of fold on 40 history groups -> promoted" in line2
+    # each figure says what it is: the newest day's (what metrics.png draws), then the gate's (the decision)
+    newest = f"newest day ndcg@10 {rep2['metrics']['ndcg@10']:.4f} (current {rep2['current_metrics']['ndcg@10']:.4f})"
+    assert f"{newest}; gate ndcg@10 {g2['candidate']['ndcg@10']:.4f} (current " in line2, line2
     shutil.copytree(store, tmp_path / "s2.zarr")
     shutil.copytree(models, tmp_path / "m2")
 

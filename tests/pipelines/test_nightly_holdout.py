@@ -35,6 +35,9 @@ def test_rankrls_candidate_without_the_newest_day_decides_and_the_refit_is_promo
     r1 = _night(store, models, _npz(tmp_path, 1))
     v1 = nightly.read_version(models, "v0001")["validation"]
     assert r1["status"] == "promoted" and v1["scheme"] == "in-sample" and v1["groups"] == [0, 12]
+    from streamrank.pipelines._nightly_versions import summary_line
+
+    assert "in-sample: no earlier data to hold the newest day out of -> promoted" in summary_line(r1)
     _night(store, models, _npz(tmp_path, 2))
     r3 = _night(store, models, _npz(tmp_path, 3))
     meta = nightly.read_version(models, r3["version"])

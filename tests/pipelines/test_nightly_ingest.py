@@ -22,9 +22,9 @@ CHILD = textwrap.dedent("""
     import os, signal, sys
     sys.path.insert(0, {root!r})
     from streamrank.pipelines import nightly
-    import streamrank.io.group_store as gs
+    import streamrank.io._group_append as append   # its write_attrs: the commit point of an append
 
-    real, calls = gs.write_attrs, []
+    real, calls = append.write_attrs, []
 
     def die_at_third(*args, **kwargs):   # two chunks committed, the third one's commit never happens
         calls.append(1)
@@ -32,7 +32,7 @@ CHILD = textwrap.dedent("""
             os.kill(os.getpid(), signal.SIGKILL)
         return real(*args, **kwargs)
 
-    gs.write_attrs = die_at_third
+    append.write_attrs = die_at_third
     sys.exit(nightly.main(sys.argv[1:]))
 """)
 
@@ -142,7 +142,7 @@ def test_verify_new_batches_and_full_verify(tmp_path, capsys):
     assert nightly.main(["--store", str(store), "--new", str(days[2]), "--models", str(models), "--alphas", "1",
                          "--no-plot", "--verify", "--full"]) == 4
     err = capsys.readouterr().err.strip()
-    assert len(err.splitlines()) == 1 and err.startswith("nightly: error: ") and "batch 'sha256:" in err
+    assert len(err.splitlines()) == 1 and err.startswith("streamrank nightly: error: ") and "batch 'sha256:" in err
     assert nightly.current_version(models) == before and len(nightly.list_versions(models)) == 3
 
 

@@ -57,7 +57,7 @@ def _dead_pid():
 
 def _one_line(err):
     lines = err.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("nightly: error: "), err
+    assert len(lines) == 1 and lines[0].startswith("streamrank nightly: error: "), err
     assert "Traceback" not in err
     return lines[0]
 
@@ -107,6 +107,60 @@ def test_lock_held_is_one_line_exit_5(night1, capsys):
     assert not out
     code, out, err = _run(night1, capsys, 2)       # released: the next run goes ahead
     assert code == 0 and "-> promoted; current=v0002" in out, err
+
+
+def test_no_lock_file_is_left_behind(night1, tmp_path, capsys):
+    """A run, a failed run and a lock held by hand all remove ``.nightly.lock`` when they end; a file removed
+    while a run waited on it is not a second lock (the run locks the file at the path)."""
+    import fcntl
+    import os
+
+    from streamrank.pipelines._nightly_versions import LOCK, ModelsLocked, models_lock
+
+    lock = night1 / "models" / LOCK
+    assert not lock.exists()                                     # the fixture's night
+    (night1 / "bad.txt").write_text("not a number qid:1 1:0\n")
+    code = nightly.main(["--store", str(night1 / "logs.zarr"), "--new", str(night1 / "bad.txt"),
+                         "--models", str(night1 / "models"), "--no-plot"])
+    assert code == 4 and "bad label" in _one_line(capsys.readouterr().err)
+    assert not lock.exists()                                     # a failed night too
+    with models_lock(night1 / "models"):
+        assert lock.exists()
+        with pytest.raises(ModelsLocked):
+            with models_lock(night1 / "models"):
+                pass
+    assert not lock.exists()
+    stale = os.open(lock, os.O_RDWR | os.O_CREAT, 0o644)         # a file another run has unlinked meanwhile
+    os.unlink(lock)
+    with models_lock(night1 / "models"):
+        fcntl.flock(stale, fcntl.LOCK_EX | fcntl.LOCK_NB)        # the old inode is free: not what the run holds
+        assert lock.exists() and os.stat(lock).st_ino != os.fstat(stale).st_ino
+    os.close(stale)
+
+
+def test_a_day_inside_a_tar_archive(tmp_path, capsys):
+    """``--new ARCHIVE.tar.gz:MEMBER`` as ``streamrank ingest`` takes it: read in place, hashed by the member's
+    bytes (the same night again appends nothing); a missing member is exit 3 naming it."""
+    import io
+    import tarfile
+
+    X, y, qid = make_day(1)
+    text = "".join(f"{int(v)} qid:{q} " + " ".join(f"{j + 1}:{x:.6g}" for j, x in enumerate(row)) + "\n"
+                   for row, v, q in zip(X, y, qid, strict=True))
+    with tarfile.open(tmp_path / "days.tar.gz", "w:gz") as tf:
+        info = tarfile.TarInfo("logs/day1.txt")
+        info.size = len(text.encode())
+        tf.addfile(info, io.BytesIO(text.encode()))
+    argv = ["--store", str(tmp_path / "logs.zarr"), "--new", f"{tmp_path / 'days.tar.gz'}:logs/day1.txt",
+            "--models", str(tmp_path / "models"), "--alphas", GRID, "--folds", "2", "--no-plot"]
+    code, out, err = nightly.main(argv), *capsys.readouterr()
+    assert code == 0 and "-> promoted; current=v0001" in out, err
+    assert sr.GroupStore.open(tmp_path / "logs.zarr").n_rows == len(y)
+    code, out, err = nightly.main(argv), *capsys.readouterr()
+    assert code == 0 and "0 batch(es)" in out and "already in the store" in out, out + err
+    argv[3] = f"{tmp_path / 'days.tar.gz'}:logs/nope.txt"
+    code, out, err = nightly.main(argv), *capsys.readouterr()
+    assert code == 3 and "has no member 'logs/nope.txt'" in _one_line(err)
 
 
 def test_disk_full_is_one_line_exit_5(night1, capsys, monkeypatch):
@@ -316,4 +370,23 @@ def test_distributed_pipeline_failure_is_one_line(tmp_path, capsys):
                        "--learner", "rankrls", "--workers", "1"])
     err = capsys.readouterr().err.strip()
     assert code == 3 and len(err.splitlines()) == 1, err
-    assert err.startswith("distributed: error: ") and "nope.zarr" in err
+    assert err.startswith("streamrank distributed: error: ") and "nope.zarr" in err
+
+
+def test_distributed_refuses_an_existing_model_as_fit_does(tmp_path, capsys):
+    """``streamrank distributed`` replaced an existing model silently where ``fit`` refuses: now it refuses
+    (exit 5, before any cluster starts) unless ``--overwrite``; ``--storage-options`` is parsed as fit's."""
+    from streamrank.pipelines import distributed as pdist
+
+    X, y, qid = make_day(1)
+    sr.GroupStore.create(tmp_path / "s.zarr", X.shape[1]).append(X, y, qid, batch_id="d")
+    sr.save(sr.RankRLS(alpha=3.0).fit(X, y, qid), tmp_path / "m.zarr")
+    argv = ["--store", str(tmp_path / "s.zarr"), "--model", str(tmp_path / "m.zarr"), "--learner", "rankrls",
+            "--workers", "1"]
+    code = pdist.main(argv)
+    err = capsys.readouterr().err.strip()
+    assert code == 5 and "--overwrite" in err and err.startswith("streamrank distributed: error: "), err
+    assert sr.load(tmp_path / "m.zarr").alpha == 3.0
+    with pytest.raises(SystemExit) as exc:
+        pdist.main([*argv, "--storage-options", "not json"])
+    assert exc.value.code == 2 and "not JSON" in capsys.readouterr().err

@@ -101,7 +101,8 @@ def test_ctrl_c_during_a_nightly_phase_stops_within_seconds_and_promotes_nothing
     # 1 s a sleep spent ~6 s in the ingest and verify phases before it
     env = dict(os.environ, STREAMRANK_PROGRESS_SECONDS="0", _STREAMRANK_TEST_SLEEP="0.2")
     proc = subprocess.Popen([str(SCRIPT), "nightly", "--store", str(store), "--new", str(_day(tmp_path, 2, 60)),
-                             "--models", str(models), "--alphas", "1", "--no-plot", "--max-rows", "10", "--progress"],
+                             "--models", str(models), "--alphas", "1", "--no-plot", "--max-rows", "10", "--progress",
+                             "--volume-ratio", "10"],     # a day five times the first one
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
     seen = []
     try:

@@ -1,8 +1,9 @@
 """Nightly pipeline with its models directory on object storage (a real S3 server on loopback).
 
-Versions, the ``current`` pointer (one conditional PUT), the one-writer lease and
-the reports live in the bucket (streamrank/pipelines/_nightly_remote.py); the result equals
-the same nights with a local models directory.
+The models directory is an Icechunk repository in the bucket (streamrank/pipelines/_nightly_remote.py): a run
+is one commit, each promoted version a tag (of the store too), ``--rollback TAG``; overlapping runs: the
+first commit wins, the other is refused naming it.  The result equals the same nights with a local models
+directory, and a full retrain to 1e-9.
 """
 from __future__ import annotations
 
@@ -73,8 +74,24 @@ def test_nights_on_s3_equal_local_and_readers_see_old_or_new(tmp_path, s3_server
     d = RemoteModelsDir(models, so)
     assert d.list_versions() == ["v0001", "v0002"]
     assert d.read_version("v0002")["previous"] == "v0001"
-    assert len(d.remote.list("reports")) == 2
-    assert d.prune(1) == ["v0001"] and d.list_versions() == ["v0002"]
+    assert len(d.reports()) == 2
+    # nightly == a full retrain on the s3:// store, to 1e-9
+    full = sr.RankRLS(alpha=m2.alpha, solver="primal").fit(sr.GroupStore.open(logs, storage_options=so))
+    np.testing.assert_allclose(m2.coef_, full.coef_, rtol=1e-9, atol=1e-12)
+    # each promoted version is a tag of the models directory and of the store: the store as of a tag
+    assert sorted(d.loc.repo.list_tags()) == ["v0001", "v0002"]
+    then = sr.GroupStore.open(logs, storage_options=so, as_of="v0001")
+    assert then.n_rows == r1["ingest"][0]["rows"][1] < sr.GroupStore.open(logs, storage_options=so).n_rows
+    assert then.verify() == 1
+    with pytest.raises(ValueError, match="read-only"):
+        sr.GroupStore.open(logs, "a", storage_options=so, as_of="v0001")
+    np.testing.assert_array_equal(sr.load(models + "/current@v0001", storage_options=so).coef_, m1.coef_)
+    # --rollback TAG promotes the tagged version again (one commit); readers get it
+    assert nightly.main(["--store", logs, "--models", models, "--storage-options", json.dumps(so),
+                         "--rollback", "v0001"]) == 0
+    np.testing.assert_array_equal(sr.load(models + "/current", storage_options=so).coef_, m1.coef_)
+    assert RemoteModelsDir(models, so).current_version() == "v0001"
+    assert d.prune(1) == [] and RemoteModelsDir(models, so).list_versions() == ["v0001", "v0002"]   # current, newest
 
 
 def test_one_writer_and_a_moved_pointer_on_s3(tmp_path, s3_server, s3_url, monkeypatch, capsys):
@@ -85,35 +102,49 @@ def test_one_writer_and_a_moved_pointer_on_s3(tmp_path, s3_server, s3_url, monke
     assert nightly.main(argv + [str(_day(tmp_path, 1))]) == 0
     assert "current=v0001" in capsys.readouterr().out
     d = RemoteModelsDir(models, so)
-    # a live run holds the lease: a second run changes nothing, one line, exit 5
-    with d.lock():
-        assert nightly.main(argv + [str(_day(tmp_path, 2))]) == 5
-    err = capsys.readouterr().err.strip()
-    assert len(err.splitlines()) == 1 and "another writer" in err and "one writer at a time" in err, err
-    assert d.current_version() == "v0001" and d.list_versions() == ["v0001"]
-    # someone moves ``current`` while a run trains: the run's conditional PUT refuses to promote over it
+    # no lock: a run started while another transaction is open commits; the other's commit is then refused,
+    # naming the winner's commit, and nothing of it is visible
+    with pytest.raises(nightly.ModelsLocked, match="another writer committed commit .*'promote v0002'"):
+        with d.lock():
+            d.write_excluded(json.dumps({"excluded": [], "history": [], "note": "lost"}).encode())
+            assert nightly.main(argv + [str(_day(tmp_path, 2))]) == 0
+    capsys.readouterr()
+    d = RemoteModelsDir(models, so)
+    assert d.current_version() == "v0002" and d.list_versions() == ["v0001", "v0002"]
+    assert not _has_excluded(d) or "note" not in json.loads(d.read_excluded())     # the loser's change: gone
+    # another writer commits while a run trains (a rollback): the run's commit is refused: exit 5, one line
     real = RemoteModelsDir.write_version
 
-    def write_then_someone_moves_current(self, name, *a, **k):
+    def write_then_another_writer_commits(self, name, *a, **k):
         real(self, name, *a, **k)
-        self.remote.write("current", b"v0001 \n")     # a plain PUT by another writer (other bytes: a new ETag)
+        RemoteModelsDir(models, so).rollback("v0001")
 
-    monkeypatch.setattr(RemoteModelsDir, "write_version", write_then_someone_moves_current)
-    with pytest.raises(nightly.ModelsLocked, match="moved by another writer"):
-        _night(tmp_path, 2, models, so)
-    assert RemoteModelsDir(models, so).current_version() == "v0001"
+    monkeypatch.setattr(RemoteModelsDir, "write_version", write_then_another_writer_commits)
+    assert nightly.main(argv + [str(_day(tmp_path, 3))]) == 5
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "another writer committed" in err and "rollback to tag v0001" in err, err
+    d = RemoteModelsDir(models, so)
+    assert d.current_version() == "v0001" and d.list_versions() == ["v0001", "v0002"]
+
+
+def _has_excluded(d):
+    try:
+        d.read_excluded()
+        return True
+    except FileNotFoundError:
+        return False
 
 
 def test_a_rejected_day_is_excluded_on_s3_too(tmp_path, s3_server, s3_url):
-    """excluded.json lives in the bucket (one PUT under the run's lease); the next night trains without the
-    rejected day, and --readmit takes it back."""
+    """The exclusions live in the bucket (an attribute of the models repository, committed with the run); the next
+    night trains without the rejected day, and --readmit takes it back."""
     so = s3_server.storage_options
     models = s3_url + "/excl"
     _night(tmp_path, 1, models, so)
     r2 = nightly.run_night(tmp_path / "logs.zarr", [_day(tmp_path, 2)], models, alphas=ALPHAS, tolerance=-5.0,
                            plot=False, folds=2, out=io.StringIO(), storage_options=so)      # forced rejection
     assert r2["status"] == "rejected" and r2["excluded"] == [nightly.content_hash(_day(tmp_path, 2))]
-    doc = json.loads(RemoteModelsDir(models, so).remote.read("excluded.json"))
+    doc = json.loads(RemoteModelsDir(models, so).read_excluded())
     assert [r["groups"] for r in doc["excluded"]] == [[12, 24]] and doc["excluded"][0]["version"] == "v0002"
     r3 = _night(tmp_path, 3, models, so)
     assert r3["status"] == "promoted" and r3["data"]["new_groups"] == 12 and r3["data"]["excluded"] == [[12, 24]]
@@ -124,3 +155,14 @@ def test_a_rejected_day_is_excluded_on_s3_too(tmp_path, s3_server, s3_url):
     s = sr.GroupStore.open(tmp_path / "logs.zarr")
     ref = sr.RankRLS(alpha=sr.load(models + "/v0004", storage_options=so).alpha, solver="primal").fit(s)
     np.testing.assert_allclose(sr.load(models + "/v0004", storage_options=so).coef_, ref.coef_, rtol=1e-10)
+
+
+def test_a_models_directory_of_the_previous_layout_is_not_restarted_beside(tmp_path, s3_server, s3_url):
+    from streamrank.io import Remote
+
+    so = s3_server.storage_options
+    models = s3_url + "/old-nightly"
+    Remote(models, so).write("current", b"v0003\n")
+    with pytest.raises(nightly.ModelsDirError, match="previous object-storage layout.*new URL"):
+        _night(tmp_path, 1, models, so)
+    assert not RemoteModelsDir(models, so).loc.exists_repo()

@@ -42,7 +42,8 @@ def days(tmp_path_factory):
 def _main(store, models, day, learner, *args):
     out = io.StringIO()
     with contextlib.redirect_stdout(out):
-        rc = nightly.main(["--store", str(store), "--new", str(day), "--models", str(models), "--learner", learner,
+        rc = nightly.main(["--store", str(store), "--new", str(day), "--models", str(models), "--no-checks",
+                           "--learner", learner,
                            "--no-plot", *args])
     return rc, out.getvalue()
 
@@ -101,6 +102,7 @@ def test_held_out_queries_are_never_trained_on(tmp_path):
         p = tmp_path / f"day{d}.npz"
         np.savez(p, **dict(zip("X y qid".split(), make_day(d, n_groups=30))))
         nightly.run_night(store, [p], models, learner="sgd-pairwise", tolerance=1.0, plot=False, out=io.StringIO(),
+                          checks=None,
                           learner_params={"random_state": 5})
     final, s = sr.load(models / "current"), sr.GroupStore.open(store)
     keep = ~_held(np.asarray(s.qid))
@@ -117,6 +119,7 @@ def test_held_out_queries_are_never_trained_on(tmp_path):
     store, models = tmp_path / "t.zarr", tmp_path / "tm"
     for d in (1, 2, 3):
         nightly.run_night(store, [make_tuple_day(tmp_path, d)], models, learner="sgd-bilinear", tolerance=1.0,
+                          checks=None,
                           plot=False, out=io.StringIO())
     final, ts = sr.load(models / "current"), sr.TupleStore.open(store)
     replay = sr.SparseSGDRanker(auto_refit=False)
@@ -132,7 +135,8 @@ def test_held_out_queries_are_never_trained_on(tmp_path):
     # the fraction is fixed for a model line: another one is refused before anything is ingested
     err = io.StringIO()
     with contextlib.redirect_stderr(err):
-        rc = nightly.main(["--store", str(store), "--new", str(make_tuple_day(tmp_path, 4)), "--models", str(models),
+        rc = nightly.main(["--store", str(store), "--new", str(make_tuple_day(tmp_path, 4)), "--no-checks",
+                           "--models", str(models),
                            "--learner", "sgd-bilinear", "--gate-fraction", "0.2", "--no-plot"])
     assert rc == 4 and "holds out 0.1 of the queries" in err.getvalue() and "--full" in err.getvalue()
     assert sr.TupleStore.open(store).n_tuples == 900

@@ -80,11 +80,11 @@ def test_recipe_through_the_cli_and_its_refusals(tmp_path, capsys):
     assert cli_main(["recipe", "clicks", "--limit", "200", "--sessions", "2", "--out", str(out)]) == 0
     assert sr.GroupStore.open(out).n_rows > 0
     capsys.readouterr()
-    assert cli_main(["recipe", "clicks", "--limit", "200", "--out", str(out)]) == 2      # exists
+    assert cli_main(["recipe", "clicks", "--limit", "200", "--out", str(out)]) == 5      # exists
     assert "pass --overwrite" in capsys.readouterr().err
     assert cli_main(["recipe", "clicks", "--noise", "2", "--out", str(tmp_path / "d.zarr")]) == 2
     assert "--noise" in capsys.readouterr().err
-    assert cli_main(["recipe", "clicks", "--data-dir", str(tmp_path), "--out", str(tmp_path / "e.zarr")]) == 2
+    assert cli_main(["recipe", "clicks", "--data-dir", str(tmp_path), "--out", str(tmp_path / "e.zarr")]) == 3
     assert "does not exist" in capsys.readouterr().err
 
 

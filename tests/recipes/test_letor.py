@@ -74,7 +74,7 @@ def test_plain_gz_input_and_errors(tmp_path, recipe):
     s = sr.GroupStore.open(tmp_path / "g.zarr")
     assert (s.n_rows, s.n_groups, s.n_features) == (3, 2, 2)
     np.testing.assert_array_equal(s.qid, [5, 9])
-    assert rec.main(["--input", str(tmp_path / "missing.txt"), "--out", str(tmp_path / "m.zarr")]) == 2
+    assert rec.main(["--input", str(tmp_path / "missing.txt"), "--out", str(tmp_path / "m.zarr")]) == 3
     with pytest.raises(ValueError, match="member"):
         with letor.open_letor(tmp_path / "a.tar.gz"):
             pass
