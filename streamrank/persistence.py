@@ -61,7 +61,7 @@ from pathlib import Path
 import numpy as np
 import scipy.sparse as sp
 
-from . import _learners
+from . import _learners, _model_record
 from ._model_zarr import ModelFormatError, open_objects
 
 if TYPE_CHECKING:

@@ -38,7 +38,7 @@ import os
 import numpy as np
 import scipy.sparse as sp
 
-from ._qid_text import QID_TEXT_ARRAYS, QidText, create_qid_text
+from ._qid_text import QidText, create_qid_text
 from .groups import (
     GROUP_IDENTITIES,
     batch_of,
