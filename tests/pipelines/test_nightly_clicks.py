@@ -198,3 +198,10 @@ def test_sgd_pairwise_weighted_nights_resume_as_partial_fit_on_the_weighted_stor
     # an unweighted night on the weighted line is refused (its steps were taken with the weights)
     assert nightly.main(_argv(store, models, days[0], *sgd)) != 0
     assert "run once with --full" in capsys.readouterr().err
+
+
+def test_run_night_refuses_a_weighted_sgd_bilinear_line_before_the_ingest(days, tmp_path):
+    with pytest.raises(ValueError, match="--learner sgd-bilinear cannot be weighted: .*TupleStore"):
+        nightly.run_night(tmp_path / "t.zarr", [days[0]], tmp_path / "m", learner="sgd-bilinear",
+                          weighting={"weights": "weight"}, plot=False)
+    assert not (tmp_path / "t.zarr").exists()
