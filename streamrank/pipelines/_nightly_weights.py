@@ -24,7 +24,7 @@ says ``ips-weighted`` / ``weighted``).
 """
 from __future__ import annotations
 
-__all__ = ["UNWEIGHTED", "add_weight_options", "weighting_of", "row_column_names", "weighted_store",
+__all__ = ["UNWEIGHTED", "refusal", "add_weight_options", "weighting_of", "row_column_names", "weighted_store",
            "check_same_weighting"]
 
 _COLUMNS = ("weight", "click", "position", "ranker")
@@ -55,6 +55,12 @@ def add_weight_options(p) -> None:
     p.add_argument("--clip", type=float, default=None, metavar="TAU", help="--ips: p := max(p, TAU)")
 
 
+def refusal(learner: str) -> str | None:
+    """Why the nightly line ``learner`` cannot be weighted (one line), or None when it can."""
+    why = UNWEIGHTED.get(learner)
+    return None if why is None else f"--learner {learner} cannot be weighted: {why}"
+
+
 def row_column_names(args) -> dict | None:
     """``{store column: day column}`` of the ``--<col>-column`` options given, or None."""
     named = {n: getattr(args, f"{n}_column") for n in _COLUMNS if getattr(args, f"{n}_column", None) is not None}
@@ -71,7 +77,7 @@ def weighting_of(args, error) -> dict | None:
     if args.ips and args.propensity is None:
         error("--ips needs --propensity eta=E | estimate:em | estimate:harvest | estimate:STORE | FILE")
     if (args.weights is not None or args.ips) and args.learner in UNWEIGHTED:
-        error(f"--weights / --ips: --learner {args.learner} cannot be weighted: {UNWEIGHTED[args.learner]}")
+        error(f"--weights / --ips: {refusal(args.learner)}")
     if args.weights is not None and args.weights != "weight":
         error(f"--weights {args.weights}: the store's row weights are its column 'weight'")
     if args.ips and args.ties == "include":

@@ -344,10 +344,10 @@ def _run_locked(store_path, new_files, models_dir, learner, alphas, full, keep, 
                 gate_fraction=None, reject=(), readmit=(), weighting=None, checks=(), force=False):
     from streamrank.pipelines import _nightly_exclusions as ex
     from streamrank.pipelines._nightly_propensity import estimate_night, forces_full
-    from streamrank.pipelines._nightly_weights import UNWEIGHTED, check_same_weighting, weighted_store
+    from streamrank.pipelines._nightly_weights import check_same_weighting, refusal, weighted_store
 
-    if weighting and learner in UNWEIGHTED:      # before the ingest: a refusal changes nothing
-        raise ValueError(f"--learner {learner} cannot be weighted: {UNWEIGHTED[learner]}")
+    if weighting and refusal(learner):      # before the ingest: a refusal changes nothing
+        raise ValueError(refusal(learner))
     tuples = learner == "sgd-bilinear"
     unit = "tuples" if tuples else "groups"
     started = _now()
