@@ -310,7 +310,7 @@ def run_night(store_path, new_files, models_dir, *, learner="rankrls", alphas=No
     (:mod:`streamrank.pipelines._nightly_exclusions`), applied after the ingest.
     ``columns["row_columns"]``: ``{"weight"|"click"|"position": COL}``, a day's
     columns kept as the store's row columns; ``weighting``: ``{"weights": "weight"}``
-    or ``{"ips": {"propensity": SPEC, "clip": TAU}}`` (rankrls;
+    or ``{"ips": {"propensity": SPEC, "clip": TAU}}`` (rankrls, sparse-kernel, sgd-pairwise;
     :mod:`streamrank.pipelines._nightly_weights`).
     ``checks``: thresholds of the data checks of each new day
     (:data:`streamrank.pipelines._nightly_checks.DEFAULTS` for those not given; None: no checks); a
@@ -344,8 +344,10 @@ def _run_locked(store_path, new_files, models_dir, learner, alphas, full, keep, 
                 gate_fraction=None, reject=(), readmit=(), weighting=None, checks=(), force=False):
     from streamrank.pipelines import _nightly_exclusions as ex
     from streamrank.pipelines._nightly_propensity import estimate_night, forces_full
-    from streamrank.pipelines._nightly_weights import check_same_weighting, weighted_store
+    from streamrank.pipelines._nightly_weights import check_same_weighting, refusal, weighted_store
 
+    if weighting and refusal(learner):      # before the ingest: a refusal changes nothing
+        raise ValueError(refusal(learner))
     tuples = learner == "sgd-bilinear"
     unit = "tuples" if tuples else "groups"
     started = _now()
