@@ -16,6 +16,11 @@ every store append and model write in streamrank is atomic under kill -9
 (appends commit by one final rename of the log, models appear whole or not
 at all, leftovers of a dead process are swept by the next writer).
 
+If the parent itself is killed (kill -9 included), a watchdog process --
+forked from the parent, in the child's process group, blocked on a pipe whose
+write end only the parent holds -- sees end of file and SIGKILLs the child's
+group, so no orphan keeps computing (:func:`_watchdog`).
+
 In-process callers (``main([...])``, the tests) and platforms without
 ``fork`` run the command directly; ``STREAMRANK_NO_FORK=1`` does too.
 """
@@ -39,27 +44,55 @@ def can_supervise() -> bool:
             and threading.current_thread() is threading.main_thread())
 
 
-def _die_with_parent() -> None:
-    """Linux: the child gets SIGKILL when the parent dies (a killed parent leaves no orphan computing)."""
-    try:
-        import ctypes
+def _watchdog(child: int, read_end: int, write_end: int) -> int:
+    """Fork the process that SIGKILLs the process group of ``child`` if this process (the parent) dies.
 
-        libc = ctypes.CDLL(None, use_errno=True)
-        libc.prctl(1, int(signal.SIGKILL), 0, 0, 0)    # PR_SET_PDEATHSIG
-    except Exception:  # noqa: BLE001 - best effort (not Linux)
-        pass
+    It blocks reading ``read_end`` of a pipe whose write end only the parent
+    holds (the child closed its copies): the parent writes one byte when the
+    command is over, so end of file without that byte means the parent died
+    (kill -9 included) and the watchdog kills the command's whole group -- the
+    command and the processes it started -- even inside a native call that
+    holds the GIL for minutes, which a thread in the child could not.  It
+    joins that group, so the group exists (its id cannot be reused) as long as
+    the watchdog waits, and a kill of the group takes the watchdog along.
+    A fork of the already-imported parent: no interpreter start-up.
+    """
+    wd = os.fork()
+    if wd:
+        return wd
+    try:
+        os.close(write_end)                    # end of file once the parent's copy is closed: by its death
+        for s in (signal.SIGINT, signal.SIGTERM):
+            signal.signal(s, signal.SIG_IGN)   # Ctrl-C is the parent's to forward, never the watchdog's
+        try:
+            os.setpgid(0, child)
+        except OSError:
+            pass
+        try:
+            word = os.read(read_end, 1)
+        except OSError:
+            word = b""
+        if not word:                           # end of file: the parent is gone
+            try:
+                os.killpg(child, signal.SIGKILL)
+            except OSError:
+                pass
+    finally:
+        os._exit(0)
 
 
 def supervised(run, command: str) -> int:
     """Run ``run()`` (returns an exit code) in a forked child; see the module doc.  Returns the exit code."""
     sys.stdout.flush()
     sys.stderr.flush()
+    read_end, write_end = os.pipe()                # the watchdog's: the write end stays in this process only
     pid = os.fork()
     if pid == 0:                                   # the child: the command itself
         code = 1
         try:
+            os.close(read_end)
+            os.close(write_end)
             os.setpgid(0, 0)                       # the terminal's Ctrl-C reaches the parent, which forwards it
-            _die_with_parent()
             code = int(run() or 0)
         except SystemExit as exc:
             code = exc.code if isinstance(exc.code, int) else 1
@@ -74,6 +107,30 @@ def supervised(run, command: str) -> int:
                 sys.stderr.flush()
             finally:
                 os._exit(code)
+    try:
+        os.setpgid(pid, pid)                       # (as the child does: whichever runs first)
+    except OSError:
+        pass
+    try:
+        watchdog = _watchdog(pid, read_end, write_end)        # a killed parent leaves no child computing
+    finally:
+        os.close(read_end)
+    try:
+        return _wait(pid, command)
+    finally:
+        try:
+            os.write(write_end, b"x")              # the command is over: the watchdog leaves it alone
+        except OSError:                            # (killed with the child's group after the grace)
+            pass
+        os.close(write_end)
+        try:
+            os.waitpid(watchdog, 0)
+        except ChildProcessError:
+            pass
+
+
+def _wait(pid: int, command: str) -> int:
+    """Wait for the command's process ``pid``; forward SIGINT / SIGTERM, SIGKILL its group after the grace."""
     got: list = []
 
     def note(signum, frame):
