@@ -85,6 +85,9 @@ def supervised(run, command: str) -> int:
     """Run ``run()`` (returns an exit code) in a forked child; see the module doc.  Returns the exit code."""
     sys.stdout.flush()
     sys.stderr.flush()
+    stops = {signal.SIGINT, signal.SIGTERM}
+    # held back until the parent's handlers are in place: a Ctrl-C right after the fork is forwarded, never lost
+    mask = signal.pthread_sigmask(signal.SIG_BLOCK, stops)
     read_end, write_end = os.pipe()                # the watchdog's: the write end stays in this process only
     pid = os.fork()
     if pid == 0:                                   # the child: the command itself
@@ -93,6 +96,7 @@ def supervised(run, command: str) -> int:
             os.close(read_end)
             os.close(write_end)
             os.setpgid(0, 0)                       # the terminal's Ctrl-C reaches the parent, which forwards it
+            signal.pthread_sigmask(signal.SIG_SETMASK, mask)
             code = int(run() or 0)
         except SystemExit as exc:
             code = exc.code if isinstance(exc.code, int) else 1
@@ -107,17 +111,26 @@ def supervised(run, command: str) -> int:
                 sys.stderr.flush()
             finally:
                 os._exit(code)
+    got: list = []
+
+    def note(signum, frame):
+        got.append(signum)
+
     try:
         os.setpgid(pid, pid)                       # (as the child does: whichever runs first)
     except OSError:
         pass
     try:
-        watchdog = _watchdog(pid, read_end, write_end)        # a killed parent leaves no child computing
+        watchdog = _watchdog(pid, read_end, write_end)   # a killed parent leaves no child computing
     finally:
         os.close(read_end)
+    old = {s: signal.signal(s, note) for s in stops}
+    signal.pthread_sigmask(signal.SIG_SETMASK, mask)
     try:
-        return _wait(pid, command)
+        return _wait(pid, command, got)
     finally:
+        for s, h in old.items():
+            signal.signal(s, h)
         try:
             os.write(write_end, b"x")              # the command is over: the watchdog leaves it alone
         except OSError:                            # (killed with the child's group after the grace)
@@ -129,45 +142,35 @@ def supervised(run, command: str) -> int:
             pass
 
 
-def _wait(pid: int, command: str) -> int:
-    """Wait for the command's process ``pid``; forward SIGINT / SIGTERM, SIGKILL its group after the grace."""
-    got: list = []
-
-    def note(signum, frame):
-        got.append(signum)
-
-    old = {s: signal.signal(s, note) for s in (signal.SIGINT, signal.SIGTERM)}
-    try:
-        deadline = None
-        while True:
+def _wait(pid: int, command: str, got: list) -> int:
+    """Wait for the command's process ``pid``; forward a signal ``got`` receives; SIGKILL its group after the grace."""
+    deadline = None
+    while True:
+        try:
+            done, status = os.waitpid(pid, os.WNOHANG)
+        except ChildProcessError:              # already reaped
+            return 1
+        if done:
+            code = os.waitstatus_to_exitcode(status)
+            return 128 - code if code < 0 else code
+        if got and deadline is None:
             try:
-                done, status = os.waitpid(pid, os.WNOHANG)
-            except ChildProcessError:              # already reaped
-                return 1
-            if done:
-                code = os.waitstatus_to_exitcode(status)
-                return 128 - code if code < 0 else code
-            if got and deadline is None:
+                os.kill(pid, got[0])
+            except ProcessLookupError:
+                pass
+            deadline = time.monotonic() + GRACE
+        if deadline is not None and time.monotonic() > deadline:
+            try:                               # the child's whole process group: the processes it started
+                os.killpg(pid, signal.SIGKILL)   # (a LocalCluster's workers) go with it
+            except (ProcessLookupError, PermissionError):
                 try:
-                    os.kill(pid, got[0])
+                    os.kill(pid, signal.SIGKILL)
                 except ProcessLookupError:
                     pass
-                deadline = time.monotonic() + GRACE
-            if deadline is not None and time.monotonic() > deadline:
-                try:                               # the child's whole process group: the processes it started
-                    os.killpg(pid, signal.SIGKILL)   # (a LocalCluster's workers) go with it
-                except (ProcessLookupError, PermissionError):
-                    try:
-                        os.kill(pid, signal.SIGKILL)
-                    except ProcessLookupError:
-                        pass
-                os.waitpid(pid, 0)
-                sigterm = got[0] == signal.SIGTERM
-                print(f"streamrank {command}: {'terminated (SIGTERM)' if sigterm else 'interrupted'}; stopped "
-                      f"inside native code after {GRACE:g} s (nothing half-written was left: stores keep their "
-                      "last commit, models are written whole or not at all)", file=sys.stderr, flush=True)
-                return 143 if sigterm else 130
-            time.sleep(0.02)
-    finally:
-        for s, h in old.items():
-            signal.signal(s, h)
+            os.waitpid(pid, 0)
+            sigterm = got[0] == signal.SIGTERM
+            print(f"streamrank {command}: {'terminated (SIGTERM)' if sigterm else 'interrupted'}; stopped "
+                  f"inside native code after {GRACE:g} s (nothing half-written was left: stores keep their "
+                  "last commit, models are written whole or not at all)", file=sys.stderr, flush=True)
+            return 143 if sigterm else 130
+        time.sleep(0.02)
