@@ -56,6 +56,38 @@ Conventions (options, the same name on every metric and in the CLI)
     skipped.
 ``k`` for AP and recall cuts the ranked list, never the divisor (trec_eval).
 
+Weighted metrics (``sample_weight=``: ``ndcg`` and ``disagreement``)
+--------------------------------------------------------------------
+Row weights w (finite, >= 0), the ``sample_weight`` the learners train with
+(weighted RankRLS: the pair (i, j) weighs ``w_i w_j``).
+
+``disagreement``
+    A query's value is ``sum w_i w_j [pair misordered] / sum w_i w_j`` over
+    its ordered pairs (ties in the score as ``ties=`` says) -- with
+    :func:`~streamrank.io.weighted.ips_weighted` weights and clicks as
+    labels, the self-normalized IPS estimate of the misordered-pair rate
+    (Joachims, Swaminathan & Schnabel 2017).  Queries are averaged with
+    weight ``sum w_i w_j / #pairs`` (the query's mean pair weight): each
+    pair weighs ``w_i w_j / #pairs of its query``.  Weights all one give
+    the unweighted mean over queries exactly; a weight c constant over a
+    query makes it count c² times (the per-query weights are kept).
+``ndcg``
+    Document i's gain is ``w_i gain(rel_i)`` in the DCG; the ideal DCG is of
+    the same weighted gains sorted decreasing (with IPS weights: the
+    IPS-weighted DCG of the clicked documents, normalized; Agarwal et al.
+    2019).  Queries are averaged **equally**, as trec_eval does and as the
+    unweighted NDCG is: NDCG is normalized per query, so a weight constant
+    within a query cancels and a query's weight cannot enter its value --
+    averaging by query weight would be a second, separate choice.  To let
+    queries count by their weights, read the weighted ``disagreement``.
+
+:class:`RankingEvaluator` ``(weighted=True)`` takes ``weight=`` in
+``update`` and ``block.weight`` in ``update_block``;
+``evaluate(source, model, weighted=True)`` streams a weighted source
+(:func:`~streamrank.io.weighted.with_weights`,
+:func:`~streamrank.io.weighted.ips_weighted`).  Results do not depend on the
+block cutting, and ``merge`` keeps them exact.
+
 Matching trec_eval (``gain="linear", empty="zero", ties="trec", doc_ids=...``)
 ----------------------------------------------------------------------------
 | streamrank | trec_eval measure |
@@ -94,6 +126,9 @@ Examples
 0.5
 >>> sr.metrics.ndcg(y, s, qid, k=[1, 3])
 {1: 0.5, 3: 0.75}
+>>> w = np.array([1.0, 1.0, 1.0, 3.0, 3.0, 3.0])          # the second query counts 3**2 = 9 times
+>>> float(sr.metrics.disagreement(y, s, qid, sample_weight=w))   # (0 * 1 + 1 * 9) / (1 + 9)
+0.9
 >>> round(sr.metrics.mean_average_precision([1, 0, 0], [1.0, 1.0, 1.0]), 4)   # (1 + 1/2 + 1/3) / 3
 0.6111
 >>> sr.metrics.precision([1, 0, 0], [1.0, 1.0, 1.0], k=1, ties="trec", doc_ids=["c", "b", "a"])

@@ -14,7 +14,8 @@ if TYPE_CHECKING:
 
 def ndcg(y_true: ArrayLike, y_score: ArrayLike, qid: ArrayLike | None = None, k: int | None = 10, *, gain: str = "exp2",
          empty: str = "skip", ties: str = "expected", doc_ids: ArrayLike | None = None, qrels: dict | None = None,
-         per_query: bool = False, return_details: bool = False) -> float | np.ndarray | MetricResult:
+         per_query: bool = False, return_details: bool = False,
+         sample_weight: ArrayLike | None = None) -> float | np.ndarray | MetricResult:
     """Mean NDCG@k over queries.
 
     ``DCG@k = sum_{r=1}^{k} gain(rel_r) / log2(r + 1)`` in the predicted
@@ -52,9 +53,23 @@ def ndcg(y_true: ArrayLike, y_score: ArrayLike, qid: ArrayLike | None = None, k:
     return_details : bool
         Return a :class:`MetricResult` (value, counts, per-query values keyed
         by the original qid) instead of a float.
+    sample_weight : array (rows,), optional
+        Row weights (finite, >= 0).  Weighted NDCG: document i's gain is
+        ``w_i gain(rel_i)`` in the DCG, and the ideal DCG is of the same
+        weighted gains sorted decreasing (with inverse-propensity weights
+        on clicks: the IPS-weighted DCG of the clicked documents,
+        normalized; Agarwal et al., SIGIR 2019).  A relevant item of weight
+        0 does not count as relevant for ``empty``.  Queries are averaged
+        **equally**, as without weights (and as trec_eval does): NDCG is
+        normalized per query, so a weight constant within a query cancels
+        and the query still counts once.  To let queries count by their
+        weights use :func:`disagreement` with ``sample_weight``, whose mean
+        keeps them.  Weights of all ones give the unweighted value exactly.
+        Not with ``qrels`` (judged documents carry no row weights).
     """
     return array_metric("ndcg", "ndcg", y_true, y_score, qid, k, gain=gain, empty=empty, ties=ties,
-                        doc_ids=doc_ids, qrels=qrels, per_query=per_query, return_details=return_details)
+                        doc_ids=doc_ids, qrels=qrels, per_query=per_query, return_details=return_details,
+                        sample_weight=sample_weight)
 
 
 def err(y_true: ArrayLike, y_score: ArrayLike, qid: ArrayLike | None = None, k: int | None = 10, *, gain: str = "exp2",

@@ -100,25 +100,32 @@ def _stable_order_into(a, lo, hi, direction, work):
     return src
 
 
-def ndcg_groups(y, s, gp, iy, igp, ks, exp2, out):
-    """Expected NDCG@k of every group.
+def ndcg_groups(y, s, gp, iy, igp, ks, exp2, out, w=None, iw=None):
+    """Expected NDCG@k of every group, optionally with row weights.
 
-    ``DCG@k = sum_{p<k} gain(rel_p) / log2(p + 2)`` (0-based p) in the
+    ``DCG@k = sum_{p<k} w_p gain(rel_p) / log2(p + 2)`` (0-based p) in the
     predicted order; a run of tied items shares the mean discount of its
-    positions (0 beyond k).  The ideal DCG@k sorts the labels ``iy[igp[g]:
-    igp[g+1]]`` (the group's own rows, or the judged documents of its query
-    when qrels are given).  NaN when the ideal DCG@k is <= 0.
+    positions (0 beyond k).  The ideal DCG@k sorts the weighted gains
+    ``iw * gain(iy)`` of ``iy[igp[g]:igp[g+1]]`` (the group's own rows, or the
+    judged documents of its query when qrels are given) decreasing.  ``w`` /
+    ``iw`` (float64, one per row of ``y`` / ``iy``, finite and >= 0) default
+    to ones: a weight of 1.0 multiplies exactly and, the gain being
+    increasing, the weighted gains sort as the labels do, so the unweighted
+    values are bit for bit those of weights all one.  NaN when the ideal
+    DCG@k is <= 0.
     """
     max_n = max(1, int(np.max(np.diff(gp), initial=0)), int(np.max(np.diff(igp), initial=0)))
-    _ndcg_groups(y, s, gp, iy, igp, ks, exp2, out, np.empty(max_n), np.empty(ks.shape[0]),
-                 np.empty(2 * max_n, dtype=np.int64))
+    w = np.ones(y.shape[0]) if w is None else w
+    iw = (w if iy is y else np.ones(iy.shape[0])) if iw is None else iw
+    _ndcg_groups(y, w, s, gp, iy, iw, igp, ks, exp2, out, np.empty(max_n), np.empty(ks.shape[0]),
+                 np.empty(2 * max_n, dtype=np.int64), np.empty(max_n))
 
 
 @jit
-def _ndcg_groups(y, s, gp, iy, igp, ks, exp2, out, disc, dcg, work):
-    """:func:`ndcg_groups` with the caller's scratch: ``disc`` (float64, the largest group or judged list,
-    at least 1), ``dcg`` (float64, ``len(ks)``) and ``work`` (int64, twice ``len(disc)``).  It allocates
-    nothing, so it compiles no ``np.empty``.
+def _ndcg_groups(y, w, s, gp, iy, iw, igp, ks, exp2, out, disc, dcg, work, gains):
+    """:func:`ndcg_groups` with the caller's scratch: ``disc`` and ``gains`` (float64, the largest group or
+    judged list, at least 1), ``dcg`` (float64, ``len(ks)``) and ``work`` (int64, twice ``len(disc)``).  It
+    allocates nothing, so it compiles no ``np.empty``.
     """
     n_groups = gp.shape[0] - 1
     nk = ks.shape[0]
@@ -128,15 +135,17 @@ def _ndcg_groups(y, s, gp, iy, igp, ks, exp2, out, disc, dcg, work):
         lo = gp[g]
         n = gp[g + 1] - lo
         ilo = igp[g]
-        ideal = _stable_order_into(iy, ilo, igp[g + 1], -1.0, work)   # labels decreasing: iy[ilo + ideal[p]]
-        ni = ideal.shape[0]
+        ni = igp[g + 1] - ilo
+        for p in range(ni):
+            v = iy[ilo + p]
+            gains[p] = iw[ilo + p] * (2.0 ** v - 1.0 if exp2 else v)
+        ideal = _stable_order_into(gains, 0, ni, -1.0, work)   # weighted gains decreasing: gains[ideal[p]]
         for j in range(nk):
             kk = ks[j]
             kk = ni if (kk <= 0 or kk > ni) else kk
             idcg = 0.0
             for p in range(kk):
-                v = iy[ilo + ideal[p]]
-                idcg += (2.0 ** v - 1.0 if exp2 else v) * disc[p]
+                idcg += gains[ideal[p]] * disc[p]
             out[g, j] = idcg               # keep the ideal until the DCG is known
             dcg[j] = 0.0
         if n > 0:
@@ -150,7 +159,7 @@ def _ndcg_groups(y, s, gp, iy, igp, ks, exp2, out, disc, dcg, work):
                 gain = 0.0
                 for t in range(a, b):
                     v = y[lo + order[t]]
-                    gain += 2.0 ** v - 1.0 if exp2 else v
+                    gain += w[lo + order[t]] * (2.0 ** v - 1.0 if exp2 else v)
                 for j in range(nk):
                     kk = ks[j]
                     kk = n if (kk <= 0 or kk > n) else kk
@@ -438,35 +447,52 @@ def cindex_group(y, s, lo, hi):
     return int(out[0, 0]), int(out[1, 0]), int(out[2, 0])
 
 
-def cindex_groups(y, s, gp, disc, ties, pairs):
-    """Per-group discordant pairs, score-tied pairs and ordered pairs (int64 outputs), O(n log n) a group.
+def cindex_groups(y, s, gp, disc, ties, pairs, w=None, count=None):
+    """Per-group discordant, score-tied and ordered pairs, O(n log n) a group; with row weights, their weights.
 
     Ordered pairs are (i, j) with y_i < y_j; discordant when s_i > s_j; tied
-    when s_i == s_j.  Items are inserted into a Fenwick tree over the dense
-    ranks of the scores in increasing order of y, one label class at a time;
-    every item counts the already inserted (strictly lower label) items with
-    a smaller, equal and larger score.
+    when s_i == s_j.  With weights ``w`` (float64, finite, >= 0) a pair
+    counts ``w_i w_j`` (the pair weight of weighted RankRLS) and ``disc``,
+    ``ties``, ``pairs`` receive sums of pair weights; ``count`` (optional)
+    the number of ordered pairs.  Items are inserted into a Fenwick tree of
+    weights over the dense ranks of the scores in increasing order of y, one
+    label class at a time; every item takes the weight of the already
+    inserted (strictly lower label) items with a smaller score (the tree's
+    prefix), an equal score (a per-rank total) and a larger one (the rest).
+    Without weights every weight is 1.0 and every sum an integer held
+    exactly in float64 (below 2**53), so int64 outputs get exact counts.
     """
+    g = gp.shape[0] - 1
     max_n = max(1, int(np.max(np.diff(gp), initial=0)))
-    _cindex_groups(y, s, gp, disc, ties, pairs, np.empty(4 * max_n + 1, dtype=np.int64))
+    fd, ft, fp, fc = (np.empty(g) for _ in range(4))
+    _cindex_groups(y, np.ones(y.shape[0]) if w is None else w, s, gp, fd, ft, fp, fc,
+                   np.empty(3 * max_n, dtype=np.int64), np.empty(2 * max_n + 2))
+    disc[:] = fd
+    ties[:] = ft
+    pairs[:] = fp
+    if count is not None:
+        count[:] = fc
 
 
 @jit
-def _cindex_groups(y, s, gp, disc, ties, pairs, work):
-    """:func:`cindex_groups` with the caller's int64 scratch (4 x the largest group + 1: the sort's
-    buffers, the ranks and the Fenwick tree): it allocates nothing, so it compiles no ``np.empty``."""
+def _cindex_groups(y, w, s, gp, disc, ties, pairs, count, work, fwork):
+    """:func:`cindex_groups` with float64 outputs and the caller's scratch: ``work`` (int64, 3 x the largest
+    group: the sort's buffers and the ranks) and ``fwork`` (float64, 2 x the largest group + 2: the Fenwick
+    tree and the weight at each rank).  It allocates nothing, so it compiles no ``np.empty``."""
     n_groups = gp.shape[0] - 1
     for g in range(n_groups):
         lo = gp[g]
         hi = gp[g + 1]
         n = hi - lo
+        disc[g] = 0.0
+        ties[g] = 0.0
+        pairs[g] = 0.0
+        count[g] = 0.0
         if n < 2:
-            disc[g] = 0
-            ties[g] = 0
-            pairs[g] = 0
             continue
         ss = s[lo:hi]
         ys = y[lo:hi]
+        ws = w[lo:hi]
         order_s = _stable_order_into(s, lo, hi, 1.0, work)
         rank = work[2 * n:3 * n]
         r = 0
@@ -474,14 +500,19 @@ def _cindex_groups(y, s, gp, disc, ties, pairs, work):
             if t > 0 and ss[order_s[t]] != ss[order_s[t - 1]]:
                 r += 1
             rank[order_s[t]] = r
-        tree = work[3 * n:3 * n + r + 2]    # r + 2 <= n + 1
-        for v in range(r + 2):
-            tree[v] = 0
         m = r + 2
+        tree = fwork[:m]                    # r + 2 <= n + 1
+        at_rank = fwork[m:m + r + 1]        # inserted weight at each rank
+        for v in range(m):
+            tree[v] = 0.0
+        for v in range(r + 1):
+            at_rank[v] = 0.0
         order_y = _stable_order_into(y, lo, hi, 1.0, work)   # order_s is done
-        inserted = 0
-        n_disc = 0
-        n_ties = 0
+        inserted = 0.0                     # weight of the inserted items
+        n_inserted = 0
+        w_disc = 0.0
+        w_ties = 0.0
+        w_pairs = 0.0
         n_pairs = 0
         t = 0
         while t < n:
@@ -491,29 +522,32 @@ def _cindex_groups(y, s, gp, disc, ties, pairs, work):
                 u += 1
             for v in range(t, u):
                 ri = rank[order_y[v]]
-                less = 0                       # Fenwick prefix sum: counts at ranks 0..ri-1
+                wv = ws[order_y[v]]
+                less = 0.0                     # Fenwick prefix sum: weight at ranks 0..ri-1
                 i = ri
                 while i > 0:
                     less += tree[i]
                     i -= i & (-i)
-                leq = 0                        # ... and at ranks 0..ri
-                i = ri + 1
-                while i > 0:
-                    leq += tree[i]
-                    i -= i & (-i)
-                n_ties += leq - less
-                n_disc += inserted - leq
-            n_pairs += inserted * (u - t)
+                w_ties += wv * at_rank[ri]
+                above = inserted - less - at_rank[ri]
+                w_disc += wv * (above if above > 0.0 else 0.0)   # no rounding below 0
+                w_pairs += wv * inserted
+            n_pairs += n_inserted * (u - t)
             for v in range(t, u):
-                i = rank[order_y[v]] + 1       # Fenwick add 1 at its rank
+                ri = rank[order_y[v]]
+                wv = ws[order_y[v]]
+                at_rank[ri] += wv
+                i = ri + 1                     # Fenwick add the weight at its rank
                 while i < m:
-                    tree[i] += 1
+                    tree[i] += wv
                     i += i & (-i)
-            inserted += u - t
+                inserted += wv
+            n_inserted += u - t
             t = u
-        disc[g] = n_disc
-        ties[g] = n_ties
-        pairs[g] = n_pairs
+        disc[g] = w_disc
+        ties[g] = w_ties
+        pairs[g] = w_pairs
+        count[g] = n_pairs
 
 
 @jit

@@ -18,7 +18,8 @@ if TYPE_CHECKING:
 
 
 def disagreement(y_true: ArrayLike, y_score: ArrayLike, qid: ArrayLike | None = None, *, ties: str = "half",
-                 per_query: bool = False, return_details: bool = False) -> float | np.ndarray | MetricResult:
+                 per_query: bool = False, return_details: bool = False,
+                 sample_weight: ArrayLike | None = None) -> float | np.ndarray | MetricResult:
     """Mean over queries of ``1 - C-index`` (disagreement error).
 
     For a query, the fraction of its ordered pairs put the wrong way:
@@ -29,11 +30,25 @@ def disagreement(y_true: ArrayLike, y_score: ArrayLike, qid: ArrayLike | None = 
     2009 exactly, where sign(0) = -1 makes a tie an error).  Queries without
     an ordered pair are skipped.  O(n log n) per query (Fenwick tree).
     ``qid``, ``per_query``, ``return_details`` as :func:`ndcg`.
+
+    ``sample_weight`` (rows,), finite and >= 0: the pair (i, j) weighs
+    ``w_i w_j``, the pair weight of weighted RankRLS's objective
+    (:mod:`streamrank.laplacian`).  A query's value is
+    ``sum w_i w_j [misordered] / sum w_i w_j`` over its ordered pairs (ties
+    in the score counted as ``ties`` says); with the weights of
+    :func:`~streamrank.io.weighted.ips_weighted` (targets: clicks), the
+    self-normalized IPS estimate of the misordered-pair rate (Joachims,
+    Swaminathan & Schnabel, WSDM 2017).  The mean over queries weighs query
+    q by its mean pair weight ``sum_q w_i w_j / #pairs_q``: every pair
+    weighs ``w_i w_j / #pairs_q``, so with weights all one each query counts
+    once (the unweighted value, exactly) and a weight c constant over a
+    query makes it count c² times.  A query whose pairs all weigh 0 is
+    skipped.
     """
     if ties not in ("half", "expected", "error"):
         raise ValueError(f"ties must be 'half' (= 'expected') or 'error', got {ties!r}")
     return array_metric("disagreement", "disagreement", y_true, y_score, qid, None, disagreement_ties=ties,
-                        per_query=per_query, return_details=return_details)
+                        per_query=per_query, return_details=return_details, sample_weight=sample_weight)
 
 
 def _auc_1d(y, s, column=None):

@@ -53,7 +53,7 @@ def _blocks_of(source, max_rows):
 def evaluate(source: BlockSource | Iterable[Block], model: Any, k: int | None = 10, *, metrics=METRICS,
              gain: str = "exp2", empty: str = "skip", ties: str = "expected", max_grade: float = 4, qrels=None,
              disagreement_ties: str = "half", max_rows: int = DEFAULT_BLOCK_ROWS, output: int | None = None,
-             keep_per_query: bool = False) -> dict:
+             keep_per_query: bool = False, weighted: bool = False) -> dict:
     """Stream ``source`` once through ``model`` and return every metric asked for.
 
     Parameters
@@ -73,6 +73,12 @@ def evaluate(source: BlockSource | Iterable[Block], model: Any, k: int | None = 
         no document ids, so ``ties`` is ``"expected"``.
     max_rows, output, keep_per_query :
         Block budget, score column of a multi-output model, keep per-query values.
+    weighted : bool
+        Score ``ndcg`` and ``disagreement`` with the source's row weights
+        (``block.weight``: :func:`~streamrank.io.weighted.with_weights`,
+        :func:`~streamrank.io.weighted.ips_weighted` -- whose labels are the
+        clicks), as the array metrics with ``sample_weight``; the result
+        does not depend on how the source cuts its blocks.
 
     Notes
     -----
@@ -88,7 +94,10 @@ def evaluate(source: BlockSource | Iterable[Block], model: Any, k: int | None = 
     ev = None
     if ranking:
         ev = RankingEvaluator(k, ranking, keep_per_query=keep_per_query, gain=gain, empty=empty,
-                              max_grade=max_grade, qrels=qrels, disagreement_ties=disagreement_ties)
+                              max_grade=max_grade, qrels=qrels, disagreement_ties=disagreement_ties,
+                              weighted=weighted)
+    if weighted and want_auc:
+        raise ValueError("auc has no weighted form; weighted metrics: ndcg, disagreement")
     ys, ss = [], []
     for block in _blocks_of(source, max_rows):
         s = score_block(model, block.X)
@@ -96,8 +105,7 @@ def evaluate(source: BlockSource | Iterable[Block], model: Any, k: int | None = 
             s = s[:, output]
         y = block_labels(block, output)
         if ev is not None:
-            ev.update(y, s, block.group_ptr, qid=block.qid, group_size=block.group_size,
-                      group_offset=block.group_offset)
+            ev.update_block(block, s, y)
         if want_auc:
             ys.append(np.asarray(y, dtype=np.float64))
             ss.append(np.asarray(s, dtype=np.float64))

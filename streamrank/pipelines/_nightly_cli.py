@@ -87,9 +87,10 @@ def build_parser():
                         "STREAMRANK_PROGRESS_SECONDS); on a terminal they are shown anyway")
     p.add_argument("-q", "--quiet", action="store_true", help="no progress on stderr, not even on a terminal")
     p.add_argument("--group-weight", default="pair", choices=("pair", "query", "size"),
-                   help="rankrls: weight of each query's pairs (fixed at the first night)")
+                   help="rankrls, sparse-kernel: weight of each query's pairs (fixed at the first night)")
     p.add_argument("--ties", default=None, choices=("include", "exclude"),
-                   help="rankrls: tied pairs (default include; exclude with --ips)")
+                   help="rankrls, sparse-kernel: tied pairs (default include; exclude with --ips; "
+                        "sgd-pairwise never samples a tied pair)")
     p.add_argument("--normalize", default=None, choices=("standard", "minmax"),
                    help="scale the features by statistics of the training rows, fitted with the model "
                         "(rankrls: of all rows, every night; sparse-kernel and sgd-pairwise: of the first night's "
@@ -107,15 +108,15 @@ def build_parser():
 
 def _learner_params(args):
     norm = {} if getattr(args, "normalize", None) is None else {"normalize": args.normalize}
+    ties = args.ties or ("exclude" if getattr(args, "ips", False) else "include")
     if args.learner == "sparse-kernel":
         return {"n_basis": args.n_basis, "kernel": args.kernel, "gamma": args.gamma, "random_state": args.seed,
-                **norm}
+                "group_weight": args.group_weight, "ties": ties, **norm}
     if args.learner == "sgd-pairwise":
         return {"random_state": args.seed, **norm}
     if args.learner == "sgd-bilinear":
         return {"auto_refit": False, **norm} if norm else None
     if args.learner == "rankrls":
-        ties = args.ties or ("exclude" if getattr(args, "ips", False) else "include")
         return {"group_weight": args.group_weight, "ties": ties, **norm}
     return None
 

@@ -31,6 +31,13 @@ candidate's out-of-fold NDCG@k on ``H`` and is rejected; a day that teaches it
 more of the right order raises it and is promoted.  The promotion rule is
 the pipeline's: NDCG@k not below the current's by more than ``--tolerance``.
 
+A model line that trains on a weighted source (``--weights``, ``--ips``, or
+any weighted source a learner line trains on) is gated on that source: the
+out-of-fold NDCG@k and disagreement use its row weights and targets (for
+IPS, the clicks and 1/p on clicked rows: the weighted metrics of
+:mod:`streamrank.metrics`, pair weight w_i w_j as in training), and the
+record says so (``"weighted": "ips-weighted"``).
+
 A rejected night's days stay in the store, but the models directory lists
 them as excluded (:mod:`streamrank.pipelines._nightly_exclusions`): later
 candidates train without them and the history ``H`` skips them.
@@ -66,7 +73,7 @@ from streamrank import DEFAULT_BLOCK_ROWS
 from streamrank._phases import phase
 
 __all__ = ["history_slice", "history_view", "fold_scorers", "out_of_fold_metrics", "gate", "statistics_gate",
-           "sgd_gate", "line_fraction", "DEFAULT_GATE_FRACTION"]
+           "sgd_gate", "line_fraction", "scoring_label", "DEFAULT_GATE_FRACTION"]
 
 DEFAULT_GATE_FRACTION = 0.1
 
@@ -132,12 +139,14 @@ def fold_scorers(learner, model, fold_stats):
     return [lambda X, A=A[0]: score(X, A) for A in model.fold_coefficients(fold_stats, [alpha])]
 
 
-def out_of_fold_metrics(source, scorers, *, k=10, max_rows=DEFAULT_BLOCK_ROWS):
-    """NDCG@k and disagreement of ``source`` with each group scored by the scorer of its fold."""
+def out_of_fold_metrics(source, scorers, *, k=10, max_rows=DEFAULT_BLOCK_ROWS, weighted=False):
+    """NDCG@k and disagreement of ``source`` with each group scored by the scorer of its fold; ``weighted``:
+    with the source's row weights (``block.weight``: the weighted NDCG and disagreement of
+    :mod:`streamrank.metrics`, pair weight w_i w_j as in training)."""
     from streamrank.metrics import RankingEvaluator
     from streamrank.rankrls.selection import fold_of
 
-    ev = RankingEvaluator(k, ("ndcg", "disagreement"))
+    ev = RankingEvaluator(k, ("ndcg", "disagreement"), weighted=weighted)
     n = len(scorers)
     for block in source.blocks(max_rows=max_rows):
         row_fold = np.repeat(fold_of(block.qid, n), np.diff(block.group_ptr))
@@ -146,17 +155,21 @@ def out_of_fold_metrics(source, scorers, *, k=10, max_rows=DEFAULT_BLOCK_ROWS):
             rows = np.flatnonzero(row_fold == f)
             s[rows] = scorers[int(f)](block.X[rows])
         y = np.asarray(block.y, dtype=np.float64).reshape(block.n_rows, -1)[:, 0]
-        ev.update(y, s, block.group_ptr, qid=block.qid, group_size=block.group_size, group_offset=block.group_offset)
+        ev.update_block(block, s, y)
     return {name: float(r.value) for name, r in ev.result().items()}
 
 
 def gate(learner, store, h, candidate, cand_folds, current, cur_folds, *, k=10, tolerance=0.005,
-         max_rows=DEFAULT_BLOCK_ROWS):
+         max_rows=DEFAULT_BLOCK_ROWS, weighted=None):
     """Judge ``candidate`` against ``current`` out of fold on the history ``h``: groups ``(g0, g1)`` of
     ``store`` or a source (:func:`history_view`).
 
     Returns the record kept in ``version.json`` under ``"gate"``: the slice,
     both models' out-of-fold metrics, the metric and the decision.
+    ``weighted``: None (unweighted), or the label of the line's weighting
+    (:func:`scoring_label`) — the metrics then use the row weights (and
+    targets) of ``store``, the weighted source the line trains on, and the
+    record keeps the label under ``"weighted"``.
     """
     from streamrank.pipelines._nightly_views import counted
 
@@ -164,19 +177,31 @@ def gate(learner, store, h, candidate, cand_folds, current, cur_folds, *, k=10, 
     with phase(f"out-of-fold scores of both models on {src.n_groups:,} history groups", 2 * src.n_rows or None,
                "rows") as ph:
         cand = out_of_fold_metrics(counted(src, ph), fold_scorers(learner, candidate, cand_folds), k=k,
-                                   max_rows=max_rows)
+                                   max_rows=max_rows, weighted=weighted is not None)
         cur = out_of_fold_metrics(counted(src, ph), fold_scorers(learner, current, cur_folds), k=k,
-                                  max_rows=max_rows)
+                                  max_rows=max_rows, weighted=weighted is not None)
     mk = f"ndcg@{k}"
     return {"scheme": "history-out-of-fold", "groups": _span(src), "n_groups": int(src.n_groups),
             "rows": int(src.n_rows), "metric": mk, "candidate": cand, "current": cur, "tolerance": float(tolerance),
             "candidate_folds": len(cand_folds), "current_folds": len(cur_folds),
+            **({"weighted": weighted} if weighted else {}),
             "promote": bool(not (cand[mk] < cur[mk] - tolerance))}
 
 
-def statistics_gate(learner, store, end, excluded, model, extra, cur_model, cur_stats, *, k, tolerance, max_rows):
+def scoring_label(weighting, source) -> str | None:
+    """How the night's metrics are weighted: None when ``source`` (what the line trains on) carries no row
+    weights, else ``"ips-weighted"`` (``--ips``: clicks as targets, 1/p on clicked rows) or ``"weighted"``
+    (the store's row weights, or any other weighted source a learner line trains on)."""
+    if not getattr(source, "row_weighted", False):
+        return None
+    return "ips-weighted" if (weighting or {}).get("ips") else "weighted"
+
+
+def statistics_gate(learner, store, end, excluded, model, extra, cur_model, cur_stats, *, k, tolerance, max_rows,
+                    weighted=None):
     """The gate for rankrls / sparse-kernel: the fold statistics of both models (``extra`` = the candidate's
-    saved arrays, ``cur_stats`` = an ``np.load``-able of the current version's), None when unavailable."""
+    saved arrays, ``cur_stats`` = an ``np.load``-able of the current version's), None when unavailable.
+    ``store``: the source the line trains on (weighted or not); ``weighted``: as :func:`gate`."""
     h = history_view(store, end, excluded, max_rows)
     if h is None:
         return None
@@ -189,7 +214,7 @@ def statistics_gate(learner, store, end, excluded, model, extra, cur_model, cur_
         with np.load(cur_stats, allow_pickle=False) as z:
             cur_folds = _kernel_folds({n: z[n] for n in z.files}, cur_model)
     return gate(learner, store, h, model, cand_folds, cur_model, cur_folds, k=k, tolerance=tolerance,
-                max_rows=max_rows)
+                max_rows=max_rows, weighted=weighted)
 
 
 def _kernel_folds(arrays, model):
@@ -228,9 +253,10 @@ def held_tuples(store, end, excluded, fraction, max_tuples):
 
 
 def sgd_gate(learner, store, end, excluded, fraction, candidate, current, *, k=10, tolerance=0.005,
-             max_rows=DEFAULT_BLOCK_ROWS):
+             max_rows=DEFAULT_BLOCK_ROWS, weighted=None):
     """The SGD learners' gate (module doc): candidate and current scored on the held-out queries of the
-    history before ``end``; the record for ``version.json["gate"]``, or None when the history holds none."""
+    history before ``end``; the record for ``version.json["gate"]``, or None when the history holds none.
+    ``weighted``: as :func:`gate` (sgd-pairwise; the tuple error has no weighted form)."""
     from streamrank.metrics import tuple_error
     from streamrank.pipelines._nightly_learners import validate
 
@@ -253,9 +279,12 @@ def sgd_gate(learner, store, end, excluded, fraction, candidate, current, *, k=1
 
         with phase(f"scores of both models on {src.n_groups:,} held-out queries", 2 * src.n_rows or None,
                    "rows") as ph:
-            cand, cur = (validate(m, counted(src, ph), k=k, max_rows=max_rows) for m in (candidate, current))
+            cand, cur = (validate(m, counted(src, ph), k=k, max_rows=max_rows, weighted=weighted is not None)
+                         for m in (candidate, current))
         mk = f"ndcg@{k}"
         rec.update(groups=_span(src), n_groups=int(src.n_groups), rows=int(src.n_rows))
+        if weighted:
+            rec["weighted"] = weighted
         promote = not (cand[mk] < cur[mk] - tolerance)
     rec.update(metric=mk, candidate=cand, current=cur, promote=bool(promote))
     return rec

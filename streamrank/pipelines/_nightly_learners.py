@@ -234,7 +234,8 @@ def update_sgd(store, base_model, seen, *, params=None, batch=4096, holdout=None
 def update_pairwise(store, base_model, seen, *, params=None, max_rows=DEFAULT_BLOCK_ROWS, holdout=None, k=10,
                     excluded=(), fraction=0.0):
     """Resume PairwiseSGDRanker: ``partial_fit`` on each block of the new groups (pairs sampled within
-    groups, one pair per row; step counter, L1 state and sampling counter intact).  ``holdout``:
+    groups, one pair per row; step counter, L1 state and sampling counter intact; a weighted ``store``:
+    each block's row weights, pair (i, j) stepping with w_i w_j).  ``holdout``:
     progressive validation as in :func:`update_sgd` — each held-out block's NDCG@k and disagreement
     are measured before the model learns from it.  ``excluded`` / ``fraction``: groups of excluded days and
     of the queries the gate holds out are never trained on.  Returns (model, selection, metrics or None)."""
@@ -253,7 +254,7 @@ def update_pairwise(store, base_model, seen, *, params=None, max_rows=DEFAULT_BL
                 moments.update(block.X)
         model.init_state(store.n_features)
         model.normalizer_ = moments.normalizer(model.normalize)
-    ev = RankingEvaluator(k, ("ndcg", "disagreement"))
+    ev = RankingEvaluator(k, ("ndcg", "disagreement"), weighted=getattr(store, "row_weighted", False))
     judged = 0
     with phase("SGD steps on the new groups", pre.n_rows + hold.n_rows, "rows") as ph:
         for part in (pre, hold):
@@ -262,9 +263,9 @@ def update_pairwise(store, base_model, seen, *, params=None, max_rows=DEFAULT_BL
                 if part is hold and holdout is not None and _is_fitted(model):
                     ev.update(np.asarray(block.y, dtype=np.float64).reshape(block.n_rows, -1)[:, 0],
                               score_block(model, block.X), block.group_ptr, qid=block.qid, group_size=block.group_size,
-                              group_offset=block.group_offset)
+                              group_offset=block.group_offset, weight=block.weight if ev.weighted else None)
                     judged += block.n_rows
-                model.partial_fit(block.X, block.y, block.row_qid())
+                model.partial_fit(block.X, block.y, block.row_qid(), sample_weight=block.weight)
     prog = ({name: float(r.value) for name, r in ev.result().items()} if judged and judged == hold.n_rows
             else None)
     return model, {"new_rows": pre.n_rows + hold.n_rows, "new_groups": pre.n_groups + hold.n_groups,
@@ -280,9 +281,10 @@ def validate_tuples(model, store, t0, t1):
 
 
 # -------------------------------------------------------------- validate
-def validate(model, source, *, k=10, max_rows=DEFAULT_BLOCK_ROWS):
-    """NDCG@k and disagreement of ``model`` on ``source`` (one streaming pass)."""
+def validate(model, source, *, k=10, max_rows=DEFAULT_BLOCK_ROWS, weighted=False):
+    """NDCG@k and disagreement of ``model`` on ``source`` (one streaming pass); ``weighted``: with the
+    source's row weights (``block.weight``), as the model line trains."""
     from streamrank.metrics import evaluate
 
-    res = evaluate(source, model, k=k, metrics=("ndcg", "disagreement"), max_rows=max_rows)
+    res = evaluate(source, model, k=k, metrics=("ndcg", "disagreement"), max_rows=max_rows, weighted=weighted)
     return {name: float(r.value) for name, r in res.items()}

@@ -3,7 +3,10 @@
 See step 3 of :mod:`streamrank.pipelines.nightly`: the newest day is held
 out of the candidate (statistics learners) or scored progressively (SGD),
 a fixed ``--validation`` store replaces it, and without an honest slice the
-numbers are in-sample (``validation.scheme`` says which).
+numbers are in-sample (``validation.scheme`` says which).  A model line that
+trains on a weighted source (``--weights`` / ``--ips``) is scored with the
+same row weights and targets (``validation.weighted`` names the weighting;
+a ``--validation`` store is weighted the same way, so it needs the columns).
 """
 from __future__ import annotations
 
@@ -36,12 +39,15 @@ def _holdout(log, unit, total, cur_seen, fixed_store):
 
 
 def _validate_night(learner, store, log, unit, total, model, held, cur_model, cur_seen, h0, validation, k,
-                    max_rows, excl=()):
+                    max_rows, excl=(), weighted=None, weigh=None):
     """Step 3: ``(validation description, candidate metrics, current metrics, metric, higher is better)``.
 
     ``held``: what the update returned for the held-out slice ``h0:`` — the
     model trained without it (statistics learners) or the progressive
     metrics on it (SGD) — or None (no honest slice: scored in-sample).
+    ``store``: the source the line trains on; ``weighted``: the label of its
+    weighting (:func:`~streamrank.pipelines._nightly_gate.scoring_label`) or
+    None; ``weigh(source)``: the same weighting applied to a ``--validation`` store.
     """
     tuples, sgd = unit == "tuples", learner.startswith("sgd")
     if validation is not None:
@@ -51,6 +57,8 @@ def _validate_night(learner, store, log, unit, total, model, held, cur_model, cu
             vt = (vts, 0, vts.n_tuples)
         else:
             vsrc = sr.GroupStore.open(validation)
+            if weighted is not None:
+                vsrc = weigh(vsrc)
         cand = model
     else:
         honest = held is not None
@@ -69,6 +77,8 @@ def _validate_night(learner, store, log, unit, total, model, held, cur_model, cu
                                else "no data outside the newest day to train a candidate on")
         vsrc, vt = (None if tuples else group_view(store, lo, total, excl)), (store, lo, total)
         cand = held if (honest and not sgd) else model
+    if weighted is not None and not tuples:
+        vdesc["weighted"] = weighted
     progressive = held is not None and sgd and validation is None     # scored as the model learned
     if tuples:
         with phase(_PHASE):
@@ -78,7 +88,8 @@ def _validate_night(learner, store, log, unit, total, model, held, cur_model, cu
     # the phase counts the rows scored: one pass over the slice per model (candidate, current)
     n_passes = (not progressive) + (cur_model is not None)
     with phase(_PHASE, vsrc.n_rows * n_passes or None, "rows") as ph:
-        metrics = held if progressive else validate(cand, counted(vsrc, ph), k=k, max_rows=max_rows)
-        cur_metrics = (validate(cur_model, counted(vsrc, ph), k=k, max_rows=max_rows)
+        wtd = weighted is not None
+        metrics = held if progressive else validate(cand, counted(vsrc, ph), k=k, max_rows=max_rows, weighted=wtd)
+        cur_metrics = (validate(cur_model, counted(vsrc, ph), k=k, max_rows=max_rows, weighted=wtd)
                        if cur_model is not None else None)
     return vdesc, metrics, cur_metrics, f"ndcg@{k}", True

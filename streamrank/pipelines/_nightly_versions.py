@@ -367,10 +367,11 @@ def _summary(report) -> str:
         return head + f"; model up to date, current={report['current']}"
     m, c = report.get("metrics") or {}, report.get("current_metrics")
     mk = next((x for x in m if x.startswith("ndcg")), next(iter(m), None))
-    val = f"{mk} {m[mk]:.4f}" if mk else ""
+    v = report.get("validation") or {}      # where the figure above comes from (metrics.png draws it)
+    vk = f"{mk} ({v['weighted']})" if (mk and v.get("weighted")) else mk     # scored with the training weights
+    val = f"{vk} {m[mk]:.4f}" if mk else ""
     if c and mk:
         val += f" (current {c[mk]:.4f})"
-    v = report.get("validation") or {}      # where the figure above comes from (metrics.png draws it)
     where_v = {"holdout": "on the held-out newest day", "progressive": "progressive on the newest day",
                "in-sample": "in-sample: no earlier data to hold the newest day out of",
                "fixed-store": f"on --validation {v.get('store')}"}.get(v.get("scheme"), "")
@@ -384,9 +385,10 @@ def _summary(report) -> str:
                      else f"on {g['n_groups']} held-out history queries")
         else:
             where = f"out of fold on {g.get('n_groups', g['groups'][1] - g['groups'][0])} history groups"
-        newest = f"newest day {mk} {m[mk]:.4f}" + (f" (current {c[mk]:.4f})" if c and mk else "") if mk else ""
+        newest = f"newest day {vk} {m[mk]:.4f}" + (f" (current {c[mk]:.4f})" if c and mk else "") if mk else ""
+        gkl = f"{gk} ({g['weighted']})" if g.get("weighted") else gk
         val = (f"{newest}; " if newest else "") + \
-            f"gate {gk} {g['candidate'][gk]:.4f} (current {g['current'][gk]:.4f}) {where}"
+            f"gate {gkl} {g['candidate'][gk]:.4f} (current {g['current'][gk]:.4f}) {where}"
     alpha = f" alpha={report['alpha']:.4g}" if report.get("alpha") is not None else ""
     tail = f"; excluded from training: {', '.join(d[:15] + '…' for d in report['excluded'])}" \
         if report.get("excluded") else ""

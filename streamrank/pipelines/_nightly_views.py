@@ -73,7 +73,8 @@ def group_view(store, lo, hi, excluded=(), *, fraction=0.0, held=False):
     groups = (np.concatenate([np.arange(a, b, dtype=np.int64) for a, b in runs]) if runs
               else np.zeros(0, dtype=np.int64))
     if fraction > 0 and groups.size:
-        mask = held_out(np.asarray(store.qid)[groups], fraction)
+        qid = store.qid if hasattr(store, "qid") else store._group_qid(0, store.n_groups)   # a weighted view too
+        mask = held_out(np.asarray(qid)[groups], fraction)
         groups = groups[mask if held else ~mask]
     return GroupSelection(store, groups)
 

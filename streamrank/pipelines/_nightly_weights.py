@@ -9,19 +9,31 @@ Parquet columns (or ``.npz`` arrays) into the store's row columns
 clicked j) pairs weighted 1 / p(pos_i), ``ties="exclude"``
 (:mod:`streamrank.io.weighted`, :mod:`streamrank.clicks`).
 
-RankRLS only: its fold statistics take the row weights block by block, so a
-night adds the new groups' weighted statistics and equals a from-scratch
-weighted (IPS) fit on the whole store.  The weighting is fixed for a model
+Every learner line whose learner takes row weights: rankrls and sparse-kernel
+(their fold statistics take the row weights block by block, so a night adds
+the new groups' weighted statistics and equals a from-scratch weighted (IPS)
+fit on the whole store) and sgd-pairwise (``partial_fit(..., sample_weight=)``
+on each block of the new groups: pair (i, j) steps with weight w_i w_j).
+sgd-bilinear is refused (:data:`UNWEIGHTED`: a TupleStore has no row
+weights).  The weighting is fixed for a model
 line (recorded in ``version.json["weighting"]``): a night asking another
-one needs ``--full``.  Validation and the promotion gate score the store's
-labels as they are (for a click log ingested with ``--label`` = the clicks:
-clicks, unweighted).
+one needs ``--full``.  Validation and the promotion gate score what the line
+trains on: the same row weights and, with ``--ips``, the clicks as targets
+(weighted NDCG and disagreement of :mod:`streamrank.metrics`; the report
+says ``ips-weighted`` / ``weighted``).
 """
 from __future__ import annotations
 
-__all__ = ["add_weight_options", "weighting_of", "row_column_names", "weighted_store", "check_same_weighting"]
+__all__ = ["UNWEIGHTED", "refusal", "add_weight_options", "weighting_of", "row_column_names", "weighted_store",
+           "check_same_weighting"]
 
 _COLUMNS = ("weight", "click", "position", "ranker")
+
+#: the nightly learner lines that refuse ``--weights`` / ``--ips``, and why (every other line takes them)
+UNWEIGHTED = {
+    "sgd-bilinear": "it learns from (query, item) preference tuples in a TupleStore, which has no row weights "
+                    "nor click/position columns",
+}
 
 
 def add_weight_options(p) -> None:
@@ -29,9 +41,11 @@ def add_weight_options(p) -> None:
         p.add_argument(f"--{name}-column", default=None, metavar="COL",
                        help=f"Parquet day column / .npz array kept as the store's {name!r} column")
     p.add_argument("--weights", default=None, metavar="COL",
-                   help="rankrls: train with the store's row weights (the column 'weight')")
+                   help="rankrls, sparse-kernel, sgd-pairwise: train with the store's row weights "
+                        "(the column 'weight')")
     p.add_argument("--ips", action="store_true",
-                   help="rankrls: inverse propensity scoring from the store's 'click' and 'position' columns "
+                   help="rankrls, sparse-kernel, sgd-pairwise: inverse propensity scoring from the store's "
+                        "'click' and 'position' columns "
                         "(clicks as targets, ties excluded; needs --propensity)")
     p.add_argument("--propensity", default=None, metavar="SPEC",
                    help="--ips: eta=E (p(k) = (1/k)^E), estimate:em / estimate:harvest (re-estimated every night "
@@ -39,6 +53,12 @@ def add_weight_options(p) -> None:
                         "estimate:STORE (CTR(k)/CTR(1) on randomized traffic) "
                         "or a file of p(1), p(2), ...")
     p.add_argument("--clip", type=float, default=None, metavar="TAU", help="--ips: p := max(p, TAU)")
+
+
+def refusal(learner: str) -> str | None:
+    """Why the nightly line ``learner`` cannot be weighted (one line), or None when it can."""
+    why = UNWEIGHTED.get(learner)
+    return None if why is None else f"--learner {learner} cannot be weighted: {why}"
 
 
 def row_column_names(args) -> dict | None:
@@ -56,9 +76,8 @@ def weighting_of(args, error) -> dict | None:
         error("--propensity / --clip are options of --ips")
     if args.ips and args.propensity is None:
         error("--ips needs --propensity eta=E | estimate:em | estimate:harvest | estimate:STORE | FILE")
-    if (args.weights is not None or args.ips) and args.learner != "rankrls":
-        error(f"--weights / --ips train --learner rankrls (its fold statistics take row weights); "
-              f"not {args.learner}")
+    if (args.weights is not None or args.ips) and args.learner in UNWEIGHTED:
+        error(f"--weights / --ips: {refusal(args.learner)}")
     if args.weights is not None and args.weights != "weight":
         error(f"--weights {args.weights}: the store's row weights are its column 'weight'")
     if args.ips and args.ties == "include":

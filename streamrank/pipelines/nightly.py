@@ -151,7 +151,7 @@ from streamrank.pipelines._nightly_cli import (  # noqa: F401  (build_parser: pu
     build_parser,
 )
 from streamrank.pipelines import _nightly_checks as _checks
-from streamrank.pipelines._nightly_gate import line_fraction
+from streamrank.pipelines._nightly_gate import line_fraction, scoring_label
 from streamrank.pipelines._nightly_validation import _holdout, _validate_night
 from streamrank.pipelines._nightly_views import spans_minus
 from streamrank.pipelines._nightly_weights import row_column_names, weighting_of
@@ -223,8 +223,10 @@ def _checker(models_dir, checks, cur_model, cur, k, tuples, weighting):
         required = ("click", "position")
     meta = read_version(models_dir, cur) if cur else {}
     # its own validation figure on its newest day: only from an incremental night, out of sample (a first night's
-    # is in-sample or a lone progressive figure of an untrained start: no reference for tomorrow's day)
-    ok = meta.get("mode") == "incremental" and (meta.get("validation") or {}).get("scheme") != "in-sample"
+    # is in-sample or a lone progressive figure of an untrained start: no reference for tomorrow's day); nor from a
+    # weighted line's (its figures use the training weights and, --ips, the clicks; the checks score the labels)
+    v = meta.get("validation") or {}
+    ok = meta.get("mode") == "incremental" and v.get("scheme") != "in-sample" and not v.get("weighted")
     metrics = meta.get("metrics") if ok else None
     return _checks.DayChecks(models_dir, dict(checks or {}), model=cur_model, model_name=cur, k=k, tuples=tuples,
                              required_columns=required, model_metrics=metrics)
@@ -253,12 +255,13 @@ def _learner_switch(models_dir, learner):
 
 
 def _gate(learner, store, log, unit, models_dir, cur, cur_model, cur_seen, model, extra, validation, excl,
-          fraction, k, tolerance, max_rows):
+          fraction, k, tolerance, max_rows, weighted=None):
     """The promotion gate of :mod:`streamrank.pipelines._nightly_gate`, or None where it does not apply.
 
     Against a current model of the same learner (SGD: the same ``--gate-fraction``), without a fixed
     ``--validation`` store (that store decides then), on the history the current model was trained on
-    before tonight's new data (excluded days skipped).
+    before tonight's new data (excluded days skipped).  ``store``: the source the line trains on, so a
+    weighted line (``weighted``: the label) is gated with its training weights and targets.
     """
     from streamrank.pipelines._nightly_gate import sgd_gate, statistics_gate
 
@@ -273,10 +276,10 @@ def _gate(learner, store, log, unit, models_dir, cur, cur_model, cur_seen, model
         if fraction <= 0 or float(meta.get("gate_fraction", 0.0)) != fraction:
             return None
         return sgd_gate(learner, store, end, excl, fraction, model, cur_model, k=k, tolerance=tolerance,
-                        max_rows=max_rows)
+                        max_rows=max_rows, weighted=weighted)
     return statistics_gate(learner, store, end, excl, model, extra, cur_model,
                            open_stats(stats_location(models_dir, cur)) if learner == "sparse-kernel" else None,
-                           k=k, tolerance=tolerance, max_rows=max_rows)
+                           k=k, tolerance=tolerance, max_rows=max_rows, weighted=weighted)
 
 
 def run_night(store_path, new_files, models_dir, *, learner="rankrls", alphas=None, full=False, keep=None,
@@ -307,7 +310,7 @@ def run_night(store_path, new_files, models_dir, *, learner="rankrls", alphas=No
     (:mod:`streamrank.pipelines._nightly_exclusions`), applied after the ingest.
     ``columns["row_columns"]``: ``{"weight"|"click"|"position": COL}``, a day's
     columns kept as the store's row columns; ``weighting``: ``{"weights": "weight"}``
-    or ``{"ips": {"propensity": SPEC, "clip": TAU}}`` (rankrls;
+    or ``{"ips": {"propensity": SPEC, "clip": TAU}}`` (rankrls, sparse-kernel, sgd-pairwise;
     :mod:`streamrank.pipelines._nightly_weights`).
     ``checks``: thresholds of the data checks of each new day
     (:data:`streamrank.pipelines._nightly_checks.DEFAULTS` for those not given; None: no checks); a
@@ -341,8 +344,10 @@ def _run_locked(store_path, new_files, models_dir, learner, alphas, full, keep, 
                 gate_fraction=None, reject=(), readmit=(), weighting=None, checks=(), force=False):
     from streamrank.pipelines import _nightly_exclusions as ex
     from streamrank.pipelines._nightly_propensity import estimate_night, forces_full
-    from streamrank.pipelines._nightly_weights import check_same_weighting, weighted_store
+    from streamrank.pipelines._nightly_weights import check_same_weighting, refusal, weighted_store
 
+    if weighting and refusal(learner):      # before the ingest: a refusal changes nothing
+        raise ValueError(refusal(learner))
     tuples = learner == "sgd-bilinear"
     unit = "tuples" if tuples else "groups"
     started = _now()
@@ -438,15 +443,18 @@ def _run_locked(store_path, new_files, models_dir, learner, alphas, full, keep, 
         else:
             data = {"rows": [0, store.n_rows], "groups": [0, total], "new_rows": sel["new_rows"],
                     "new_groups": sel["new_groups"]}
-        # 3. validate: the promotion decision compares models that have not seen the slice
+        # 3. validate: the promotion decision compares models that have not seen the slice; a weighted
+        # line is validated and gated on what it trains on: the same row weights (and, --ips, targets)
+        scored = scoring_label(weighting, train_on)
         vdesc, metrics, cur_metrics, mk, higher = _validate_night(   # its own phase, counting the rows scored
-            learner, store, log, unit, total, model, held, cur_model, cur_seen, h0, validation, k, max_rows, excl)
+            learner, train_on, log, unit, total, model, held, cur_model, cur_seen, h0, validation, k, max_rows, excl,
+            scored, lambda src: weighted_store(src, weighting, storage_options, p_est))
         data.update(batches=len(log), last_batch=log[-1]["batch_id"])
         if excl:
             data["excluded"] = [list(e) for e in excl]
         with phase("gate (candidate and current on history neither was trained on)"):
-            gate_rec = _gate(learner, store, log, unit, models_dir, cur, cur_model, cur_seen, model, extra,
-                             validation, excl, fraction, k, tolerance, max_rows)
+            gate_rec = _gate(learner, train_on, log, unit, models_dir, cur, cur_model, cur_seen, model, extra,
+                             validation, excl, fraction, k, tolerance, max_rows, scored)
         if gate_rec is not None:     # the decision (step 4): out of fold on the history both models trust
             promote = gate_rec["promote"]
         elif cur_metrics is None:

@@ -1,6 +1,7 @@
-"""The nightly pipeline on click logs: day files carry click/position/weight columns (mapped by name), rankrls
-trains with IPS (``--ips --propensity``) or the row weights (``--weights weight``), and three nights equal a
-from-scratch IPS fit on the whole store.
+"""The nightly pipeline on click logs: day files carry click/position/weight columns (mapped by name), rankrls,
+sparse-kernel and sgd-pairwise train with IPS (``--ips --propensity``) or the row weights (``--weights weight``):
+three statistics nights equal a from-scratch weighted (IPS) fit on the whole store, and sgd-pairwise nights the
+same partial_fit calls on the weighted store; sgd-bilinear is refused.
 
 The days are MQ2008 (Fold1 train, a small slice) through the position-based click simulation
 (streamrank.datasets.clicks).
@@ -96,7 +97,8 @@ def test_a_weights_night_equals_the_weighted_fit(days, tmp_path):
 
 @pytest.mark.parametrize("extra, match", [
     (("--ips",), "--ips needs --propensity"),
-    (("--ips", "--propensity", "eta=1", "--learner", "sgd-pairwise"), "train --learner rankrls"),
+    (("--ips", "--propensity", "eta=1", "--learner", "sgd-bilinear"), "--learner sgd-bilinear cannot be weighted"),
+    (("--weights", "weight", "--learner", "sgd-bilinear"), "a TupleStore, which has no row weights"),
     (("--ips", "--propensity", "eta=1", "--ties", "include"), "not the IPS objective"),
     (("--clip", "0.1"), "options of --ips"),
 ])
@@ -130,3 +132,76 @@ def test_npz_and_store_days_bring_their_columns(days, tmp_path):
     src = ips_weighted(s, sr.clicks.position_based_propensity(10, 1.0))
     np.testing.assert_allclose(model.coef_, sr.RankRLS(alpha=model.alpha, ties="exclude").fit(src).coef_,
                                rtol=0, atol=1e-8)
+
+
+def _weighted_source(store, how):
+    if how == "weights":
+        return with_weights(store, "weight")
+    return ips_weighted(store, sr.clicks.position_based_propensity(10, 1.0), clip=0.05)
+
+
+_HOW = {"weights": ("--weights", "weight"), "ips": ("--ips", "--propensity", "eta=1", "--clip", "0.05")}
+
+
+@pytest.mark.slow   # three nightly runs and two fits: ~3 s warm
+@pytest.mark.parametrize("how", ["weights", "ips"])
+def test_sparse_kernel_weighted_nights_equal_the_weighted_fit(days, tmp_path, capsys, how):
+    store, models = tmp_path / "k.zarr", tmp_path / "models"
+    kernel = ("--learner", "sparse-kernel", "--n-basis", "20", "--gamma", "0.05", "--seed", "3")
+    for day in days:
+        assert nightly.main(_argv(store, models, day, *kernel, *_HOW[how], "--tolerance", "1.0")) == 0
+    model, meta = _version(models)
+    assert meta["mode"] == "incremental" and meta["learner"] == "sparse-kernel"
+    assert meta["weighting"] == ({"weights": "weight"} if how == "weights"
+                                 else {"ips": {"propensity": "eta=1", "clip": 0.05}})
+    assert model.ties == ("exclude" if how == "ips" else "include")
+    s = sr.GroupStore.open(store)
+    src = _weighted_source(s, how)
+    scratch = sr.KernelRankRLS(gamma=0.05, alpha=model.alpha, basis=model.basis_, ties=model.ties).fit(src)
+    a, b = model.dual_coef_, scratch.dual_coef_
+    np.testing.assert_allclose(a, b, rtol=1e-8, atol=1e-8 * np.abs(b).max())
+    # the weights matter: the same fit without them is another model
+    plain = sr.KernelRankRLS(gamma=0.05, alpha=model.alpha, basis=model.basis_, ties=model.ties).fit(
+        s if how == "weights" else _weighted_source(s, "ips").inner)
+    assert np.abs(plain.dual_coef_ - b).max() > 1e-3 * np.abs(b).max()
+    # λ from the fold statistics kept night by night = the library's k-fold choice on the weighted store
+    cv = sr.KernelRankRLS(gamma=0.05, basis=model.basis_, ties=model.ties).fit(src)
+    assert cv.cross_validate(alphas=[0.01, 1, 100], folds=5).best_alpha == model.alpha
+    # the line keeps its weighting: another one (or none) is refused until --full
+    other = _HOW["ips" if how == "weights" else "weights"]
+    for extra in (other, ()):
+        assert nightly.main(_argv(store, models, days[0], *kernel, *extra)) != 0
+        assert "run once with --full" in capsys.readouterr().err
+
+
+@pytest.mark.slow   # three nightly runs: ~2 s warm
+@pytest.mark.parametrize("how", ["weights", "ips"])
+def test_sgd_pairwise_weighted_nights_resume_as_partial_fit_on_the_weighted_store(days, tmp_path, capsys, how):
+    store, models = tmp_path / "p.zarr", tmp_path / "models"
+    sgd = ("--learner", "sgd-pairwise", "--seed", "5", "--gate-fraction", "0")
+    for day in days:
+        assert nightly.main(_argv(store, models, day, *sgd, *_HOW[how], "--tolerance", "1.0")) == 0
+    model, meta = _version(models)
+    assert meta["mode"] == "incremental" and meta["weighting"] == nightly.read_version(models, "v0001")["weighting"]
+    s = sr.GroupStore.open(store)
+    src = _weighted_source(s, how)
+    replay = sr.PairwiseSGDRanker(random_state=5)     # the same partial_fit calls, by hand, in one process
+    unweighted = sr.PairwiseSGDRanker(random_state=5)
+    for e in s.batches:
+        for b in src.groups(*e["groups"]).blocks():
+            assert b.weight is not None
+            replay.partial_fit(b.X, b.y, b.row_qid(), sample_weight=b.weight)
+            unweighted.partial_fit(b.X, b.y, b.row_qid())
+    assert model.t_ == replay.t_ == s.n_rows
+    np.testing.assert_array_equal(model.coef_, replay.coef_)          # bit-identical
+    assert not np.array_equal(model.coef_, unweighted.coef_)          # and the weights took part
+    # an unweighted night on the weighted line is refused (its steps were taken with the weights)
+    assert nightly.main(_argv(store, models, days[0], *sgd)) != 0
+    assert "run once with --full" in capsys.readouterr().err
+
+
+def test_run_night_refuses_a_weighted_sgd_bilinear_line_before_the_ingest(days, tmp_path):
+    with pytest.raises(ValueError, match="--learner sgd-bilinear cannot be weighted: .*TupleStore"):
+        nightly.run_night(tmp_path / "t.zarr", [days[0]], tmp_path / "m", learner="sgd-bilinear",
+                          weighting={"weights": "weight"}, plot=False)
+    assert not (tmp_path / "t.zarr").exists()

@@ -76,3 +76,32 @@ def test_a_harvest_night(days, tmp_path):
     h = harvest_propensity(sr.GroupStore.open(store))
     np.testing.assert_allclose(note["theta"], h.theta, rtol=1e-12)
     np.testing.assert_allclose(note["upper"], h.upper, rtol=1e-12)
+
+
+@pytest.mark.slow   # two nightly runs with an EM each: a few seconds
+@pytest.mark.parametrize("learner", ["sparse-kernel", "sgd-pairwise"])
+def test_em_nights_of_the_other_weighted_lines_follow_theta(days, tmp_path, learner):
+    """sparse-kernel and sgd-pairwise on an estimated θ: every night retrains in full with tonight's θ, and the
+    model is the from-scratch fit (kernel: with its basis) / the same partial_fit calls on ips_weighted(θ)."""
+    store, models = tmp_path / "c.zarr", tmp_path / "models"
+    extra = (("--n-basis", "15", "--gamma", "0.5", "--seed", "3") if learner == "sparse-kernel"
+             else ("--seed", "5", "--gate-fraction", "0"))
+    for day in days[:2]:
+        assert nightly.main(_argv(store, models, day, "--learner", learner, "--ips", "--propensity", "estimate:em",
+                                  "--clip", "0.05", *extra)) == 0
+        model, meta = _version(models)
+        assert meta["mode"] == "full" and meta["weighting"]["ips"]["propensity"] == "estimate:em"
+    assert meta["propensity_estimate"]["warm_start"] is True
+    s = sr.GroupStore.open(store)
+    src = ips_weighted(s, np.array(meta["propensity_estimate"]["theta"]), clip=0.05)
+    if learner == "sparse-kernel":
+        ref = sr.KernelRankRLS(gamma=0.5, alpha=model.alpha, basis=model.basis_, ties="exclude").fit(src)
+        b = ref.dual_coef_
+        np.testing.assert_allclose(model.dual_coef_, b, rtol=1e-8, atol=1e-8 * np.abs(b).max())
+        return
+    h0 = s.batches[-1]["groups"][0]          # the full retrain: the older days, then the held-out newest day
+    replay = sr.PairwiseSGDRanker(random_state=5)
+    for g0, g1 in ((0, h0), (h0, s.n_groups)):
+        for b in src.groups(g0, g1).blocks():
+            replay.partial_fit(b.X, b.y, b.row_qid(), sample_weight=b.weight)
+    np.testing.assert_array_equal(model.coef_, replay.coef_)

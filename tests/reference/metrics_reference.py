@@ -42,23 +42,8 @@ def ndcg_bruteforce(y, s, k=None):
 
 
 def ndcg_expected(y, s, k=None):
-    """NDCG@k with expected discounts per item (closed form, any group size)."""
-    y = np.asarray(y, dtype=np.float64)
-    s = np.asarray(s, dtype=np.float64)
-    n = len(y)
-    if n == 0:
-        return np.nan
-    kk = n if k is None else min(k, n)
-    disc = np.array([1.0 / math.log2(r + 2) if r < kk else 0.0 for r in range(n)])
-    ideal = float(np.sum((2.0 ** np.sort(y)[::-1] - 1.0) * disc))
-    if ideal <= 0:
-        return np.nan
-    dcg = 0.0
-    for i in range(n):
-        above = int(np.sum(s > s[i]))
-        tied = int(np.sum(s == s[i]))
-        dcg += (2.0 ** y[i] - 1.0) * disc[above:above + tied].mean()
-    return dcg / ideal
+    """NDCG@k with expected discounts per item (closed form, any group size): every weight 1."""
+    return weighted_ndcg_expected(y, s, np.ones(len(y)), k)
 
 
 def disagreement_pairs(y, s, tie=0.5):
@@ -260,3 +245,79 @@ def average_precision_expected(y, s, k=None):
                 p = math.comb(r_other, j) * math.comb(m - 1 - r_other, t - j) / math.comb(m - 1, t)
                 total += (1.0 / m) * p * (c + 1 + j) / (a + t + 1)
     return total / R
+
+
+def weighted_ndcg_expected(y, s, w, k=None, linear=False):
+    """Weighted NDCG@k of one group: gain w_i g(y_i); ideal = those weighted gains sorted explicitly.
+
+    Ties in ``s``: every item of a run gets the mean discount of the run's
+    positions.  NaN when the ideal DCG is <= 0.
+    """
+    y, s, w = (np.asarray(a, dtype=np.float64) for a in (y, s, w))
+    n = len(y)
+    if n == 0:
+        return np.nan
+    kk = n if k is None else min(k, n)
+    disc = np.array([1.0 / math.log2(r + 2) if r < kk else 0.0 for r in range(n)])
+    gains = w * (y if linear else 2.0 ** y - 1.0)
+    ideal = float(np.sum(np.array(sorted(gains, reverse=True)) * disc))
+    if ideal <= 0:
+        return np.nan
+    dcg = 0.0
+    for i in range(n):
+        above = int(np.sum(s > s[i]))
+        tied = int(np.sum(s == s[i]))
+        dcg += gains[i] * disc[above:above + tied].mean()
+    return dcg / ideal
+
+
+def weighted_ndcg_bruteforce(y, s, w, k=None):
+    """Weighted NDCG@k averaged over every order of the tied items (exhaustive; tiny groups only)."""
+    y, s, w = (np.asarray(a, dtype=np.float64) for a in (y, s, w))
+    n = len(y)
+    if n == 0:
+        return np.nan
+    gains = w * (2.0 ** y - 1.0)
+
+    def dcg(order):
+        kk = len(order) if k is None else min(k, len(order))
+        return sum(gains[order[r]] / math.log2(r + 2) for r in range(kk))
+
+    ideal = dcg(sorted(range(n), key=lambda i: -gains[i]))
+    if ideal <= 0:
+        return np.nan
+    blocks = [list(np.flatnonzero(s == v)) for v in np.unique(s)[::-1]]
+    total, count = 0.0, 0
+    for perms in itertools.product(*[itertools.permutations(b) for b in blocks]):
+        total += dcg([i for p in perms for i in p])
+        count += 1
+    return total / count / ideal
+
+
+def weighted_pairs(y, s, w, tie=0.5):
+    """(sum w_i w_j [misordered], sum w_i w_j, number of pairs) over every pair y_i < y_j, enumerated."""
+    wrong = total = 0.0
+    count = 0
+    for i in range(len(y)):
+        for j in range(len(y)):
+            if y[i] < y[j]:
+                count += 1
+                pw = float(w[i]) * float(w[j])
+                total += pw
+                if s[i] > s[j]:
+                    wrong += pw
+                elif s[i] == s[j]:
+                    wrong += tie * pw
+    return wrong, total, count
+
+
+def weighted_disagreement(y, s, w, qid, tie=0.5):
+    """Weighted disagreement over queries: pair weight w_i w_j / #pairs of its query, pooled."""
+    num = den = 0.0
+    for q in dict.fromkeys(np.asarray(qid).tolist()):
+        m = np.asarray(qid) == q
+        wrong, total, count = weighted_pairs(np.asarray(y)[m], np.asarray(s)[m], np.asarray(w)[m], tie)
+        if total > 0:
+            num += wrong / count
+            den += total / count
+    return num / den if den > 0 else np.nan
