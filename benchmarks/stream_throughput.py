@@ -34,19 +34,12 @@ Questions answered in one run (section numbers as printed):
    blosc's threads when read from the main thread), and the extra thread
    CPU of decoding + checking every chunk of the checked arrays over
    decoding them unchecked, as a share of an unchecked pass (isolates the
-   checks from the rest of the pass).  The value checks run on each blosc
-   block inside the decode (``streamrank.io._blosc_blocks``), on as many
-   threads as numcodecs decodes unchecked chunks with: one, since zarr sets
-   ``numcodecs.blosc.use_threads = False`` when imported.  The paired figure
-   is printed a second time with that decode on one thread
-   (``MAX_THREADS = 1``): the same setup unless blosc threads were turned
-   back on, so the two show the spread of the measurement.  All of this is
-   the check kernels' cost (every read runs them).
-   Float chunks are checked on their shuffled bytes before the unshuffle
-   (``decode_chunk_finite_streams``); the paired figure is printed once more
-   with that kernel off (the check after c-blosc's own unshuffle, as before
-   it: the same process, so the two compare directly).  Section 6c gives each check kernel's own
-   speed on one 512 KiB block in cache against numpy's ``max`` of it: a
+   checks from the rest of the pass).  Each chunk is decoded whole by
+   numcodecs' blosc (one thread: zarr sets ``numcodecs.blosc.use_threads =
+   False`` when imported) and checked right after.  All of this is the
+   check kernels' cost (every read runs them).  Section 6c gives
+   each check kernel's own speed on one 512 KiB block in cache against
+   numpy's ``max`` of it: a
    kernel that has lost its vectorisation shows there first.
 
 The data are random normal float32 features (incompressible: a worst case for
@@ -275,18 +268,11 @@ def bench_read_checks(path, max_rows, repeat, label="6"):
             RC.CHECK_READS = True
         return spent[True] - spent[False]
 
-    try:
-        from streamrank.io import _blosc_blocks as BB
-    except ImportError:     # a streamrank from before the block-wise decode (comparisons)
-        BB = None
-    knob = BB is not None and hasattr(BB, "MAX_THREADS")
-    streams = BB is not None and BB.available() and bool(BB._state.get("streams"))
-    ways = ("unchecked", "checked") + (("checked, 1 thread",) if knob else ()) \
-        + (("checked, after unshuffle",) if streams else ())
+    ways = ("unchecked", "checked")
 
     def paired_blocks(r):
-        """Process CPU of reading every block of a pass unchecked, checked, and checked with the block-wise
-        decode on one thread, each block read every way back to back (rotating which goes first) from freshly
+        """Process CPU of reading every block of a pass unchecked and checked,
+        each block read every way back to back (rotating which goes first) from freshly
         opened stores (no chunk cached): the ratios of the sums are the checked / unchecked CPU of a block pass,
         with the load of the rest of the machine paired away."""
         spent = dict.fromkeys(ways, 0.0)
@@ -295,20 +281,12 @@ def bench_read_checks(path, max_rows, repeat, label="6"):
                 k = (i + r) % len(ways)
                 for way in ways[k:] + ways[:k]:
                     RC.CHECK_READS = way != "unchecked"
-                    if knob:
-                        BB.MAX_THREADS = 1 if way == "checked, 1 thread" else None
-                    if streams:
-                        BB._state["streams"] = way != "checked, after unshuffle"
                     fresh = sr.GroupStore.open(path)
                     c0 = time.process_time()
                     fresh.read_block(*entry)
                     spent[way] += time.process_time() - c0
         finally:
             RC.CHECK_READS = True
-            if knob:
-                BB.MAX_THREADS = None
-            if streams:
-                BB._state["streams"] = True
         return [spent[w] / spent["unchecked"] for w in ways[1:]]
 
     one_pass(True)   # compile / warm the page cache
@@ -331,11 +309,7 @@ def bench_read_checks(path, max_rows, repeat, label="6"):
     block_ratios = np.array(block_ratios)
     share = float(np.median(block_ratios[:, 0])) - 1.0
     isolated = float(np.median(extra)) / float(np.median(cpu[False]))
-    threads = BB._numcodecs_threads() if BB is not None and hasattr(BB, "_numcodecs_threads") else 1
-    if BB is not None and BB.available():
-        fused = f"fused into the block-wise decode on {threads} thread(s), as numcodecs decodes unchecked chunks"
-    else:
-        fused = "after decoding whole chunks"
+    fused = "after decoding whole chunks"
     short = "CSR" if store.sparse else "dense"
     print(f"\n{label}. read checks on {store.n_rows:,} rows x {store.n_features} float32 {kind}, "
           f"max_rows={max_rows:,}, {len(ratios)} rounds, checks {fused}; load average {os.getloadavg()[0]:.1f}")
@@ -344,14 +318,6 @@ def bench_read_checks(path, max_rows, repeat, label="6"):
           "   (median of rounds; the 5 % target)")
     print(f"   extra CPU of decode+check over decode, per chunk:     {100 * isolated:+.1f} % {short}"
           "   (/ unchecked pass CPU, median of rounds)")
-    if "checked, 1 thread" in ways:       # one thread is what numcodecs uses once zarr is imported
-        what = "block-wise decode on 1 thread" if threads > 1 else "a second checked read (same setup: the spread)"
-        k = ways.index("checked, 1 thread") - 1
-        print(f"   the same paired per block, {what}: {100 * (float(np.median(block_ratios[:, k])) - 1):+.1f} % {short}")
-    if "checked, after unshuffle" in ways:
-        k = ways.index("checked, after unshuffle") - 1
-        print(f"   the same paired per block, floats checked after c-blosc's unshuffle (the streams kernel off): "
-              f"{100 * (float(np.median(block_ratios[:, k])) - 1):+.1f} % {short}")
     print(f"   CPU of a checked pass / unchecked pass - 1      {100 * (float(np.median(ratios)) - 1):+7.2f} %  "
           "(median of rounds; unpaired, swings with the machine's load)")
     print(f"   wall of a checked pass / unchecked pass - 1     {100 * (float(np.median(wall_ratios)) - 1):+7.2f} %  "
@@ -368,20 +334,14 @@ def bench_check_kernels(repeat, label="6c"):
     LLVM compiled their loads as gathers (10-12x slower on an AMD Zen 4, issue 16).
     """
     from streamrank.io._check_kernels import first_nonfinite, first_out_of_range
-    from streamrank.io._unshuffle_kernels import first_nonfinite_f32_streams, unshuffle4
 
     m = 128 * 1024                                   # float32 / int32 values of a 512 KiB block
     rng = np.random.default_rng(0)
     idx = rng.integers(0, 1000, m).astype(np.uint32)
     vals = rng.normal(size=m).astype(np.float32)
-    streams = np.ascontiguousarray(vals.view(np.uint8).reshape(m, 4).T).ravel()
-    out = np.empty(m, np.uint32)
     runs = {"numpy max (baseline)": (np.max, (idx,)),
             "column index range (first_out_of_range)": (first_out_of_range, (idx, 1000)),
-            "finite values (first_nonfinite)": (first_nonfinite, (vals,)),
-            "finite, on shuffled bytes (first_nonfinite_f32_streams)": (first_nonfinite_f32_streams,
-                                                                          (streams, m, m)),
-            "unshuffle (unshuffle4)": (unshuffle4, (streams, out))}
+            "finite values (first_nonfinite)": (first_nonfinite, (vals,))}
     n_calls = 100
     print(f"\n{label}. check kernels on one 512 KiB block in cache, best of {max(3, repeat)} x {n_calls} calls")
     base = None

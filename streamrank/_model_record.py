@@ -13,10 +13,8 @@ they were written.  Two kinds of damage loaded silently before this module:
   a regular grid, keys ``c/i/j`` ("/" separator), fill value 0, no storage
   transformer, codecs ``bytes`` (little endian) -> ``zstd`` -> ``crc32c``
   (models saved before the CRC-32C: ``bytes`` -> ``zstd``, zarr's default).
-  :func:`check_layout` refuses anything else, on the path where zarr decodes
-  (a model the local reader leaves to zarr, a model at a URL); the local
-  reader (:mod:`streamrank._model_files`) reads exactly that layout and leaves
-  everything else to zarr, so both paths refuse the same edits.
+  :func:`check_layout` refuses anything else before zarr decodes a chunk,
+  for a local model and a model at a URL alike.
 * **A chunk file deleted, swapped with another's or copied from another
   model.**  zarr reads a missing chunk as its fill value, and models saved
   before ``sr.save`` wrote every chunk lack their all-zero chunks, so a missing

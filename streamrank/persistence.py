@@ -23,9 +23,8 @@ valid, and are checked as :mod:`streamrank._model_record` describes:
 
 * a document edited to read the same bytes otherwise (``"endian": "big"``,
   a codec added or changed, another key separator or fill value, zarr v2) is
-  refused for every model, on every path: the local reader reads only the
-  layout above, and wherever zarr decodes (a model the local reader leaves to
-  zarr, a model at a URL) the document zarr parsed is checked first;
+  refused for every model, on every path: the document zarr parsed is
+  checked against the layout above before any chunk is decoded;
 * ``saved_arrays``, written by ``sr.save`` since it existed, records per array
   its data type, shape, chunk shape and the CRC-32C trailer of every chunk
   file: a chunk deleted, swapped with another or copied from another model,
@@ -35,10 +34,9 @@ valid, and are checked as :mod:`streamrank._model_record` describes:
   chunks); readers before it ignore the attribute, so ``format_version``
   stays 1.
 
-The record costs no second read: the local reader compares each chunk's
-trailer after its own CRC check, and a local model that zarr reads
-(:func:`_zarr_group`) is read into memory once, its trailers compared there
-and zarr reading from memory, as a model at a URL is.
+The record costs no second read: a local model carrying it is read into
+memory once (:func:`_zarr_group`), its trailers compared there and zarr
+reading from memory, as a model at a URL is.
 
 Saving is atomic: the group is written to a sibling temporary directory and
 renamed into place; an existing model at ``path`` is replaced only after the
@@ -49,13 +47,8 @@ returns the old or the new model, whole (it reads again when the model
 changed under it).  Loading never executes code: the class is looked up by name in a registry of
 streamrank learners, never imported from the file.
 
-A model on local disk is written and read without importing zarr or
-numcodecs (:mod:`streamrank._model_files`: their import was a third
-of a warm ``streamrank fit`` or ``evaluate``), byte for byte the files zarr
-writes; zarr still writes what that module does not (another dtype, an array
-that is not numpy), reads any model whose documents are not exactly that
-layout (a crafted or damaged one: zarr's checks and messages, as before), and
-models at URLs (:mod:`streamrank._remote_models`).
+Every model, on local disk or at a URL (:mod:`streamrank._remote_models`),
+is written and read by zarr.
 """
 from __future__ import annotations
 
@@ -64,16 +57,13 @@ from typing import TYPE_CHECKING
 import json
 import os
 import shutil
-import sys
 import time
 from pathlib import Path
 
 import numpy as np
 import scipy.sparse as sp
 
-from . import _learners
-from . import _model_files, _model_record
-from ._model_files import ModelArray, ModelGroup
+from . import _learners, _model_record
 from ._dir_swap import _replaced_copy, _sibling, replace_dir, writer_alive
 from ._model_zarr import ModelFormatError, open_objects
 
@@ -153,22 +143,14 @@ def save_url(model, url, storage_options=None, root_attrs=None) -> str:
 
 
 def save_local(model, path: Path, root_attrs=None) -> None:
-    """Write ``model`` to the local directory ``path`` (atomic replace); ``root_attrs`` as in :func:`write_group`.
+    """Write ``model`` to the local directory ``path`` (atomic replace); ``root_attrs`` as in :func:`write_group`."""
+    import zarr
 
-    Without zarr when :func:`streamrank._model_files.writable` says so (every
-    learner's arrays), the same files zarr writes; through zarr otherwise.
-    """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = _sibling(path, "partial")
     try:
-        attrs, arrays = _model_state(model)
-        if _model_files.writable(arrays, sp.issparse):
-            _model_files.write_model(tmp, arrays, attrs, sp.issparse, CSR_CHUNK, root_attrs)
-        else:
-            import zarr
-
-            write_group(zarr.open_group(str(tmp), mode="w"), model, root_attrs)
+        write_group(zarr.open_group(store=zarr.storage.LocalStore(str(tmp)), mode="w"), model, root_attrs)
         replace_dir(tmp, path)
     finally:
         if tmp.exists():
@@ -323,15 +305,12 @@ def load(path: PathLike, storage_options: dict | None = None) -> BaseRanker:
 
 def _load_dir(path: Path):
     """The model in the local directory ``path``, read and validated (:func:`load`)."""
-    root = _model_files.open_model(path)   # None: not exactly the layout sr.save writes, so zarr reads it, as before
-    chunk_bytes = None
-    if root is None:
-        root, chunk_bytes = _zarr_group(path)
+    root, chunk_bytes = _zarr_group(path)
     return read_group(root, path, lambda name: _stored_bytes(path / name / "c"), chunk_bytes)
 
 
 def _zarr_group(path: Path):
-    """``(zarr group, chunk_bytes)`` of the local model ``path`` that the local reader leaves to zarr.
+    """``(zarr group, chunk_bytes)`` of the local model ``path``.
 
     A model carrying the record of its chunks (:mod:`streamrank._model_record`)
     is read into memory first -- its documents and the recorded chunk files,
@@ -347,7 +326,7 @@ def _zarr_group(path: Path):
         record = None               # no record, or a damaged one: zarr's reading of it says so
     if record is None:
         try:
-            return zarr.open_group(str(path), mode="r"), None
+            return zarr.open_group(store=zarr.storage.LocalStore(str(path), read_only=True), mode="r"), None
         except Exception as exc:
             raise ModelFormatError(f"{path} is not a readable streamrank model: {exc}") from exc
     objects = {}
@@ -367,13 +346,11 @@ def _zarr_group(path: Path):
 def read_group(root, path, stored_bytes, chunk_bytes=None):
     """The model held by the zarr group ``root`` (named ``path`` in errors), validated on the way.
 
-    ``root``: a zarr group, or a :class:`streamrank._model_files.ModelGroup`.
     ``stored_bytes(name)``: the bytes of the chunk files of array ``name``
     (bounds its declared size before zarr allocates it).
     ``chunk_bytes(key)``: the bytes of the file ``key`` (``coef_/c/0``) as
-    zarr read it, or None where it is missing; it checks a zarr group's chunks
-    against the model's record (:mod:`streamrank._model_record`), which a
-    :class:`~streamrank._model_files.ModelGroup` does as it reads them.
+    zarr read it, or None where it is missing; it checks the chunks against
+    the model's record (:mod:`streamrank._model_record`).
     """
     import importlib
 
@@ -423,8 +400,7 @@ def read_group(root, path, stored_bytes, chunk_bytes=None):
                 kind = np.dtype(a.dtype).kind
                 if kind not in "biuf":  # learned state is numbers; never decode objects
                     raise ModelFormatError(f"dtype {a.dtype} is not numeric")
-                if not _is_local(a):            # the local reader reads only the layout sr.save writes
-                    _model_record.check_layout(label, a.metadata.to_dict())
+                _model_record.check_layout(label, a.metadata.to_dict())
                 _check_stored_size(label, a, stored_bytes)
                 if record is not None:
                     _model_record.check_array(label, np.dtype(a.dtype).name, a.shape, a.chunks, record[label])
@@ -456,8 +432,6 @@ def read_group(root, path, stored_bytes, chunk_bytes=None):
 def _read_array(label: str, a, record, chunk_bytes):
     """The values of array ``a`` (``label`` in the record), its chunks checked against the record if any."""
     crcs = None if record is None else record[label]["chunk_crc32c"]
-    if _is_local(a):
-        return a.read(crcs)
     values = a[...]
     if crcs is not None and chunk_bytes is not None:     # after zarr's own checks of each chunk, as read() does
         for key, want in crcs.items():
@@ -465,14 +439,11 @@ def _read_array(label: str, a, record, chunk_bytes):
     return values
 
 
-def _is_local(a) -> bool:
-    return isinstance(a, ModelArray)
-
-
 def _is_group(node) -> bool:
-    """Whether ``node`` (of a zarr group or a local model group) is a group (a CSR array's three parts)."""
-    zarr = sys.modules.get("zarr")            # a zarr node exists only once zarr is imported
-    return isinstance(node, ModelGroup) or (zarr is not None and isinstance(node, zarr.Group))
+    """Whether ``node`` is a zarr group (a CSR array's three parts)."""
+    import zarr
+
+    return isinstance(node, zarr.Group)
 
 
 #: a saved array may declare at most this many decoded bytes per byte of chunk files, plus

@@ -170,22 +170,10 @@ SLOW_TESTS = {
     "io/test_chunk_files.py::test_group_store_blocks_are_the_same_either_way[True]": "0.4 s",
     "hardening/test_chunk_binding.py::test_appends_across_chunk_boundaries_keep_reading": "0.4 s",
     # session 12's tests (cold CI run of b7a155f, per-test wall): fresh interpreters and the long random ones
-    "core/test_model_files.py::test_every_learner_is_saved_byte_for_byte_as_zarr_saves_it_and_loads_both_ways"
+    "core/test_model_compat.py::test_every_learner_is_saved_as_5a88973_saved_it_and_its_old_model_loads"
     "[SparseSGDRanker]": "12.9 s cold (the bilinear SGD kernels); the other learners stay",
-    "core/test_model_files.py::test_edited_documents_are_read_here_or_left_to_zarr_never_a_crash": "4.2 s, "
+    "core/test_model_compat.py::test_edited_documents_load_or_give_a_model_format_error_never_a_crash": "4.2 s, "
         "hypothesis; the damage cases stay",
-    "core/test_model_files.py::test_console_fit_evaluate_predict_of_a_local_dense_store_import_no_zarr_or_numcodecs":
-        "2.2 s, fresh interpreters",
-    "core/test_model_files.py::test_api_save_and_load_of_every_dense_learner_import_no_zarr_or_numcodecs": "1.5 s, "
-        "a fresh interpreter",
-    "io/test_blosc_self_test.py::test_checked_read_of_a_local_store_imports_no_numcodecs_and_decodes_on_one_thread":
-        "1.6 s, a fresh interpreter",
-    "io/test_local_zarr.py::test_local_array_matches_zarr_on_random_writes": "1.5 s, random steps; the byte-for-byte "
-        "stores stay",
-    "io/test_local_zarr.py::test_a_group_store_command_does_not_import_the_tuple_store": "0.8 s, a fresh interpreter",
-    "io/test_local_zarr.py::test_other_layouts_and_tuple_stores_keep_zarr": "0.75 s",
-    "io/test_local_zarr.py::test_local_ingest_open_and_read_import_no_zarr": "0.7 s, a fresh interpreter",
-    "io/test_blosc_lib.py::test_local_ingest_and_read_import_no_numcodecs": "0.5 s, a fresh interpreter",
 }
 
 

@@ -25,7 +25,7 @@ FLOORS = {
     "streamrank._moments_kernels": 2, "streamrank.normalize": 2,
     "streamrank.io.weighted": 2,                 # a weighted view of a source, checked with laplacian.check_weight
     "streamrank.laplacian": 2, "streamrank.kernels": 2,
-    "streamrank.base": 3, "streamrank.persistence": 3, "streamrank._model_files": 3, "streamrank._model_record": 3, "streamrank._model_zarr": 3, "streamrank._repo_models": 3, "streamrank._remote_models": 3, "streamrank.rankrls": 3, "streamrank.sgd": 3, "streamrank.metrics": 3,
+    "streamrank.base": 3, "streamrank.persistence": 3, "streamrank._model_record": 3, "streamrank._model_zarr": 3, "streamrank._repo_models": 3, "streamrank._remote_models": 3, "streamrank.rankrls": 3, "streamrank.sgd": 3, "streamrank.metrics": 3,
     "streamrank.exporters": 3,
     "streamrank.position_bias": 3,             # click-model EM (RankRLS statistics) and harvesting
     "streamrank.datasets": 4, "streamrank.distributed": 4, "streamrank.plot": 4,
@@ -174,11 +174,8 @@ def test_no_import_cycle_at_import_time():
     assert _cycles(_graph(function_level=False)) == []
 
 
-#: The one cycle allowed for now: io.schema <-> _local_zarr <-> _chunk_files <-> _read_checks <-> _remote_commit
-#: (issue 34, item 5), which goes with streamrank/io/_local_zarr.py, deleted in parallel by item 1 of the same
-#: issue.  Drop this allowance once that lands.
-ALLOWED_CYCLES = [{"streamrank.io.schema", "streamrank.io._local_zarr", "streamrank.io._chunk_files",
-                   "streamrank.io._read_checks", "streamrank.io._writer"}]
+#: No cycle is allowed (issue 34, item 5): the io cycle went with io/_local_zarr.py.
+ALLOWED_CYCLES: list[set] = []
 
 
 def test_no_import_cycle_counting_imports_inside_functions():
@@ -214,13 +211,6 @@ def test_modules_are_small(mod):
         assert n <= 600, f"{mod} has {n} lines"
 
 
-#: Modules still allowed to import ctypes: the codec loaders that item 2 of issue 34 deletes in parallel (the
-#: ``store`` branch).  This allowlist must be EMPTY once those files are gone -- delete each entry with its file;
-#: nothing else may be added (issue 34: no module of the package imports ctypes).
-CTYPES_ALLOWED = {"streamrank.io._blosc_lib", "streamrank.io._zstd_lib", "streamrank.io._numcodecs_lib",
-                  "streamrank.io._blosc_blocks"}
-
-
 def _ctypes_imports(source: str) -> list:
     """Line numbers of every import of ``ctypes`` in ``source``: ``import ctypes[.x]``, ``from ctypes[.x] import``,
     and ``__import__`` / ``importlib.import_module`` of a literal ``"ctypes[.x]"``, at any depth."""
@@ -247,8 +237,7 @@ def test_no_module_imports_ctypes():
     libc -- the ``os`` module and the dependencies' public APIs do what is needed."""
     found = {mod: lines for mod, path in sorted(MODULES.items())
              if (lines := _ctypes_imports(path.read_text(encoding="utf-8")))}
-    assert {m: ls for m, ls in found.items() if m not in CTYPES_ALLOWED} == {}
-    assert not (CTYPES_ALLOWED - set(MODULES)), "a deleted module is still allowed: drop it from CTYPES_ALLOWED"
+    assert found == {}, "no allowlist: the ctypes codec loaders of streamrank/io went with issue 34's item 2"
 
 
 def test_the_ctypes_check_sees_every_form_of_import():

@@ -133,8 +133,8 @@ def _check_model_out(out, *, overwrite: bool = True) -> None:
 def _save_model(model, out, cli_meta: dict) -> None:
     """``sr.save`` into a temporary directory with the command's record, rename into place (atomic).
 
-    The record is the root's last attribute, as zarr wrote it when it was added after the save; a local model is
-    written without zarr (issue 22, :func:`streamrank.persistence.save_local`).
+    The record is the root's last attribute, as zarr wrote it when it was added after the save
+    (:func:`streamrank.persistence.save_local`).
     """
     from .. import persistence
     from ..io._remote import is_url

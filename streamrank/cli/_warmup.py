@@ -96,7 +96,7 @@ def _part_stores(tmp, run):
 
     X, y, qid = _letor()
     for name, data in (("dense.zarr", X), ("csr.zarr", _csr(X))):
-        store = _store(tmp, name, data, y, qid, chunk_rows=32)   # whole chunks: read checks fused into decoding
+        store = _store(tmp, name, data, y, qid, chunk_rows=32)   # whole chunks: read checks on decoded chunks
         store.verify()
         for _ in store.blocks(max_rows=64):
             pass

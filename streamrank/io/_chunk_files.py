@@ -16,34 +16,28 @@ A chunk file that does not exist is read as the array's fill value, as zarr
 does (zarr skips writing chunks that hold only the fill value).  A damaged
 file raises :class:`~streamrank.io.schema.StoreFormatError` naming it.
 
-Everything read from a chunk is checked in the same call, while the decoded
-chunk is still in the CPU cache (DESIGN §6; data touched once after blosc
-wrote it): the file's CRC-32C; that the chunk is the one committed at its
-place (``expected``: the CRC-32C trailer of each full chunk; ``tail``: a
-CRC-32C of the committed entries of the last, partly filled chunk — see
-:mod:`streamrank.io.schema`); and the caller's value check (``check``:
-finite values, CSR column indices in range — :mod:`streamrank.io._read_checks`)
-on the chunk's committed entries.  Where the check allows it (finite values,
-indices in range, :func:`streamrank.io._read_checks.fused_check`) it runs
-inside the decode itself, on each 512 KiB blosc block right after c-blosc
-wrote it (:mod:`streamrank.io._blosc_blocks`): checking the 4 MiB chunk
-after decoding it whole read it back from beyond the L2 cache and cost
-several times more.  A chunk of a single blosc block (``y``'s short chunks)
-is decoded and checked by the same one kernel call on one thread.  The
-last, partly filled chunk of a commit, a frame the kernels do not take and
-any bad value take the whole-chunk decode and the plain check, which name
-the entry as before.
+Everything read from a chunk is checked in the same call, right after the
+chunk is decoded (DESIGN §6): the file's CRC-32C; that the chunk is the one
+committed at its place (``expected``: the CRC-32C trailer of each full chunk;
+``tail``: a CRC-32C of the committed entries of the last, partly filled chunk
+— see :mod:`streamrank.io.schema`); and the caller's value check (``check``:
+finite values, CSR column indices in range — the kernels of
+:mod:`streamrank.io._read_checks`) on the chunk's committed entries.  The
+chunk is decoded whole by numcodecs' public ``Blosc`` codec (what zarr's
+``blosc`` codec calls), after its blosc header was checked against the
+file's length and the array's chunk size (a crafted header must not make
+c-blosc read or write past a buffer).  Chunk bytes come from the local file
+here and from object storage in :mod:`streamrank.io._remote_chunks` (the
+same decode and checks).
 """
 from __future__ import annotations
 
 import json
-import os
 import sys
 from pathlib import Path
 
 import numpy as np
 
-from . import _blosc_blocks, _read_checks
 from .schema import StoreFormatError
 
 __all__ = ["ChunkFileDecoder"]
@@ -123,20 +117,8 @@ class ChunkFileDecoder:
         return self._dir.joinpath("c", str(int(c)), *self._suffix)
 
     def _read_bytes(self, c: int):
-        """The stored bytes of chunk ``c`` (FileNotFoundError if absent); remote stores: _remote_chunks.
-
-        A writable uint8 array (as cheap as ``read_bytes``): the block-wise
-        decode of :mod:`streamrank.io._blosc_blocks` works in it.
-        """
-        with open(self.chunk_file(c), "rb", buffering=0) as f:
-            buf = np.empty(os.fstat(f.fileno()).st_size, dtype=np.uint8)
-            got, mv = 0, memoryview(buf)
-            while got < buf.size:
-                k = f.readinto(mv[got:])
-                if not k:              # shorter than its size said (rewritten while read): the CRC will say so
-                    break
-                got += k
-        return buf[:got]
+        """The stored bytes of chunk ``c`` (FileNotFoundError if absent); remote stores: _remote_chunks."""
+        return self.chunk_file(c).read_bytes()
 
     def decode(self, c: int, out: np.ndarray, valid: int | None = None) -> None:
         """Decode chunk ``c`` (all of its ``chunk_shape`` rows) into ``out``: C-contiguous, that shape and dtype.
@@ -148,15 +130,10 @@ class ChunkFileDecoder:
             raise ValueError(f"out must be a C-contiguous {self.dtype} array of shape {self.chunk_shape}")
         c = int(c)
         n = self.chunk_shape[0] if valid is None else min(int(valid), self.chunk_shape[0])
-        check = self.check if n > 0 else None
-        fused = None                  # the tail chunk: its binding is checked before its values, as before
-        n_check = n * (out.size // max(1, out.shape[0]))
-        if check is not None and (self.tail is None or self.tail[0] != c):
-            fused = _read_checks.fused_check(check)
-        checked = self._decode(c, out, fused, n_check)
-        self._check_tail(c, out)
-        if check is not None and not checked:
-            check(c * self.chunk_shape[0], out[:n])
+        self._decode(c, out)
+        self._check_tail(c, out)           # the tail chunk: its binding is checked before its values
+        if self.check is not None and n > 0:
+            self.check(c * self.chunk_shape[0], out[:n])
 
     def _check_tail(self, c: int, out: np.ndarray) -> None:
         """The last chunk of the commit, whose file a later append rewrites: its committed rows are bound."""
@@ -171,8 +148,8 @@ class ChunkFileDecoder:
                                    f"{n} entries committed there (swapped with another chunk, copied from another "
                                    "store, or replaced); the store is corrupt")
 
-    def _decode(self, c: int, out: np.ndarray, fused=None, n_check: int = 0) -> bool:
-        """Chunk ``c`` into ``out``; True if ``fused`` (``(kind, limit)``) checked its first ``n_check`` values."""
+    def _decode(self, c: int, out: np.ndarray) -> None:
+        """Chunk ``c`` into ``out`` (the fill value if its file does not exist and may be absent)."""
         path = self.chunk_file(c)
         try:
             data = self._read_bytes(c)
@@ -181,12 +158,10 @@ class ChunkFileDecoder:
                 raise StoreFormatError(f"{path}: chunk {int(c)} of array {self.name!r} is missing (deleted after "
                                        "it was written: this store writes every chunk)") from None
             out[...] = self.fill_value       # zarr writes no chunk that holds only the fill value
-            return False
+            return
         except OSError as exc:
             raise StoreFormatError(f"{path}: chunk of array {self.name!r} cannot be read ({exc})") from exc
         import google_crc32c
-
-        from . import _blosc_lib as blosc        # numcodecs' c-blosc, numcodecs not imported (issue 22)
 
         data = np.frombuffer(data, dtype=np.uint8)
         view = data[:-4]                                      # no copy (what zarr's crc32c codec checks too)
@@ -199,15 +174,42 @@ class ChunkFileDecoder:
                                    "(swapped with another chunk, copied from another store, or replaced); "
                                    "the store is corrupt")
         try:
-            nbytes = int.from_bytes(data[4:8].tobytes(), "little") if len(data) >= 20 else -1   # blosc: nbytes
-            if nbytes != self.nbytes:
-                raise ValueError(f"it holds {nbytes} bytes, expected {self.nbytes}")
-            if fused is not None and n_check > 0 and _blosc_blocks.decode_checked(view, out, *fused, n_check):
-                return True
-            blosc.decompress(view, out)
+            _check_blosc_header(view, self.nbytes)
+            _blosc().decode(view, out=out)
         except (MemoryError, KeyboardInterrupt):
             raise
         except Exception as exc:
             raise StoreFormatError(f"{path}: chunk of array {self.name!r} cannot be decoded "
                                    f"({type(exc).__name__}: {exc})") from exc
-        return False
+
+
+#: a blosc 1.x frame's header: version, versionlz, flags, typesize, then nbytes, blocksize, cbytes (uint32 LE)
+_BLOSC_HEADER = 16
+_codec: list = []
+
+
+def _blosc():
+    """numcodecs' ``Blosc`` codec (decoding takes its settings from the frame)."""
+    if not _codec:
+        from numcodecs import Blosc
+
+        _codec.append(Blosc())
+    return _codec[0]
+
+
+def _check_blosc_header(frame: np.ndarray, nbytes: int) -> None:
+    """ValueError unless ``frame`` is a blosc frame of exactly its length decoding to ``nbytes`` bytes.
+
+    c-blosc decodes without being told the frame's length: it trusts the
+    header's ``cbytes``.  A header that claims more than the file holds
+    would make it read past the buffer, one that claims another size
+    write past ``out`` -- so both are compared with what is really there.
+    """
+    if frame.shape[0] < _BLOSC_HEADER:
+        raise ValueError(f"not a blosc frame ({frame.shape[0]} bytes, shorter than its header)")
+    head = frame[:_BLOSC_HEADER].tobytes()
+    got, cbytes = int.from_bytes(head[4:8], "little"), int.from_bytes(head[12:16], "little")
+    if got != nbytes:
+        raise ValueError(f"it holds {got} bytes, expected {nbytes}")
+    if cbytes != frame.shape[0]:
+        raise ValueError(f"not a blosc frame (its header says {cbytes} bytes, the file holds {frame.shape[0]})")

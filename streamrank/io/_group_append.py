@@ -23,7 +23,8 @@ from ._qid_text import encode_qids
 from .docids import append_docids, check_docids
 from .row_columns import append_row_columns, check_row_columns
 from .groups import batch_of, qid_kind_of, scan_for_keys, scope_ranges
-from .schema import BatchHasher, append_csr, write_attrs
+from ._writer import write_attrs
+from .schema import BatchHasher, append_csr
 
 __all__ = ["GroupAppend"]
 

@@ -35,7 +35,7 @@ reads and writes go through the current session's zarr store instead of an
 fsspec filesystem, so the stores' code paths at a URL serve it unchanged; the
 hooks are :func:`transaction` (an append), :func:`creating` (create /
 re-create: a commit like any other) and :meth:`RepoLocation.commit_attrs` (the
-commit point, called by :func:`streamrank.io.schema.write_attrs`).
+commit point, called by :func:`streamrank.io._writer.write_attrs`).
 
 Stores written by the previous layout (a ``zarr.json`` at the prefix, no
 repository) open read-only with a hint; ``streamrank migrate`` copies one

@@ -18,11 +18,10 @@ import numpy as np
 
 from .schema import StoreFormatError, compressors, open_array
 
-__all__ = ["create_qid_text", "QidText", "encode_qids", "QID_TEXT_ARRAYS"]
+__all__ = ["create_qid_text", "QidText", "encode_qids"]
 
 _OFFSETS = "qid_text/offsets"
 _UTF8 = "qid_text/utf8"
-QID_TEXT_ARRAYS = (_OFFSETS, _UTF8)
 _GROUP_CHUNK = 1 << 14
 _BYTE_CHUNK = 1 << 20
 

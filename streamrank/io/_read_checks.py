@@ -17,12 +17,9 @@ The row-chunked arrays of a :class:`~streamrank.GroupStore` are checked one
 decoded chunk at a time, inside the chunk decoder's call, while the chunk is
 still in the CPU cache (:func:`finite_rows_check`, :func:`entries_check`, run
 by :class:`~streamrank.io._chunk_files.ChunkFileDecoder` for
-:class:`~streamrank.io._row_chunks.RowChunkReader`): that is what keeps the
-checks at a few per cent of a block pass.  The two kinds of value check a chunk
-needs — finite values, indices within ``[0, n)`` — carry their
-:func:`fused_check` form, which the decoder runs on each blosc block right
-after c-blosc wrote it (:mod:`streamrank.io._blosc_blocks`); any bad value
-found there is reported by the plain check, so the messages are the same.
+:class:`~streamrank.io._row_chunks.RowChunkReader` right after numcodecs'
+blosc decoded the chunk): that is what keeps the checks at a few per cent of
+a block pass.
 
 Every check runs its kernel, whatever the length of the array: one
 implementation of each check (no numpy twin to keep in step with it).
@@ -37,7 +34,7 @@ from . import _check_kernels as K
 from .schema import StoreFormatError
 
 __all__ = ["CHECK_READS", "BadEntry", "check_offsets", "check_indices", "check_finite_rows",
-           "check_tuple_rows", "check_csr_piece", "finite_rows_check", "entries_check", "fused_check",
+           "check_tuple_rows", "check_csr_piece", "finite_rows_check", "entries_check",
            "with_row", "first_nonfinite", "first_bad_offset", "first_out_of_range", "first_bad_tuple"]
 
 #: check every block read from a store (False: only for measuring the cost of the checks)
@@ -93,7 +90,6 @@ def finite_rows_check(store, array: str):
     """``check(first_row, rows)`` for a :class:`RowChunkReader`: no NaN or ±inf (names the row)."""
     def check(first_row, a):
         check_finite_rows(a, store=store, array=array, first_row=first_row)
-    check.fused = ("finite", 0)
     return check
 
 
@@ -114,21 +110,7 @@ def entries_check(store, array: str, n_cols: int | None = None, what: str = "n_f
             if i >= 0:
                 raise BadEntry(store, array, first + i, f"holds {float(a[i])}; streamrank never stores NaN or "
                                                         "infinity (append refuses them)")
-    check.fused = ("range", int(n_cols)) if n_cols is not None else ("finite", 0)
     return check
-
-
-def fused_check(check):
-    """``(kind, limit)`` of a chunk check the decoder may run block by block inside the decode, else None.
-
-    ``("finite", 0)``: no NaN/±inf; ``("range", n)``: signed indices in
-    ``[0, n)``.  None when :data:`CHECK_READS` is off or the check has no
-    such form.  A value the fused form finds bad is named by ``check``
-    itself (the decoder falls back to decoding whole and calling it).
-    """
-    if not CHECK_READS:
-        return None
-    return getattr(check, "fused", None)
 
 
 def _corrupt(store, array, what) -> StoreFormatError:

@@ -9,7 +9,7 @@ three operations serve both stores (:class:`~streamrank.GroupStore`,
 
 * :func:`writer_lock` — one writer at a time.  Locally an advisory ``flock``
   on ``<store>/.streamrank.lock`` (released by the OS if the writer dies) and
-  the commit is an atomic rename (:func:`streamrank.io.schema.write_attrs`);
+  the commit is an atomic rename (:func:`write_attrs`);
   at a URL no lock: the append is an Icechunk transaction, committed in one
   commit or refused (:mod:`streamrank.io._icechunk_repo`).
 * :func:`creating_store` — an empty store place held under that lock (only a
@@ -21,6 +21,7 @@ three operations serve both stores (:class:`~streamrank.GroupStore`,
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import shutil
 from pathlib import Path
@@ -28,7 +29,7 @@ from pathlib import Path
 from ._remote import Remote, is_url, local_path
 
 __all__ = ["LOCK_NAME", "location", "writer_lock", "creating_store", "new_store_id", "zarr_store", "writing",
-           "check_same_store"]
+           "check_same_store", "write_attrs"]
 
 LOCK_NAME = ".streamrank.lock"
 
@@ -198,3 +199,35 @@ def check_same_store(store) -> None:
         raise StoreFormatError(f"{store.path} was re-created (create(..., overwrite=True)) by another process "
                                "since this object opened it; nothing was appended. Open it again to append "
                                "to the new store")
+
+
+def write_attrs(path, attrs: dict) -> None:
+    """Replace the group attributes in one atomic write of ``zarr.json``.
+
+    The new document goes to a temporary file in the same directory, is
+    flushed to disk, and is renamed over ``zarr.json`` (``os.replace`` is
+    atomic on POSIX): a reader — or a writer killed half-way — sees either the
+    old or the new commit record, never a mixture.  This is the commit point
+    of every append.  At a URL (a :class:`~streamrank.io._icechunk_repo.RepoLocation`)
+    the document is written in the append's transaction and committed with
+    everything else in one Icechunk commit (:meth:`RepoLocation.commit_attrs`).
+    """
+    if isinstance(path, Remote):
+        _repository(path, "written").commit_attrs(attrs)     # one Icechunk commit (io/_icechunk_repo)
+        return
+    meta = Path(path) / "zarr.json"
+    doc = json.loads(meta.read_text())
+    doc["attributes"] = attrs
+    from .._tempfiles import temp_sibling
+
+    fd, tmp = temp_sibling(meta)      # a new file of a random name: never a link planted at a predictable one
+    try:
+        with os.fdopen(fd, "w") as f:
+            json.dump(doc, f, indent=1)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, meta)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
+        raise

@@ -34,13 +34,11 @@ from typing import TYPE_CHECKING
 
 import logging
 import os
-import sys
 
 import numpy as np
 import scipy.sparse as sp
 
-from ._local_zarr import LocalArray, local_root
-from ._qid_text import QID_TEXT_ARRAYS, QidText, create_qid_text
+from ._qid_text import QidText, create_qid_text
 from .groups import (
     GROUP_IDENTITIES,
     batch_of,
@@ -59,6 +57,7 @@ from ._writer import (  # noqa: F401  (re-exported: tuple_store and tests import
     location,
     new_store_id,
     writer_lock,
+    write_attrs,
     writing,
     zarr_store,
 )
@@ -83,7 +82,6 @@ from .schema import (
     open_array,
     read_attrs,
     rows_per_chunk,
-    write_attrs,
 )
 
 if TYPE_CHECKING:
@@ -194,19 +192,16 @@ class GroupStore(GroupAppend, GroupVerify, RowColumnReads, BlockSource):
         _name, p = location(path, storage_options)
         rpc = int(chunk_rows) if chunk_rows else rows_per_chunk(4 * (n_features if not sparse else 16))
         cols = check_column_names(row_columns)
-        with creating_store(p, overwrite):
-            root = local_root(p, (), create=True)     # a local store: no zarr (issue 22, io/_local_zarr)
-            with every_chunk(zarr_too=root is None):
-                cls._create_arrays(p, root, n_features, sparse, n_outputs, feature_names, rpc, docids, group_identity,
-                                   cols)
+        with creating_store(p, overwrite), every_chunk():
+            cls._create_arrays(p, n_features, sparse, n_outputs, feature_names, rpc, docids, group_identity, cols)
         return cls(path, "a", _token=_PRIVATE, storage_options=storage_options)
 
     @staticmethod
-    def _create_arrays(p, root, n_features, sparse, n_outputs, feature_names, rpc, docids, group_identity="batch",
+    def _create_arrays(p, n_features, sparse, n_outputs, feature_names, rpc, docids, group_identity="batch",
                        cols=()):
-        if root is None:
-            import zarr
-            root = zarr.open_group(store=zarr_store(p), mode="a")
+        import zarr
+
+        root = zarr.open_group(store=zarr_store(p), mode="a")
         if sparse:
             xg = root.create_group("X")
             ip = xg.create_array("indptr", shape=(1,), chunks=(_INDPTR_CHUNK,), dtype="int64",
@@ -265,6 +260,8 @@ class GroupStore(GroupAppend, GroupVerify, RowColumnReads, BlockSource):
 
     # -------------------------------------------------------------- loading
     def _load(self):
+        import zarr
+
         attrs = check_format(self.path, read_attrs(self._loc), GROUP_FORMAT)
         check_log(self.path, attrs["log"], ("rows", "groups", "nnz"))
         self._attrs = attrs
@@ -291,13 +288,8 @@ class GroupStore(GroupAppend, GroupVerify, RowColumnReads, BlockSource):
         if self.has_docids:
             spec = {**spec, **DOCID_ARRAYS}
         spec = {**spec, **self._load_row_columns(attrs)}
-        self._root, self._zstore = local_root(self._loc, spec, QID_TEXT_ARRAYS, read_only=self.mode == "r"), None
-        if self._root is None:        # at a URL, or another layout: zarr's (a local one imports no zarr, issue 22)
-            import zarr
-            self._zstore = zarr_store(self._loc, read_only=(self.mode == "r"))
-            self._root = zarr.open_group(store=self._zstore, mode="r" if self.mode == "r" else "r+")
-        is_array = (lambda a: isinstance(a, LocalArray)) if self._zstore is None else (
-            lambda a: isinstance(a, sys.modules["zarr"].Array))
+        store = self._zstore = zarr_store(self._loc, read_only=(self.mode == "r"))
+        self._root = zarr.open_group(store=store, mode="r" if self.mode == "r" else "r+")
         if self.mode == "a":
             check_chunk_dirs(self._loc, spec)
         self._strict = bool(attrs.get(EVERY_CHUNK))    # a missing chunk file is damage, not zeros
@@ -307,12 +299,12 @@ class GroupStore(GroupAppend, GroupVerify, RowColumnReads, BlockSource):
         for name, (dtype, _ndim) in spec.items():
             check_array_layout(self._loc, name, dtype)
             try:
-                with every_chunk(zarr_too=self._zstore is not None):
+                with every_chunk():
                     arr = open_array(self._root, self.path, name)
             except KeyError:
                 raise StoreFormatError(f"{self.path}: array {name!r} is missing "
                                        f"({os.path.join(self.path, name, 'zarr.json')} not found)") from None
-            if not is_array(arr):
+            if not isinstance(arr, zarr.Array):
                 raise StoreFormatError(f"{self.path}: {name!r} is a group, expected an array")
             if str(arr.dtype) != dtype:
                 raise StoreFormatError(f"{self.path}: array {name!r} has dtype {arr.dtype}, "
@@ -360,7 +352,7 @@ class GroupStore(GroupAppend, GroupVerify, RowColumnReads, BlockSource):
 
     def _reopen_arrays(self):
         """Re-read the arrays' metadata (shapes) from disk."""
-        with every_chunk(zarr_too=self._zstore is not None):
+        with every_chunk():
             self._arrays = {name: self._bound(self._root[name], name) for name in self._arrays}
         self._X = self._arrays.get("X")
         self._y = self._arrays["y"]

@@ -105,10 +105,12 @@ def compressors(itemsize: int):
     float32 features, so it is the default of every array.  The checksum
     (zarr's ``crc32c`` codec, 4 bytes a chunk) makes a damaged chunk file an
     error when it is read instead of garbage rows; :class:`CheckedArray`
-    names the file.  In zarr's JSON form, which zarr takes as well: no zarr import (``_local_zarr``).
+    names the file.
     """
-    from ._local_zarr import blosc_codec, crc32c_codec
-    return (blosc_codec(itemsize), crc32c_codec())
+    from zarr.codecs import BloscCodec, BloscShuffle, Crc32cCodec
+
+    return (BloscCodec(typesize=int(itemsize), cname="lz4", clevel=5, shuffle=BloscShuffle.shuffle),
+            Crc32cCodec())
 
 
 #: group attribute of stores that write every chunk (zeros too): a missing chunk file is damage
@@ -116,22 +118,12 @@ EVERY_CHUNK = "every_chunk_written"
 
 
 @contextlib.contextmanager
-def every_chunk(zarr_too: bool = True):
-    """Open arrays inside this so that their writes store every chunk, also one of zeros (see EVERY_CHUNK).
+def every_chunk():
+    """Open arrays inside this so that their writes store every chunk, also one of zeros (see EVERY_CHUNK)."""
+    import zarr
 
-    ``zarr_too=False``: only ``_local_zarr`` arrays are opened inside (no zarr import).
-    """
-    from ._local_zarr import _WRITE_EMPTY, write_empty_chunks
-    token = write_empty_chunks(True)
-    try:
-        if not zarr_too:
-            yield
-            return
-        import zarr
-        with zarr.config.set({"array.write_empty_chunks": True}):
-            yield
-    finally:
-        _WRITE_EMPTY.reset(token)
+    with zarr.config.set({"array.write_empty_chunks": True}):
+        yield
 
 
 #: group attribute: per row-chunked array, the CRC-32C trailer of each *full* chunk, recorded at commit
@@ -288,9 +280,6 @@ class CheckedArray:
         """``out[...] = a[a:b]`` decoded by zarr straight into the numpy array ``out`` (no temporary)."""
         self._check_chunks_exist(slice(int(a), int(b)))
         try:
-            if not hasattr(self._arr, "get_basic_selection"):     # a _local_zarr array (no zarr imported)
-                out[...] = self._arr[int(a):int(b)]
-                return
             from zarr.core.buffer import default_buffer_prototype
 
             nd = default_buffer_prototype().nd_buffer.from_numpy_array(out)
@@ -539,40 +528,6 @@ class BatchHasher:
             top.update(name.encode())
             top.update(self._h[name].digest())
         return "blake2b:" + top.hexdigest()
-
-
-def write_attrs(path, attrs: dict) -> None:
-    """Replace the group attributes in one atomic write of ``zarr.json``.
-
-    The new document goes to a temporary file in the same directory, is
-    flushed to disk, and is renamed over ``zarr.json`` (``os.replace`` is
-    atomic on POSIX): a reader — or a writer killed half-way — sees either the
-    old or the new commit record, never a mixture.  This is the commit point
-    of every append.  At a URL (a :class:`~streamrank.io._icechunk_repo.RepoLocation`)
-    the document is written in the append's transaction and committed with
-    everything else in one Icechunk commit (:meth:`RepoLocation.commit_attrs`).
-    """
-    if isinstance(path, Remote):
-        from ._writer import _repository
-
-        _repository(path, "written").commit_attrs(attrs)     # one Icechunk commit (io/_icechunk_repo)
-        return
-    meta = Path(path) / "zarr.json"
-    doc = json.loads(meta.read_text())
-    doc["attributes"] = attrs
-    from .._tempfiles import temp_sibling
-
-    fd, tmp = temp_sibling(meta)      # a new file of a random name: never a link planted at a predictable one
-    try:
-        with os.fdopen(fd, "w") as f:
-            json.dump(doc, f, indent=1)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, meta)
-    except BaseException:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(tmp)
-        raise
 
 
 def _meta_name(path, rel: str) -> str:

@@ -46,7 +46,7 @@ from .tuples import (  # noqa: F401  (re-exported: streamrank.io.tuple_store kee
     as_tuple_source,
 )
 from ._append_transaction import AppendParts, NewCommit, append_transaction, commit_time, repair_torn_tail
-from ._writer import creating_store, location, new_store_id, zarr_store
+from ._writer import creating_store, location, new_store_id, write_attrs, zarr_store
 from ._chunk_binding import bound_array, check_tail_crcs, reads_unbound, rebind
 from .group_store import (
     _PRIVATE,
@@ -71,7 +71,6 @@ from .schema import (
     compressors,
     open_array,
     read_attrs,
-    write_attrs,
 )
 
 if TYPE_CHECKING:

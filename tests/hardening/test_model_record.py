@@ -27,7 +27,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import streamrank as sr
-from streamrank import _model_files, _model_record, persistence
+from streamrank import _model_record, persistence
 from streamrank.base import BaseRanker
 from streamrank.persistence import MODEL_FORMAT_VERSION, ModelFormatError, register_model
 
@@ -86,14 +86,9 @@ def _root_attrs(path: Path, change):
 
 
 def _loads(path: Path, monkeypatch):
-    """The three readers of the (local) model at ``path``: local, zarr's path, and the same files at a URL."""
+    """The readers of the (local) model at ``path``: the local path and the same files at a URL."""
     def local():
         return sr.load(path)
-
-    def zarr_path():
-        with monkeypatch.context() as m:
-            m.setattr(_model_files, "open_model", lambda p: None)
-            return sr.load(path)
 
     def remote():
         url = f"memory://streamrank-record/{path.parent.name}-{path.name}"
@@ -109,7 +104,7 @@ def _loads(path: Path, monkeypatch):
         finally:
             fs.rm(url[len("memory://"):], recursive=True)
 
-    return {"local": local, "zarr": zarr_path, "remote": remote}
+    return {"local": local, "remote": remote}
 
 
 def _refused_everywhere(path, monkeypatch, *patterns, remote=True):
@@ -162,7 +157,6 @@ def test_a_document_edited_to_read_the_bytes_otherwise_is_refused_on_every_path(
     if not recorded:
         _root_attrs(tmp_path / "m", lambda a: a.pop(_model_record.SAVED_ARRAYS))
     _edit_doc(tmp_path / "m", name, change)
-    assert _model_files.open_model(tmp_path / "m") is None          # not the local layout: zarr's path
     _refused_everywhere(tmp_path / "m", monkeypatch, f"array {name!r} is missing or damaged", *patterns)
 
 
@@ -274,7 +268,7 @@ def test_an_array_dropped_from_the_listing_or_added_is_refused(tmp_path, monkeyp
 def test_the_record_is_a_root_attribute_of_format_version_1_written_alike_by_both_writers(tmp_path, monkeypatch):
     """Older readers ignore unknown root attributes: the format version stays; zarr's writer (URLs, dtypes the
     local writer does not take) records the same trailers, read back from its store."""
-    m = _save(tmp_path / "m", monkeypatch=monkeypatch)
+    _save(tmp_path / "m", monkeypatch=monkeypatch)
     attrs = json.loads((tmp_path / "m" / "zarr.json").read_text())["attributes"]
     assert MODEL_FORMAT_VERSION == 1 and attrs["format_version"] == 1
     record = attrs[_model_record.SAVED_ARRAYS]
@@ -285,10 +279,6 @@ def test_the_record_is_a_root_attribute_of_format_version_1_written_alike_by_bot
         assert [int.from_bytes(p.read_bytes()[-4:], "little") for p in files] == \
             [entry["chunk_crc32c"][p.relative_to(tmp_path / "m" / label).as_posix()] for p in files]
     assert len(record["W/indices"]["chunk_crc32c"]) > 1 and record["scalar"]["chunk_crc32c"].keys() == {"c/0"}
-    with monkeypatch.context() as mp:
-        mp.setattr(_model_files, "writable", lambda *a: False)
-        persistence.save_local(m, tmp_path / "z")
-    assert (tmp_path / "z" / "zarr.json").read_bytes() == (tmp_path / "m" / "zarr.json").read_bytes()
 
 
 def test_a_model_saved_before_the_record_loads_as_before_missing_zero_chunks_included(tmp_path, monkeypatch):
@@ -339,9 +329,8 @@ _OPS = st.sampled_from(["delete", "swap", "copy", "endian", "dtype", "separator"
 
 
 @settings(max_examples=40, deadline=None, database=None, derandomize=True, suppress_health_check=list(HealthCheck))
-@given(ops=st.lists(st.tuples(_OPS, st.integers(0, 10**6), st.integers(0, 10**6)), min_size=1, max_size=3),
-       zarr_path=st.booleans())
-def test_damage_to_chunk_files_and_documents_gives_an_error_or_the_saved_model(tmp_path_factory, ops, zarr_path):
+@given(ops=st.lists(st.tuples(_OPS, st.integers(0, 10**6), st.integers(0, 10**6)), min_size=1, max_size=3))
+def test_damage_to_chunk_files_and_documents_gives_an_error_or_the_saved_model(tmp_path_factory, ops):
     """Any sequence of deletions, swaps, copies from another model and interpretation edits: a ModelFormatError,
     or (a swap or copy of identical bytes) exactly the saved model -- never other values."""
     base = tmp_path_factory.mktemp("dmg")
@@ -372,12 +361,7 @@ def test_damage_to_chunk_files_and_documents_gives_an_error_or_the_saved_model(t
                 _separator(d)
             doc.write_text(json.dumps(d))
     try:
-        if zarr_path:
-            with pytest.MonkeyPatch.context() as mp:
-                mp.setattr(_model_files, "open_model", lambda p: None)
-                got = sr.load(base / "m")
-        else:
-            got = sr.load(base / "m")
+        got = sr.load(base / "m")
     except ModelFormatError as exc:
         assert "is missing or damaged" in str(exc) or "saved_arrays" in str(exc), str(exc)
         return

@@ -154,12 +154,12 @@ def _append_paused(store, ready_w, go_r):
     """The victim appends to the store, pausing just before its commit record is written."""
     import streamrank as sr
     import streamrank.io._group_append as ga
-    from streamrank.io import schema
+    from streamrank.io import _writer
 
     def paused(loc, attrs):
         os.write(ready_w, b"r")
         assert os.read(go_r, 1) == b"g"
-        schema.write_attrs(loc, attrs)
+        _writer.write_attrs(loc, attrs)
 
     ga.write_attrs = paused                      # the name the append's commit point calls
     sr.GroupStore.open(store, "a").append(np.ones((2, 3)), np.ones(2), np.array([3, 3]))

@@ -133,6 +133,8 @@ for i in range(n):
         store.append(rng.normal(size=(ROWS, 3)), rng.normal(size=ROWS),
                      np.repeat(np.arange(ROWS // 100) + ROWS * i, 100), batch_id=f"b{i}")
         print("ok", f"b{i}", flush=True)
+        time.sleep(0.1)                  # a window between appends: on a loaded machine the re-creates could
+                                         # otherwise all meet the lock until the last batch (created == 0)
     except RuntimeError as exc:          # a re-create holds the lock: this batch is not committed
         assert "lock" in str(exc), exc
         print("locked", flush=True)

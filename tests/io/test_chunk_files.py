@@ -58,7 +58,8 @@ def test_decode_refuses_a_wrong_destination(store_path):
         dec.decode(0, np.empty((999, 3), dtype=np.float32))
 
 
-@pytest.mark.parametrize("damage", ["flip", "truncate", "empty", "other_chunk_size"])
+@pytest.mark.parametrize("damage", ["flip", "truncate", "empty", "other_chunk_size", "cut_frame", "long_header",
+                                    "short_frame"])
 def test_damaged_chunk_file_names_the_file(store_path, damage):
     import google_crc32c
     from numcodecs import blosc
@@ -72,8 +73,17 @@ def test_damaged_chunk_file_names_the_file(store_path, damage):
         b = b[: len(b) // 2]
     elif damage == "empty":
         b = bytearray()
-    else:                                               # a valid blosc frame of the wrong size, valid CRC
+    elif damage == "other_chunk_size":                  # a valid blosc frame of the wrong size, valid CRC
         payload = blosc.compress(np.zeros(10, np.float32).tobytes(), b"lz4", 5, blosc.SHUFFLE)
+        b = bytearray(payload + np.uint32(google_crc32c.value(payload)).tobytes())
+    else:      # crafted with a valid CRC: a frame cut short, a header claiming more bytes, less than a header
+        payload = bytes(b[:-4])
+        if damage == "cut_frame":
+            payload = payload[: len(payload) // 2]
+        elif damage == "long_header":
+            payload = payload[:12] + (len(payload) + 4096).to_bytes(4, "little") + payload[16:]
+        else:
+            payload = payload[:12]
         b = bytearray(payload + np.uint32(google_crc32c.value(payload)).tobytes())
     f.write_bytes(bytes(b))
     with pytest.raises(StoreFormatError, match=str(f)):

@@ -1,21 +1,16 @@
-"""Local models saved and loaded without zarr (streamrank/_model_files.py, issue 22) are the models zarr writes.
+"""Models saved by streamrank 5a88973 (local models then written without zarr, streamrank/_model_files.py) still load.
 
-Every learner the registry knows is saved twice in this process: once through
-zarr (``_model_files.writable`` patched to say no: the code path before issue
-22's change) and once without it; every file and directory of the two models
-must be equal byte for byte.  Models written either way load through the other
-path with the same arrays; damaged models give the messages zarr gave; a fresh
-interpreter's ``streamrank fit`` / ``evaluate`` / ``predict`` of a small dense
-local store import neither zarr nor numcodecs.
+``data/models_written_by_5a88973.tar.gz`` holds one model of every learner the
+registry knows, and a probe of every dtype and a CSR array, saved by that
+commit.  Saved again here (every model now goes through zarr), each is the
+same files byte for byte and loads with the same state; damaged or edited
+models load or give a ModelFormatError, never a crash.
 """
 from __future__ import annotations
 
 import json
-import os
 import shutil
-import subprocess
-import sys
-import textwrap
+import tarfile
 from pathlib import Path
 
 import numpy as np
@@ -25,11 +20,11 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import streamrank as sr
-from streamrank import _model_files, persistence
+from streamrank import persistence
 from streamrank.base import BaseRanker
 from streamrank.persistence import ModelFormatError, register_model
 
-ROOT = Path(__file__).resolve().parents[2]
+DATA = Path(__file__).parent / "data" / "models_written_by_5a88973.tar.gz"
 
 
 def _data(seed=0, rows=48, n=5, groups=6, outputs=None):
@@ -132,18 +127,6 @@ def _tree(path: Path) -> dict:
     return {str(p.relative_to(path)): (p.read_bytes() if p.is_file() else None) for p in sorted(path.rglob("*"))}
 
 
-def _save_with_zarr(model, path, monkeypatch, root_attrs=None):
-    with monkeypatch.context() as m:
-        m.setattr(_model_files, "writable", lambda *a: False)
-        persistence.save_local(model, path, root_attrs)
-
-
-def _load_with_zarr(path, monkeypatch):
-    with monkeypatch.context() as m:
-        m.setattr(_model_files, "open_model", lambda p: None)
-        return sr.load(path)
-
-
 def _same_arrays(a, b):
     assert type(a) is type(b) and a.get_params() == b.get_params()
     sa, sb = a._get_state(), b._get_state()
@@ -160,49 +143,46 @@ def _same_arrays(a, b):
             assert x.dtype == y.dtype and x.shape == y.shape and x.tobytes() == y.tobytes(), k
 
 
+@pytest.fixture(scope="module")
+def old_models(tmp_path_factory):
+    root = tmp_path_factory.mktemp("old")
+    with tarfile.open(DATA) as tar:
+        tar.extractall(root, filter="data")
+    return root
+
+
 @pytest.mark.parametrize("name", list(LEARNERS))
-def test_every_learner_is_saved_byte_for_byte_as_zarr_saves_it_and_loads_both_ways(name, tmp_path, monkeypatch):
-    monkeypatch.setattr(persistence, "CSR_CHUNK", 4)          # several CSR chunks, the last one short
+def test_every_learner_is_saved_as_5a88973_saved_it_and_its_old_model_loads(name, tmp_path, old_models):
     model = LEARNERS[name]()
-    _save_with_zarr(model, tmp_path / "zarr", monkeypatch)
-    persistence.save_local(model, tmp_path / "local")
-    want, got = _tree(tmp_path / "zarr"), _tree(tmp_path / "local")
+    sr.save(model, tmp_path / "new")
+    want, got = _tree(old_models / name), _tree(tmp_path / "new")
     assert sorted(got) == sorted(want)
     assert [k for k in want if want[k] != got[k]] == []
-    assert _model_files.open_model(tmp_path / "zarr") is not None       # zarr's files are read without zarr
-    reference = _load_with_zarr(tmp_path / "zarr", monkeypatch)         # the path before issue 22's change
-    for path in (tmp_path / "zarr", tmp_path / "local"):
-        _same_arrays(sr.load(path), reference)
-        _same_arrays(_load_with_zarr(path, monkeypatch), reference)
+    _same_arrays(sr.load(old_models / name), sr.load(tmp_path / "new"))
 
 
-def test_the_command_lines_record_is_the_last_root_attribute_as_zarr_added_it(tmp_path, monkeypatch):
-    """``streamrank fit`` adds ``cli`` to the saved model; zarr added it after the save (one more root write)."""
+def test_the_command_lines_record_is_the_last_root_attribute(tmp_path):
+    """``streamrank fit`` adds ``cli`` to the saved model, after the record of its chunks, in the same write."""
     import zarr
 
     model, record = _multi(), {"learner": "rankrls", "store": "s.zarr", "alpha": [0.5, None]}
-    _save_with_zarr(model, tmp_path / "zarr", monkeypatch)
-    zarr.open_group(str(tmp_path / "zarr"), mode="r+").attrs["cli"] = record     # what the CLI did before
-    persistence.save_local(model, tmp_path / "local", {"cli": record})
-    assert _tree(tmp_path / "local") == _tree(tmp_path / "zarr")
-    assert list(json.loads((tmp_path / "local" / "zarr.json").read_text())["attributes"])[-1] == "cli"
+    persistence.save_local(model, tmp_path / "cli", {"cli": record})
+    assert list(json.loads((tmp_path / "cli" / "zarr.json").read_text())["attributes"])[-1] == "cli"
+    assert zarr.open_group(str(tmp_path / "cli"), mode="r").attrs["cli"] == record
+    _same_arrays(sr.load(tmp_path / "cli"), model)
 
 
-def test_a_model_zarr_cannot_write_without_it_keeps_zarr(tmp_path):
-    """A big-endian array is written by zarr (little endian on disk, then read here); a complex one by zarr too,
-    and refused on loading as before (not numeric)."""
+def test_big_endian_arrays_load_and_complex_ones_are_refused(tmp_path):
+    """A big-endian array is written by zarr (little endian on disk) and read back; a complex one is written,
+    and refused on loading (not numeric)."""
     m = _ModelFilesProbe().fit()
     m.arrays_ = {"big": np.arange(4, dtype=">f8")}
-    assert not _model_files.writable(m.arrays_, sp.issparse)
     sr.save(m, tmp_path / "m")
-    assert _model_files.open_model(tmp_path / "m") is not None
     got = sr.load(tmp_path / "m").arrays_["big"]
     assert got.dtype == np.float64 and got.tobytes() == np.arange(4.0).tobytes()
     m.arrays_ = {"c": np.ones(2, complex)}
-    assert not _model_files.writable(m.arrays_, sp.issparse)
     sr.save(m, tmp_path / "c")
     assert json.loads((tmp_path / "c" / "c" / "zarr.json").read_text())["data_type"] == "complex128"
-    assert _model_files.open_model(tmp_path / "c") is None
     with pytest.raises(ModelFormatError, match="array 'c' is missing or damaged: dtype complex128 is not numeric"):
         sr.load(tmp_path / "c")
 
@@ -218,7 +198,9 @@ def _with_crc(body: bytes) -> bytes:
 
 
 def _damages():
-    from streamrank.io._zstd_lib import compress
+    from numcodecs import Zstd
+
+    compress = Zstd().encode
 
     def flip(p):
         b = bytearray(_chunk(p).read_bytes())
@@ -259,101 +241,37 @@ def _damages():
 
 @pytest.mark.filterwarnings("ignore:Object at c is not recognized")    # zarr on "array made a group"
 @pytest.mark.parametrize("damage", list(_damages()))
-def test_damaged_models_give_what_zarr_gave(damage, tmp_path, monkeypatch):
-    """The same error and message through both paths (zarr's reshape error aside: ours names the sizes)."""
+def test_damaged_models_load_or_give_a_model_format_error(damage, tmp_path):
     X, y, q = _data(rows=60, groups=6)
     model = sr.RankRLS(alpha=1.0).fit(X, y, q)
     path = tmp_path / "m"
     sr.save(model, path)
     _damages()[damage](path)
-    outcomes = []
-    for load in (lambda: sr.load(path), lambda: _load_with_zarr(path, monkeypatch)):
-        try:
-            outcomes.append(("loaded", load().predict(X).tobytes()))
-        except Exception as exc:  # noqa: BLE001 - the type and message are compared
-            outcomes.append((type(exc).__name__, str(exc)))
-    if damage == "other size, valid crc":
-        assert [o[0] for o in outcomes] == ["ModelFormatError"] * 2, outcomes
-        assert "array 'stats_G' is missing or damaged: chunk 0/0 declares 56 bytes once decoded, but a chunk " \
-               "of shape (5, 5) of float64 holds 200" in outcomes[0][1]
+    try:
+        outcome = ("loaded", sr.load(path).predict(X).tobytes())
+    except Exception as exc:  # noqa: BLE001 - the type and message are checked
+        outcome = (type(exc).__name__, str(exc))
+    if damage in ("missing chunk", "other size, valid crc"):     # the record names the chunk / zarr its size
+        assert outcome[0] == "ModelFormatError" and "array 'stats_G' is missing or damaged" in outcome[1], outcome
         return
-    assert outcomes[0] == outcomes[1]
-    if damage != "missing chunk":            # a missing chunk reads as zeros, as zarr reads it (models of old)
-        assert outcomes[0][0] in ("ModelFormatError", "loaded"), outcomes
+    assert outcome[0] in ("ModelFormatError", "loaded"), outcome
+    if outcome[0] == "loaded":
+        assert outcome[1] == model.predict(X).tobytes()
 
 
-def test_a_chunk_declaring_more_than_its_shape_holds_is_refused_before_decoding(tmp_path, monkeypatch):
-    """A zstd frame (valid CRC) declaring 1 GiB for a 200-byte chunk: refused from its header, nothing allocated."""
+def test_a_chunk_declaring_more_than_its_shape_holds_is_refused_without_allocating_it(tmp_path):
+    """A zstd frame (valid CRC) declaring 1 GiB for a 200-byte chunk: a ModelFormatError, no 1 GiB resident."""
     import resource
-
-    from streamrank.io import _zstd_lib
 
     X, y, q = _data(rows=60, groups=6)
     sr.save(sr.RankRLS(alpha=1.0).fit(X, y, q), tmp_path / "m")
     # a frame header: single segment, an 8-byte content size of 1 GiB; then one empty last raw block
     big = b"\x28\xb5\x2f\xfd\xe0" + (1 << 30).to_bytes(8, "little") + b"\x01\x00\x00"
-    assert _zstd_lib.content_size(big) == 1 << 30
     _chunk(tmp_path / "m").write_bytes(_with_crc(big))
-    calls = []
-    real = _zstd_lib.decompress_into
-    monkeypatch.setattr(_zstd_lib, "decompress_into", lambda src, out: calls.append(src) if src == big else
-                        real(src, out))
     before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    with pytest.raises(ModelFormatError, match=r"stats_G.*declares 1073741824 bytes once decoded.* holds 200"):
+    with pytest.raises(ModelFormatError, match=r"array 'stats_G' is missing or damaged"):
         sr.load(tmp_path / "m")
-    assert calls == [] and resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before < 200_000
-
-
-def _fresh(code: str, cwd, *args, importtime=False):
-    cmd = [sys.executable, *(["-X", "importtime"] if importtime else []), *args]
-    if code:
-        cmd += ["-c", textwrap.dedent(code)]
-    out = subprocess.run(cmd, cwd=cwd, capture_output=True, text=True, timeout=300,
-                         env=dict(os.environ, PYTHONPATH=str(ROOT), STREAMRANK_NO_FORK="1"))
-    assert out.returncode == 0, out.stderr[-3000:]
-    return out
-
-
-def test_console_fit_evaluate_predict_of_a_local_dense_store_import_no_zarr_or_numcodecs(tmp_path):
-    """``python -m streamrank.cli`` (the console path), per ``-X importtime``; the model it
-    writes is the one zarr writes, and loads through zarr."""
-    rng = np.random.default_rng(7)
-    X, y, q = rng.normal(size=(80, 6)), rng.integers(0, 3, 80).astype(float), np.repeat(np.arange(10), 8)
-    store = sr.GroupStore.create(tmp_path / "s.zarr", 6)
-    store.append(X, y, q)
-    for argv in (["fit", "--store", "s.zarr", "--model", "m.zarr", "--learner", "rankrls", "-q"],
-                 ["fit", "--store", "s.zarr", "--model", "m.zarr", "--learner", "rankrls", "--overwrite", "-q"],
-                 ["evaluate", "--model", "m.zarr", "--store", "s.zarr", "-q"],
-                 ["predict", "--model", "m.zarr", "--store", "s.zarr", "--out", "p.npy", "-q"]):
-        res = _fresh("", tmp_path, "-m", "streamrank.cli", *argv, importtime=True)
-        imported = [line.rsplit("|", 1)[-1].strip() for line in res.stderr.splitlines() if "import time:" in line]
-        assert "streamrank._model_files" in imported and "streamrank.io.group_store" in imported  # the log is read
-        assert [m for m in imported if m.split(".")[0] in ("zarr", "numcodecs")] == [], argv
-    model = sr.load(tmp_path / "m.zarr")
-    want = sr.RankRLS(alpha=model.alpha).fit(sr.GroupStore.open(tmp_path / "s.zarr"))
-    assert model.coef_.tobytes() == want.coef_.tobytes()
-    stored = np.concatenate([b.X for b in sr.GroupStore.open(tmp_path / "s.zarr").blocks(shuffle=False)])
-    np.testing.assert_array_equal(np.load(tmp_path / "p.npy"), want.predict(stored))
-    import zarr
-
-    assert zarr.open_group(str(tmp_path / "m.zarr"), mode="r").attrs["cli"]["learner"] == "rankrls"
-
-
-def test_api_save_and_load_of_every_dense_learner_import_no_zarr_or_numcodecs(tmp_path):
-    got = _fresh("""
-        import sys
-        import numpy as np
-        import streamrank as sr
-        rng = np.random.default_rng(0)
-        X, y, q = rng.normal(size=(40, 4)), rng.normal(size=40), np.repeat(np.arange(5), 8)
-        for i, m in enumerate((sr.RankRLS(alpha=1.0), sr.KernelRankRLS(alpha=1.0), sr.PairwiseSGDRanker())):
-            m.fit(X, y, q)
-            sr.save(m, f"m{i}")
-            sr.save(m, f"m{i}")                                   # a replace
-            assert sr.load(f"m{i}").predict(X).tobytes() == m.predict(X).tobytes()
-        print(sorted({n.split(".")[0] for n in sys.modules} & {"zarr", "numcodecs"}))
-    """, tmp_path)
-    assert got.stdout.split("\n")[-2] == "[]"
+    assert resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before < 200_000
 
 
 _JSON = st.recursive(st.none() | st.booleans() | st.integers(-3, 1 << 40) | st.floats(allow_nan=False) | st.text(max_size=4),
@@ -371,9 +289,8 @@ def _paths(node, prefix=()):
 @settings(max_examples=80, deadline=None, database=None, derandomize=True, suppress_health_check=list(HealthCheck))
 @given(doc=st.sampled_from(["zarr.json", "coef_/zarr.json", "W/zarr.json", "W/indptr/zarr.json"]),
        pick=st.integers(0, 10**6), value=_JSON)
-def test_edited_documents_are_read_here_or_left_to_zarr_never_a_crash(tmp_path_factory, doc, pick, value):
-    """Any JSON value put at any place of a model's documents: ``open_model`` answers a group or None, never
-    raises; the load then gives the model or a ModelFormatError."""
+def test_edited_documents_load_or_give_a_model_format_error_never_a_crash(tmp_path_factory, doc, pick, value):
+    """Any JSON value put at any place of a model's documents: the load gives the model or a ModelFormatError."""
     base = tmp_path_factory.mktemp("fuzz")
     m = _ModelFilesProbe().fit()
     m.arrays_ = {"coef_": np.arange(6.0).reshape(2, 3), "W": sp.random(5, 4, density=0.5, random_state=0,
@@ -391,8 +308,6 @@ def test_edited_documents_are_read_here_or_left_to_zarr_never_a_crash(tmp_path_f
             node = node[key]
         node[path[-1]] = value
     f.write_text(json.dumps(d))
-    got = _model_files.open_model(base / "m")
-    assert got is None or isinstance(got, _model_files.ModelGroup)
     try:
         sr.load(base / "m")
     except ModelFormatError:
@@ -406,30 +321,18 @@ def test_edited_documents_are_read_here_or_left_to_zarr_never_a_crash(tmp_path_f
                                        ("codecs", None), ("codecs", ["bytes", "zstd", "crc32c"]),
                                        ("shape", [True, 3]), ("shape", [2, -3]), ("fill_value", "0"),
                                        ("fill_value", 0), ("data_type", "string"), ("chunk_key_encoding", None)])
-def test_an_array_document_of_another_shape_is_left_to_zarr(tmp_path, key, value):
-    """Odd documents (a list where zarr writes an object, a chunk larger than its array ...) are zarr's to read."""
+def test_an_array_document_of_another_shape_loads_or_is_refused(tmp_path, key, value):
+    """Odd documents (a list where zarr writes an object, a chunk larger than its array ...): zarr reads them or
+    the load is a ModelFormatError."""
     m = _ModelFilesProbe().fit()
     m.arrays_ = {"coef_": np.arange(6.0).reshape(2, 3)}
     sr.save(m, tmp_path / "m")
-    assert _model_files.open_model(tmp_path / "m") is not None
     f = tmp_path / "m" / "coef_" / "zarr.json"
     d = json.loads(f.read_text())
     d[key] = value
     f.write_text(json.dumps(d))
-    assert _model_files.open_model(tmp_path / "m") is None
     try:
         got = sr.load(tmp_path / "m").arrays_["coef_"]        # zarr reads it (an int fill, a shape of True ...)
     except ModelFormatError:
         return
     assert key in ("fill_value", "shape") and got.dtype == np.float64
-
-
-def test_without_the_zstd_library_numcodecs_writes_and_reads_the_same_files(tmp_path, monkeypatch):
-    from streamrank.io import _zstd_lib
-
-    model = _kernel_sparse()
-    persistence.save_local(model, tmp_path / "lib")
-    monkeypatch.setitem(_zstd_lib._state, "lib", None)          # a numcodecs whose libzstd cannot be loaded
-    persistence.save_local(model, tmp_path / "numcodecs")
-    assert _tree(tmp_path / "numcodecs") == _tree(tmp_path / "lib")
-    _same_arrays(sr.load(tmp_path / "lib"), _load_with_zarr(tmp_path / "lib", monkeypatch))
