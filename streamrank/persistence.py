@@ -40,8 +40,11 @@ reading from memory, as a model at a URL is.
 
 Saving is atomic: the group is written to a sibling temporary directory and
 renamed into place; an existing model at ``path`` is replaced only after the
-new one is complete, so a crash leaves the previous model loadable.  Loading
-never executes code: the class is looked up by name in a registry of
+new one is complete (moved aside to an ``.old`` sibling, the new one renamed
+in: :func:`replace_dir`, ``os`` functions only), so a crash leaves the
+previous model loadable, and :func:`load` of a path a save is replacing
+returns the old or the new model, whole (it reads again when the model
+changed under it).  Loading never executes code: the class is looked up by name in a registry of
 streamrank learners, never imported from the file.
 
 Every model, on local disk or at a URL (:mod:`streamrank._remote_models`),
@@ -51,17 +54,17 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-import glob
 import json
 import os
 import shutil
-import uuid
+import time
 from pathlib import Path
 
 import numpy as np
 import scipy.sparse as sp
 
 from . import _learners, _model_record
+from ._dir_swap import _replaced_copy, _sibling, replace_dir, writer_alive
 from ._model_zarr import ModelFormatError, open_objects
 
 if TYPE_CHECKING:
@@ -69,7 +72,7 @@ if TYPE_CHECKING:
     from .base import BaseRanker
 
 __all__ = ["save", "load", "save_url", "register_model", "MODEL_FORMAT_VERSION", "ModelFormatError", "write_group",
-           "read_group"]
+           "read_group", "replace_dir", "writer_alive"]
 
 MODEL_FORMAT_VERSION = 1
 #: a CSR part of a saved model is cut into chunks of at most this many entries
@@ -222,94 +225,50 @@ def _written(z) -> dict:
     return _model_record.record_entry(np.dtype(z.dtype).name, z.shape, z.chunks, crcs)
 
 
-def replace_dir(tmp: Path, path: Path) -> None:
-    """Put the complete directory ``tmp`` at ``path``, replacing what is there atomically.
+#: how often :func:`load` reads again a model that saves keep replacing while it reads
+_READ_ATTEMPTS = 100
 
-    One ``renameat2(RENAME_EXCHANGE)`` where Linux has it (``path`` is never
-    absent); otherwise two renames through a pid-tagged ``.old`` copy, which
-    :func:`load` falls back to in between.  Then the leftovers of writers
-    killed earlier (``.partial`` and ``.old`` siblings of dead pids) are swept.
-    Used by :func:`save` and by the command line's model and score writers.
+
+def _identity(path: Path):
+    """``(directory to read, identity)`` of the model that :func:`load` of the local ``path`` reads now.
+
+    The directory is ``path``, the version a nightly ``current`` pointer names,
+    or -- ``path`` absent while a save is between its two renames, or after
+    one killed there -- the ``.old`` copy of the previous model.  The identity
+    (the pointer's target, the directory's inode and change time, whether
+    ``path`` was absent) changes whenever a save or a nightly run replaces
+    what ``path`` leads to: equal identities before and after a read mean the
+    read saw one model, whole.
     """
-    tmp, path = Path(tmp), Path(path)
-    if path.exists():
-        if _exchange(tmp, path):  # one atomic swap: ``path`` is never absent
-            shutil.rmtree(tmp, ignore_errors=True)
-        else:  # no renameat2: two renames; load() falls back to the ``.old`` copy in between
-            old = _sibling(path, "old")
-            os.replace(path, old)
+    for _ in range(3):          # path absent and no .old copy: a save may have just completed
+        target, where = None, path
+        if path.is_file() and path.name == "current":  # pointer file of the nightly pipeline
+            target = path.read_text().strip()
+            if target in ("", ".", "..") or "/" in target or "\\" in target:  # only a version beside the pointer
+                raise ModelFormatError(f"{path} names {target[:80]!r}, not a version directory beside it")
+            where = path.parent / target
+        try:
+            st = os.stat(where)
+            return where, (target, str(where), st.st_dev, st.st_ino, st.st_ctime_ns)
+        except FileNotFoundError:
+            pass
+        old = _replaced_copy(where) if where.parent.is_dir() else None
+        if old is not None:
             try:
-                os.replace(tmp, path)
-            except BaseException:
-                os.replace(old, path)         # put the old one back
-                raise
-            shutil.rmtree(old, ignore_errors=True)
-    else:
-        os.replace(tmp, path)
-    _sweep_leftovers(path)
+                st = os.stat(old)
+                return old, (target, str(old), st.st_dev, st.st_ino, st.st_ctime_ns)
+            except FileNotFoundError:
+                continue
+        if not os.path.lexists(where):
+            break
+    raise FileNotFoundError(f"no model at {where}")
 
 
-def _sibling(path: Path, kind: str) -> Path:
-    """``.<name>.<pid>-<random>.<kind>``: the writer's pid tells a crashed save from a running one."""
-    return path.with_name(f".{path.name}.{os.getpid()}-{uuid.uuid4().hex}.{kind}")
-
-
-def writer_alive(leftover: Path) -> bool:
-    """True unless ``leftover`` is certainly a dead writer's own, to be swept (unknown names count as alive).
-
-    ``leftover`` is named ``.<name>.<pid>-<random>.<kind>`` (an atomic write's temporary file).
-    Package-public: the CLI's and the nightly's atomic writers sweep their leftovers with it too.
-    A symbolic link planted under such a name, or an entry another user owns,
-    counts as alive: a sweep never removes through a link or another user's files
-    (:func:`streamrank._shared_paths.own_leftover`).
-    """
-    from ._shared_paths import own_leftover
-
-    if os.path.lexists(leftover) and not own_leftover(leftover):
-        return True
-    tag = leftover.name.rsplit(".", 2)[-2]
-    pid = tag.split("-", 1)[0]
-    if "-" not in tag or not pid.isdigit():
-        return True
+def _current_identity(path: Path):
     try:
-        os.kill(int(pid), 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:  # another user's live process
-        return True
-    return True
-
-
-def _sweep_leftovers(path: Path) -> None:
-    """Remove what saves killed earlier left beside ``path``.
-
-    Runs after a successful save, so ``path`` holds a complete model: a
-    ``.partial`` directory or an ``.old`` copy whose writer process is dead
-    can never be needed again.  Leftovers of live writers (a concurrent save)
-    and of unknown naming are kept.
-    """
-    for kind in ("partial", "old"):
-        for leftover in path.parent.glob(f".{glob.escape(path.name)}.*.{kind}"):
-            if not writer_alive(leftover):
-                shutil.rmtree(leftover, ignore_errors=True)
-
-
-def _exchange(a: Path, b: Path) -> bool:
-    """Swap two directory entries atomically (Linux ``renameat2(RENAME_EXCHANGE)``); False if unsupported."""
-    try:
-        import ctypes
-
-        renameat2 = ctypes.CDLL(None, use_errno=True).renameat2
-    except (OSError, AttributeError):
-        return False
-    at_fdcwd, rename_exchange = -100, 2
-    return renameat2(at_fdcwd, os.fsencode(a), at_fdcwd, os.fsencode(b), rename_exchange) == 0
-
-
-def _replaced_copy(path: Path):
-    """The previous model of a save killed between its two renames (no renameat2), or None."""
-    old = sorted(path.parent.glob(f".{path.name}.*.old"), key=lambda p: p.stat().st_mtime)
-    return old[-1] if old else None
+        return _identity(path)[1]
+    except Exception:  # noqa: BLE001 - gone or damaged now: not the model that was read
+        return None
 
 
 def load(path: PathLike, storage_options: dict | None = None) -> BaseRanker:
@@ -326,16 +285,26 @@ def load(path: PathLike, storage_options: dict | None = None) -> BaseRanker:
     if storage_options:
         raise ValueError(f"storage_options are for a URL of object storage; {str(path)!r} is a local path")
     path = Path(local_path(path))
-    if path.is_file() and path.name == "current":  # pointer file of the nightly pipeline
-        target = path.read_text().strip()
-        if target in ("", ".", "..") or "/" in target or "\\" in target:  # only a version beside the pointer
-            raise ModelFormatError(f"{path} names {target[:80]!r}, not a version directory beside it")
-        path = path.parent / target
-    if not path.exists():
-        old = _replaced_copy(path) if path.parent.is_dir() else None
-        if old is None:
-            raise FileNotFoundError(f"no model at {path}")
-        path = old
+    # A save replacing the model while it is read (two renames: replace_dir) or a nightly run moving
+    # ``current`` on can leave this read with files of two models or of none: it fails, or it sees the
+    # identity change, and reads the model now there again -- the old or the new one, whole.
+    for attempt in range(_READ_ATTEMPTS):
+        where, seen = _identity(path)
+        try:
+            model = _load_dir(where)
+        except Exception:
+            if _current_identity(path) == seen:
+                raise                       # the model did not change under the read: its own error
+        else:
+            if _current_identity(path) == seen:
+                return model
+        time.sleep(min(0.05, 0.001 * attempt))
+    raise ModelFormatError(f"{path} was replaced {_READ_ATTEMPTS} times while it was being read; "
+                           "load it again once the saves writing it have stopped")
+
+
+def _load_dir(path: Path):
+    """The model in the local directory ``path``, read and validated (:func:`load`)."""
     root, chunk_bytes = _zarr_group(path)
     return read_group(root, path, lambda name: _stored_bytes(path / name / "c"), chunk_bytes)
 

@@ -18,7 +18,7 @@ ROOT = Path(__file__).resolve().parents[1] / "streamrank"
 #: floors, lowest first; a module's floor is that of the longest matching prefix
 FLOORS = {
     "streamrank._validation": 0, "streamrank._defaults": 0, "streamrank._typing": 0, "streamrank._memory": 0, "streamrank._qid": 0,
-    "streamrank._numba": 0, "streamrank._version": 0, "streamrank._learners": 0, "streamrank._metric_names": 0, "streamrank._phases": 0, "streamrank._itertools": 0, "streamrank._tempfiles": 0, "streamrank._tables": 0, "streamrank._state_checks": 0, "streamrank._shared_paths": 0,
+    "streamrank._numba": 0, "streamrank._version": 0, "streamrank._learners": 0, "streamrank._metric_names": 0, "streamrank._phases": 0, "streamrank._itertools": 0, "streamrank._tempfiles": 0, "streamrank._tables": 0, "streamrank._state_checks": 0, "streamrank._shared_paths": 0, "streamrank._dir_swap": 0,
     "streamrank.clicks": 0,
     "streamrank.io": 1,
     "streamrank._laplacian_kernels": 2, "streamrank._kernel_kernels": 2,
@@ -209,3 +209,39 @@ def test_modules_are_small(mod):
         assert n > 600, f"{mod} has {n} lines now: remove it from OVERSIZED"
     else:
         assert n <= 600, f"{mod} has {n} lines"
+
+
+def _ctypes_imports(source: str) -> list:
+    """Line numbers of every import of ``ctypes`` in ``source``: ``import ctypes[.x]``, ``from ctypes[.x] import``,
+    and ``__import__`` / ``importlib.import_module`` of a literal ``"ctypes[.x]"``, at any depth."""
+    def is_ctypes(name):
+        return isinstance(name, str) and (name == "ctypes" or name.startswith("ctypes."))
+
+    lines = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Import) and any(is_ctypes(a.name) for a in node.names):
+            lines.append(node.lineno)
+        elif isinstance(node, ast.ImportFrom) and not node.level and is_ctypes(node.module):
+            lines.append(node.lineno)
+        elif isinstance(node, ast.Call) and node.args and isinstance(node.args[0], ast.Constant) \
+                and is_ctypes(node.args[0].value):
+            f = node.func
+            called = f.id if isinstance(f, ast.Name) else f.attr if isinstance(f, ast.Attribute) else None
+            if called in ("__import__", "import_module"):
+                lines.append(node.lineno)
+    return lines
+
+
+def test_no_module_imports_ctypes():
+    """No module of the package loads C symbols by hand (issue 34): not out of a dependency's build, not out of
+    libc -- the ``os`` module and the dependencies' public APIs do what is needed."""
+    found = {mod: lines for mod, path in sorted(MODULES.items())
+             if (lines := _ctypes_imports(path.read_text(encoding="utf-8")))}
+    assert found == {}, "no allowlist: the ctypes codec loaders of streamrank/io went with issue 34's item 2"
+
+
+def test_the_ctypes_check_sees_every_form_of_import():
+    src = ("import os\nimport ctypes\nimport ctypes.util as u\nfrom ctypes import CDLL\n"
+           "def f():\n    return __import__('ctypes'), importlib.import_module('ctypes.util')\n"
+           "from .ctypes import x\nimport ctypesx\nb = a.ctypes.data\n")
+    assert _ctypes_imports(src) == [2, 3, 4, 6, 6]

@@ -41,13 +41,13 @@ class _SignalsDeferred:
 def _replace_dir(tmp: Path, out: Path) -> None:
     """Move a complete directory ``tmp`` to ``out``, replacing an old one only once the new one is whole.
 
-    :func:`streamrank.persistence.replace_dir`: one atomic exchange where Linux
-    has it, else two renames (old aside, new in) with Ctrl-C held back between
-    them, so an interrupt leaves the old or the new directory at ``out``, never
-    neither; a kill -9 between them leaves the old one as a pid-tagged ``.old``
+    :func:`streamrank._dir_swap.replace_dir`: two renames (old aside, new in)
+    with Ctrl-C held back between them, so an interrupt leaves the old or the
+    new directory at ``out``, never neither; a kill -9 between them leaves the
+    old one as a pid-tagged ``.old``
     sibling that ``sr.load`` reads and the next write sweeps.
     """
-    from ..persistence import replace_dir
+    from .._dir_swap import replace_dir
 
     if out.exists() and not out.is_dir():
         raise FileExistsError(f"{out} exists and is not a directory; refusing to replace it")
@@ -57,7 +57,7 @@ def _replace_dir(tmp: Path, out: Path) -> None:
 
 def _partial_sibling(out: Path, suffix: str = "") -> Path:
     """A pid-tagged temporary sibling of ``out``: a killed writer's leftover is swept by the next write."""
-    from ..persistence import _sibling
+    from .._dir_swap import _sibling
 
     p = _sibling(out, "partial")
     return p.with_name(p.name + suffix)
@@ -80,7 +80,7 @@ def _sweep_npy_partials(out: Path) -> list:
     import glob as _glob
 
     from .._shared_paths import own_leftover
-    from ..persistence import writer_alive
+    from .._dir_swap import writer_alive
 
     removed = []
     for p in out.parent.glob(f".{_glob.escape(out.stem)}.*.partial{out.suffix}"):

@@ -535,17 +535,12 @@ def test_model_swap_defers_ctrl_c(tmp_path):
             os.kill(os.getpid(), signal.SIGINT)
             time.sleep(0.05)
 
-    import streamrank.persistence as persistence
-
-    real_exchange = persistence._exchange
-    persistence._exchange = lambda a, b: False     # no renameat2: the two-rename path
     cli.os.replace = replace_and_interrupt
     try:
         with pytest.raises(KeyboardInterrupt):
             cli._replace_dir(tmp_path / "new", tmp_path / "out")
     finally:
         cli.os.replace = real_replace
-        persistence._exchange = real_exchange
     assert len(calls) == 2 and (tmp_path / "out" / "new").read_text() == "new"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["out"]
 

@@ -225,3 +225,61 @@ def test_delegated_commands_are_supervised_with_the_processes_they_started(fork_
     while psutil.pid_exists(worker) and psutil.Process(worker).status() != psutil.STATUS_ZOMBIE:
         assert time.monotonic() - t0 < 5, "the process the command started survived the kill"
         time.sleep(0.05)
+
+
+def _gone(pid):
+    import psutil
+
+    try:
+        return psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return True
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork")
+def test_a_killed_parent_leaves_no_child_computing(fork_server):
+    """kill -9 of the console script's process (the supervising parent): the command's process -- busy in one
+    C call that holds the GIL, as a numba kernel or LAPACK does -- and the process it started are SIGKILLed by
+    the watchdog within seconds, not left running as orphans."""
+    code = ("import itertools, os, signal, subprocess, sys\n"
+            "from streamrank.cli._supervise import supervised\n"
+            "def run():\n"
+            "    worker = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)'],\n"
+            "                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)\n"
+            "    print(os.getpid(), worker.pid, flush=True)\n"
+            "    return sum(itertools.repeat(1, 10**12))   # minutes in C, the GIL held\n"
+            "sys.exit(supervised(run, 'fit'))\n")
+    proc = fork_server.popen(["-c", code], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    started = []
+    try:
+        started = [int(p) for p in proc.stdout.readline().split()]
+        child, worker = started
+        time.sleep(0.2)
+        assert not _gone(child) and not _gone(worker)
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(timeout=30)
+        t0 = time.monotonic()
+        while not (_gone(child) and _gone(worker)):
+            assert time.monotonic() - t0 < 5, "the command's processes outlived the killed parent"
+            time.sleep(0.05)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        for pid in started:                     # (only if the test failed)
+            if not _gone(pid):
+                os.kill(pid, signal.SIGKILL)
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork")
+def test_a_supervised_command_that_ends_leaves_no_process_behind(fork_server):
+    """The watchdog of a command that ended (normally, or killed after the grace) exits and is reaped: the
+    console script has no child left, and the command's exit code is returned."""
+    code = ("import sys, psutil\n"
+            "from streamrank.cli._supervise import supervised\n"
+            "codes = [supervised(lambda: 3, 'fit'), supervised(lambda: 0, 'fit')]\n"
+            "print(codes, psutil.Process().children(recursive=True), flush=True)\n")
+    proc = fork_server.popen(["-c", code], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 0, err
+    assert out.strip() == "[3, 0] []"

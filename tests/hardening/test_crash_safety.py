@@ -63,7 +63,7 @@ def _day(d, n_groups=12, n_features=6):
 
 # ------------------------------------------------------------------ model save
 SAVER = """
-import sys
+import sys, time
 sys.path.insert(0, {root})
 import numpy as np, streamrank as sr
 path = sys.argv[1]
@@ -71,10 +71,11 @@ X = np.random.default_rng(0).normal(size=(200, 40)); y = X[:, 0]; q = np.repeat(
 a = sr.RankRLS(alpha=1.0).fit(X, y, q); b = sr.RankRLS(alpha=100.0).fit(X, y, q)
 sr.save(a, path)
 print("ready", flush=True)
-i = 0
-while True:
+i, stop = 0, time.monotonic() + float(sys.argv[2]) if len(sys.argv) > 2 else float("inf")
+while time.monotonic() < stop:
     sr.save(b if i % 2 == 0 else a, path)
     i += 1
+print(i, flush=True)
 """
 
 
@@ -99,7 +100,6 @@ sys.path.insert(0, {root})
 import numpy as np, streamrank as sr, streamrank.persistence as P
 X = np.random.default_rng(0).normal(size=(50, 3)); q = np.repeat(np.arange(5), 10)
 sr.save(sr.RankRLS(alpha=1.0).fit(X, X[:, 0], q), sys.argv[1])
-P._exchange = lambda a, b: False          # a filesystem without renameat2
 real = os.replace
 def replace(a, b):
     real(a, b)
@@ -386,3 +386,96 @@ def test_next_save_removes_what_killed_saves_left(tmp_path, fork_server):
     sr.save(sr.RankRLS(alpha=7.0).fit(X, X[:, 0], np.repeat(np.arange(3), 10)), tmp_path / "model")
     assert sorted(p.name for p in tmp_path.iterdir() if p.is_dir()) == sorted(["model", live.name])
     assert sr.load(tmp_path / "model").alpha == 7.0
+
+
+AFTER_SECOND_RENAME = """
+import os, shutil, signal, sys
+sys.path.insert(0, {root})
+import numpy as np, streamrank as sr, streamrank.persistence as P
+X = np.random.default_rng(0).normal(size=(50, 3)); q = np.repeat(np.arange(5), 10)
+sr.save(sr.RankRLS(alpha=1.0).fit(X, X[:, 0], q), sys.argv[1])
+def rmtree(p, *a, **k):
+    if p.name.endswith(".old"):               # new model in place, the old copy not yet removed
+        os.kill(os.getpid(), signal.SIGKILL)
+P.shutil.rmtree = rmtree
+sr.save(sr.RankRLS(alpha=5.0).fit(X, X[:, 0], q), sys.argv[1])
+"""
+
+
+def test_model_save_killed_after_its_second_rename_loads_the_new_model(tmp_path, fork_server):
+    """The other moment between a save's steps: the new model is in place, the ``.old`` copy of the previous
+    one not yet removed -- the new model loads, and the next save sweeps the copy."""
+    proc = _spawn(fork_server, AFTER_SECOND_RENAME, tmp_path / "model")
+    proc.wait(timeout=120)
+    assert proc.returncode == -signal.SIGKILL, proc.stderr.read()
+    assert [p.name.endswith(".old") for p in tmp_path.iterdir() if p.name.startswith(".model.")] == [True]
+    assert sr.load(tmp_path / "model").alpha == 5.0
+    X = np.random.default_rng(1).normal(size=(30, 3))
+    sr.save(sr.RankRLS(alpha=7.0).fit(X, X[:, 0], np.repeat(np.arange(3), 10)), tmp_path / "model")
+    assert sorted(p.name for p in tmp_path.iterdir() if p.is_dir()) == ["model"]
+    assert sr.load(tmp_path / "model").alpha == 7.0
+
+
+def _load_while_it_runs(proc, path):
+    """``sr.load(path)`` again and again while ``proc`` (printed "ready", then the count of its writes) runs:
+    each load is one of the two models the writers save (alpha 1 or 100), complete.  Returns (writes, loads)."""
+    X = np.random.default_rng(0).normal(size=(200, 40))
+    y, q = X[:, 0], np.repeat(np.arange(20), 10)
+    coefs = {a: sr.RankRLS(alpha=a).fit(X, y, q).coef_ for a in (1.0, 100.0)}
+    try:
+        assert proc.stdout.readline().strip() == "ready"
+        loads = 0
+        while proc.poll() is None:
+            m = sr.load(path)
+            assert np.array_equal(m.coef_, coefs[m.alpha]) and m.stats_.G.shape == (40, 40)
+            loads += 1
+        writes = int(proc.stdout.readline())
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        proc.wait(timeout=60)
+    assert proc.returncode == 0, proc.stderr.read()
+    return writes, loads
+
+
+def test_a_load_racing_saves_gets_the_old_or_the_new_model_whole(tmp_path, fork_server):
+    """Another process replaces the model again and again (two renames each, the old copy removed after):
+    every ``sr.load`` of the path meanwhile returns one of the two models, complete -- never a missing
+    model, a half-removed ``.old`` copy or a mixture of both."""
+    path = tmp_path / "model"
+    saves, loads = _load_while_it_runs(_spawn(fork_server, SAVER, path, 3.0), path)
+    assert saves > 10 and loads > 10, (saves, loads)
+    assert sorted(p.name for p in tmp_path.iterdir() if p.is_dir()) == ["model"]
+
+
+RACING_NIGHTLY = """
+import os, shutil, sys, time
+sys.path.insert(0, {root})
+import numpy as np, streamrank as sr
+models = sys.argv[1]
+X = np.random.default_rng(0).normal(size=(200, 40)); y = X[:, 0]; q = np.repeat(np.arange(20), 10)
+fitted = [sr.RankRLS(alpha=1.0).fit(X, y, q), sr.RankRLS(alpha=100.0).fit(X, y, q)]
+def promote(i):                 # as the nightly pipeline does: a new version, the pointer moved, old ones pruned
+    sr.save(fitted[i % 2], os.path.join(models, f"v{i}"))
+    tmp = os.path.join(models, f".current.{i}")
+    with open(tmp, "w") as f:
+        f.write(f"v{i}")
+    os.replace(tmp, os.path.join(models, "current"))
+    shutil.rmtree(os.path.join(models, f"v{i - 1}"), ignore_errors=True)
+promote(0)
+print("ready", flush=True)
+i, stop = 1, time.monotonic() + float(sys.argv[2])
+while time.monotonic() < stop:
+    promote(i)
+    i += 1
+print(i, flush=True)
+"""
+
+
+def test_a_load_of_current_racing_promotions_gets_a_whole_version(tmp_path, fork_server):
+    """``sr.load(models/current)`` while another process promotes versions and prunes the previous one: the
+    version being read can vanish under the read; the load reads the version promoted since, whole."""
+    models = tmp_path / "models"
+    models.mkdir()
+    promotions, loads = _load_while_it_runs(_spawn(fork_server, RACING_NIGHTLY, models, 3.0), models / "current")
+    assert promotions > 10 and loads > 10, (promotions, loads)

@@ -190,7 +190,7 @@ DEAD = 4_194_305            # above Linux's largest pid: certainly not a running
 def _sweep_model_leftovers(model):
     from pathlib import Path
 
-    from streamrank.persistence import _sweep_leftovers
+    from streamrank._dir_swap import _sweep_leftovers
 
     _sweep_leftovers(Path(model))
     return sorted(os.listdir(os.path.dirname(model)))
