@@ -106,6 +106,20 @@ def test_kernels_match_references_on_random_data():
         assert K.first_nonfinite(x) == ref_first_nonfinite(x)
 
 
+@pytest.mark.parametrize("firsts", [(0, 4096), (4095, 4096 * 3 + 7), (5000, 5001), (12_287, 12_288), (12_299, -1)])
+def test_the_first_bad_entry_of_several_strides_is_named(firsts):
+    """The stride loops run from the last stride back to the first: with bad entries in several strides (and in
+    the last, partial one) the first is still the one named."""
+    a, b = firsts
+    x = np.ones(12_300, np.float32)
+    idx = np.zeros(12_300, np.int32)
+    for i, v in ((a, np.nan), (b, np.inf), (12_299, -np.inf)):
+        x[i], idx[i] = v, 99 if i != b else -1
+    assert K.first_nonfinite(x) == ref_first_nonfinite(x) == a
+    assert K.first_nonfinite(x.astype(np.float64)) == a
+    assert K.first_out_of_range(K.unsigned(idx), 37) == ref_first_out_of_range(idx, 37) == a
+
+
 # ------------------------------------------- the callers' numpy path for short arrays
 def test_read_checks_match_kernels_and_references():
     """``_read_checks``'s calls of the kernels give the references' answers, edge cases and every length."""
