@@ -170,7 +170,8 @@ def nightly_history(source: Any, path: PathLike | None = None, *, metrics: Seque
     Top panel: the candidate's metrics per run on the night's validation slice
     (the newest day held out, or ``--validation``; filled marker: promoted,
     hollow: rejected; a cross: scored in-sample, as on a first night) and the
-    current model's on the same slice (dashed).  These are not the promotion
+    current model's on the same slice (dashed); a weighted line's names say
+    how they were scored (e.g. ``ndcg@10 (ips-weighted)``).  These are not the promotion
     gate's figures (the summary line's "gate ..." and ``version.json["gate"]``).
     Bottom panel: the λ chosen each night (log scale).  Runs with nothing new
     ("up-to-date") are shown as grey ticks at the bottom.
@@ -181,13 +182,16 @@ def nightly_history(source: Any, path: PathLike | None = None, *, metrics: Seque
         raise ValueError("no nightly reports to plot")
     x = np.arange(1, len(reports) + 1)
     names = metrics or sorted({k for r in reports for k in (r.get("metrics") or {})})
+    # a weighted line's figures use its training weights (and, with --ips, clicks as targets): say so
+    kinds = sorted({str(w) for r in reports if (w := (r.get("validation") or {}).get("weighted"))})
+    scored = f" ({', '.join(kinds)})" if kinds else ""
     fig, (ax, ax2) = plt.subplots(2, 1, figsize=figsize, dpi=dpi, sharex=True,
                                   gridspec_kw={"height_ratios": [3, 1.3]})
     for i, name in enumerate(names):
         color = f"C{i}"
         vals = np.array([(r.get("metrics") or {}).get(name, np.nan) for r in reports], dtype=float)
         cur = np.array([((r.get("current_metrics") or {}) or {}).get(name, np.nan) for r in reports], dtype=float)
-        ax.plot(x, vals, color=color, lw=1.2, label=name)
+        ax.plot(x, vals, color=color, lw=1.2, label=name + scored)
         prom = np.array([bool(r.get("promoted")) for r in reports])
         ok = ~np.isnan(vals)
         ax.plot(x[prom & ok], vals[prom & ok], "o", color=color, ms=6)
@@ -197,7 +201,7 @@ def nightly_history(source: Any, path: PathLike | None = None, *, metrics: Seque
             ax.plot(x[insample & ok], vals[insample & ok], "x", color="k", ms=8,
                     label="in-sample (no held-out day)" if i == 0 else None)
         if np.any(~np.isnan(cur)):
-            ax.plot(x, cur, "--", color=color, lw=1, alpha=0.7, label=f"{name} (current model)")
+            ax.plot(x, cur, "--", color=color, lw=1, alpha=0.7, label=f"{name}{scored} (current model)")
     idle = np.array([r.get("status") == "up-to-date" for r in reports])
     ax.set_ylabel("newest-day validation metric")
     ax.set_title(title or "nightly runs on the newest day (filled: promoted, hollow: rejected; not the gate)")

@@ -103,6 +103,21 @@ def test_nightly_history_png(tmp_path):
     assert 0 < ev["metrics"]["ndcg@10"] <= 1
 
 
+def test_nightly_history_names_a_weighted_lines_scoring():
+    """A weighted line's reports (``validation.weighted``) are drawn as such; an unweighted line's names are bare."""
+    pytest.importorskip("matplotlib")
+
+    def report(i, weighted=None):
+        v = {"scheme": "holdout", **({"weighted": weighted} if weighted else {})}
+        return {"started": f"2026-01-0{i}", "status": "promoted", "promoted": True, "alpha": 1.0,
+                "metrics": {"ndcg@10": 0.5 + i / 100}, "current_metrics": {"ndcg@10": 0.5}, "validation": v}
+
+    labels = lambda fig: {t.get_text() for t in fig.axes[0].get_legend().get_texts()}   # noqa: E731
+    assert labels(sr.plot.nightly_history([report(1, "ips-weighted"), report(2, "ips-weighted")])) == {
+        "ndcg@10 (ips-weighted)", "ndcg@10 (ips-weighted) (current model)"}
+    assert labels(sr.plot.nightly_history([report(1), report(2)])) == {"ndcg@10", "ndcg@10 (current model)"}
+
+
 @pytest.mark.slow   # nightly runs and plots (matplotlib): 5.5 s wall under load 13
 def test_nightly_history_errors(tmp_path):
     with pytest.raises(FileNotFoundError):
