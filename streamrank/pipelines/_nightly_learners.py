@@ -261,9 +261,8 @@ def update_pairwise(store, base_model, seen, *, params=None, max_rows=DEFAULT_BL
             for block in part.blocks(max_rows=max_rows):
                 ph.update(block.n_rows)
                 if part is hold and holdout is not None and _is_fitted(model):
-                    ev.update(np.asarray(block.y, dtype=np.float64).reshape(block.n_rows, -1)[:, 0],
-                              score_block(model, block.X), block.group_ptr, qid=block.qid, group_size=block.group_size,
-                              group_offset=block.group_offset, weight=block.weight if ev.weighted else None)
+                    ev.update_block(block, score_block(model, block.X),
+                                    np.asarray(block.y, dtype=np.float64).reshape(block.n_rows, -1)[:, 0])
                     judged += block.n_rows
                 model.partial_fit(block.X, block.y, block.row_qid(), sample_weight=block.weight)
     prog = ({name: float(r.value) for name, r in ev.result().items()} if judged and judged == hold.n_rows
